@@ -1,0 +1,53 @@
+"""What the exporter is given at each scrape: plain, immutable data.
+
+The supervisor builds one :class:`SupervisorSample` per scrape (after fetching fresh status
+documents) and the collector turns it into metric families. Keeping this a data contract lets
+the collector be tested without processes, and keeps the supervisor free of Prometheus types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from cuzkd.status.document import Extensions, StatusDocument
+
+#: Every supervisor-side engine state, exported as ``cuzkd_engine_state{state=...}``.
+ENGINE_STATES: tuple[str, ...] = ("starting", "running", "backoff", "stopping", "stopped", "failed")
+
+
+@dataclass(frozen=True)
+class EngineSample:
+    """One engine as the supervisor sees it at scrape time."""
+
+    name: str
+    #: one of ENGINE_STATES
+    state: str
+    restarts_total: int
+    #: exit cause (``exit_1``, ``signal_SIGKILL``, ``unhealthy``, ...) -> count since supervisor start
+    exits_total: Mapping[str, int]
+    #: Unix time the current process started; None when no process runs
+    start_time_seconds: float | None
+    #: summed over the engine's process tree; None when no process runs
+    resident_memory_bytes: int | None
+    cpu_seconds_total: float | None
+    #: the status document fetched for this scrape; None when missing, malformed or stale
+    status: StatusDocument | None
+    #: cumulative figures: the engine's own extensions, or derived by the supervisor from its
+    #: polls for engines that serve cuzk's plain document (approximations)
+    extensions: Extensions | None
+    #: seconds the last status fetch took; None before the first
+    fetch_duration_seconds: float | None
+    fetch_errors_total: int
+    #: release id the running process executes (swap), None when not a ``{binary}`` engine
+    release: str | None = None
+
+
+@dataclass(frozen=True)
+class SupervisorSample:
+    engines: Sequence[EngineSample]
+    zombies_reaped_total: int
+    #: swap result (ok, rolled_back, refused) -> count
+    swaps_total: Mapping[str, int] = field(default_factory=dict)
+    #: the active release id, None before the first swap/initial_binary
+    active_release: str | None = None

@@ -1,0 +1,193 @@
+"""The typed ``/status`` document: cuzk's fields exactly, plus cuzkd's optional extensions.
+
+These structs are the single definition of the document. The reference engine encodes them,
+the supervisor and the exporter decode them -- from our engine and from a real cuzk daemon
+alike. Every field of cuzk's document is required (a document missing one is a wrong schema,
+not a partial one); unknown fields are ignored so a newer cuzk stays readable. The extensions
+live under one key, ``cuzkd_extensions``, which a real cuzk never sends.
+
+See ``shared/reference/cuzk-status.md`` for cuzk's field list and ``docs/status.md`` for the
+extensions.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+
+NonNegInt = Annotated[int, msgspec.Meta(ge=0)]
+NonNegFloat = Annotated[float, msgspec.Meta(ge=0)]
+
+PartitionState = Literal["pending", "synthesizing", "synth_done", "gpu", "done", "failed"]
+WorkerState = Literal["idle", "proving"]
+
+#: Partition phases in pipeline order (``failed`` can follow any of them).
+PARTITION_STATES: tuple[PartitionState, ...] = (
+    "pending",
+    "synthesizing",
+    "synth_done",
+    "gpu",
+    "done",
+    "failed",
+)
+
+#: The phases whose entries are counted cumulatively (``pending`` is where partitions start).
+COUNTED_PHASES: tuple[PartitionState, ...] = ("synthesizing", "synth_done", "gpu", "done", "failed")
+
+#: Upper bounds (seconds) of the fixed phase-duration histogram buckets. From a few
+#: milliseconds (small reference-engine partitions) to minutes (32 GiB PoRep synthesis).
+DURATION_BUCKETS: tuple[float, ...] = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+    10.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0, 300.0, 600.0,
+)
+
+
+class Memory(msgspec.Struct, frozen=True):
+    total_bytes: NonNegInt
+    used_bytes: NonNegInt
+    available_bytes: NonNegInt
+
+
+class Synthesis(msgspec.Struct, frozen=True):
+    max_concurrent: NonNegInt
+    active: NonNegInt
+
+
+class Partition(msgspec.Struct, frozen=True):
+    index: NonNegInt
+    state: PartitionState
+    synth_ms: NonNegInt | None
+    gpu_ms: NonNegInt | None
+
+
+class Pipeline(msgspec.Struct, frozen=True):
+    job_id: str
+    proof_kind: str
+    started_secs_ago: NonNegFloat
+    total_partitions: NonNegInt
+    partitions_done: NonNegInt
+    partitions: list[Partition]
+
+
+class GpuWorker(msgspec.Struct, frozen=True):
+    worker_id: NonNegInt
+    gpu_ordinal: NonNegInt
+    state: WorkerState
+    current_job: str | None
+    current_partition: NonNegInt | None
+    busy_secs: NonNegFloat | None
+
+
+class Allocation(msgspec.Struct, frozen=True):
+    circuit_id: str
+    bytes: NonNegInt
+    last_used_secs_ago: NonNegFloat
+    evictable: bool
+
+
+class Allocations(msgspec.Struct, frozen=True):
+    srs: list[Allocation]
+    pce: list[Allocation]
+
+
+class Counters(msgspec.Struct, frozen=True):
+    total_completed: NonNegInt
+    total_failed: NonNegInt
+    completed_by_kind: dict[str, NonNegInt]
+    failed_by_kind: dict[str, NonNegInt]
+    queue_depth: NonNegInt
+
+
+class Buffers(msgspec.Struct, frozen=True):
+    synth_in_flight: NonNegInt
+    provers_in_flight: NonNegInt
+    aux_in_flight: NonNegInt
+    shells_in_flight: NonNegInt
+    pending_handles: NonNegInt
+
+
+# --- cuzkd extensions -------------------------------------------------------------------------
+
+
+class Histogram(msgspec.Struct, frozen=True):
+    """A fixed-bucket histogram: ``bucket_counts[i]`` observations were ``<= bounds[i]``
+    (cumulative, like Prometheus ``le`` buckets); ``count`` includes the ``+Inf`` bucket."""
+
+    bounds: list[float]
+    bucket_counts: list[NonNegInt]
+    count: NonNegInt
+    sum: NonNegFloat
+
+
+class WorkerBusyTotal(msgspec.Struct, frozen=True):
+    worker_id: NonNegInt
+    gpu_ordinal: NonNegInt
+    busy_seconds_total: NonNegFloat
+
+
+class GpuDevice(msgspec.Struct, frozen=True):
+    """One device as the engine sees it. ``total_bytes``/``used_bytes`` come from the driver
+    (CuPy ``memGetInfo``), ``pool_bytes`` from the engine's allocator pool; the CPU
+    pseudo-device reports zeros."""
+
+    gpu_ordinal: NonNegInt
+    name: str
+    used_bytes: NonNegInt
+    total_bytes: NonNegInt
+    pool_bytes: NonNegInt
+
+
+class Extensions(msgspec.Struct, frozen=True):
+    """Cumulative figures cuzk does not serve; the exporter needs them for exact counters."""
+
+    #: proof_kind -> phase (one of COUNTED_PHASES) -> partitions that entered it since start.
+    phase_transitions: dict[str, dict[str, NonNegInt]]
+    #: per worker, monotonic busy seconds including the running span.
+    worker_busy: list[WorkerBusyTotal]
+    #: proof_kind -> histogram of finished synthesis / GPU phase durations in seconds.
+    synth_duration_seconds: dict[str, Histogram]
+    gpu_duration_seconds: dict[str, Histogram]
+    #: jobs accepted and not yet finished (pipelines only lists partitioned jobs).
+    jobs_in_flight: NonNegInt
+    gpu_devices: list[GpuDevice] = msgspec.field(default_factory=list)
+    backend: str = "unknown"
+
+
+class StatusDocument(msgspec.Struct, frozen=True):
+    """cuzk's ``GET /status`` document (all fields required) plus optional extensions."""
+
+    uptime_secs: NonNegFloat
+    memory: Memory
+    synthesis: Synthesis
+    pipelines: list[Pipeline]
+    gpu_workers: list[GpuWorker]
+    allocations: Allocations
+    counters: Counters
+    buffers: Buffers
+    cuzkd_extensions: Extensions | None = None
+
+
+class StatusDecodeError(ValueError):
+    """The bytes are not a valid status document; the message says which field is wrong."""
+
+
+_DECODER = msgspec.json.Decoder(StatusDocument)
+_ENCODER = msgspec.json.Encoder()
+
+
+def decode_status(data: bytes | str) -> StatusDocument:
+    """Decode and validate a status document from JSON."""
+    try:
+        return _DECODER.decode(data)
+    except msgspec.DecodeError as exc:  # ValidationError is a subclass
+        raise StatusDecodeError(str(exc)) from exc
+
+
+def encode_status(doc: StatusDocument) -> bytes:
+    """Encode a status document as JSON (extensions omitted when ``None``)."""
+    if doc.cuzkd_extensions is None:
+        raw = msgspec.to_builtins(doc)
+        raw.pop("cuzkd_extensions", None)
+        return _ENCODER.encode(raw)
+    return _ENCODER.encode(doc)

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs everything the test suite needs on a fresh Debian machine, then runs every test.
+# System packages: prometheus (prometheus + promtool for the real-Prometheus and lint tests),
+# systemd (systemd-analyze verify). Python packages go into ./.venv.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+need=()
+command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
+command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
+command -v unshare >/dev/null 2>&1 || need+=(util-linux)
+if [ ${#need[@]} -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+python3 -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null
+.venv/bin/python -m pip install -q -e '.[dev]'
+.venv/bin/ruff check cuzkd tests bench
+.venv/bin/mypy --strict cuzkd
+exec .venv/bin/python -m pytest "$@"
