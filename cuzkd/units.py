@@ -28,7 +28,7 @@ _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$")
 
 
 def parse_duration(value: str | int | float) -> float:
-    """Return seconds for ``"250ms"``, ``"30s"``, ``"5m"``, ``"1h"`` or a plain number of seconds."""
+    """Return seconds for ``"250ms"``, ``"30s"``, ``"5m"``, ``"1h"`` or a plain number."""
     if isinstance(value, bool):
         raise ValueError(f"expected a duration, got {value!r}")
     if isinstance(value, int | float):

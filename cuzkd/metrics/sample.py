@@ -24,7 +24,7 @@ class EngineSample:
     #: one of ENGINE_STATES
     state: str
     restarts_total: int
-    #: exit cause (``exit_1``, ``signal_SIGKILL``, ``unhealthy``, ...) -> count since supervisor start
+    #: exit cause (``exit_1``, ``signal_SIGKILL``, ``unhealthy``, ...) -> count
     exits_total: Mapping[str, int]
     #: Unix time the current process started; None when no process runs
     start_time_seconds: float | None
