@@ -1,0 +1,199 @@
+"""Approximate cumulative extensions for engines that serve cuzk's plain document.
+
+A real cuzk only shows states at the moment of each poll. The supervisor feeds every document
+it fetches (health polls and scrapes) to an :class:`ExtensionDeriver`, which turns successive
+observations into the same :class:`~cuzkd.status.document.Extensions` our own engine serves:
+
+* **Phase entries** -- each (job, partition)'s last seen state is remembered; a partition first
+  seen, or seen further along the pipeline, counts every phase it must have entered since (a
+  partition seen ``pending`` then ``gpu`` passed ``synthesizing`` and ``synth_done`` too). A
+  ``failed`` partition counts the phases its ``synth_ms``/``gpu_ms`` prove it reached, then
+  ``failed``. No entry is counted twice.
+* **Busy seconds** -- a worker's span is identified by (current_job, current_partition); while it
+  lasts its length is the reported ``busy_secs``; when it changes the last seen length is added
+  to the finished total. The part of a span after its last poll is lost (an undercount of at
+  most one poll interval per span).
+* **Histograms** -- a partition seen with a finished phase records that phase's duration once.
+
+Jobs that leave the document are forgotten (bounded memory); the counters stay. An engine
+restart (uptime went down, or the engine's start time jumped forward by more than
+:data:`RESTART_SLACK_SECS`) resets everything, which Prometheus treats as a counter reset.
+docs/status.md lists these approximations.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from cuzkd.status.counters import KindCounters
+from cuzkd.status.document import (
+    Extensions,
+    GpuWorker,
+    Partition,
+    PartitionState,
+    Pipeline,
+    StatusDocument,
+    WorkerBusyTotal,
+)
+
+#: How far the engine's start time, estimated as ``clock() - uptime_secs``, may move between two
+#: observations before it counts as a restart. Covers fetch latency jitter (a document is
+#: generated some time before we observe it).
+RESTART_SLACK_SECS = 5.0
+
+#: Pipeline order without ``pending`` (where partitions start) and ``failed`` (off-pipeline).
+_FORWARD: tuple[PartitionState, ...] = ("synthesizing", "synth_done", "gpu", "done")
+_RANK: dict[PartitionState, int] = {p: i for i, p in enumerate(("pending", *_FORWARD))}
+_PAST_SYNTHESIS: frozenset[PartitionState] = frozenset(("synth_done", "gpu", "done"))
+
+
+def reached_rank(part: Partition) -> int:
+    """How far along the pipeline a partition provably got (index into pending + _FORWARD).
+
+    For ``failed`` only the durations tell: ``gpu_ms`` set means it entered ``gpu`` (hence
+    ``synth_done``), ``synth_ms`` set means it entered ``synthesizing``.
+    """
+    if part.state != "failed":
+        return _RANK[part.state]
+    if part.gpu_ms is not None:
+        return _RANK["gpu"]
+    if part.synth_ms is not None:
+        return _RANK["synthesizing"]
+    return _RANK["pending"]
+
+
+def entered_phases(previous: Partition | None, current: Partition) -> list[PartitionState]:
+    """Phases ``current`` entered since ``previous`` was seen (None: never seen). Pure."""
+    if previous is not None and previous.state == "failed":
+        return []
+    seen_rank = 0 if previous is None else reached_rank(previous)
+    entered = [p for p in _FORWARD if seen_rank < _RANK[p] <= reached_rank(current)]
+    if current.state == "failed":
+        entered.append("failed")
+    return entered
+
+
+class _SeenPartition:
+    __slots__ = ("gpu_recorded", "last", "synth_recorded")
+
+    def __init__(self, last: Partition) -> None:
+        self.last = last
+        self.synth_recorded = False
+        self.gpu_recorded = False
+
+
+class _WorkerSpans:
+    __slots__ = ("current", "current_secs", "finished_secs", "gpu_ordinal")
+
+    def __init__(self, gpu_ordinal: int) -> None:
+        self.gpu_ordinal = gpu_ordinal
+        self.current: tuple[str, int] | None = None
+        self.current_secs = 0.0
+        self.finished_secs = 0.0
+
+    def observe(self, worker: GpuWorker) -> None:
+        self.gpu_ordinal = worker.gpu_ordinal
+        span: tuple[str, int] | None = None
+        if (worker.state == "proving" and worker.current_job is not None
+                and worker.current_partition is not None and worker.busy_secs is not None):
+            span = (worker.current_job, worker.current_partition)
+        busy = worker.busy_secs if span is not None and worker.busy_secs is not None else 0.0
+        # a new span, or the same partition restarted (its busy time went down)
+        if span != self.current or busy < self.current_secs:
+            self.finished_secs += self.current_secs
+            self.current_secs = 0.0
+        self.current = span
+        self.current_secs = max(self.current_secs, busy)
+
+
+class ExtensionDeriver:
+    """Reconstructs cumulative extensions from successive plain cuzk documents.
+
+    Not thread-safe: the supervisor observes and reads from its event loop.
+    """
+
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._reset()
+
+    def _reset(self) -> None:
+        self._kinds = KindCounters()
+        self._jobs: dict[str, dict[int, _SeenPartition]] = {}
+        self._workers: dict[int, _WorkerSpans] = {}
+        self._jobs_in_flight = 0
+        self._last_uptime: float | None = None
+        self._engine_start: float | None = None
+
+    def observe(self, doc: StatusDocument) -> None:
+        """Fold one document into the counters. Observing the same document again is a no-op."""
+        if doc.uptime_secs == self._last_uptime:
+            return
+        engine_start = self._clock() - doc.uptime_secs
+        if self._restarted(doc.uptime_secs, engine_start):
+            self._reset()
+        if self._engine_start is None or engine_start < self._engine_start:
+            self._engine_start = engine_start
+        self._last_uptime = doc.uptime_secs
+
+        self._jobs = {p.job_id: self._observe_pipeline(p) for p in doc.pipelines}
+        for worker in doc.gpu_workers:
+            spans = self._workers.get(worker.worker_id)
+            if spans is None:
+                spans = self._workers[worker.worker_id] = _WorkerSpans(worker.gpu_ordinal)
+            spans.observe(worker)
+        self._jobs_in_flight = sum(1 for p in doc.pipelines if _in_flight(p))
+
+    def extensions(self) -> Extensions:
+        return Extensions(
+            phase_transitions=self._kinds.phase_transitions(),
+            worker_busy=[
+                WorkerBusyTotal(
+                    worker_id=worker_id,
+                    gpu_ordinal=spans.gpu_ordinal,
+                    busy_seconds_total=spans.finished_secs + spans.current_secs,
+                )
+                for worker_id, spans in sorted(self._workers.items())
+            ],
+            synth_duration_seconds=self._kinds.synth_histograms(),
+            gpu_duration_seconds=self._kinds.gpu_histograms(),
+            jobs_in_flight=self._jobs_in_flight,
+            gpu_devices=[],
+            backend="cuzk",
+        )
+
+    def _restarted(self, uptime: float, engine_start: float) -> bool:
+        if self._last_uptime is None or self._engine_start is None:
+            return False
+        return (uptime < self._last_uptime
+                or engine_start > self._engine_start + RESTART_SLACK_SECS)
+
+    def _observe_pipeline(self, pipeline: Pipeline) -> dict[int, _SeenPartition]:
+        kind = pipeline.proof_kind
+        self._kinds.ensure_kind(kind)
+        seen = self._jobs.get(pipeline.job_id, {})
+        for part in pipeline.partitions:
+            record = seen.get(part.index)
+            for phase in entered_phases(None if record is None else record.last, part):
+                self._kinds.entered(kind, phase)
+            if record is None:
+                record = seen[part.index] = _SeenPartition(part)
+            elif reached_rank(part) >= reached_rank(record.last) and record.last.state != "failed":
+                record.last = part  # never move backwards: a regression would recount later
+            self._record_durations(kind, part, record)
+        return seen
+
+    def _record_durations(self, kind: str, part: Partition, record: _SeenPartition) -> None:
+        synth_finished = part.state in _PAST_SYNTHESIS or (
+            part.state == "failed" and part.gpu_ms is not None)
+        if not record.synth_recorded and part.synth_ms is not None and synth_finished:
+            self._kinds.observe_synth(kind, part.synth_ms / 1000)
+            record.synth_recorded = True
+        if not record.gpu_recorded and part.gpu_ms is not None and part.state == "done":
+            self._kinds.observe_gpu(kind, part.gpu_ms / 1000)
+            record.gpu_recorded = True
+
+
+def _in_flight(pipeline: Pipeline) -> bool:
+    terminal = sum(1 for p in pipeline.partitions if p.state in ("done", "failed"))
+    return terminal < pipeline.total_partitions

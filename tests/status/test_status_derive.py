@@ -1,0 +1,211 @@
+"""ExtensionDeriver over documents in exactly cuzk's format (built from cuzk's example)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cuzkd.status.derive import RESTART_SLACK_SECS, ExtensionDeriver, entered_phases
+from cuzkd.status.document import Extensions, Partition, StatusDocument, decode_status
+
+PHASES = ("synthesizing", "synth_done", "gpu", "done", "failed")
+POREP = "ps-porep-1201-77-4411"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 5000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def example(reference_dir: Path) -> dict[str, Any]:
+    raw: dict[str, Any] = json.loads((reference_dir / "cuzk-status.example.json").read_bytes())
+    return raw
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+def poll(clock: Clock, base: dict[str, Any], uptime_delta: float = 1.0) -> dict[str, Any]:
+    """The next document: a copy of ``base`` one poll later (engine and our clock advance)."""
+    doc = copy.deepcopy(base)
+    doc["uptime_secs"] = base["uptime_secs"] + uptime_delta
+    clock.now += uptime_delta
+    return doc
+
+
+def decode(raw: dict[str, Any]) -> StatusDocument:
+    return decode_status(json.dumps(raw))
+
+
+def counts(ext: Extensions, kind: str) -> tuple[int, ...]:
+    return tuple(ext.phase_transitions[kind][p] for p in PHASES)
+
+
+def set_partition(raw: dict[str, Any], job: str, index: int, state: str,
+                  synth_ms: int | None, gpu_ms: int | None) -> None:
+    pipeline = next(p for p in raw["pipelines"] if p["job_id"] == job)
+    pipeline["partitions"][index] = {
+        "index": index, "state": state, "synth_ms": synth_ms, "gpu_ms": gpu_ms}
+
+
+def set_worker(raw: dict[str, Any], worker_id: int, job: str | None, partition: int | None,
+               busy_secs: float | None) -> None:
+    raw["gpu_workers"][worker_id].update(
+        state="idle" if job is None else "proving", current_job=job,
+        current_partition=partition, busy_secs=busy_secs)
+
+
+def busy(ext: Extensions) -> dict[int, float]:
+    return {w.worker_id: w.busy_seconds_total for w in ext.worker_busy}
+
+
+def test_first_observation_counts_every_phase_each_partition_passed(
+    example: dict[str, Any], clock: Clock
+) -> None:
+    deriver = ExtensionDeriver(clock=clock)
+    deriver.observe(decode(example))
+    ext = deriver.extensions()
+    # porep: 4 done, 1 gpu, 1 synth_done, 3 synthesizing, 1 pending
+    assert counts(ext, "porep") == (9, 6, 5, 4, 0)
+    assert counts(ext, "winning") == (1, 1, 1, 1, 0)
+    synth, gpu = ext.synth_duration_seconds["porep"], ext.gpu_duration_seconds["porep"]
+    assert (synth.count, synth.sum) == (6, pytest.approx((30110 + 30111 + 30112 + 30113
+                                                          + 30422 + 30390) / 1000))
+    assert (gpu.count, gpu.sum) == (4, pytest.approx((2150 + 2151 + 2152 + 2153) / 1000))
+    assert ext.gpu_duration_seconds["winning"].sum == pytest.approx(0.402)
+    assert busy(ext) == {0: pytest.approx(1.21), 1: 0.0}
+    assert ext.jobs_in_flight == 1
+    assert (ext.backend, ext.gpu_devices) == ("cuzk", [])
+
+    deriver.observe(decode(example))  # the same document again
+    deriver.observe(decode(poll(clock, example)))  # a later one, nothing moved
+    assert deriver.extensions() == ext
+
+
+def test_partitions_skipping_phases_between_polls_count_each_entry_once(
+    example: dict[str, Any], clock: Clock
+) -> None:
+    deriver = ExtensionDeriver(clock=clock)
+    deriver.observe(decode(example))
+    later = poll(clock, example)
+    set_partition(later, POREP, 9, "done", 30000, 2000)  # pending -> done
+    set_partition(later, POREP, 6, "failed", 9000, None)  # failed while synthesizing
+    set_partition(later, POREP, 7, "failed", 30000, 500)  # failed on the GPU
+    set_partition(later, POREP, 5, "gpu", 30390, 100)  # synth_done -> gpu
+    deriver.observe(decode(later))
+    ext = deriver.extensions()
+    # synthesizing +1 (p9); synth_done +2 (p9, p7); gpu +3 (p9, p7, p5); done +1; failed +2
+    assert counts(ext, "porep") == (10, 8, 8, 5, 2)
+    assert ext.synth_duration_seconds["porep"].count == 8  # + p9 and p7 (reached gpu)
+    assert ext.gpu_duration_seconds["porep"].count == 5  # + p9
+
+    again = poll(clock, later)
+    set_partition(again, POREP, 5, "done", 30390, 2000)
+    deriver.observe(decode(again))
+    deriver.observe(decode(poll(clock, again)))
+    ext = deriver.extensions()
+    assert counts(ext, "porep") == (10, 8, 8, 6, 2)
+    assert ext.gpu_duration_seconds["porep"].count == 6
+
+
+def test_worker_switching_partitions_between_polls_keeps_busy_time_monotonic(
+    example: dict[str, Any], clock: Clock
+) -> None:
+    deriver = ExtensionDeriver(clock=clock)
+    deriver.observe(decode(example))  # w0 on (porep, 4) for 1.21 s
+    doc = poll(clock, example)
+    set_worker(doc, 0, POREP, 4, 1.9)
+    deriver.observe(decode(doc))
+    assert busy(deriver.extensions())[0] == pytest.approx(1.9)
+    doc = poll(clock, doc)
+    set_worker(doc, 0, POREP, 5, 0.5)  # finished 4, started 5 between polls
+    set_worker(doc, 1, POREP, 4, 0.2)  # another worker picked up the same partition id
+    deriver.observe(decode(doc))
+    assert busy(deriver.extensions()) == {0: pytest.approx(2.4), 1: pytest.approx(0.2)}
+    doc = poll(clock, doc)
+    set_worker(doc, 0, None, None, None)
+    deriver.observe(decode(doc))
+    assert busy(deriver.extensions())[0] == pytest.approx(2.4)
+    doc = poll(clock, doc)
+    set_worker(doc, 0, POREP, 5, 0.1)  # the same partition again: a new span, not a decrease
+    deriver.observe(decode(doc))
+    assert busy(deriver.extensions())[0] == pytest.approx(2.5)
+
+
+def test_vanished_jobs_are_forgotten_and_counters_kept(
+    example: dict[str, Any], clock: Clock
+) -> None:
+    deriver = ExtensionDeriver(clock=clock)
+    deriver.observe(decode(example))
+    before = counts(deriver.extensions(), "winning")
+    doc = poll(clock, example)
+    doc["pipelines"] = [p for p in doc["pipelines"] if p["proof_kind"] != "winning"]
+    deriver.observe(decode(doc))
+    assert counts(deriver.extensions(), "winning") == before
+    back = poll(clock, doc)
+    back["pipelines"] = example["pipelines"]
+    deriver.observe(decode(back))  # forgotten: seen as a new job
+    assert counts(deriver.extensions(), "winning") == (2, 2, 2, 2, 0)
+
+
+def test_engine_restart_resets_counters(example: dict[str, Any], clock: Clock) -> None:
+    deriver = ExtensionDeriver(clock=clock)
+    deriver.observe(decode(example))
+    fresh = poll(clock, example)
+    fresh["uptime_secs"] = 3.0  # uptime went down
+    fresh["pipelines"] = [p for p in fresh["pipelines"] if p["proof_kind"] == "winning"]
+    set_worker(fresh, 0, None, None, None)
+    deriver.observe(decode(fresh))
+    ext = deriver.extensions()
+    assert counts(ext, "winning") == (1, 1, 1, 1, 0)
+    assert "porep" not in ext.phase_transitions
+    assert busy(ext) == {0: 0.0, 1: 0.0}
+
+
+def test_restart_missed_by_uptime_is_caught_by_start_time_jump(
+    example: dict[str, Any], clock: Clock
+) -> None:
+    deriver = ExtensionDeriver(clock=clock)
+    deriver.observe(decode(example))  # uptime 812.44
+    jittery = poll(clock, example, uptime_delta=1.0)
+    clock.now += RESTART_SLACK_SECS / 2  # a slow fetch is not a restart
+    deriver.observe(decode(jittery))
+    assert counts(deriver.extensions(), "porep") == (9, 6, 5, 4, 0)
+    # the engine died; its successor came up and had run 900 s by our next look, 1000 s later
+    clock.now += 1000.0
+    successor = copy.deepcopy(example)
+    successor["uptime_secs"] = 900.0
+    successor["pipelines"] = []
+    deriver.observe(decode(successor))
+    assert deriver.extensions().phase_transitions == {}
+
+
+@pytest.mark.parametrize(("before", "after", "expected"), [
+    (None, ("pending", None, None), []),
+    (None, ("gpu", 1, 1), ["synthesizing", "synth_done", "gpu"]),
+    (("pending", None, None), ("gpu", 1, 1), ["synthesizing", "synth_done", "gpu"]),
+    (("synth_done", 1, None), ("done", 1, 1), ["gpu", "done"]),
+    (("gpu", 1, 1), ("gpu", 1, 2), []),
+    (("gpu", 1, 1), ("synthesizing", 1, None), []),
+    (None, ("failed", None, None), ["failed"]),
+    (None, ("failed", 1, None), ["synthesizing", "failed"]),
+    (None, ("failed", 1, 1), ["synthesizing", "synth_done", "gpu", "failed"]),
+    (("synthesizing", 1, None), ("failed", 1, None), ["failed"]),
+    (("failed", 1, None), ("failed", 1, None), []),
+])
+def test_entered_phases(before: tuple[Any, ...] | None, after: tuple[Any, ...],
+                        expected: list[str]) -> None:
+    def part(spec: tuple[Any, ...]) -> Partition:
+        return Partition(index=0, state=spec[0], synth_ms=spec[1], gpu_ms=spec[2])
+
+    assert entered_phases(None if before is None else part(before), part(after)) == expected
