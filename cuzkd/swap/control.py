@@ -1,0 +1,102 @@
+"""``POST /v1/swap`` on the supervisor's control socket.
+
+The answer streams newline-delimited JSON: one object per step (``installed``, ``activated``,
+``restarting``, ``healthy``, ...) and a final ``{"event": "result", ...}``, so ``cuzkd swap``
+can print progress per engine while a rolling restart that takes minutes is under way.
+Everything that can be refused before a step is taken is answered with a plain 4xx JSON error
+instead: a malformed request (400), a file that can't be a release (422), a swap already
+running (409).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from aiohttp import web
+
+from cuzkd.swap.releases import ReleaseError
+from cuzkd.swap.rolling import SwapCoordinator, SwapInProgress, SwapOutcome
+from cuzkd.units import parse_duration
+
+
+class SwapRequest(msgspec.Struct, forbid_unknown_fields=True):
+    path: str | None = None
+    #: arguments for the smoke run of the new binary, as a shell-like string (``"--version"``)
+    smoke: str | None = None
+    settle: str | float = 10.0
+    rollback: bool = False
+
+
+def _error(status: int, message: str, **extra: Any) -> web.Response:
+    return web.json_response({"error": message, **extra}, status=status)
+
+
+def swap_routes(coordinator: SwapCoordinator) -> Callable[[web.Application], None]:
+    """A control-app hook adding ``POST /v1/swap`` backed by ``coordinator``."""
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        try:
+            req = msgspec.json.decode(await request.read(), type=SwapRequest)
+            settle = parse_duration(req.settle)
+            smoke = shlex.split(req.smoke) if req.smoke is not None else None
+        except (msgspec.DecodeError, ValueError) as exc:
+            return _error(400, f"bad swap request: {exc}")
+        if req.rollback == (req.path is not None):
+            return _error(400, "bad swap request: give either `path` or `rollback: true`")
+        if coordinator.busy:
+            return _error(409, "swap in progress: wait for it to finish")
+        if req.path is not None:
+            try:
+                coordinator.store.validate_source(Path(req.path))
+            except ReleaseError as exc:
+                outcome = coordinator.refuse(str(exc))
+                return _error(422, str(exc), result=outcome.result)
+
+        response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+        await response.prepare(request)
+        events: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        job = asyncio.create_task(_start(coordinator, req, smoke, settle, events.put_nowait))
+        job.add_done_callback(lambda _: events.put_nowait(None))
+        client_gone = False
+        while (event := await events.get()) is not None:
+            client_gone = client_gone or not await _send(response, event)
+        try:
+            outcome = await job
+        except SwapInProgress as exc:  # lost a race with another request since the check
+            outcome = SwapOutcome("refused", coordinator.active_release(), None, str(exc))
+        if not client_gone and await _send(response, outcome.as_json()):
+            await response.write_eof()
+        return response
+
+    def add(app: web.Application) -> None:
+        app.router.add_post("/v1/swap", handle)
+
+    return add
+
+
+def _start(
+    coordinator: SwapCoordinator,
+    req: SwapRequest,
+    smoke: list[str] | None,
+    settle: float,
+    progress: Callable[[dict[str, Any]], None],
+) -> Coroutine[Any, Any, SwapOutcome]:
+    if req.rollback:
+        return coordinator.rollback(settle=settle, progress=progress)
+    assert req.path is not None
+    return coordinator.swap(Path(req.path), smoke_args=smoke, settle=settle, progress=progress)
+
+
+async def _send(response: web.StreamResponse, event: dict[str, Any]) -> bool:
+    """Write one NDJSON line; False once the client has gone (the swap goes on regardless:
+    stopping a rolling restart half-way would leave engines on mixed releases)."""
+    try:
+        await response.write(msgspec.json.encode(event) + b"\n")
+    except (ConnectionResetError, RuntimeError):
+        return False
+    return True

@@ -1,0 +1,159 @@
+"""The swap's order of steps, against a real release store and a scripted stand-in supervisor.
+
+The stand-in plays the supervisor's part of :class:`SwapTarget` (it is our own protocol, not
+an OS facility): an engine it restarts "runs" whatever binary ``current`` resolves to at that
+moment, and is healthy when that binary says ``good``. The end-to-end swap with real engine
+processes is in tests/supervisor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from cuzkd.swap.releases import ReleaseStore
+from cuzkd.swap.rolling import SwapCoordinator, SwapInProgress
+
+
+class ScriptedSupervisor:
+    def __init__(self, store: ReleaseStore, engines: list[str]) -> None:
+        self.store = store
+        self.engines = engines
+        self.running: dict[str, str] = {}  # engine -> release id it runs
+        self.log: list[tuple[str, str]] = []
+        self.smoke_cause = "exit_0"
+        self.down_at_once = 0
+        self._down = 0
+        self.gate: asyncio.Event | None = None
+        self.restarting = asyncio.Event()
+
+    def engine_names_using_binary(self) -> list[str]:
+        return list(self.engines)
+
+    async def restart_engine(self, name: str) -> None:
+        self._down += 1
+        self.down_at_once = max(self.down_at_once, self._down)
+        self.restarting.set()
+        if self.gate is not None:
+            await self.gate.wait()
+        active = self.store.active()
+        assert active is not None
+        self.running[name] = active.id
+        self.log.append(("restart", name))
+
+    async def wait_healthy(self, name: str, settle: float) -> str | None:
+        self._down -= 1
+        binary = Path(self.store.active_binary())
+        if b"good" in await asyncio.to_thread(binary.read_bytes):
+            return None
+        return "exited with exit_1 during settle"
+
+    async def run_oneshot(self, argv: Sequence[str], timeout: float) -> str:
+        self.log.append(("smoke", " ".join(argv[1:])))
+        return self.smoke_cause
+
+
+@pytest.fixture
+def make_binary(tmp_path: Path):
+    def make(tag: str) -> Path:
+        path = tmp_path / "build" / tag / "cuzk"
+        path.parent.mkdir(parents=True)
+        path.write_text(f"#!/bin/sh\n# {tag}\nexit 0\n")
+        path.chmod(0o755)
+        return path
+
+    return make
+
+
+@pytest.fixture
+def v1(store: ReleaseStore, make_binary):
+    release = store.install(make_binary("v1-good"))
+    store.activate(release)
+    return release
+
+
+async def test_swap_rolls_every_binary_engine_one_at_a_time(store, make_binary, v1):
+    target = ScriptedSupervisor(store, ["gpu0", "gpu1", "gpu2"])
+    coord = SwapCoordinator(store, target, keep_releases=3)
+    events: list[dict] = []
+    outcome = await coord.swap(make_binary("v2-good"), smoke_args=["--version"],
+                               settle=0, progress=events.append)
+    assert outcome.result == "ok"
+    assert outcome.previous == v1.id
+    assert store.active().id == outcome.release != v1.id
+    assert target.running == dict.fromkeys(["gpu0", "gpu1", "gpu2"], outcome.release)
+    assert target.down_at_once == 1
+    assert target.log[0] == ("smoke", "--version")
+    assert [e["event"] for e in events][:2] == ["installed", "smoke_test"]
+    assert coord.counts == {"ok": 1, "rolled_back": 0, "refused": 0}
+
+
+async def test_unhealthy_engine_rolls_everything_back(store, make_binary, v1):
+    target = ScriptedSupervisor(store, ["gpu0", "gpu1"])
+    coord = SwapCoordinator(store, target, keep_releases=3)
+    outcome = await coord.swap(make_binary("v2-bad"), settle=0)
+    assert outcome.result == "rolled_back"
+    assert "gpu0" in outcome.reason
+    assert store.active().id == v1.id
+    # gpu0 was moved, failed, and was restarted again on v1; gpu1 was never touched.
+    assert target.log == [("restart", "gpu0"), ("restart", "gpu0")]
+    assert target.running == {"gpu0": v1.id}
+    assert coord.counts["rolled_back"] == 1
+
+
+async def test_failed_smoke_test_refuses_before_activation(store, make_binary, v1):
+    target = ScriptedSupervisor(store, ["gpu0"])
+    target.smoke_cause = "exit_3"
+    coord = SwapCoordinator(store, target, keep_releases=3)
+    outcome = await coord.swap(make_binary("v2-good"), smoke_args=["--version"], settle=0)
+    assert outcome.result == "refused"
+    assert "exit_3" in outcome.reason
+    assert store.active().id == v1.id
+    assert ("restart", "gpu0") not in target.log
+    assert coord.counts["refused"] == 1
+
+
+async def test_invalid_source_is_refused_and_nothing_changes(store, tmp_path, v1):
+    target = ScriptedSupervisor(store, ["gpu0"])
+    coord = SwapCoordinator(store, target, keep_releases=3)
+    before = sorted(p.name for p in (store.state_dir / "releases").iterdir())
+    outcome = await coord.swap(tmp_path / "missing", settle=0)
+    assert outcome.result == "refused"
+    assert sorted(p.name for p in (store.state_dir / "releases").iterdir()) == before
+    assert target.log == []
+
+
+async def test_a_second_swap_while_one_runs_is_refused(store, make_binary, v1):
+    target = ScriptedSupervisor(store, ["gpu0"])
+    target.gate = asyncio.Event()
+    coord = SwapCoordinator(store, target, keep_releases=3)
+    first = asyncio.create_task(coord.swap(make_binary("v2-good"), settle=0))
+    await target.restarting.wait()
+    with pytest.raises(SwapInProgress):
+        await coord.swap(make_binary("v3-good"), settle=0)
+    target.gate.set()
+    assert (await first).result == "ok"
+
+
+async def test_rollback_command_returns_to_the_previous_release(store, make_binary, v1):
+    target = ScriptedSupervisor(store, ["gpu0"])
+    coord = SwapCoordinator(store, target, keep_releases=3)
+    await coord.swap(make_binary("v2-good"), settle=0)
+    outcome = await coord.rollback(settle=0)
+    assert outcome.result == "ok"
+    assert store.active().id == v1.id
+    assert target.running == {"gpu0": v1.id}
+
+
+async def test_swap_prunes_to_keep_releases(store, make_binary, v1):
+    target = ScriptedSupervisor(store, [])
+    coord = SwapCoordinator(store, target, keep_releases=2)
+    for tag in ("v2-good", "v3-good", "v4-good"):
+        assert (await coord.swap(make_binary(tag), settle=0)).result == "ok"
+    ids = {r.id for r in store.releases()}
+    assert len(ids) == 2
+    assert store.active().id in ids
+    assert store.previous().id in ids
