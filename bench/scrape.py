@@ -1,0 +1,187 @@
+"""Benchmark of a /metrics scrape: latency (p50, p99) and supervisor CPU per scrape.
+
+Run by hand: ``.venv/bin/python bench/scrape.py``. Shape (the issue's reference load): 8 engines
+x 4 GPU workers, each engine with 64 jobs x 16 partitions in flight.
+
+Two processes, so the figures are the supervisor's alone:
+
+* this process plays the supervisor: a loopback aiohttp server with
+  :func:`cuzkd.metrics.http.make_metrics_handler`, whose provider fetches every engine's
+  document concurrently through :class:`cuzkd.status.client.StatusSource` (unix sockets),
+  decodes it, builds the :class:`SupervisorSample` and renders it. CPU per scrape is
+  ``time.process_time()`` around the handler (nothing else runs in this process);
+* a child process plays the 8 engines (aiohttp servers on unix sockets serving a fixed,
+  pre-encoded document) and Prometheus (a client scraping one request at a time, timing each).
+
+``--max-age 0`` (default) fetches every document on every scrape, which is what a 15 s scrape
+interval sees; ``--max-age 1`` shows the cost behind the supervisor's 1 s cache. ``--plain``
+serves cuzk's plain document (no ``cuzkd_extensions``), so the supervisor-side deriver runs too.
+Figures go to docs/benchmarks.md (section metrics).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from aiohttp import ClientSession, web
+
+from cuzkd.metrics.http import make_metrics_handler
+from cuzkd.metrics.sample import EngineSample, SupervisorSample
+from cuzkd.status.client import StatusSource
+from cuzkd.status.document import encode_status
+from cuzkd.status.tracker import StatusTracker
+
+KINDS = ("porep", "snap", "wpost", "winning")
+
+
+def busy_document(jobs: int, partitions: int, workers: int, plain: bool) -> bytes:
+    """An engine's document with every job in flight and partitions spread over all phases."""
+    tracker = StatusTracker()
+    tracker.register_workers((w, w // 2) for w in range(workers))
+    free_workers = list(range(workers))
+    for j in range(jobs):
+        job = f"ps-{KINDS[j % 4]}-{1000 + j}-{j * 7}-{j * 131}"
+        tracker.register_job(job, KINDS[j % 4], partitions)
+        for p in range(partitions):
+            stage = (j + p) % 5
+            if stage >= 1:
+                tracker.partition_synth_start(job, p)
+            if stage >= 2:
+                tracker.partition_synth_end(job, p)
+            if stage >= 3 and free_workers:
+                worker = free_workers.pop()
+                tracker.partition_gpu_start(job, p, worker)
+                if stage == 4:
+                    tracker.partition_gpu_end(job, p, worker)
+                    free_workers.append(worker)
+    doc = tracker.snapshot()
+    if plain:
+        doc = type(doc)(**{f: getattr(doc, f) for f in doc.__struct_fields__
+                           if f != "cuzkd_extensions"})
+    return encode_status(doc)
+
+
+# --- child: engines + Prometheus ---------------------------------------------------------------
+
+
+async def child(args: argparse.Namespace) -> None:
+    body = busy_document(args.jobs, args.partitions, args.workers, args.plain)
+
+    async def status(_: web.Request) -> web.Response:
+        return web.Response(body=body, content_type="application/json")
+
+    runners = []
+    for e in range(args.engines):
+        app = web.Application()
+        app.router.add_get("/status", status)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.UnixSite(runner, str(Path(args.sockets) / f"e{e}.sock")).start()
+        runners.append(runner)
+    latencies: list[float] = []
+    size = 0
+    async with ClientSession() as session:
+        for i in range(args.warmup + args.scrapes):
+            started = time.perf_counter()
+            async with session.get(f"http://127.0.0.1:{args.port}/metrics",
+                                   headers={"Accept-Encoding": "gzip"}) as resp:
+                text = await resp.read()
+                assert resp.status == 200, resp.status
+            if i >= args.warmup:
+                latencies.append(time.perf_counter() - started)
+            size = len(text)
+    for runner in runners:
+        await runner.cleanup()
+    print(json.dumps({"latencies": latencies, "status_bytes": len(body), "metrics_bytes": size}))
+
+
+# --- parent: the supervisor side ---------------------------------------------------------------
+
+
+async def parent(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory() as sockets:
+        sources = [StatusSource(f"unix:{sockets}/e{e}.sock", timeout=2.0)
+                   for e in range(args.engines)]
+
+        async def provider() -> SupervisorSample:
+            docs = await asyncio.gather(*(s.fetch(args.max_age) for s in sources))
+            return SupervisorSample(
+                engines=[
+                    EngineSample(
+                        name=f"e{e}", state="running", restarts_total=0, exits_total={},
+                        start_time_seconds=time.time(), resident_memory_bytes=2**30,
+                        cpu_seconds_total=1.0, status=doc, extensions=source.extensions(),
+                        fetch_duration_seconds=source.last_fetch_duration_seconds,
+                        fetch_errors_total=source.fetch_errors_total)
+                    for e, (source, doc) in enumerate(zip(sources, docs, strict=True))
+                ],
+                zombies_reaped_total=0)
+
+        handler = make_metrics_handler(provider)
+        cpu: list[float] = []
+        errors = 0
+
+        async def timed(request: web.Request) -> web.StreamResponse:
+            nonlocal errors
+            started = time.process_time()
+            response = await handler(request)
+            cpu.append(time.process_time() - started)
+            errors += sum(s.fetch_errors_total for s in sources) > 0
+            return response
+
+        app = web.Application()
+        app.router.add_get("/metrics", timed)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = runner.addresses[0][1]
+        cmd = [sys.executable, __file__, "--child", "--port", str(port), "--sockets", sockets,
+               *sys.argv[1:]]
+        proc = await asyncio.create_subprocess_exec(*cmd, stdout=subprocess.PIPE)
+        out, _ = await proc.communicate()
+        await runner.cleanup()
+        for source in sources:
+            await source.close()
+    result = json.loads(out)
+    lat = sorted(result["latencies"])
+    measured = cpu[args.warmup:]
+    print(f"engines={args.engines} workers={args.workers} jobs={args.jobs}x{args.partitions} "
+          f"plain={args.plain} max_age={args.max_age}s scrapes={len(lat)}")
+    print(f"status document: {result['status_bytes'] / 1024:.0f} KiB per engine; "
+          f"/metrics body: {result['metrics_bytes'] / 1024:.1f} KiB uncompressed")
+    print(f"latency  p50 {1000 * statistics.median(lat):.1f} ms  "
+          f"p99 {1000 * lat[int(0.99 * (len(lat) - 1))]:.1f} ms")
+    print(f"supervisor CPU per scrape: mean {1000 * statistics.fmean(measured):.1f} ms  "
+          f"p50 {1000 * statistics.median(measured):.1f} ms")
+    if errors:
+        print(f"WARNING: {errors} scrapes saw fetch errors")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--engines", type=int, default=8)
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--jobs", type=int, default=64)
+    parser.add_argument("--partitions", type=int, default=16)
+    parser.add_argument("--scrapes", type=int, default=200)
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--max-age", type=float, default=0.0)
+    parser.add_argument("--plain", action="store_true")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--sockets", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    asyncio.run(child(args) if args.child else parent(args))
+
+
+if __name__ == "__main__":
+    main()

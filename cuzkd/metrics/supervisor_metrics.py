@@ -1,0 +1,81 @@
+"""The ``cuzkd_*`` families: the supervisor's view of its engines, releases and itself.
+
+These exist for every configured engine whether or not it answers, which is what makes
+``cuzkd_engine_up == 0`` and ``cuzkd_engine_state`` usable in alerts when the ``cuzk_*`` series
+of an engine are gone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+from prometheus_client.metrics_core import Metric
+
+from cuzkd import __version__
+from cuzkd.metrics.sample import ENGINE_STATES, EngineSample, SupervisorSample
+
+#: Swap results always exported (at 0 before the first), so alerts on ``increase()`` work.
+SWAP_RESULTS: tuple[str, ...] = ("ok", "rolled_back", "refused")
+
+
+def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample]) -> list[Metric]:
+    """All ``cuzkd_*`` families; ``engines`` is ``sample.engines`` with duplicate names removed."""
+    g, c = GaugeMetricFamily, CounterMetricFamily
+    e = ["engine"]
+    up = g("cuzkd_engine_up",
+           "1 when the engine process runs and its status answered for this scrape.", labels=e)
+    state = g("cuzkd_engine_state", "1 for the engine's current supervisor state, else 0.",
+              labels=["engine", "state"])
+    restarts = c("cuzkd_engine_restarts_total", "Times the supervisor restarted the engine.",
+                 labels=e)
+    exits = c("cuzkd_engine_exits_total",
+              "Engine process exits by cause (exit_N, signal_NAME, unhealthy).",
+              labels=["engine", "cause"])
+    start = g("cuzkd_engine_start_time_seconds",
+              "Unix time the engine's current process started.", labels=e)
+    rss = g("cuzkd_engine_resident_memory_bytes",
+            "Resident memory of the engine's whole process tree.", labels=e)
+    cpu = c("cuzkd_engine_cpu_seconds_total",
+            "CPU time (user + system) of the engine's whole process tree.", labels=e)
+    fetch_duration = g("cuzkd_status_fetch_duration_seconds",
+                       "Duration of the last status fetch from the engine.", labels=e)
+    fetch_errors = c("cuzkd_status_fetch_errors_total",
+                     "Status fetches that failed, timed out or returned a malformed document.",
+                     labels=e)
+    release = InfoMetricFamily("cuzkd_engine_release",
+                               "Release the engine's running process executes.", labels=e)
+    for engine in engines:
+        name = [engine.name]
+        running = engine.start_time_seconds is not None
+        up.add_metric(name, 1 if running and engine.status is not None else 0)
+        for candidate in ENGINE_STATES:
+            state.add_metric([engine.name, candidate], 1 if engine.state == candidate else 0)
+        restarts.add_metric(name, engine.restarts_total)
+        for cause, count in sorted(engine.exits_total.items()):
+            exits.add_metric([engine.name, cause], count)
+        if engine.start_time_seconds is not None:
+            start.add_metric(name, engine.start_time_seconds)
+        if engine.resident_memory_bytes is not None:
+            rss.add_metric(name, engine.resident_memory_bytes)
+        if engine.cpu_seconds_total is not None:
+            cpu.add_metric(name, engine.cpu_seconds_total)
+        if engine.fetch_duration_seconds is not None:
+            fetch_duration.add_metric(name, engine.fetch_duration_seconds)
+        fetch_errors.add_metric(name, engine.fetch_errors_total)
+        if engine.release is not None:
+            release.add_metric(name, {"release": engine.release})
+
+    swaps = c("cuzkd_binary_swaps_total", "Engine binary swaps by result.", labels=["result"])
+    for result in (*SWAP_RESULTS, *sorted(set(sample.swaps_total) - set(SWAP_RESULTS))):
+        swaps.add_metric([result], sample.swaps_total.get(result, 0))
+    active = InfoMetricFamily("cuzkd_binary_release", "The active engine binary release.",
+                              labels=[])
+    if sample.active_release is not None:
+        active.add_metric([], {"release": sample.active_release})
+    zombies = c("cuzkd_zombies_reaped_total",
+                "Orphaned processes (not engines) the supervisor reaped as PID 1 or subreaper.")
+    zombies.add_metric([], sample.zombies_reaped_total)
+    build = InfoMetricFamily("cuzkd_build", "cuzkd version.", value={"version": __version__})
+    return [build, up, state, restarts, exits, start, rss, cpu, fetch_duration, fetch_errors,
+            release, swaps, active, zombies]

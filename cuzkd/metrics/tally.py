@@ -1,0 +1,126 @@
+"""Pure reductions from a status document to the numbers the exporter publishes.
+
+Kept apart from the Prometheus types so each rule (which kinds get series, how duplicates are
+merged, when a histogram is garbage) is unit-tested on plain data. An engine may serve anything;
+every function here turns a malformed input into fewer series, never into an exception or into
+duplicate series, because one bad engine must not break the whole exposition.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable, Iterable
+from functools import lru_cache
+from itertools import pairwise
+from typing import TypeVar
+
+from prometheus_client.utils import floatToGoString
+
+from cuzkd.status.document import (
+    PARTITION_STATES,
+    Allocation,
+    Extensions,
+    Histogram,
+    Pipeline,
+    StatusDocument,
+)
+
+T = TypeVar("T")
+K = TypeVar("K", bound=Hashable)
+
+_go_float: Callable[[float], str] = floatToGoString  # prometheus_client is untyped
+
+
+@lru_cache(maxsize=16)
+def _le_labels(bounds: tuple[float, ...]) -> tuple[str, ...]:
+    """``le`` values formatted as Prometheus formats them. Every histogram of every engine
+    shares the same bounds, so this is computed once, not per bucket per scrape; the cache
+    size bounds the memory an engine serving odd bounds can make us use."""
+    return tuple(_go_float(b) for b in bounds)
+
+_TERMINAL = frozenset(("done", "failed"))
+
+
+def first_by(items: Iterable[T], key: Callable[[T], K]) -> list[T]:
+    """Items with a key not seen before, in order: a duplicated worker keeps its first entry."""
+    seen: set[K] = set()
+    kept: list[T] = []
+    for item in items:
+        k = key(item)
+        if k not in seen:
+            seen.add(k)
+            kept.append(item)
+    return kept
+
+
+def proof_kinds(status: StatusDocument, extensions: Extensions | None) -> list[str]:
+    """Every proof kind the engine mentions, sorted.
+
+    Taking the union (pipelines, job counters, phase counters) rather than only the kinds with a
+    job in flight keeps each kind's series present -- at 0 -- between jobs, so series do not
+    flap with the load and ``rate()`` sees the first increment.
+    """
+    kinds = {p.proof_kind for p in status.pipelines}
+    kinds.update(status.counters.completed_by_kind)
+    kinds.update(status.counters.failed_by_kind)
+    if extensions is not None:
+        kinds.update(extensions.phase_transitions)
+    return sorted(kinds)
+
+
+def partitions_by_phase(pipelines: Iterable[Pipeline]) -> dict[str, dict[str, int]]:
+    """proof_kind -> phase -> partitions in that phase now; all six phases present, 0 if none.
+
+    A job listed twice (same ``job_id``) is counted once.
+    """
+    counts: dict[str, dict[str, int]] = {}
+    for pipeline in first_by(pipelines, lambda p: p.job_id):
+        by_phase = counts.get(pipeline.proof_kind)
+        if by_phase is None:
+            by_phase = counts[pipeline.proof_kind] = dict.fromkeys(PARTITION_STATES, 0)
+        for partition in pipeline.partitions:
+            by_phase[partition.state] += 1
+    return counts
+
+
+def unfinished_jobs(pipelines: Iterable[Pipeline]) -> int:
+    """Jobs with a partition not yet done or failed: ``jobs_in_flight`` when an engine gives no
+    extensions (it then misses unpartitioned jobs, which cuzk does not list)."""
+    return sum(
+        1
+        for p in first_by(pipelines, lambda p: p.job_id)
+        if any(part.state not in _TERMINAL for part in p.partitions)
+    )
+
+
+def bytes_by_circuit(allocations: Iterable[Allocation]) -> dict[str, int]:
+    """circuit_id -> bytes; a circuit listed twice is summed (it holds both allocations)."""
+    totals: dict[str, int] = {}
+    for allocation in allocations:
+        totals[allocation.circuit_id] = totals.get(allocation.circuit_id, 0) + allocation.bytes
+    return totals
+
+
+def histogram_buckets(histogram: Histogram) -> list[tuple[str, float]] | None:
+    """Prometheus ``le`` buckets ending in ``+Inf``, or None when the histogram is inconsistent.
+
+    Inconsistent means: bounds and counts of different lengths, bounds not finite and strictly
+    increasing, a negative bound (durations), cumulative counts decreasing, or a total below
+    the last bucket. Publishing such a histogram would make ``histogram_quantile`` lie, so it
+    is dropped instead.
+    """
+    bounds, counts = histogram.bounds, histogram.bucket_counts
+    if len(bounds) != len(counts):
+        return None
+    if any(not math.isfinite(b) for b in bounds) or (bounds and bounds[0] < 0):
+        return None
+    if any(a >= b for a, b in pairwise(bounds)):
+        return None
+    if any(a > b for a, b in pairwise(counts)):
+        return None
+    if counts and histogram.count < counts[-1]:
+        return None
+    buckets: list[tuple[str, float]] = list(
+        zip(_le_labels(tuple(bounds)), map(float, counts), strict=True))
+    buckets.append(("+Inf", float(histogram.count)))
+    return buckets

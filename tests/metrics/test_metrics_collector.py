@@ -1,0 +1,193 @@
+"""The collector over samples built from cuzk's example document and from extensions."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from cuzkd import __version__
+from cuzkd.metrics.sample import ENGINE_STATES, SupervisorSample
+from cuzkd.status.document import COUNTED_PHASES, PARTITION_STATES, GpuWorker
+
+
+def one(engines, **fields):
+    return SupervisorSample(engines=engines, zombies_reaped_total=fields.pop("zombies", 0),
+                            **fields)
+
+
+def test_example_document_values(example_status, make_engine, scrape):
+    s = scrape(one([make_engine("e0", status=example_status)]))
+    # workers: 0 proving partition 4 for 1.21 s, 1 idle
+    assert s.get_value("cuzk_gpu_worker_busy", engine="e0", worker="0", gpu="0") == 1
+    assert s.get_value("cuzk_gpu_worker_busy", engine="e0", worker="1", gpu="0") == 0
+    assert s.get_value("cuzk_gpu_worker_current_busy_seconds", engine="e0", worker="0",
+                       gpu="0") == pytest.approx(1.21)
+    assert s.get_value("cuzk_gpu_worker_current_busy_seconds", engine="e0", worker="1",
+                       gpu="0") == 0
+    # partitions by phase: porep 4 done, 1 gpu, 1 synth_done, 3 synthesizing, 1 pending
+    porep = {"pending": 1, "synthesizing": 3, "synth_done": 1, "gpu": 1, "done": 4, "failed": 0}
+    winning = dict.fromkeys(PARTITION_STATES, 0) | {"done": 1}
+    for kind, expected in (("porep", porep), ("winning", winning)):
+        for phase, count in expected.items():
+            assert s.get_value("cuzk_partitions", engine="e0", proof_kind=kind,
+                               phase=phase) == count, (kind, phase)
+    assert s.get_value("cuzk_memory_budget_total_bytes", engine="e0") == 270582939648
+    assert s.get_value("cuzk_memory_budget_used_bytes", engine="e0") == 101468602368
+    assert s.get_value("cuzk_memory_budget_available_bytes", engine="e0") == 169114337280
+    assert s.get_value("cuzk_synthesis_active", engine="e0") == 3
+    assert s.get_value("cuzk_synthesis_max_concurrent", engine="e0") == 19
+    assert s.get_value("cuzk_jobs_completed_total", engine="e0", proof_kind="porep") == 41
+    assert s.get_value("cuzk_jobs_completed_total", engine="e0", proof_kind="winning") == 16
+    assert s.get_value("cuzk_jobs_failed_total", engine="e0", proof_kind="porep") == 1
+    assert s.get_value("cuzk_jobs_failed_total", engine="e0", proof_kind="winning") == 0
+    assert s.get_value("cuzk_queue_depth", engine="e0") == 2
+    # without extensions: jobs with an unfinished partition (the porep one)
+    assert s.get_value("cuzk_jobs_in_flight", engine="e0") == 1
+    assert s.get_value("cuzk_allocation_bytes", engine="e0", kind="srs",
+                       circuit="porep-32g") == 47244640256
+    assert s.get_value("cuzk_allocation_bytes", engine="e0", kind="pce",
+                       circuit="porep-32g") == 27917287424
+    buffers = {"synth": 4, "provers": 2, "aux": 1, "shells": 0}
+    for buffer, count in buffers.items():
+        assert s.get_value("cuzk_buffers_in_flight", engine="e0", buffer=buffer) == count
+    assert s.get_value("cuzk_pending_handles", engine="e0") == 1
+    assert s.get_value("cuzk_engine_uptime_seconds", engine="e0") == pytest.approx(812.44)
+    # extension-only families are absent without extensions
+    assert "cuzk_gpu_worker_busy_seconds_total" not in s.of_engine("e0")
+
+
+def test_extensions_values(example_status, example_extensions, make_engine, scrape):
+    s = scrape(one([make_engine("e0", status=example_status, extensions=example_extensions)]))
+    assert s.get_value("cuzk_gpu_worker_busy_seconds_total", engine="e0", worker="0",
+                       gpu="0") == 512.5
+    assert s.get_value("cuzk_gpu_worker_busy_seconds_total", engine="e0", worker="1",
+                       gpu="0") == 498.25
+    assert s.get_value("cuzk_partition_phase_transitions_total", engine="e0",
+                       proof_kind="porep", phase="gpu") == 415
+    # every counted phase of every kind, 0 where the engine has no entry
+    assert s.get_value("cuzk_partition_phase_transitions_total", engine="e0",
+                       proof_kind="winning", phase="failed") == 0
+    assert len(s.named("cuzk_partition_phase_transitions_total")) == 2 * len(COUNTED_PHASES)
+    # histograms: cumulative le buckets, +Inf, count, sum
+    assert s.get_value("cuzk_partition_synth_duration_seconds_bucket", engine="e0",
+                       proof_kind="porep", le="30.0") == 0
+    assert s.get_value("cuzk_partition_synth_duration_seconds_bucket", engine="e0",
+                       proof_kind="porep", le="45.0") == 3
+    assert s.get_value("cuzk_partition_synth_duration_seconds_bucket", engine="e0",
+                       proof_kind="porep", le="+Inf") == 3
+    assert s.get_value("cuzk_partition_synth_duration_seconds_count", engine="e0",
+                       proof_kind="porep") == 3
+    assert s.get_value("cuzk_partition_synth_duration_seconds_sum", engine="e0",
+                       proof_kind="porep") == pytest.approx(104.3)
+    assert s.get_value("cuzk_partition_gpu_duration_seconds_bucket", engine="e0",
+                       proof_kind="winning", le="0.5") == 1
+    # extensions win over counting pipelines (unpartitioned jobs are not listed)
+    assert s.get_value("cuzk_jobs_in_flight", engine="e0") == 3
+    assert s.get_value("cuzk_gpu_memory_used_bytes", engine="e0", gpu="0") == 60 * 2**30
+    assert s.get_value("cuzk_gpu_memory_total_bytes", engine="e0", gpu="0") == 80 * 2**30
+    assert s.get_value("cuzk_gpu_memory_pool_bytes", engine="e0", gpu="0") == 50 * 2**30
+    assert s.get_value("cuzk_gpu_info", engine="e0", gpu="0", name="NVIDIA H100") == 1
+    assert s.get_value("cuzk_engine_backend_info", engine="e0", backend="cupy") == 1
+
+
+def test_document_own_extensions_are_used(example_status, example_extensions, make_engine,
+                                          scrape):
+    doc = msgspec.structs.replace(example_status, cuzkd_extensions=example_extensions)
+    s = scrape(one([make_engine("e0", status=doc)]))
+    assert s.get_value("cuzk_gpu_worker_busy_seconds_total", engine="e0", worker="0",
+                       gpu="0") == 512.5
+
+
+def test_missing_status_drops_only_that_engines_cuzk_series(example_status, example_extensions,
+                                                            make_engine, scrape):
+    s = scrape(one([
+        make_engine("up", status=example_status, extensions=example_extensions),
+        make_engine("down", status=None, extensions=example_extensions, fetch_errors_total=4),
+    ]))
+    assert s.get_value("cuzkd_engine_up", engine="up") == 1
+    assert s.get_value("cuzkd_engine_up", engine="down") == 0
+    assert s.get_value("cuzkd_status_fetch_errors_total", engine="down") == 4
+    assert {n for n in s.of_engine("down") if n.startswith("cuzk_")} == set()
+    up = s.of_engine("up")
+    assert {"cuzk_gpu_worker_busy", "cuzk_partitions", "cuzk_gpu_worker_busy_seconds_total",
+            "cuzk_memory_budget_used_bytes"} <= up
+
+
+def test_engine_not_running_is_down_even_with_a_document(example_status, make_engine, scrape):
+    s = scrape(one([make_engine("e0", state="backoff", start_time_seconds=None,
+                                resident_memory_bytes=None, cpu_seconds_total=None,
+                                status=example_status)]))
+    assert s.get_value("cuzkd_engine_up", engine="e0") == 0
+    assert not s.named("cuzkd_engine_start_time_seconds")
+    assert not s.named("cuzkd_engine_resident_memory_bytes")
+    assert not s.named("cuzkd_engine_cpu_seconds_total")
+
+
+@pytest.mark.parametrize("current", ENGINE_STATES)
+def test_state_is_one_hot(current, make_engine, scrape):
+    s = scrape(one([make_engine("e0", state=current)]))
+    states = {dict(labels)["state"]: v for labels, v in s.named("cuzkd_engine_state").items()}
+    assert states == {state: (1 if state == current else 0) for state in ENGINE_STATES}
+
+
+def test_supervisor_families(make_engine, scrape):
+    s = scrape(one(
+        [make_engine("e0", restarts_total=3, exits_total={"exit_1": 2, "signal_SIGKILL": 1},
+                     release="r-2")],
+        zombies=7, swaps_total={"ok": 2}, active_release="r-2"))
+    assert s.get_value("cuzkd_build_info", version=__version__) == 1
+    assert s.get_value("cuzkd_engine_restarts_total", engine="e0") == 3
+    assert s.get_value("cuzkd_engine_exits_total", engine="e0", cause="exit_1") == 2
+    assert s.get_value("cuzkd_engine_exits_total", engine="e0", cause="signal_SIGKILL") == 1
+    assert s.get_value("cuzkd_engine_start_time_seconds", engine="e0") == 1_700_000_000
+    assert s.get_value("cuzkd_engine_resident_memory_bytes", engine="e0") == 2**30
+    assert s.get_value("cuzkd_engine_cpu_seconds_total", engine="e0") == 12.5
+    assert s.get_value("cuzkd_status_fetch_duration_seconds", engine="e0") == 0.003
+    assert s.get_value("cuzkd_zombies_reaped_total") == 7
+    assert s.named("cuzkd_binary_swaps_total") == {
+        (("result", "ok"),): 2, (("result", "refused"),): 0, (("result", "rolled_back"),): 0}
+    assert s.get_value("cuzkd_binary_release_info", release="r-2") == 1
+    assert s.get_value("cuzkd_engine_release_info", engine="e0", release="r-2") == 1
+
+
+def test_no_release_no_release_info(make_engine, scrape):
+    s = scrape(one([make_engine("e0")]))
+    assert not s.named("cuzkd_binary_release_info")
+    assert not s.named("cuzkd_engine_release_info")
+    assert len(s.named("cuzkd_binary_swaps_total")) == 3
+
+
+def test_duplicates_do_not_break_the_exposition(example_status, example_extensions, make_engine,
+                                                scrape):
+    """Duplicate workers, jobs, devices and engine names give one series each (``scrape``
+    fails on a duplicate series)."""
+    worker = example_status.gpu_workers[0]
+    ghost = GpuWorker(worker_id=worker.worker_id, gpu_ordinal=3, state="idle", current_job=None,
+                      current_partition=None, busy_secs=None)
+    doc = msgspec.structs.replace(
+        example_status,
+        gpu_workers=[*example_status.gpu_workers, worker, ghost],
+        pipelines=[*example_status.pipelines, example_status.pipelines[0]],
+    )
+    ext = msgspec.structs.replace(
+        example_extensions,
+        worker_busy=[*example_extensions.worker_busy, *example_extensions.worker_busy],
+        gpu_devices=[*example_extensions.gpu_devices, *example_extensions.gpu_devices],
+    )
+    s = scrape(one([make_engine("e0", status=doc, extensions=ext),
+                    make_engine("e0", status=None)]))
+    assert s.get_value("cuzkd_engine_up", engine="e0") == 1  # first entry wins
+    assert len(s.named("cuzk_gpu_worker_busy")) == 2
+    assert s.get_value("cuzk_partitions", engine="e0", proof_kind="porep", phase="done") == 4
+
+
+def test_malformed_histogram_is_dropped_not_fatal(example_status, example_extensions,
+                                                  make_engine, scrape):
+    bad = msgspec.structs.replace(example_extensions.gpu_duration_seconds["porep"], count=0)
+    ext = msgspec.structs.replace(
+        example_extensions,
+        gpu_duration_seconds={**example_extensions.gpu_duration_seconds, "porep": bad})
+    s = scrape(one([make_engine("e0", status=example_status, extensions=ext)]))
+    kinds = {dict(labels)["proof_kind"]
+             for labels in s.named("cuzk_partition_gpu_duration_seconds_count")}
+    assert kinds == {"winning"}
