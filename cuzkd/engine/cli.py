@@ -1,10 +1,122 @@
-"""Subcommands of the engine package (placeholder until its issue lands)."""
+"""``cuzkd engine`` (serve the reference engine) and ``cuzkd bench`` (load it).
+
+The engine's start-up does no heavy work before it binds: config, backend choice and empty
+queues only, so a supervisor's first ``/status`` poll is answered within a fraction of a second.
+NTT tables are built lazily by the first partition of each size.
+
+Signals: the first SIGTERM/SIGINT stops intake (new jobs get 503), lets admitted partitions
+finish within ``shutdown_grace`` and exits 0; a second one exits at once with 128 + signal.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
 from typing import Any
+
+import structlog
+from aiohttp import web
+
+from cuzkd.engine import prover
+from cuzkd.engine.backend import BackendError, select_backend
+from cuzkd.engine.budget import MemoryBudget
+from cuzkd.engine.config import PARTITIONS, ConfigError, EngineConfig, default_config, load_config
+from cuzkd.engine.loadgen import BenchError, run_bench
+from cuzkd.engine.pipeline import Engine
+from cuzkd.engine.server import build_app, remove_stale_socket, start_site
+from cuzkd.logs import configure_logging
+from cuzkd.status.tracker import StatusTracker
+
+EX_CONFIG = 78
+_log = structlog.get_logger("cuzkd.engine")
 
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
     """Add this package's subcommands to ``cuzkd``."""
+    engine = sub.add_parser("engine", help="run the bundled reference proving engine")
+    engine.add_argument("--config", type=Path, help="engine TOML config (defaults if absent)")
+    engine.add_argument("--listen", required=True,
+                        help="HOST:PORT (port 0 picks a free one) or unix:PATH")
+    engine.add_argument("--log-level", default="info",
+                        choices=["debug", "info", "warning", "error"])
+    engine.set_defaults(handler=run_engine)
+
+    bench = sub.add_parser("bench", help="submit jobs to an engine and report throughput")
+    bench.add_argument("--engine", required=True, help="http://HOST:PORT or unix:PATH")
+    bench.add_argument("--jobs", type=int, default=10)
+    bench.add_argument("--kind", default="snap", choices=sorted(PARTITIONS))
+    bench.add_argument("--partitions", type=int, help="override the kind's partition count")
+    bench.add_argument("--size-log2", type=int, help="override the engine's size for the kind")
+    bench.add_argument("--timeout", type=float, default=600.0, help="seconds for the whole run")
+    bench.add_argument("--json", action="store_true", help="print the report as JSON")
+    bench.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    bench.set_defaults(handler=run_bench_command)
+
+
+def run_engine(args: argparse.Namespace) -> int:
+    configure_logging(level=args.log_level)
+    try:
+        config = default_config() if args.config is None else load_config(args.config)
+        return asyncio.run(serve(config, args.listen))
+    except ConfigError as exc:
+        print(f"cuzkd engine: config error: {exc}", file=sys.stderr)
+        return EX_CONFIG
+    except BackendError as exc:
+        print(f"cuzkd engine: {exc}", file=sys.stderr)
+        return EX_CONFIG
+
+
+async def serve(config: EngineConfig, listen: str) -> int:
+    """Run the engine until a signal, then drain. Returns the exit code."""
+    backend = select_backend(config.backend, config.devices)
+    budget = MemoryBudget(config.memory_budget_bytes,
+                          nominal_request=sum(prover.partition_bytes(config.size_log2("snap"))))
+    tracker = StatusTracker(budget=budget)
+    engine = Engine(config, backend, tracker, budget)
+    runner = web.AppRunner(build_app(engine), handle_signals=False)
+    await engine.start()
+    await runner.setup()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def on_signal(signum: int) -> None:
+        if stop.is_set():
+            _log.warning("engine.killed", signal=signal.Signals(signum).name)
+            os._exit(128 + signum)
+        _log.info("engine.draining", signal=signal.Signals(signum).name,
+                  grace_secs=config.shutdown_grace_secs)
+        stop.set()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, on_signal, signum)
+    try:
+        address = await start_site(runner, listen)
+        _log.info("engine.listening", address=address, backend=backend.name,
+                  devices=[name for _, name in backend.devices], workers=len(engine.workers),
+                  memory_budget_bytes=config.memory_budget_bytes, pid=os.getpid())
+        await stop.wait()
+        drained = await engine.drain(config.shutdown_grace_secs)
+        _log.info("engine.stopped", drained=drained)
+    finally:
+        await engine.close()
+        await runner.cleanup()
+        if listen.startswith("unix:"):
+            remove_stale_socket(Path(listen.removeprefix("unix:")))
+    return 0
+
+
+def run_bench_command(args: argparse.Namespace) -> int:
+    try:
+        report = asyncio.run(run_bench(
+            args.engine, jobs=args.jobs, kind=args.kind, partitions=args.partitions,
+            size_log2=args.size_log2, timeout_secs=args.timeout,
+            progress=None if args.no_progress else sys.stderr))
+    except (BenchError, OSError) as exc:  # aiohttp.ClientError subclasses OSError (connections)
+        print(f"cuzkd bench: {exc}", file=sys.stderr)
+        return 1
+    print(report.to_json() if args.json else report.to_text())
+    return 0 if report.ok else 1

@@ -1,0 +1,152 @@
+"""The engine's TOML configuration, validated with msgspec.
+
+Unknown keys are rejected (a misspelt key silently ignored is a budget silently wrong). Every
+error is a :class:`ConfigError` naming the file and the key; the CLI turns it into exit 78
+(EX_CONFIG). Without ``--config`` the defaults apply, which is what the supervisor and CI use.
+
+Example::
+
+    memory_budget = "auto"        # or "8GiB": total of the host-memory budget
+    safety_margin = "5GiB"        # "auto" budget = physical RAM minus this
+    workers_per_gpu = 2
+    devices = [0, 1]              # GPU ordinals; empty = every device CuPy sees
+    backend = "auto"              # "auto" | "numpy" | "cupy"
+    synthesis_threads = 2         # 0 = one per CPU core
+    shutdown_grace = "30s"
+    [sizes]                       # log2 of the constraint count per partition
+    porep = 14
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Literal
+
+import msgspec
+import psutil
+
+from cuzkd.units import parse_duration, parse_size
+
+#: cuzk's partition counts per proof kind.
+PARTITIONS: dict[str, int] = {"porep": 10, "snap": 16, "wpost": 1, "winning": 1}
+#: Largest size_log2 accepted (2n must stay within the field's 2^27 two-adic subgroup; far
+#: beyond what fits in memory anyway).
+MAX_SIZE_LOG2 = 24
+MIN_SIZE_LOG2 = 2
+
+SizeLog2 = Annotated[int, msgspec.Meta(ge=MIN_SIZE_LOG2, le=MAX_SIZE_LOG2)]
+
+
+class Sizes(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """Default log2 partition size per proof kind: a snap job (16 partitions of 2^14) takes
+    about a second on 2 CPU cores with NumPy."""
+
+    porep: SizeLog2 = 14
+    snap: SizeLog2 = 14
+    wpost: SizeLog2 = 14
+    winning: SizeLog2 = 13
+
+
+class _RawConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    memory_budget: str | int = "auto"
+    safety_margin: str | int = "5GiB"
+    workers_per_gpu: Annotated[int, msgspec.Meta(ge=1, le=64)] = 2
+    devices: list[Annotated[int, msgspec.Meta(ge=0)]] = msgspec.field(default_factory=list)
+    backend: Literal["auto", "numpy", "cupy"] = "auto"
+    synthesis_threads: Annotated[int, msgspec.Meta(ge=0, le=1024)] = 0
+    shutdown_grace: str | float | int = "30s"
+    sizes: Sizes = msgspec.field(default_factory=Sizes)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Resolved configuration: sizes in bytes, durations in seconds."""
+
+    memory_budget_bytes: int
+    workers_per_gpu: int = 2
+    devices: tuple[int, ...] = ()
+    backend: Literal["auto", "numpy", "cupy"] = "auto"
+    synthesis_threads: int = 1
+    shutdown_grace_secs: float = 30.0
+    sizes: Sizes = field(default_factory=Sizes)
+
+    def size_log2(self, proof_kind: str) -> int:
+        value: int = getattr(self.sizes, proof_kind)
+        return value
+
+
+class ConfigError(ValueError):
+    """Invalid configuration; the message names the file and the key."""
+
+
+_PATH_RE = re.compile(r" - at `\$\.?(?P<key>[^`]*)`$")
+
+
+def _msgspec_message(exc: msgspec.DecodeError) -> tuple[str, str]:
+    """Split msgspec's "... - at `$.sizes.snap`" into (key, message)."""
+    text = str(exc)
+    match = _PATH_RE.search(text)
+    if match is None:
+        return "", text
+    return match.group("key"), text[: match.start()]
+
+
+def resolve(raw: _RawConfig, source: str) -> EngineConfig:
+    def fail(key: str, message: str) -> ConfigError:
+        return ConfigError(f"{source}: key '{key}': {message}")
+
+    try:
+        margin = parse_size(raw.safety_margin)
+    except ValueError as exc:
+        raise fail("safety_margin", str(exc)) from exc
+    if raw.memory_budget == "auto":
+        physical = psutil.virtual_memory().total
+        budget = physical - margin
+        if budget <= 0:
+            raise fail("safety_margin", f"{margin} bytes leaves nothing of {physical} bytes RAM")
+    else:
+        try:
+            budget = parse_size(raw.memory_budget)
+        except ValueError as exc:
+            raise fail("memory_budget", f"{exc} (or \"auto\")") from exc
+        if budget <= 0:
+            raise fail("memory_budget", "must be positive")
+    try:
+        grace = parse_duration(raw.shutdown_grace)
+    except ValueError as exc:
+        raise fail("shutdown_grace", str(exc)) from exc
+    return EngineConfig(
+        memory_budget_bytes=budget,
+        workers_per_gpu=raw.workers_per_gpu,
+        devices=tuple(raw.devices),
+        backend=raw.backend,
+        synthesis_threads=raw.synthesis_threads or (os.cpu_count() or 1),
+        shutdown_grace_secs=grace,
+        sizes=raw.sizes,
+    )
+
+
+def default_config() -> EngineConfig:
+    return resolve(_RawConfig(), "<defaults>")
+
+
+def load_config(path: Path) -> EngineConfig:
+    """Read and validate ``path``; :class:`ConfigError` names the file and the bad key."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    try:
+        raw = msgspec.convert(data, _RawConfig)
+    except msgspec.ValidationError as exc:
+        key, message = _msgspec_message(exc)
+        if key:
+            raise ConfigError(f"{path}: key '{key}': {message}") from exc
+        raise ConfigError(f"{path}: {message}") from exc
+    return resolve(raw, str(path))

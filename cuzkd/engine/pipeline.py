@@ -1,0 +1,415 @@
+"""cuzk's pipeline structure on the event loop: intake → budgeted synthesis → GPU workers →
+finalizers.
+
+* **Intake/scheduler**: one task takes jobs first-come first-served and admits their
+  partitions one by one, each only once :class:`~cuzkd.engine.budget.MemoryBudget` has
+  granted its reservation. The budget, not a thread count, bounds how many partitions
+  synthesize or wait for a GPU at once -- as in cuzk.
+* **Synthesis**: one task per admitted partition runs :func:`~cuzkd.engine.prover.synthesize`
+  in a thread pool (NumPy releases the GIL, the loop stays responsive), returns the synthesis
+  part of the reservation and queues the witness.
+* **GPU workers**: ``workers_per_gpu`` per device. A worker takes a witness, uploads it, runs the
+  device part under the device's lock, hands the result to a finalizer task and immediately
+  takes the next witness (split proving). The finalizer commits, verifies, marks the partition
+  done and returns the rest of the reservation; by then the worker may be proving the next
+  partition -- the tracker's guard keeps the worker's state right.
+
+Every task is owned: long-lived ones in ``_services``, per-partition ones in ``_partition_tasks``;
+:meth:`Engine.drain` waits for admitted partitions, :meth:`Engine.close` cancels and awaits
+everything and shuts the thread pools down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import secrets
+import time
+from collections import deque
+from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
+
+import structlog
+
+from cuzkd.engine import prover
+from cuzkd.engine.backend import Backend
+from cuzkd.engine.budget import BudgetExceededError, MemoryBudget
+from cuzkd.engine.config import MAX_SIZE_LOG2, MIN_SIZE_LOG2, PARTITIONS, EngineConfig
+from cuzkd.engine.ntt import NttPlan
+from cuzkd.status.document import Allocation
+from cuzkd.status.tracker import StatusTracker
+
+_log = structlog.get_logger("cuzkd.engine")
+
+JobState = Literal["queued", "running", "done", "failed"]
+MAX_PARTITIONS = 1024
+_T = TypeVar("_T")
+
+
+class JobRequestError(ValueError):
+    """A job request the engine cannot accept (the message says which field is wrong)."""
+
+
+class EngineDrainingError(RuntimeError):
+    """The engine is shutting down and accepts no new jobs."""
+
+
+@dataclass
+class Job:
+    """One proof job as the API reports it. Times are ``time.monotonic`` values."""
+
+    job_id: str
+    proof_kind: str
+    partitions: int
+    size_log2: int
+    submitted_at: float
+    state: JobState = "queued"
+    started_at: float | None = None
+    finished_at: float | None = None
+    error: str | None = None
+    admitted: int = 0
+    remaining: int = 0
+    synth_secs: list[float | None] = field(default_factory=list)
+    gpu_secs: list[float | None] = field(default_factory=list)
+    proofs: list[prover.Proof | None] = field(default_factory=list)
+    verified: list[bool] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.remaining = self.partitions
+        self.synth_secs = [None] * self.partitions
+        self.gpu_secs = [None] * self.partitions
+        self.proofs = [None] * self.partitions
+        self.verified = [False] * self.partitions
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
+
+
+@dataclass
+class _PlanUse:
+    """NTT tables of one size on one device, and when each proof kind last used them."""
+
+    plan: NttPlan
+    last_used: dict[str, float] = field(default_factory=dict)
+
+
+class Engine:
+    """The reference engine's pipeline. Create, :meth:`start`, :meth:`submit` jobs,
+    :meth:`drain`, :meth:`close` -- all on one event loop."""
+
+    def __init__(self, config: EngineConfig, backend: Backend, tracker: StatusTracker,
+                 budget: MemoryBudget, *, clock: Callable[[], float] = time.monotonic,
+                 retain_jobs: int = 1000) -> None:
+        self.config = config
+        self.backend = backend
+        self.tracker = tracker
+        self.budget = budget
+        self.accepting = True
+        self.jobs: dict[str, Job] = {}
+        self._clock = clock
+        self._retain_jobs = retain_jobs
+        self._finished: deque[str] = deque()
+        self._ids = itertools.count(1)
+        self._id_salt = f"{os.getpid()}-{secrets.token_hex(3)}"
+        self._intake: asyncio.Queue[Job] = asyncio.Queue()
+        self._admitting: Job | None = None
+        self._synth_done: asyncio.Queue[tuple[Job, int, prover.Witness]] = asyncio.Queue()
+        self._device_locks = {ordinal: asyncio.Lock() for ordinal, _ in backend.devices}
+        self._plans: dict[tuple[int, int], _PlanUse] = {}
+        workers = [ordinal for ordinal, _ in backend.devices
+                   for _ in range(config.workers_per_gpu)]
+        self.workers: list[tuple[int, int]] = list(enumerate(workers))
+        self._synth_pool = ThreadPoolExecutor(config.synthesis_threads, "synth")
+        self._device_pool = ThreadPoolExecutor(len(self.workers), "device")
+        self._final_pool = ThreadPoolExecutor(2, "finalize")
+        self._services: list[asyncio.Task[None]] = []
+        self._scheduler: asyncio.Task[None] | None = None
+        self._open_jobs = 0
+        self._partition_tasks: set[asyncio.Task[None]] = set()
+        self._in_flight = 0  # admitted partitions not yet terminal
+        self._quiet = asyncio.Event()
+        self._quiet.set()
+        self._synth_active = 0
+        self._provers = 0
+        self._finalizing = 0
+
+    def now(self) -> float:
+        """The engine's clock (job times in :class:`Job` are on it)."""
+        return self._clock()
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.tracker.set_backend(self.backend.name)
+        self.tracker.register_workers(self.workers)
+        self._scheduler = asyncio.create_task(self._schedule(), name="scheduler")
+        self._services.append(self._scheduler)
+        for worker_id, ordinal in self.workers:
+            self._services.append(asyncio.create_task(
+                self._gpu_worker(worker_id, ordinal), name=f"gpu-worker-{worker_id}"))
+        self._publish()
+
+    async def drain(self, grace_secs: float) -> bool:
+        """Stop accepting, fail jobs not yet admitted, wait up to ``grace_secs`` for admitted
+        partitions to finish. True when they all did."""
+        self.accepting = False
+        if self._scheduler is not None:
+            self._scheduler.cancel()
+            await asyncio.gather(self._scheduler, return_exceptions=True)
+        waiting = [self._admitting] if self._admitting is not None else []
+        while not self._intake.empty():
+            waiting.append(self._intake.get_nowait())
+        for job in waiting:
+            self._fail_unadmitted(job, "engine shutting down before this partition started")
+        self._admitting = None
+        self._publish()
+        try:
+            await asyncio.wait_for(self._quiet.wait(), grace_secs)
+        except TimeoutError:
+            return False
+        return True
+
+    async def close(self) -> None:
+        """Cancel and await every task, then shut the thread pools down."""
+        self.accepting = False
+        tasks = [*self._services, *self._partition_tasks]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._services.clear()
+        for pool in (self._synth_pool, self._device_pool, self._final_pool):
+            await asyncio.to_thread(pool.shutdown, True, cancel_futures=True)
+
+    # --- intake ---------------------------------------------------------------------------
+
+    def submit(self, proof_kind: str, partitions: int | None = None,
+               size_log2: int | None = None) -> Job:
+        """Accept a job (queued, or failed at once when a partition exceeds the budget)."""
+        if not self.accepting:
+            raise EngineDrainingError("engine is shutting down and accepts no new jobs")
+        if proof_kind not in PARTITIONS:
+            raise JobRequestError(
+                f"unknown proof_kind {proof_kind!r}; known: {sorted(PARTITIONS)}")
+        count = PARTITIONS[proof_kind] if partitions is None else partitions
+        if not 1 <= count <= MAX_PARTITIONS:
+            raise JobRequestError(f"partitions must be between 1 and {MAX_PARTITIONS}")
+        log_n = self.config.size_log2(proof_kind) if size_log2 is None else size_log2
+        if not MIN_SIZE_LOG2 <= log_n <= MAX_SIZE_LOG2:
+            raise JobRequestError(
+                f"size_log2 must be between {MIN_SIZE_LOG2} and {MAX_SIZE_LOG2}")
+        job_id = f"ref-{proof_kind}-{self._id_salt}-{next(self._ids)}"
+        job = Job(job_id=job_id, proof_kind=proof_kind, partitions=count, size_log2=log_n,
+                  submitted_at=self._clock())
+        self.jobs[job_id] = job
+        self.tracker.register_job(job_id, proof_kind, count)
+        self._open_jobs += 1
+        try:
+            self.budget.check(*prover.partition_bytes(log_n))
+        except BudgetExceededError as exc:
+            self._fail_unadmitted(job, f"size_log2 {log_n}: {exc}")
+        else:
+            self._intake.put_nowait(job)
+        self._publish()
+        return job
+
+    async def _schedule(self) -> None:
+        while True:
+            job = await self._intake.get()
+            self._admitting = job
+            self._publish()
+            synth_bytes, rest_bytes = prover.partition_bytes(job.size_log2)
+            for index in range(job.partitions):
+                if job.failed:
+                    break
+                await self.budget.acquire((job.job_id, index), synth_bytes, rest_bytes)
+                self._admit(job, index)
+            if job.error is not None:  # a partition failed: the rest never start
+                self._fail_unadmitted(job, job.error)
+            self._admitting = None
+            self._publish()
+
+    def _admit(self, job: Job, index: int) -> None:
+        if job.started_at is None:
+            job.started_at = self._clock()
+            job.state = "running"
+            _log.info("job.started", job_id=job.job_id, proof_kind=job.proof_kind,
+                      partitions=job.partitions, size_log2=job.size_log2,
+                      queued_secs=round(job.started_at - job.submitted_at, 6))
+        job.admitted += 1
+        self._in_flight += 1
+        self._quiet.clear()
+        self._spawn(self._synthesize(job, index))
+
+    # --- partition phases -----------------------------------------------------------------
+
+    async def _synthesize(self, job: Job, index: int) -> None:
+        self._synth_active += 1
+        self._publish()
+        try:
+            witness, job.synth_secs[index] = await self._run(
+                self._synth_pool, self._synthesize_in_thread, job, index)
+        except Exception as exc:
+            self._partition_failed(job, index, f"synthesis failed: {exc!r}")
+            return
+        finally:
+            self._synth_active -= 1
+        self.budget.release_synth((job.job_id, index))
+        self.tracker.partition_synth_end(job.job_id, index)
+        self._synth_done.put_nowait((job, index, witness))
+        self._publish()
+
+    def _synthesize_in_thread(self, job: Job, index: int) -> tuple[prover.Witness, float]:
+        """Runs on a synthesis thread: the partition is ``synthesizing`` only from the moment a
+        thread works on it (admitted partitions queued for a thread stay ``pending``)."""
+        self.tracker.partition_synth_start(job.job_id, index)
+        started = self._clock()
+        witness = prover.synthesize(job.job_id, index, job.size_log2)
+        return witness, self._clock() - started
+
+    async def _gpu_worker(self, worker_id: int, ordinal: int) -> None:
+        lock = self._device_locks[ordinal]
+        while True:
+            job, index, witness = await self._synth_done.get()
+            self.tracker.partition_gpu_start(job.job_id, index, worker_id)
+            self._provers += 1
+            self._publish()
+            started = self._clock()
+            try:
+                small, large = self._plans_for(ordinal, job)
+                abc = await self._run(self._device_pool, self._on_device, ordinal,
+                                      small.xp.asarray, witness.abc)
+                async with lock:
+                    result = await self._run(
+                        self._device_pool, self._on_device, ordinal, prover.prove_device,
+                        witness, abc, small, large, self.backend.to_host)
+            except Exception as exc:
+                self._partition_failed(job, index, f"GPU phase failed: {exc!r}")
+                continue
+            finally:
+                self._provers -= 1
+            self._spawn(self._finalize(job, index, worker_id, result, started))
+
+    async def _finalize(self, job: Job, index: int, worker_id: int,
+                        result: prover.DeviceResult, started: float) -> None:
+        self._finalizing += 1
+        self._publish()
+        try:
+            proof = await self._run(self._final_pool, prover.finalize, result)
+        except Exception as exc:
+            self._partition_failed(job, index, f"finalization failed: {exc!r}")
+            return
+        finally:
+            self._finalizing -= 1
+        job.gpu_secs[index] = self._clock() - started
+        job.proofs[index] = proof
+        job.verified[index] = prover.verify(proof)
+        self.tracker.partition_gpu_end(job.job_id, index, worker_id)
+        self.budget.release((job.job_id, index))
+        self._partition_terminal(job)
+
+    # --- bookkeeping ----------------------------------------------------------------------
+
+    def _partition_failed(self, job: Job, index: int, error: str) -> None:
+        self.tracker.partition_failed(job.job_id, index)
+        self.budget.release((job.job_id, index))
+        if job.error is None:
+            job.error = f"partition {index}: {error}"
+        self._partition_terminal(job)
+
+    def _fail_unadmitted(self, job: Job, error: str) -> None:
+        """Fail the partitions the scheduler has not admitted (none if all were)."""
+        if job.admitted == job.partitions:
+            return
+        if job.error is None:
+            job.error = error
+        for index in range(job.admitted, job.partitions):
+            self.tracker.partition_failed(job.job_id, index)
+        job.remaining -= job.partitions - job.admitted
+        job.admitted = job.partitions
+        self._finish_if_done(job)
+
+    def _partition_terminal(self, job: Job) -> None:
+        """An admitted partition is done or failed."""
+        job.remaining -= 1
+        self._in_flight -= 1
+        if self._in_flight == 0:
+            self._quiet.set()
+        self._finish_if_done(job)
+        self._publish()
+
+    def _finish_if_done(self, job: Job) -> None:
+        if job.remaining > 0 or job.finished_at is not None:
+            return
+        job.finished_at = self._clock()
+        self._open_jobs -= 1
+        job.state = "failed" if job.failed else "done"
+        self.tracker.job_completed(job.job_id, job.proof_kind, not job.failed)
+        wall = round(job.finished_at - job.submitted_at, 6)
+        if job.failed:
+            _log.warning("job.failed", job_id=job.job_id, proof_kind=job.proof_kind,
+                         error=job.error, wall_secs=wall)
+        else:
+            _log.info("job.finished", job_id=job.job_id, proof_kind=job.proof_kind,
+                      partitions=job.partitions, verified=all(job.verified), wall_secs=wall)
+        self._finished.append(job.job_id)
+        while len(self._finished) > self._retain_jobs:
+            self.jobs.pop(self._finished.popleft(), None)
+
+    def _publish(self) -> None:
+        """Push the gauges cuzk reports (buffers, queue depth) to the tracker."""
+        self.tracker.set_queue_depth(
+            self._intake.qsize() + (1 if self._admitting is not None else 0))
+        self.tracker.set_buffers(
+            synth_in_flight=self._synth_active,
+            provers_in_flight=self._provers,
+            aux_in_flight=self._finalizing,
+            shells_in_flight=self._synth_done.qsize(),
+            pending_handles=self._open_jobs,
+        )
+
+    def refresh_status(self) -> None:
+        """Update what is sampled rather than evented: device memory and NTT tables."""
+        self.tracker.set_gpu_devices(self.backend.memory())
+        now = self._clock()
+        srs: list[Allocation] = []
+        pce: list[Allocation] = []
+        for (ordinal, log_n), use in sorted(self._plans.items()):
+            for kind, last in sorted(use.last_used.items()):
+                circuit = f"{kind}-2^{log_n}@{ordinal}"
+                ago = max(0.0, now - last)
+                srs.append(Allocation(circuit_id=circuit, bytes=use.plan.table_bytes,
+                                      last_used_secs_ago=ago, evictable=False))
+                pce.append(Allocation(circuit_id=circuit, bytes=use.plan.coset_bytes,
+                                      last_used_secs_ago=ago, evictable=False))
+        self.tracker.set_allocations(srs=srs, pce=pce)
+
+    # --- helpers --------------------------------------------------------------------------
+
+    def _plans_for(self, ordinal: int, job: Job) -> tuple[NttPlan, NttPlan]:
+        """Plans of size n and 2n on ``ordinal`` (tables are built lazily, on the device)."""
+        plans = []
+        for log_n in (job.size_log2, job.size_log2 + 1):
+            use = self._plans.get((ordinal, log_n))
+            if use is None:
+                use = self._plans[(ordinal, log_n)] = _PlanUse(NttPlan(log_n, self.backend.xp))
+            use.last_used[job.proof_kind] = self._clock()
+            plans.append(use.plan)
+        return plans[0], plans[1]
+
+    def _on_device(self, ordinal: int, fn: Callable[..., _T], *args: Any) -> _T:
+        with self.backend.device(ordinal):
+            return fn(*args)
+
+    async def _run(self, pool: ThreadPoolExecutor, fn: Callable[..., _T], *args: Any) -> _T:
+        return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coro)
+        self._partition_tasks.add(task)
+        task.add_done_callback(self._partition_tasks.discard)
+
+

@@ -1,0 +1,92 @@
+"""The two-phase memory budget: pure accounting, then asynchronous FIFO waiting."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from cuzkd.engine.budget import BudgetExceededError, Ledger, MemoryBudget, Reservation
+
+
+def test_ledger_two_phase_release() -> None:
+    ledger = Ledger(total_bytes=100)
+    ledger.grant("a", Reservation(10, 30))
+    assert ledger.used_bytes == 40
+    assert ledger.release_synth("a") == 10
+    assert ledger.used_bytes == 30
+    assert ledger.release("a") == 30
+    assert ledger.used_bytes == 0
+    assert ledger.release("a") == 0  # idempotent
+
+
+def test_ledger_fits_and_max_concurrent() -> None:
+    ledger = Ledger(total_bytes=100)
+    ledger.grant("a", Reservation(10, 40))
+    assert ledger.max_concurrent() == 2
+    assert ledger.fits(Reservation(10, 40))
+    assert not ledger.fits(Reservation(11, 40))
+    with pytest.raises(RuntimeError, match="does not fit"):
+        ledger.grant("b", Reservation(11, 40))
+    with pytest.raises(KeyError):
+        ledger.grant("a", Reservation(1, 1))
+
+
+def test_ledger_rejects_request_larger_than_budget() -> None:
+    with pytest.raises(BudgetExceededError, match=r"101 bytes .* whole budget is 100 bytes"):
+        Ledger(total_bytes=100).check(Reservation(1, 100))
+
+
+async def test_acquire_waits_until_release() -> None:
+    budget = MemoryBudget(100)
+    await budget.acquire("a", 20, 40)
+    waiter = asyncio.create_task(budget.acquire("b", 20, 40))
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    budget.release_synth("a")  # 80 free now: enough
+    await asyncio.wait_for(waiter, 1)
+    assert budget.used_bytes() == 100
+    budget.release("a")
+    budget.release("b")
+    assert budget.used_bytes() == 0
+
+
+async def test_waiters_are_served_first_come_first_served() -> None:
+    budget = MemoryBudget(100)
+    await budget.acquire("a", 0, 100)
+    order: list[str] = []
+
+    async def take(key: str, size: int) -> None:
+        await budget.acquire(key, 0, size)
+        order.append(key)
+
+    big = asyncio.create_task(take("big", 90))
+    await asyncio.sleep(0)
+    small = asyncio.create_task(take("small", 10))  # would fit beside "big", must not overtake
+    await asyncio.sleep(0)
+    assert order == []
+    budget.release("a")
+    await asyncio.wait_for(asyncio.gather(big, small), 1)
+    assert order == ["big", "small"]
+
+
+async def test_oversize_request_fails_at_once() -> None:
+    budget = MemoryBudget(100)
+    await budget.acquire("a", 0, 100)
+    with pytest.raises(BudgetExceededError):
+        await asyncio.wait_for(budget.acquire("huge", 1, 100), 1)
+
+
+async def test_cancelled_waiter_holds_nothing_and_unblocks_others() -> None:
+    budget = MemoryBudget(100)
+    await budget.acquire("a", 0, 60)
+    blocked = asyncio.create_task(budget.acquire("big", 0, 80))
+    await asyncio.sleep(0)
+    behind = asyncio.create_task(budget.acquire("small", 0, 40))
+    await asyncio.sleep(0)
+    assert not behind.done()
+    blocked.cancel()
+    await asyncio.wait_for(behind, 1)  # the head left; the small one fits now
+    assert budget.used_bytes() == 100
+    with pytest.raises(asyncio.CancelledError):
+        await blocked

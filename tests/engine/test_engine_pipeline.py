@@ -1,0 +1,166 @@
+"""The pipeline in-process: jobs complete and verify, the budget bounds concurrency, oversize
+jobs fail alone, draining finishes admitted partitions."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from cuzkd.engine import prover
+from cuzkd.engine.backend import select_backend
+from cuzkd.engine.budget import MemoryBudget
+from cuzkd.engine.config import EngineConfig
+from cuzkd.engine.pipeline import Engine, EngineDrainingError, Job, JobRequestError
+from cuzkd.status.document import StatusDocument, encode_status
+from cuzkd.status.tracker import StatusTracker
+
+K = 10  # partition size used throughout: fast on 2 cores
+
+
+def make_engine(budget_bytes: int, nominal_log2: int = K) -> Engine:
+    config = EngineConfig(memory_budget_bytes=budget_bytes, workers_per_gpu=2,
+                          synthesis_threads=2, backend="numpy")
+    budget = MemoryBudget(budget_bytes,
+                          nominal_request=sum(prover.partition_bytes(nominal_log2)))
+    return Engine(config, select_backend("numpy"), StatusTracker(budget=budget), budget)
+
+
+@pytest.fixture
+async def engine_factory() -> AsyncIterator[Callable[..., Engine]]:
+    engines: list[Engine] = []
+
+    def factory(budget_bytes: int, nominal_log2: int = K) -> Engine:
+        engine = make_engine(budget_bytes, nominal_log2)
+        engines.append(engine)
+        return engine
+
+    yield factory
+    for engine in engines:
+        await engine.close()
+
+
+async def wait_jobs(engine: Engine, jobs: list[Job], *,
+                    on_poll: Callable[[StatusDocument], None] | None = None,
+                    timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while any(job.finished_at is None for job in jobs):
+        if on_poll is not None:
+            engine.refresh_status()
+            on_poll(engine.tracker.snapshot())
+        assert time.monotonic() < deadline, "jobs did not finish"
+        await asyncio.sleep(0.002)
+
+
+async def test_jobs_complete_and_every_proof_verifies(
+        engine_factory: Callable[..., Engine],
+        cuzk_field_errors: Callable[[bytes], list[str]]) -> None:
+    engine = engine_factory(2**30)
+    await engine.start()
+    jobs = [engine.submit("snap", size_log2=K), engine.submit("porep", 3, K),
+            engine.submit("winning", size_log2=K - 2)]
+    docs: list[StatusDocument] = []
+    await wait_jobs(engine, jobs, on_poll=docs.append)
+    for job in jobs:
+        assert job.state == "done", job.error
+        assert all(job.verified)
+        assert all(prover.verify(p) for p in job.proofs if p is not None)
+        assert None not in job.synth_secs and None not in job.gpu_secs
+    final = engine.tracker.snapshot()
+    assert final.counters.completed_by_kind == {"snap": 1, "porep": 1, "winning": 1}
+    assert final.memory.used_bytes == 0
+    assert final.buffers.pending_handles == 0
+    extensions = final.cuzkd_extensions
+    assert extensions is not None and extensions.backend == "numpy"
+    assert extensions.phase_transitions["snap"]["done"] == 16
+    assert sum(w.busy_seconds_total for w in extensions.worker_busy) > 0
+    assert {a.circuit_id for a in final.allocations.srs} >= {f"snap-2^{K}@0"}
+    assert all(a.bytes > 0 for a in final.allocations.srs)
+    # gauges were fed while running
+    assert any(d.buffers.synth_in_flight or d.buffers.provers_in_flight for d in docs)
+    for doc in docs:
+        assert cuzk_field_errors(encode_status(doc)) == []
+
+
+async def test_budget_of_two_partitions_bounds_concurrency(
+        engine_factory: Callable[..., Engine]) -> None:
+    per_partition = sum(prover.partition_bytes(K + 2))
+    engine = engine_factory(2 * per_partition, K + 2)
+    await engine.start()
+    idle = engine.tracker.snapshot().memory.used_bytes
+    peaks = {"synth": 0, "held": 0}
+
+    def check(doc: StatusDocument) -> None:
+        assert doc.synthesis.max_concurrent == 2
+        assert doc.synthesis.active <= 2
+        assert doc.memory.used_bytes <= doc.memory.total_bytes
+        held = sum(1 for p in doc.pipelines for part in p.partitions
+                   if part.state in ("synthesizing", "synth_done", "gpu"))
+        assert held <= 2
+        peaks["synth"] = max(peaks["synth"], doc.synthesis.active)
+        peaks["held"] = max(peaks["held"], held)
+
+    jobs = [engine.submit("porep", 4, K + 2) for _ in range(3)]
+    await wait_jobs(engine, jobs, on_poll=check)
+    assert all(job.state == "done" and all(job.verified) for job in jobs)
+    assert peaks["held"] == 2  # the budget was the limit, not a lack of work
+    assert engine.tracker.snapshot().memory.used_bytes == idle == 0
+
+
+async def test_oversize_job_fails_while_others_complete(
+        engine_factory: Callable[..., Engine]) -> None:
+    engine = engine_factory(4 * sum(prover.partition_bytes(K)))
+    await engine.start()
+    ok = engine.submit("snap", 4, K)
+    huge = engine.submit("snap", 2, K + 4)
+    ok2 = engine.submit("wpost", size_log2=K)
+    assert huge.state == "failed"
+    assert huge.error is not None and "whole budget" in huge.error
+    await wait_jobs(engine, [ok, ok2])
+    assert ok.state == ok2.state == "done"
+    counters = engine.tracker.snapshot().counters
+    assert counters.failed_by_kind == {"snap": 1}
+    assert counters.total_completed == 2
+
+
+def test_bad_requests_are_rejected_without_side_effects() -> None:
+    async def scenario() -> None:
+        engine = make_engine(2**30)
+        try:
+            for kind, partitions, size in [("nope", None, None), ("snap", 0, None),
+                                           ("snap", None, 40), ("snap", 5000, None)]:
+                with pytest.raises(JobRequestError):
+                    engine.submit(kind, partitions, size)
+            assert engine.jobs == {}
+            assert engine.tracker.snapshot().pipelines == []
+        finally:
+            await engine.close()
+
+    asyncio.run(scenario())
+
+
+async def test_drain_finishes_admitted_and_fails_queued(
+        engine_factory: Callable[..., Engine]) -> None:
+    engine = engine_factory(2 * sum(prover.partition_bytes(K + 2)))
+    await engine.start()
+    first = engine.submit("porep", 4, K + 2)
+    second = engine.submit("porep", 4, K + 2)
+    deadline = time.monotonic() + 10
+    while first.admitted == 0:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.001)
+    assert await engine.drain(30.0)
+    with pytest.raises(EngineDrainingError):
+        engine.submit("snap")
+    assert second.state == "failed" and second.error is not None
+    assert "shutting down" in second.error
+    admitted = first.admitted
+    assert first.state in ("done", "failed")
+    done_parts = [p for p in first.proofs if p is not None]
+    assert 1 <= len(done_parts) <= 4 and all(prover.verify(p) for p in done_parts)
+    assert engine.budget.used_bytes() == 0
+    assert admitted == 4  # unadmitted partitions were failed, not left pending
+    states = {part.state for p in engine.tracker.snapshot().pipelines for part in p.partitions}
+    assert states <= {"done", "failed"}

@@ -1,0 +1,272 @@
+"""``cuzkd engine`` as a real process: the HTTP API, ``cuzkd bench``, unix sockets, signals."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from cuzkd.status.document import decode_status
+
+Start = Callable[..., Awaitable["EngineProcess"]]
+
+
+class EngineProcess:
+    def __init__(self, proc: subprocess.Popen[bytes], log: Path, listen: str) -> None:
+        self.proc = proc
+        self.log = log
+        self.listen = listen
+        self.address = ""
+
+    def events(self) -> list[dict[str, Any]]:
+        out = []
+        for line in self.log.read_text().splitlines():
+            if line.startswith("{"):
+                out.append(json.loads(line))
+        return out
+
+    async def wait_event(self, name: str, timeout: float = 20.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            found = [e for e in self.events() if e.get("event") == name]
+            if found:
+                return found[0]
+            assert self.proc.poll() is None or time.monotonic() < deadline, self.log.read_text()
+            assert time.monotonic() < deadline, f"no {name} event:\n{self.log.read_text()}"
+            await asyncio.sleep(0.02)
+
+    @property
+    def base(self) -> str:
+        return "http://engine" if self.listen.startswith("unix:") else f"http://{self.address}"
+
+    def session(self) -> aiohttp.ClientSession:
+        if self.listen.startswith("unix:"):
+            return aiohttp.ClientSession(
+                connector=aiohttp.UnixConnector(path=self.listen.removeprefix("unix:")))
+        return aiohttp.ClientSession()
+
+
+def spawn_engine(config_path: Path, log: Path, listen: str) -> EngineProcess:
+    """Start ``cuzkd engine`` with its output (JSON log lines) going to ``log``."""
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cuzkd", "engine", "--config", str(config_path),
+             "--listen", listen], stdout=sink, stderr=subprocess.STDOUT)
+    return EngineProcess(proc, log, listen)
+
+
+def file_mode(path: Path) -> int | None:
+    return stat.S_IMODE(path.stat().st_mode) if path.exists() else None
+
+
+@pytest.fixture
+async def start_engine(tmp_path: Path) -> AsyncIterator[Start]:
+    started: list[EngineProcess] = []
+
+    async def start(config: str = "", listen: str = "127.0.0.1:0") -> EngineProcess:
+        config_path = tmp_path / f"engine{len(started)}.toml"
+        config_path.write_text("synthesis_threads = 2\n" + config)
+        log = tmp_path / f"engine{len(started)}.log"
+        engine = spawn_engine(config_path, log, listen)
+        started.append(engine)
+        engine.address = (await engine.wait_event("engine.listening"))["address"]
+        return engine
+
+    yield start
+    for engine in started:
+        if engine.proc.poll() is None:
+            engine.proc.kill()
+        engine.proc.wait(10)
+
+
+async def submit(session: aiohttp.ClientSession, engine: EngineProcess, **body: Any
+                 ) -> tuple[int, dict[str, Any]]:
+    async with session.post(f"{engine.base}/v1/jobs", json=body) as response:
+        return response.status, await response.json()
+
+
+async def job(session: aiohttp.ClientSession, engine: EngineProcess, job_id: str
+              ) -> dict[str, Any]:
+    async with session.get(f"{engine.base}/v1/jobs/{job_id}") as response:
+        assert response.status == 200
+        view: dict[str, Any] = await response.json()
+        return view
+
+
+async def wait_done(session: aiohttp.ClientSession, engine: EngineProcess, job_id: str,
+                    timeout: float = 30.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        view = await job(session, engine, job_id)
+        if view["state"] in ("done", "failed"):
+            return view
+        assert time.monotonic() < deadline, view
+        await asyncio.sleep(0.02)
+
+
+async def test_bench_completes_20_snap_jobs_while_status_stays_valid(
+        start_engine: Start, cuzk_field_errors: Callable[[bytes], list[str]]) -> None:
+    engine = await start_engine()
+    stop = asyncio.Event()
+    polled: list[bytes] = []
+
+    async def poll_status() -> None:
+        async with engine.session() as session:
+            while not stop.is_set():
+                async with session.get(f"{engine.base}/status") as response:
+                    assert response.status == 200
+                    polled.append(await response.read())
+                await asyncio.sleep(0.05)
+
+    poller = asyncio.create_task(poll_status())
+    bench = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "cuzkd", "bench", "--engine", f"http://{engine.address}",
+        "--jobs", "20", "--kind", "snap", "--size-log2", "9", "--json",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(bench.communicate(), 120)
+    stop.set()
+    await poller
+    assert bench.returncode == 0, err.decode()
+    report = json.loads(out)
+    assert report["jobs_done"] == 20 and report["proofs_verified"] == 20
+    assert report["partitions"] == 20 * 16
+    assert report["partitions_per_sec"] > 0
+    assert 0 < report["gpu_busy_fraction"] <= 1
+    assert report["synth_secs"]["p50"] <= report["synth_secs"]["p99"]
+    assert b"320/320 partitions" in err  # the progress bar reached the end
+    assert len(polled) >= 3
+    for raw in polled:
+        assert cuzk_field_errors(raw) == []
+        decode_status(raw)
+    final = decode_status(polled[-1])
+    assert final.counters.completed_by_kind.get("snap", 0) <= 20
+    events = engine.events()
+    finished = [e for e in events if e["event"] == "job.finished"]
+    assert len(finished) == 20 and all(e["verified"] for e in finished)
+    assert len([e for e in events if e["event"] == "job.started"]) == 20
+
+
+async def test_bad_requests_get_json_errors_and_do_not_disturb_jobs(
+        start_engine: Start) -> None:
+    engine = await start_engine()
+    async with engine.session() as session:
+        status, accepted = await submit(session, engine, proof_kind="porep", size_log2=10)
+        assert status == 202
+        bad_bodies: list[tuple[bytes, int, str]] = [
+            (b"{not json", 400, "malformed"),
+            (b'{"proof_kind": "snark"}', 400, "snark"),
+            (b'{"proof_kind": "snap", "partitions": "many"}', 400, "partitions"),
+            (b'{"proof_kind": "snap", "colour": "red"}', 400, "colour"),
+            (b'{"partitions": 3}', 400, "proof_kind"),
+            (b'{"proof_kind": "snap", "size_log2": 30}', 400, "size_log2"),
+            (b'{"proof_kind": "snap", "partitions": 0}', 400, "partitions"),
+            (b"x" * 100_000, 413, ""),
+        ]
+        for body, code, word in bad_bodies:
+            async with session.post(f"{engine.base}/v1/jobs", data=body) as response:
+                assert response.status == code, body[:50]
+                error = (await response.json())["error"]
+                assert word in error
+        for method, path, code in [("GET", "/v1/jobs/ref-nope-1", 404), ("GET", "/nope", 404),
+                                   ("DELETE", "/status", 405)]:
+            async with session.request(method, f"{engine.base}{path}") as response:
+                assert response.status == code
+                assert "error" in await response.json()
+        view = await wait_done(session, engine, accepted["job_id"])
+        assert view["state"] == "done" and view["verified"] is True
+        assert len(view["proofs"]) == 10 and len(view["timings"]["gpu_secs"]) == 10
+        async with session.get(f"{engine.base}/healthz") as response:
+            assert response.status == 200
+
+
+async def test_oversize_job_fails_with_clear_error(start_engine: Start) -> None:
+    engine = await start_engine('memory_budget = "1MiB"\n')
+    async with engine.session() as session:
+        _, small = await submit(session, engine, proof_kind="snap", size_log2=9)
+        status, huge = await submit(session, engine, proof_kind="snap", size_log2=16)
+        assert status == 202
+        failed = await wait_done(session, engine, huge["job_id"])
+        assert failed["state"] == "failed"
+        assert "whole budget is 1048576 bytes" in failed["error"]
+        assert (await wait_done(session, engine, small["job_id"]))["verified"] is True
+    assert any(e["event"] == "job.failed" and e["job_id"] == huge["job_id"]
+               for e in engine.events())
+
+
+@pytest.fixture
+def stale_socket(tmp_path: Path) -> Iterator[Path]:
+    path = tmp_path / "engine.sock"
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(path))
+    sock.close()  # the file stays behind, like after a crash
+    yield path
+
+
+async def test_unix_socket_listener(start_engine: Start, stale_socket: Path) -> None:
+    engine = await start_engine(listen=f"unix:{stale_socket}")
+    assert file_mode(stale_socket) == 0o600
+    bench = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "cuzkd", "bench", "--engine", f"unix:{stale_socket}",
+        "--jobs", "2", "--kind", "wpost", "--size-log2", "8", "--no-progress",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(bench.communicate(), 60)
+    assert bench.returncode == 0, err.decode()
+    assert b"proofs verified: 2/2" in out
+    engine.proc.send_signal(signal.SIGTERM)
+    assert await asyncio.to_thread(engine.proc.wait, 30) == 0
+    assert file_mode(stale_socket) is None  # removed on exit
+
+
+async def running_job(session: aiohttp.ClientSession, engine: EngineProcess, size: int) -> str:
+    """Submit a snap job and return its id once a partition is on a GPU worker."""
+    _, accepted = await submit(session, engine, proof_kind="snap", size_log2=size)
+    deadline = time.monotonic() + 20
+    while True:
+        async with session.get(f"{engine.base}/status") as response:
+            doc = decode_status(await response.read())
+        if any(w.state == "proving" for w in doc.gpu_workers):
+            return str(accepted["job_id"])
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.01)
+
+
+async def test_sigterm_drains_in_flight_partitions_and_exits_0(start_engine: Start) -> None:
+    engine = await start_engine()
+    async with engine.session() as session:
+        job_id = await running_job(session, engine, 15)
+        engine.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while True:  # the signal is handled asynchronously: wait for intake to close
+            status, body = await submit(session, engine, proof_kind="wpost", size_log2=8)
+            if status == 503:
+                break
+            assert status == 202 and time.monotonic() < deadline
+            await asyncio.sleep(0.01)
+        assert "shutting down" in body["error"]
+    assert await asyncio.to_thread(engine.proc.wait, 60) == 0
+    events = engine.events()
+    finished = [e for e in events if e["event"] == "job.finished" and e["job_id"] == job_id]
+    assert finished and finished[0]["verified"] is True and finished[0]["partitions"] == 16
+    assert [e["drained"] for e in events if e["event"] == "engine.stopped"] == [True]
+
+
+async def test_second_signal_exits_at_once(start_engine: Start) -> None:
+    engine = await start_engine()
+    async with engine.session() as session:
+        await running_job(session, engine, 17)
+    engine.proc.send_signal(signal.SIGTERM)
+    await engine.wait_event("engine.draining")
+    engine.proc.send_signal(signal.SIGINT)
+    assert await asyncio.to_thread(engine.proc.wait, 10) == 128 + signal.SIGINT
+    assert not any(e["event"] == "engine.stopped" for e in engine.events())
