@@ -1,0 +1,164 @@
+"""The engine lifecycle state machine, driven directly with a fake clock (no processes)."""
+
+from __future__ import annotations
+
+from cuzkd.supervisor.backoff import Backoff
+from cuzkd.supervisor.lifecycle import (
+    CancelScheduledStart,
+    Lifecycle,
+    Policy,
+    ScheduleStart,
+    Spawn,
+    State,
+    Stop,
+)
+
+
+def machine(restart: str = "always") -> Lifecycle:
+    return Lifecycle(Policy(restart=restart, start_timeout=10.0, unhealthy_after=5.0),
+                     Backoff(initial=1.0, maximum=8.0, multiplier=2.0, reset_after=60.0,
+                             rand=lambda: 0.0))
+
+
+def running(m: Lifecycle, pid: int = 100, now: float = 0.0) -> Lifecycle:
+    assert m.start_requested(now) == [Spawn()]
+    m.spawned(pid, now)
+    m.poll(now + 0.1, ok=True)
+    assert m.state is State.RUNNING
+    return m
+
+
+def test_start_spawn_and_first_answer_make_it_running() -> None:
+    m = machine()
+    assert m.state is State.STOPPED
+    assert m.start_requested(0.0) == [Spawn()]
+    m.spawned(42, 0.0)
+    assert (m.state, m.pid) == (State.STARTING, 42)
+    assert m.poll(0.5, ok=False) == []
+    assert m.poll(1.0, ok=True) == []
+    assert m.state is State.RUNNING
+    assert m.restarts == 0
+
+
+def test_crash_loop_backs_off_with_growing_delays() -> None:
+    m = machine()
+    m.start_requested(0.0)
+    m.spawned(1, 0.0)
+    now, delays = 0.0, []
+    for pid in range(2, 8):
+        now += 0.05
+        actions = m.exited("exit_1", clean=False, now=now)
+        if actions == [Spawn()]:
+            delays.append(0.0)
+        else:
+            assert m.state is State.BACKOFF
+            [sched] = actions
+            assert isinstance(sched, ScheduleStart)
+            delays.append(sched.delay)
+            assert m.next_start_at == now + sched.delay
+            now += sched.delay
+            assert m.backoff_elapsed(now) == [Spawn()]
+        m.spawned(pid, now)
+    assert delays == [0.0, 1.0, 2.0, 4.0, 8.0, 8.0]
+    assert m.exits["exit_1"] == 6
+    assert m.restarts == 6
+    assert m.last_exit_cause == "exit_1"
+
+
+def test_exit_after_healthy_run_restarts_at_once() -> None:
+    m = running(machine())
+    for _ in range(3):  # build up some backoff first
+        m.exited("exit_1", clean=False, now=1.0)
+        m.backoff_elapsed(2.0)
+        m.spawned(7, 2.0)
+    m.poll(2.0, ok=True)
+    assert m.exited("signal_SIGKILL", clean=False, now=2.0 + 61.0) == [Spawn()]
+    assert m.exits["signal_SIGKILL"] == 1
+
+
+def test_silent_status_while_running_kills_and_counts_unhealthy() -> None:
+    m = running(machine(), now=0.0)
+    m.poll(1.0, ok=True)
+    assert m.poll(5.9, ok=False) == []
+    assert m.poll(6.0, ok=False) == [Stop()]
+    assert m.state is State.STOPPING
+    actions = m.exited("signal_SIGTERM", clean=False, now=6.1)
+    assert m.exits == {"unhealthy": 1}
+    assert m.last_exit_cause == "unhealthy"
+    assert actions in ([Spawn()], [ScheduleStart(1.0)])
+
+
+def test_never_answering_is_killed_after_start_timeout() -> None:
+    m = machine()
+    m.start_requested(0.0)
+    m.spawned(5, 0.0)
+    assert m.poll(9.9, ok=False) == []
+    assert m.poll(10.0, ok=False) == [Stop()]
+    m.exited("signal_SIGKILL", clean=False, now=10.5)
+    assert m.exits == {"start_timeout": 1}
+
+
+def test_stop_request_stops_without_restart() -> None:
+    m = running(machine())
+    assert m.stop_requested(1.0) == [Stop()]
+    assert m.exited("signal_SIGTERM", clean=False, now=1.1) == []
+    assert m.state is State.STOPPED
+    assert m.poll(2.0, ok=False) == []
+
+
+def test_stop_during_backoff_cancels_the_timer() -> None:
+    m = running(machine())
+    m.exited("exit_1", clean=False, now=1.0)  # immediate (first failure)
+    m.spawned(9, 1.0)
+    assert isinstance(m.exited("exit_1", clean=False, now=1.1)[0], ScheduleStart)
+    assert m.stop_requested(1.2) == [CancelScheduledStart()]
+    assert m.state is State.STOPPED
+    assert m.next_start_at is None
+    assert m.backoff_elapsed(3.0) == []
+
+
+def test_restart_request_respawns_immediately_after_exit() -> None:
+    m = running(machine())
+    assert m.restart_requested(1.0) == [Stop()]
+    assert m.exited("signal_SIGTERM", clean=False, now=1.2) == [Spawn()]
+    m.spawned(200, 1.2)
+    assert m.restarts == 1
+
+
+def test_start_while_in_backoff_spawns_now() -> None:
+    m = running(machine())
+    m.exited("exit_1", clean=False, now=1.0)
+    m.spawned(9, 1.0)
+    m.exited("exit_1", clean=False, now=1.1)
+    assert m.start_requested(1.2) == [CancelScheduledStart(), Spawn()]
+
+
+def test_restart_policies() -> None:
+    never = running(machine("never"))
+    assert never.exited("exit_0", clean=True, now=1.0) == []
+    assert never.state is State.STOPPED
+    never2 = running(machine("never"))
+    never2.exited("exit_3", clean=False, now=1.0)
+    assert never2.state is State.FAILED
+    on_failure = running(machine("on-failure"))
+    assert on_failure.exited("exit_0", clean=True, now=1.0) == []
+    assert on_failure.state is State.STOPPED
+    on_failure2 = running(machine("on-failure"))
+    assert on_failure2.exited("exit_2", clean=False, now=1.0) == [Spawn()]
+
+
+def test_spawn_failure_is_failed_with_the_error() -> None:
+    m = machine()
+    m.start_requested(0.0)
+    m.spawn_failed("no such file", 0.0)
+    assert m.state is State.FAILED
+    assert m.last_error == "no such file"
+    assert m.start_requested(1.0) == [Spawn()]
+
+
+def test_every_change_is_reported_once() -> None:
+    m = running(machine())
+    taken = m.take_transitions()
+    assert [(str(t.old), str(t.new)) for t in taken] == [("stopped", "starting"),
+                                                         ("starting", "running")]
+    assert m.take_transitions() == []

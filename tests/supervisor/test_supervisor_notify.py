@@ -1,0 +1,77 @@
+"""sd_notify: READY, STATUS, WATCHDOG, RELOADING/READY around SIGHUP, STOPPING -- in order."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+from pathlib import Path
+
+from sv_harness import fake_engine, start_supervisor, wait_until, write_config
+
+from cuzkd.supervisor.notify import Notifier
+
+
+class Listener:
+    def __init__(self, address: str) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(address)
+        self.sock.setblocking(False)
+        self.messages: list[str] = []
+
+    def drain(self) -> list[str]:
+        while True:
+            try:
+                self.messages.append(self.sock.recv(4096).decode())
+            except BlockingIOError:
+                return self.messages
+
+    def has(self, field: str) -> bool:
+        return any(field in m.split("\n") for m in self.drain())
+
+    def index(self, field: str, start: int = 0) -> int:
+        return next(i for i, m in enumerate(self.messages) if i >= start and field in
+                    m.split("\n"))
+
+
+def test_notify_sequence(tmp_path: Path) -> None:
+    listener = Listener(str(tmp_path / "notify.sock"))
+    config = write_config(tmp_path, [fake_engine(tmp_path, "a", health_interval="50ms")])
+    sup = start_supervisor(config, env={"NOTIFY_SOCKET": str(tmp_path / "notify.sock"),
+                                        "WATCHDOG_USEC": "200000"})
+    try:
+        wait_until(lambda: listener.has("STATUS=1/1 engines running"), 10, "STATUS 1/1")
+        wait_until(lambda: sum("WATCHDOG=1" in m for m in listener.drain()) >= 2, 10,
+                   "two watchdog pings")
+        sup.proc.send_signal(signal.SIGHUP)
+        wait_until(lambda: listener.has("RELOADING=1"), 10, "RELOADING=1")
+        assert sup.stop() == 0
+    finally:
+        sup.close()
+    msgs = listener.drain()
+    ready = listener.index("READY=1")
+    assert ready < listener.index("STATUS=1/1 engines running")
+    assert ready < listener.index("WATCHDOG=1")
+    reloading = listener.index("RELOADING=1")
+    assert any(f.startswith("MONOTONIC_USEC=") for f in msgs[reloading].split("\n"))
+    assert listener.index("READY=1", reloading) > reloading
+    stopping = listener.index("STOPPING=1")
+    assert stopping > reloading
+    assert not [m for m in msgs[stopping + 1:] if "WATCHDOG=1" in m or "READY=1" in m]
+
+
+def test_abstract_socket_names() -> None:
+    name = f"cuzkd-test-{os.getpid()}"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind("\0" + name)
+    sock.settimeout(5)
+    with sock:
+        Notifier({"NOTIFY_SOCKET": "@" + name}).send("READY=1", "STATUS=ok")
+        assert sock.recv(100) == b"READY=1\nSTATUS=ok"
+
+
+def test_watchdog_interval_is_half_and_respects_watchdog_pid() -> None:
+    assert Notifier({"WATCHDOG_USEC": "2000000"}).watchdog_interval == 1.0
+    assert Notifier({"WATCHDOG_USEC": "2000000", "WATCHDOG_PID": "1"}).watchdog_interval is None
+    assert Notifier({}).watchdog_interval is None
+    assert not Notifier({}).enabled

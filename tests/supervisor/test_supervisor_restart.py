@@ -1,0 +1,101 @@
+"""Restart behaviour of a real supervisor with real (tiny) engine processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from datetime import datetime
+from pathlib import Path
+
+from sv_harness import fake_engine, start_supervisor, wait_until, write_config
+
+FAST = {"health_interval": "50ms", "stop_timeout": "1s"}
+
+
+def _ts(event: dict[str, object]) -> float:
+    return datetime.fromisoformat(str(event["timestamp"])).timestamp()
+
+
+def test_crash_loop_backs_off_with_growing_delays(tmp_path: Path) -> None:
+    eng = fake_engine(tmp_path, "crashy", args=["--exit-after", "0.05"],
+                      backoff_initial="100ms", backoff_max="800ms", backoff_multiplier=2.0,
+                      **FAST)
+    sup = start_supervisor(write_config(tmp_path, [eng]))
+    try:
+        wait_until(lambda: len(sup.events("engine_state", engine="crashy", new="backoff")) >= 5,
+                   20, "five backoff periods")
+        info = sup.engine("crashy")
+    finally:
+        assert sup.stop() == 0
+    backoffs = sup.events("engine_state", engine="crashy", new="backoff")
+    delays = [float(e["restart_delay"]) for e in backoffs]
+    # 100ms, 200ms, 400ms, 800ms (cap) with at most 20% jitter off each
+    assert delays[:3] == sorted(delays[:3])
+    for expected, got in zip([0.1, 0.2, 0.4, 0.8, 0.8], delays, strict=False):
+        assert expected * 0.79 <= got <= expected + 1e-3, delays
+    # the replacement never started before its delay was over
+    spawns = [_ts(e) for e in sup.events("engine_spawned", engine="crashy")]
+    for event, delay in zip(backoffs[:4], delays, strict=False):
+        after = [t for t in spawns if t >= _ts(event)]
+        assert after and after[0] - _ts(event) >= delay - 0.01
+    assert info["exits"]["exit_1"] >= 5
+    assert info["restarts"] >= 5
+
+
+def test_healthy_engine_killed_restarts_at_once(tmp_path: Path) -> None:
+    # Two failed starts build up backoff; a healthy run of backoff_reset_after resets it.
+    eng = fake_engine(tmp_path, "steady",
+                      args=["--pidfile", str(tmp_path / "pids"), "--fail-starts", "2"],
+                      backoff_initial="300ms", backoff_max="5s", backoff_reset_after="500ms",
+                      **FAST)
+    sup = start_supervisor(write_config(tmp_path, [eng]))
+    try:
+        first = sup.wait_engine("steady", lambda e: e["state"] == "running" and e["restarts"] == 2)
+        assert len(sup.events("engine_state", engine="steady", new="backoff")) == 1
+        wait_until(lambda: len(sup.events("engine_output", engine="steady")) >= 3, 5, "output")
+        # stay healthy longer than backoff_reset_after
+        sup.wait_engine("steady", lambda e: e["started_at"] is not None, what="started")
+        wait_until(lambda: time.time() - first["started_at"] > 0.8, 5, "0.8s up")
+        os.kill(first["pid"], signal.SIGKILL)
+        after = sup.wait_engine("steady", lambda e: e["pid"] not in (None, first["pid"]))
+    finally:
+        assert sup.stop() == 0
+    assert after["last_exit_cause"] == "signal_SIGKILL"
+    # no second backoff period: the kill led straight to a new process
+    assert len(sup.events("engine_state", engine="steady", new="backoff")) == 1
+
+
+def test_hung_engine_is_killed_and_restarted_after_unhealthy_after(tmp_path: Path) -> None:
+    eng = fake_engine(tmp_path, "hangs", args=["--hang-after", "0.3"],
+                      unhealthy_after="600ms", backoff_initial="100ms", **FAST)
+    ok = fake_engine(tmp_path, "fine", **FAST)
+    sup = start_supervisor(write_config(tmp_path, [eng, ok]))
+    try:
+        first = sup.wait_engine("hangs", lambda e: e["state"] == "running")
+        after = sup.wait_engine("hangs", lambda e: e["pid"] not in (None, first["pid"]),
+                                timeout=20, what="a replacement process")
+        fine = sup.engine("fine")
+    finally:
+        assert sup.stop() == 0
+    assert after["exits"] == {"unhealthy": 1}
+    assert after["restarts"] == 1
+    [kill] = sup.events("engine_state", engine="hangs", new="stopping",
+                        reason="status silent for unhealthy_after")
+    assert _ts(kill) - first["started_at"] >= 0.3 + 0.6 - 0.05
+    assert fine["state"] == "running" and fine["restarts"] == 0
+
+
+def test_garbage_status_never_becomes_running(tmp_path: Path) -> None:
+    eng = fake_engine(tmp_path, "garbled", "garbage", start_timeout="500ms",
+                      backoff_initial="100ms", **FAST)
+    ok = fake_engine(tmp_path, "fine", **FAST)
+    sup = start_supervisor(write_config(tmp_path, [eng, ok]))
+    try:
+        info = sup.wait_engine("garbled", lambda e: e["exits"].get("start_timeout", 0) >= 1,
+                               timeout=20)
+        assert not sup.events("engine_state", engine="garbled", new="running")
+        assert sup.engine("fine")["state"] == "running"
+    finally:
+        assert sup.stop() == 0
+    assert info["last_exit_cause"] == "start_timeout"
