@@ -1,10 +1,128 @@
-"""Subcommands of the supervisor package (placeholder until its issue lands)."""
+"""Subcommands of the supervisor: ``run``, ``check-config``, ``status``, ``start|stop|restart``.
+
+Exit codes follow sysexits.h where one fits: 78 (EX_CONFIG) for a bad config, 69
+(EX_UNAVAILABLE) when the control socket cannot be reached, 1 when the supervisor refuses a
+request.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
+import sys
+import time
 from typing import Any
+
+from cuzkd.config import EX_CONFIG, Config, ConfigError, default_config, load_config
+from cuzkd.logs import configure_logging
+from cuzkd.supervisor.control_client import ControlRequestFailed, ControlUnavailable, call
+
+EX_UNAVAILABLE = 69
 
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
     """Add this package's subcommands to ``cuzkd``."""
+    run = sub.add_parser("run", help="run the supervisor daemon (systemd service, container PID 1)")
+    run.add_argument("--config", metavar="PATH", help="TOML config (default: one bundled engine "
+                                                      "per GPU, or one CPU engine)")
+    run.add_argument("--demo", action="store_true",
+                     help="drive a steady synthetic job load into the bundled engines")
+    run.set_defaults(handler=_run)
+
+    check = sub.add_parser("check-config", help="validate a config file without starting")
+    check.add_argument("path", metavar="PATH")
+    check.set_defaults(handler=_check_config)
+
+    status = sub.add_parser("status", help="show the supervised engines")
+    status.add_argument("--config", metavar="PATH", help="config naming the control socket")
+    status.add_argument("--json", action="store_true", help="print the control API's JSON")
+    status.set_defaults(handler=_status)
+
+    for verb in ("start", "stop", "restart"):
+        cmd = sub.add_parser(verb, help=f"{verb} one engine")
+        cmd.add_argument("name", metavar="NAME")
+        cmd.add_argument("--config", metavar="PATH", help="config naming the control socket")
+        cmd.set_defaults(handler=_engine_action, verb=verb)
+
+
+def _load(path: str | None) -> Config:
+    return load_config(path) if path else default_config()
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        config = _load(args.config)
+    except ConfigError as exc:
+        print(f"cuzkd: {exc}", file=sys.stderr)
+        return EX_CONFIG
+    configure_logging(level=config.supervisor.log_level)
+    from cuzkd.supervisor.daemon import Supervisor  # the daemon's imports are for `run` only
+
+    return asyncio.run(Supervisor(config, demo=args.demo).run())
+
+
+def _check_config(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.path)
+    except ConfigError as exc:
+        print(f"cuzkd: {exc}", file=sys.stderr)
+        return EX_CONFIG
+    names = ", ".join(e.name for e in config.engine)
+    print(f"{args.path}: OK ({len(config.engine)} engine(s): {names})")
+    return 0
+
+
+def _control(args: argparse.Namespace, method: str, path: str) -> tuple[int, Any]:
+    try:
+        config = _load(args.config)
+    except ConfigError as exc:
+        print(f"cuzkd: {exc}", file=sys.stderr)
+        return EX_CONFIG, None
+    try:
+        return 0, call(config.control_socket, method, path)
+    except ControlUnavailable as exc:
+        print(f"cuzkd: {exc}", file=sys.stderr)
+        return EX_UNAVAILABLE, None
+    except ControlRequestFailed as exc:
+        print(f"cuzkd: {exc}", file=sys.stderr)
+        return 1, None
+
+
+def _status(args: argparse.Namespace) -> int:
+    code, body = _control(args, "GET", "/v1/engines")
+    if code:
+        return code
+    if args.json:
+        print(json.dumps(body, indent=2))
+        return 0
+    print(f"{'ENGINE':<16} {'STATE':<9} {'PID':>7} {'UPTIME':>9} {'RESTARTS':>8}  LAST EXIT")
+    for eng in body["engines"]:
+        print(f"{eng['name']:<16} {eng['state']:<9} {eng['pid'] or '-':>7} "
+              f"{_uptime(eng['started_at']):>9} {eng['restarts']:>8}  "
+              f"{_last_exit(eng)}")
+    return 0
+
+
+def _uptime(started_at: float | None) -> str:
+    if started_at is None:
+        return "-"
+    secs = int(time.time() - started_at)
+    return f"{secs // 3600}h{secs % 3600 // 60:02d}m" if secs >= 3600 else f"{secs}s"
+
+
+def _last_exit(eng: dict[str, Any]) -> str:
+    text = eng["last_exit_cause"] or "-"
+    if eng.get("next_restart_at"):
+        text += f" (restart in {max(0.0, eng['next_restart_at'] - time.time()):.1f}s)"
+    if eng.get("last_error"):
+        text += f" error: {eng['last_error']}"
+    return text
+
+
+def _engine_action(args: argparse.Namespace) -> int:
+    code, body = _control(args, "POST", f"/v1/engines/{args.name}/{args.verb}")
+    if code:
+        return code
+    print(f"{body['name']}: {body['state']} (pid {body['pid'] or '-'})")
+    return 0

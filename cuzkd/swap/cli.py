@@ -1,10 +1,113 @@
-"""Subcommands of the swap package (placeholder until its issue lands)."""
+"""``cuzkd swap PATH [--smoke ARGS] [--settle 10s]`` and ``cuzkd swap --rollback``.
+
+Talks to ``POST /v1/swap`` on the control socket and prints each step as it streams in.
+Exit 0 when every affected engine ended healthy on the new release, 1 when the swap was refused
+or rolled back (the reason is printed), 69 when the supervisor can't be reached, 78 for a bad
+config.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
 from typing import Any
+
+import aiohttp
+
+from cuzkd.config import EX_CONFIG, ConfigError, default_config, load_config
+from cuzkd.supervisor.control_client import ControlUnavailable
+
+EX_UNAVAILABLE = 69
 
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
-    """Add this package's subcommands to ``cuzkd``."""
+    """Add ``swap`` to ``cuzkd``."""
+    swap = sub.add_parser(
+        "swap",
+        help="atomically swap the engine binary, with rolling restart and automatic rollback",
+    )
+    swap.add_argument("path", metavar="PATH", nargs="?", help="the new engine binary")
+    swap.add_argument("--rollback", action="store_true",
+                      help="go back to the previous release instead")
+    swap.add_argument("--smoke", metavar="ARGS",
+                      help="run the new binary with ARGS first (e.g. \"--version\"); "
+                      "it must exit 0")
+    swap.add_argument("--settle", metavar="DURATION", default="10s",
+                      help="how long each restarted engine must stay healthy (default 10s)")
+    swap.add_argument("--config", metavar="PATH", help="config naming the control socket")
+    swap.set_defaults(handler=_swap)
+
+
+def _swap(args: argparse.Namespace) -> int:
+    if bool(args.path) == bool(args.rollback):
+        print("cuzkd swap: give a PATH or --rollback", file=sys.stderr)
+        return 2
+    try:
+        config = load_config(args.config) if args.config else default_config()
+    except ConfigError as exc:
+        print(f"cuzkd: {exc}", file=sys.stderr)
+        return EX_CONFIG
+    request: dict[str, Any] = {"settle": args.settle}
+    if args.rollback:
+        request["rollback"] = True
+    else:
+        # The supervisor resolves the path itself: make it absolute against our cwd.
+        request["path"] = str(Path(args.path).absolute())
+        if args.smoke is not None:
+            request["smoke"] = args.smoke
+    try:
+        return asyncio.run(_stream(config.control_socket, request))
+    except ControlUnavailable as exc:
+        print(f"cuzkd: {exc}", file=sys.stderr)
+        return EX_UNAVAILABLE
+
+
+async def _stream(socket_path: Path, request: dict[str, Any]) -> int:
+    connector = aiohttp.UnixConnector(path=str(socket_path))
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
+    try:
+        async with (
+            aiohttp.ClientSession(connector=connector, timeout=timeout) as session,
+            session.post("http://cuzkd/v1/swap", json=request) as resp,
+        ):
+            if resp.status >= 400:
+                body = await resp.json(content_type=None)
+                print(f"cuzkd swap: refused: {body.get('error')}", file=sys.stderr)
+                return 1
+            result: dict[str, Any] = {}
+            async for raw in resp.content:
+                event = json.loads(raw)
+                if event.get("event") == "result":
+                    result = event
+                else:
+                    print(_describe(event), flush=True)
+    except aiohttp.ClientConnectorError as exc:
+        raise ControlUnavailable(
+            f"cannot reach the supervisor at {socket_path}: {exc.os_error.strerror} "
+            "(is `cuzkd run` running with this config?)"
+        ) from None
+    except aiohttp.ClientError as exc:
+        raise ControlUnavailable(f"control socket {socket_path}: {exc}") from None
+    return _report(result)
+
+
+def _describe(event: dict[str, Any]) -> str:
+    step = event.pop("event", "?")
+    details = " ".join(f"{k}={v}" for k, v in event.items() if v is not None)
+    return f"  {step:<12} {details}"
+
+
+def _report(result: dict[str, Any]) -> int:
+    if not result:
+        print("cuzkd swap: the supervisor closed the stream without a result", file=sys.stderr)
+        return 1
+    if result["result"] == "ok":
+        print(f"swap ok: release {result['release']} active, engines: "
+              f"{', '.join(result['engines']) or 'none use {binary}'}")
+        return 0
+    print(f"swap {result['result']}: {result['reason']} (active release: {result['release']})",
+          file=sys.stderr)
+    return 1

@@ -19,6 +19,7 @@ import ops_support as ops
 import pytest
 import yaml
 
+from cuzkd.cli import build_parser
 from cuzkd.config import load_config
 from cuzkd.units import parse_duration
 
@@ -129,6 +130,14 @@ def test_compose_gives_cuzkd_time_to_stop_its_engines() -> None:
     grace = load_config(DEPLOY / "cuzkd.toml").supervisor.shutdown_grace
     assert parse_duration(cuzkd["stop_grace_period"]) > grace
     assert "/etc/cuzkd/cuzkd.toml" in " ".join(cuzkd["volumes"])
+
+
+def test_entrypoint_and_compose_command_are_accepted_by_the_cli() -> None:
+    """compose appends its `command` to the image's ENTRYPOINT: the result must parse."""
+    (entrypoint,) = [json.loads(a) for w, a in _instructions() if w == "ENTRYPOINT"]
+    argv = entrypoint[1:] + _compose()["services"]["cuzkd"]["command"]
+    args = build_parser().parse_args(argv)
+    assert args.command == "run" and args.config == "/etc/cuzkd/cuzkd.toml" and args.demo
 
 
 def test_gpu_override_builds_the_cuda_image_with_the_gpu_extra() -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 import ops_support as ops
 import pytest
 
+from cuzkd.cli import build_parser
 from cuzkd.config import load_config
 from cuzkd.units import parse_duration
 
@@ -88,6 +89,8 @@ def test_security_exposure_is_low_and_documented(tmp_path: Path) -> None:
     assert score <= MAX_EXPOSURE
     docs = (ops.REPO / "docs" / "operations.md").read_text(encoding="utf-8")
     assert f"exposure score **{score:.1f}**" in docs, f"docs/operations.md must state {score}"
+    readme = (ops.REPO / "README.md").read_text(encoding="utf-8")
+    assert f"scores **{score:.1f}**" in readme, f"README's Install (systemd) must state {score}"
 
 
 def test_unit_has_the_settings_cuzkd_relies_on() -> None:
@@ -107,6 +110,8 @@ def test_unit_has_the_settings_cuzkd_relies_on() -> None:
     assert parse_duration(d["Service.WatchdogSec"][0]) > 0
     assert d["Service.ExecReload"] == ["/bin/kill -HUP $MAINPID"]
     assert d["Service.ExecStart"] == [f"{SHIPPED_BINARY} run --config /etc/cuzkd/cuzkd.toml"]
+    args = build_parser().parse_args(d["Service.ExecStart"][0].split()[1:])
+    assert args.command == "run" and args.config == "/etc/cuzkd/cuzkd.toml"
     assert d["Service.RestrictAddressFamilies"] == ["AF_UNIX AF_INET AF_INET6"]
     assert d["Service.SystemCallFilter"][0] == "@system-service"
     assert d["Service.CapabilityBoundingSet"] == [""]

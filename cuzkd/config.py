@@ -1,0 +1,297 @@
+"""The supervisor's configuration: TOML in, typed and fully validated structs out.
+
+Everything an operator can get wrong is caught here, before any engine starts: unknown keys,
+wrong types, duplicate names and impossible values all raise :class:`ConfigError` whose message
+names the file, the key (``engine[1].backoff_max``) and the problem, and ``cuzkd run`` /
+``cuzkd check-config`` turn it into exit code 78 (EX_CONFIG). Durations are resolved to float
+seconds at load so nothing downstream parses strings.
+
+The structs are frozen and compare by value: a SIGHUP reload diffs engines with ``==``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sys
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar
+
+import msgspec
+
+from cuzkd.units import parse_duration
+
+#: sysexits.h EX_CONFIG: what ``cuzkd run``/``check-config`` exit with on a bad config.
+EX_CONFIG = 78
+
+_T = TypeVar("_T")
+
+#: argv[0] placeholder for "the active release's binary" (resolved at spawn time by swap).
+BINARY_PLACEHOLDER = "{binary}"
+
+DEFAULT_METRICS_LISTEN = "127.0.0.1:9822"
+
+
+class ConfigError(Exception):
+    """A configuration mistake; the message is meant for the operator as is."""
+
+
+class Seconds(float):
+    """A duration in seconds; the file says ``"250ms"``, ``"30s"``, ``"5m"`` or a number."""
+
+
+_NAME = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9_-]+$", min_length=1, max_length=64)]
+_POSITIVE_INT = Annotated[int, msgspec.Meta(ge=1)]
+Restart = Literal["always", "on-failure", "never"]
+LogLevel = Literal["debug", "info", "warning", "error"]
+
+
+class SupervisorConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """``[supervisor]``. Empty ``state_dir``/``control_socket`` mean "the default"."""
+
+    state_dir: str = ""
+    control_socket: str = ""
+    shutdown_grace: Seconds = Seconds(30)
+    log_level: LogLevel = "info"
+    #: swap: the binary ``{binary}`` engines run before the first swap (optional)
+    initial_binary: str = ""
+    #: swap: how many releases to keep on disk
+    keep_releases: _POSITIVE_INT = 3
+
+
+class MetricsConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """``[metrics]``: the TCP listener for /metrics, /status and /healthz (read-only)."""
+
+    listen: str = DEFAULT_METRICS_LISTEN
+
+
+class EngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """One ``[[engine]]``. ``command=None`` is the bundled engine run with this Python."""
+
+    name: _NAME
+    command: list[str] | None = None
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+    status_url: str = ""
+    listen: str = ""
+    restart: Restart = "always"
+    backoff_initial: Seconds = Seconds(0.1)
+    backoff_max: Seconds = Seconds(30)
+    backoff_multiplier: Annotated[float, msgspec.Meta(ge=1.0, le=100.0)] = 2.0
+    backoff_reset_after: Seconds = Seconds(60)
+    start_timeout: Seconds = Seconds(60)
+    health_interval: Seconds = Seconds(1)
+    unhealthy_after: Seconds = Seconds(15)
+    stop_signal: str = "SIGTERM"
+    stop_timeout: Seconds = Seconds(30)
+
+    @property
+    def bundled(self) -> bool:
+        return self.command is None
+
+    @property
+    def uses_binary(self) -> bool:
+        """True when argv[0] is ``{binary}``: the engine runs the active swap release."""
+        return self.command is not None and self.command[0] == BINARY_PLACEHOLDER
+
+    @property
+    def stop_signum(self) -> signal.Signals:
+        return signal.Signals[self.stop_signal]
+
+
+class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """The whole file. ``path`` is None for the embedded default."""
+
+    supervisor: SupervisorConfig = SupervisorConfig()
+    metrics: MetricsConfig = MetricsConfig()
+    engine: list[EngineConfig] = msgspec.field(default_factory=list)
+    path: str | None = None
+
+    @property
+    def state_dir(self) -> Path:
+        return Path(self.supervisor.state_dir) if self.supervisor.state_dir else default_state_dir()
+
+    @property
+    def control_socket(self) -> Path:
+        if self.supervisor.control_socket:
+            return Path(self.supervisor.control_socket)
+        return self.state_dir / "control.sock"
+
+    def engine_command(self, engine: EngineConfig) -> list[str]:
+        """argv for ``engine`` (``{binary}`` left in place: resolved at spawn time)."""
+        if engine.command is not None:
+            return list(engine.command)
+        return [sys.executable, "-m", "cuzkd", "engine", "--listen", self._bundled_listen(engine)]
+
+    def status_address(self, engine: EngineConfig) -> str:
+        """``unix:/path`` (GET /status over the socket) or ``http://host:port/status``."""
+        if engine.status_url:
+            return engine.status_url
+        listen = self._bundled_listen(engine)
+        return listen if listen.startswith("unix:") else f"http://{listen}/status"
+
+    def _bundled_listen(self, engine: EngineConfig) -> str:
+        if engine.listen:
+            return engine.listen
+        return f"unix:{self.state_dir / 'engines' / f'{engine.name}.sock'}"
+
+
+def default_state_dir() -> Path:
+    """/var/lib/cuzkd as root, else $XDG_STATE_HOME/cuzkd (~/.local/state/cuzkd)."""
+    if os.geteuid() == 0:
+        return Path("/var/lib/cuzkd")
+    xdg = os.environ.get("XDG_STATE_HOME")
+    base = Path(xdg) if xdg else Path.home() / ".local" / "state"
+    return base / "cuzkd"
+
+
+def visible_gpu_count(proc_root: Path = Path("/proc/driver/nvidia/gpus")) -> int:
+    """GPUs the NVIDIA driver exposes (no CuPy needed in the supervisor)."""
+    try:
+        return sum(1 for _ in proc_root.iterdir())
+    except OSError:
+        return 0
+
+
+def default_engines(gpus: int) -> list[EngineConfig]:
+    """One bundled engine per GPU pinned with CUDA_VISIBLE_DEVICES, or one CPU engine."""
+    if gpus == 0:
+        return [EngineConfig(name="cpu0")]
+    return [EngineConfig(name=f"gpu{i}", env={"CUDA_VISIBLE_DEVICES": str(i)}) for i in range(gpus)]
+
+
+def default_config() -> Config:
+    """The embedded default used when ``cuzkd run`` gets no ``--config``."""
+    return Config(engine=default_engines(visible_gpu_count()))
+
+
+def load_config(path: str | Path) -> Config:
+    """Read, validate and resolve a TOML config file; raise ConfigError naming file and key."""
+    where = str(path)
+    try:
+        with Path(path).open("rb") as fh:
+            raw = tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"{where}: file not found") from None
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{where}: invalid TOML: {exc}") from None
+    return parse_config(raw, where)
+
+
+def parse_config(raw: Mapping[str, Any], where: str) -> Config:
+    """Validate an already-parsed TOML document (``where`` names it in messages)."""
+    data = dict(raw)
+    if "path" in data:
+        raise ConfigError(f"{where}: key `path`: unknown key")
+    defaults = data.pop("engine_defaults", {})
+    if not isinstance(defaults, dict):
+        raise ConfigError(f"{where}: key `engine_defaults`: expected a table")
+    if "name" in defaults:
+        raise ConfigError(f"{where}: key `engine_defaults.name`: names must be set per engine")
+    # Validate the defaults on their own first so their mistakes name `engine_defaults.*`.
+    _convert({"name": "defaults", **defaults}, EngineConfig, where, "engine_defaults")
+    engines = data.get("engine", [])
+    if isinstance(engines, list):
+        data["engine"] = [
+            {**defaults, **e} if isinstance(e, dict) else e for e in engines
+        ]
+    config = _convert(data, Config, where, "")
+    if not config.engine:
+        config = msgspec.structs.replace(config, engine=default_engines(visible_gpu_count()))
+    config = msgspec.structs.replace(config, path=where)
+    _check(config, where)
+    return config
+
+
+def _duration_hook(typ: type, obj: Any) -> Any:
+    if typ is Seconds:
+        if not isinstance(obj, str | int | float) or isinstance(obj, bool):
+            raise ValueError(f"expected a duration such as '30s' or a number, got {obj!r}")
+        return Seconds(parse_duration(obj))
+    raise NotImplementedError
+
+
+_PATH_RE = re.compile(r"^(?P<msg>.*) - at `\$\.?(?P<path>[^`]*)`$", re.DOTALL)
+_UNKNOWN_RE = re.compile(r"^Object contains unknown field `(?P<field>[^`]*)`$")
+
+
+def _convert(data: Any, typ: type[_T], where: str, prefix: str) -> _T:
+    try:
+        return msgspec.convert(data, typ, dec_hook=_duration_hook)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(_format_validation(str(exc), where, prefix)) from None
+
+
+def _format_validation(text: str, where: str, prefix: str) -> str:
+    """``Expected `int`, got `str` - at `$.engine[1].x``` → ``FILE: key `engine[1].x`: ...``."""
+    match = _PATH_RE.match(text)
+    msg, path = (match.group("msg"), match.group("path")) if match else (text, "")
+    unknown = _UNKNOWN_RE.match(msg)
+    if unknown:
+        path = f"{path}.{unknown.group('field')}" if path else unknown.group("field")
+        msg = "unknown key"
+    if prefix:
+        path = f"{prefix}.{path}" if path else prefix
+    msg = msg.replace("`", "")
+    return f"{where}: key `{path}`: {msg}" if path else f"{where}: {msg}"
+
+
+def _check(config: Config, where: str) -> None:
+    """Cross-field rules msgspec cannot express."""
+
+    def fail(key: str, problem: str) -> ConfigError:
+        return ConfigError(f"{where}: key `{key}`: {problem}")
+
+    try:
+        parse_listen(config.metrics.listen)
+    except ValueError as exc:
+        raise fail("metrics.listen", str(exc)) from None
+    seen: dict[str, int] = {}
+    for i, eng in enumerate(config.engine):
+        key = f"engine[{i}]"
+        if eng.name in seen:
+            raise fail(f"{key}.name", f"duplicate engine name {eng.name!r} "
+                                      f"(also engine[{seen[eng.name]}])")
+        seen[eng.name] = i
+        if eng.command is not None:
+            if not eng.command or not eng.command[0]:
+                raise fail(f"{key}.command", "must be a non-empty list (omit it for the bundled "
+                                             "engine)")
+            if not eng.status_url:
+                raise fail(f"{key}.status_url", "required when `command` is set (the supervisor "
+                                                "must know where the engine serves its status)")
+            if eng.listen:
+                raise fail(f"{key}.listen", "only for the bundled engine (omit `command`)")
+        if eng.status_url and not eng.status_url.startswith(("http://", "unix:")):
+            raise fail(f"{key}.status_url", f"{eng.status_url!r} must start with http:// or unix:")
+        if eng.listen and not eng.listen.startswith("unix:"):
+            try:
+                parse_listen(eng.listen)
+            except ValueError as exc:
+                raise fail(f"{key}.listen", str(exc)) from None
+        if eng.stop_signal not in signal.Signals.__members__:
+            raise fail(f"{key}.stop_signal", f"unknown signal {eng.stop_signal!r} "
+                                             "(use a name such as 'SIGTERM')")
+        positive = ("backoff_initial", "backoff_max", "backoff_reset_after", "start_timeout",
+                    "health_interval", "unhealthy_after", "stop_timeout")
+        for field in positive:
+            if getattr(eng, field) <= 0:
+                raise fail(f"{key}.{field}", "must be greater than zero")
+        if eng.backoff_max < eng.backoff_initial:
+            raise fail(f"{key}.backoff_max", f"{eng.backoff_max:g}s is less than "
+                                             f"backoff_initial ({eng.backoff_initial:g}s)")
+        if eng.unhealthy_after < eng.health_interval:
+            raise fail(f"{key}.unhealthy_after", f"{eng.unhealthy_after:g}s is shorter than "
+                                                 f"health_interval ({eng.health_interval:g}s)")
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """``"127.0.0.1:9822"`` / ``"[::1]:9822"`` → (host, port); ValueError otherwise."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"{value!r} is not HOST:PORT")
+    return host.strip("[]"), int(port)

@@ -1,0 +1,100 @@
+"""The control API: HTTP on a Unix socket (mode 0600), never on TCP.
+
+Everything that changes state lives here, so only the socket's owner (root under systemd) can
+stop or restart engines; the TCP metrics listener is read-only. Other packages add routes
+(``POST /v1/swap``) through the ``control_routes`` hooks the Supervisor is given. Every error
+is a JSON ``{"error": "..."}`` with a 4xx/5xx status.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+if TYPE_CHECKING:
+    from cuzkd.supervisor.daemon import Supervisor
+
+RouteHook = Callable[[web.Application], None]
+_Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+#: The Supervisor an app serves, for route hooks that need it.
+SUPERVISOR_KEY: web.AppKey[Supervisor] = web.AppKey("supervisor")
+
+
+@web.middleware
+async def json_errors(request: web.Request, handler: _Handler) -> web.StreamResponse:
+    """Turn aiohttp's text errors (404, 405, ...) into the API's JSON error shape."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return web.json_response({"error": exc.reason if exc.text is None or
+                                  exc.text.startswith(f"{exc.status}:") else exc.text},
+                                 status=exc.status)
+
+
+def build_control_app(supervisor: Supervisor, hooks: Sequence[RouteHook]) -> web.Application:
+    app = web.Application(middlewares=[json_errors])
+    app[SUPERVISOR_KEY] = supervisor
+
+    async def engines(request: web.Request) -> web.Response:
+        del request
+        return web.json_response({"engines": supervisor.engines_info()})
+
+    async def about(request: web.Request) -> web.Response:
+        del request
+        return web.json_response(supervisor.about())
+
+    async def action(request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        verb = request.match_info["action"]
+        if not supervisor.has_engine(name):
+            return web.json_response({"error": f"no engine named {name!r}"}, status=404)
+        if verb == "restart":
+            await supervisor.restart_engine(name)
+        elif verb == "stop":
+            await supervisor.stop_engine(name)
+        elif verb == "start":
+            await supervisor.start_engine(name)
+        else:
+            return web.json_response({"error": f"unknown action {verb!r} (use start, stop or "
+                                               "restart)"}, status=404)
+        return web.json_response(supervisor.engine_info(name))
+
+    app.router.add_get("/v1/engines", engines)
+    app.router.add_get("/v1/supervisor", about)
+    app.router.add_post("/v1/engines/{name}/{action}", action)
+    for hook in hooks:
+        hook(app)
+    return app
+
+
+def bind_control_socket(path: Path) -> socket.socket:
+    """Bind a 0600 listening Unix socket at ``path``, replacing a stale one.
+
+    The mode is set before ``listen()``, so there is no moment a client could connect to a
+    socket with looser permissions. The caller holds the state-dir lock, so an existing socket
+    belongs to a previous, dead supervisor.
+    """
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        if stat.S_ISSOCK(path.lstat().st_mode):
+            path.unlink()
+    except FileNotFoundError:
+        pass
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(os.fspath(path))
+        path.chmod(0o600)
+        sock.listen(64)
+    except OSError:
+        sock.close()
+        raise
+    return sock

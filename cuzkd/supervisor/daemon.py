@@ -1,0 +1,360 @@
+"""``cuzkd run``: the supervisor daemon.
+
+One asyncio loop owns everything: the reaper (SIGCHLD), the signal handlers (TERM/INT stop,
+HUP reload), one :class:`EngineRunner` per configured engine, the control API on a Unix socket,
+the read-only metrics listener, the systemd watchdog and the optional demo load. Every task it
+starts is cancelled and awaited before :meth:`Supervisor.run` returns.
+
+The per-engine rules live in the pure lifecycle; this module wires events and owns the
+supervisor-wide concerns: PID-1/subreaper duties, shutdown ordering, config reload, sd_notify.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import Coroutine, Sequence
+from typing import Any
+
+import msgspec
+import structlog
+from aiohttp import web
+
+from cuzkd.config import (
+    Config,
+    ConfigError,
+    EngineConfig,
+    default_config,
+    load_config,
+    parse_listen,
+)
+from cuzkd.metrics.sample import SupervisorSample
+from cuzkd.supervisor import demo
+from cuzkd.supervisor.control import RouteHook, bind_control_socket, build_control_app
+from cuzkd.supervisor.lifecycle import State
+from cuzkd.supervisor.notify import Notifier
+from cuzkd.supervisor.process import set_child_subreaper
+from cuzkd.supervisor.reaper import Reaper
+from cuzkd.supervisor.runner import BinaryResolver, EngineRunner
+from cuzkd.supervisor.statedir import StateDirBusy, StateDirLock
+from cuzkd.supervisor.web import build_metrics_app
+
+log = structlog.get_logger("cuzkd.supervisor")
+
+#: After shutdown_grace and a SIGKILL, how long to wait for the kernel to deliver the exits.
+KILL_SETTLE = 5.0
+
+
+class StartupError(Exception):
+    """The daemon cannot start (state dir locked, port taken); the message says why."""
+
+
+class Supervisor:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        binary_resolver: BinaryResolver | None = None,
+        control_routes: Sequence[RouteHook] = (),
+        demo: bool = False,
+    ) -> None:
+        self.config = config
+        self._binary_resolver = binary_resolver
+        self._control_routes = list(control_routes)
+        self._demo = demo
+        self._pids: dict[int, EngineRunner] = {}
+        self._runners: dict[str, EngineRunner] = {}
+        self._reaper = Reaper(self._on_child_exit)
+        self._notifier = Notifier()
+        self._stop_event = asyncio.Event()
+        self._stop_signals = 0
+        self._phase = "starting"
+        self._started_at = time.time()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._reload_lock = asyncio.Lock()
+        self._web_runners: list[web.AppRunner] = []
+        self.metrics_address: str | None = None
+        self._last_status_line = ""
+
+    # -- the daemon ----------------------------------------------------------------------
+
+    async def run(self) -> int:
+        """Run until SIGTERM/SIGINT (or :meth:`request_stop`); the exit code."""
+        loop = asyncio.get_running_loop()
+        lock = StateDirLock(self.config.state_dir)
+        try:
+            lock.acquire()
+        except (StateDirBusy, OSError) as exc:
+            log.error("supervisor_start_failed", error=str(exc))
+            return 1
+        if not set_child_subreaper():
+            log.warning("subreaper_refused", detail="orphaned grandchildren will not be reaped")
+        self._reaper.install(loop)
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self._on_stop_signal, signum)
+        loop.add_signal_handler(signal.SIGHUP, self._on_reload_signal)
+        try:
+            await self._start_servers()
+            log.info("supervisor_started", pid=os.getpid(), config=self.config.path,
+                     state_dir=str(self.config.state_dir),
+                     control_socket=str(self.config.control_socket),
+                     metrics=self.metrics_address, engines=len(self.config.engine))
+            for spec in self.config.engine:
+                self._add_runner(spec).start()
+            self._phase = "running"
+            self._notifier.send("READY=1", self._status_line())
+            if self._notifier.watchdog_interval is not None:
+                self._track(self._watchdog(self._notifier.watchdog_interval))
+            if self._demo:
+                self._track(demo.drive(
+                    lambda: [r.status for r in self._runners.values() if r.spec.bundled]))
+            await self._stop_event.wait()
+            self._phase = "stopping"
+            self._notifier.send("STOPPING=1", "STATUS=stopping engines")
+            log.info("supervisor_stopping")
+            await self._cancel_tasks()
+            await self._stop_all()
+            return 0
+        except StartupError as exc:
+            log.error("supervisor_start_failed", error=str(exc))
+            return 1
+        finally:
+            await self._shutdown(loop)
+            lock.release()
+
+    def request_stop(self) -> None:
+        self._stop_event.set()
+
+    async def _start_servers(self) -> None:
+        control = web.AppRunner(build_control_app(self, self._control_routes),
+                                handle_signals=False, access_log=None)
+        metrics = web.AppRunner(build_metrics_app(self), handle_signals=False, access_log=None)
+        for runner in (control, metrics):
+            await runner.setup()
+            self._web_runners.append(runner)
+        try:
+            sock = bind_control_socket(self.config.control_socket)
+        except OSError as exc:
+            raise StartupError(f"cannot bind control socket {self.config.control_socket}: "
+                               f"{exc.strerror}") from None
+        await web.SockSite(control, sock).start()
+        host, port = parse_listen(self.config.metrics.listen)
+        try:
+            await web.TCPSite(metrics, host, port, reuse_address=True).start()
+        except OSError as exc:
+            raise StartupError(f"cannot listen on metrics.listen {self.config.metrics.listen}: "
+                               f"{exc.strerror}") from None
+        bound = metrics.addresses[0]
+        self.metrics_address = f"{bound[0]}:{bound[1]}"
+
+    async def _stop_all(self) -> None:
+        """Stop every engine in parallel; after shutdown_grace, SIGKILL whatever is left."""
+        runners = list(self._runners.values())
+        try:
+            await asyncio.wait_for(asyncio.gather(*(r.stop() for r in runners)),
+                                   self.config.supervisor.shutdown_grace)
+        except TimeoutError:
+            log.warning("shutdown_grace_elapsed", grace=self.config.supervisor.shutdown_grace)
+            for r in runners:
+                r.kill_now()
+            try:
+                await asyncio.wait_for(asyncio.gather(*(r.stop() for r in runners)), KILL_SETTLE)
+            except TimeoutError:
+                log.error("engines_left_running", engines=[r.name for r in runners if r.pid])
+
+    async def _shutdown(self, loop: asyncio.AbstractEventLoop) -> None:
+        await self._cancel_tasks()
+        for runner in self._runners.values():
+            await runner.close()
+        for web_runner in self._web_runners:
+            await web_runner.cleanup()
+        self.config.control_socket.unlink(missing_ok=True)
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            loop.remove_signal_handler(signum)
+        self._reaper.uninstall()
+        self._reaper.reap()
+        log.info("supervisor_stopped", orphans_reaped=self._reaper.orphans_reaped)
+
+    # -- signals and children ----------------------------------------------------------
+
+    def _on_stop_signal(self, signum: int) -> None:
+        self._stop_signals += 1
+        name = signal.Signals(signum).name
+        if self._stop_signals == 1:
+            log.info("signal_received", signal=name, action="stopping engines")
+            self._stop_event.set()
+        else:
+            log.warning("signal_received", signal=name, action="killing engines now")
+            for runner in self._runners.values():
+                runner.kill_now()
+
+    def _on_reload_signal(self) -> None:
+        if self._phase == "running":
+            self._track(self.reload())
+
+    def _on_child_exit(self, pid: int, wait_status: int) -> bool:
+        runner = self._pids.get(pid)
+        if runner is None:
+            log.debug("orphan_reaped", pid=pid, status=os.waitstatus_to_exitcode(wait_status))
+            return False
+        runner.on_exit(wait_status)
+        return True
+
+    async def _watchdog(self, interval: float) -> None:
+        while True:
+            self._notifier.send("WATCHDOG=1")
+            await asyncio.sleep(interval)
+
+    # -- reload --------------------------------------------------------------------------
+
+    async def reload(self) -> None:
+        """Apply the config file again: add, remove and restart changed engines only."""
+        async with self._reload_lock:
+            self._phase = "reloading"
+            self._notifier.reloading()
+            try:
+                new = load_config(self.config.path) if self.config.path else default_config()
+            except ConfigError as exc:
+                log.error("reload_refused", error=str(exc), detail="keeping the running config")
+                return
+            finally:
+                self._phase = "running"
+                self._notifier.send("READY=1", self._status_line())
+            await self._apply_config(new)
+
+    async def _apply_config(self, new: Config) -> None:
+        if (new.supervisor, new.metrics) != (self.config.supervisor, self.config.metrics):
+            log.warning("reload_partial", detail="[supervisor] and [metrics] changes take "
+                                                 "effect at the next start")
+        new_specs = {spec.name: spec for spec in new.engine}
+        gone = [r for name, r in self._runners.items()
+                if name not in new_specs or new_specs[name] != r.spec]
+        await asyncio.gather(*(r.stop() for r in gone))
+        for runner in gone:
+            await runner.close()
+            del self._runners[runner.name]
+        self.config = msgspec.structs.replace(new, supervisor=self.config.supervisor,
+                                              metrics=self.config.metrics)
+        old = self._runners
+        self._runners = {}
+        for spec in new.engine:
+            if spec.name in old:
+                self._runners[spec.name] = old[spec.name]
+            else:
+                self._add_runner(spec).start()
+        log.info("reloaded", engines=list(self._runners),
+                 restarted_or_removed=[r.name for r in gone])
+        self._notify_status()
+
+    # -- engines -------------------------------------------------------------------------
+
+    def _add_runner(self, spec: EngineConfig) -> EngineRunner:
+        runner = EngineRunner(spec, self.config, pids=self._pids,
+                              binary_resolver=self._binary_resolver,
+                              on_change=self._notify_status)
+        self._runners[spec.name] = runner
+        return runner
+
+    def _runner(self, name: str) -> EngineRunner:
+        try:
+            return self._runners[name]
+        except KeyError:
+            raise KeyError(f"no engine named {name!r}") from None
+
+    def has_engine(self, name: str) -> bool:
+        return name in self._runners
+
+    def engine_pid(self, name: str) -> int | None:
+        return self._runner(name).pid
+
+    def engine_names_using_binary(self) -> list[str]:
+        return [name for name, r in self._runners.items() if r.spec.uses_binary]
+
+    async def restart_engine(self, name: str) -> None:
+        await self._runner(name).restart()
+
+    async def stop_engine(self, name: str) -> None:
+        await self._runner(name).stop()
+
+    async def start_engine(self, name: str) -> None:
+        await self._runner(name).start_and_wait()
+
+    async def wait_healthy(self, name: str, settle: float) -> str | None:
+        """None once the status answered and the process then stayed up ``settle`` seconds."""
+        runner = self._runner(name)
+        pid = runner.pid
+        settled = (State.RUNNING, State.FAILED, State.STOPPED, State.BACKOFF)
+        if not await runner.wait_for(lambda: runner.machine.state in settled or runner.pid != pid,
+                                     within=runner.spec.start_timeout):
+            return f"status did not answer within start_timeout ({runner.spec.start_timeout:g}s)"
+        if runner.machine.state is not State.RUNNING or runner.pid != pid:
+            return _not_up(runner)
+        if await runner.wait_for(lambda: runner.pid != pid
+                                 or runner.machine.state is not State.RUNNING, within=settle):
+            return _not_up(runner)
+        return None
+
+    # -- views ---------------------------------------------------------------------------
+
+    async def sample(self, max_age: float = 1.0) -> SupervisorSample:
+        engines = await asyncio.gather(*(r.sample(max_age) for r in self._runners.values()))
+        return SupervisorSample(engines=engines, zombies_reaped_total=self._reaper.orphans_reaped)
+
+    def engines_info(self) -> list[dict[str, Any]]:
+        return [r.info() for r in self._runners.values()]
+
+    def engine_info(self, name: str) -> dict[str, Any]:
+        return self._runner(name).info()
+
+    def about(self) -> dict[str, Any]:
+        running = sum(r.machine.state is State.RUNNING for r in self._runners.values())
+        return {
+            "pid": os.getpid(),
+            "state": self._phase,
+            "started_at": self._started_at,
+            "config": self.config.path,
+            "state_dir": str(self.config.state_dir),
+            "control_socket": str(self.config.control_socket),
+            "metrics_listen": self.metrics_address,
+            "engines_running": running,
+            "engines_total": len(self._runners),
+            "orphans_reaped_total": self._reaper.orphans_reaped,
+        }
+
+    async def status_document(self) -> dict[str, Any]:
+        """``GET /status``: supervisor state and each engine's last status document."""
+        sample = await self.sample(max_age=1.0)
+        engines = []
+        for info, eng in zip(self.engines_info(), sample.engines, strict=True):
+            engines.append({**info, "status": msgspec.to_builtins(eng.status)})
+        return {"supervisor": self.about(), "engines": engines}
+
+    def _status_line(self) -> str:
+        about = self.about()
+        return f"STATUS={about['engines_running']}/{about['engines_total']} engines running"
+
+    def _notify_status(self) -> None:
+        line = self._status_line()
+        if line != self._last_status_line and self._phase != "stopping":
+            self._last_status_line = line
+            self._notifier.send(line)
+
+    # -- task ownership --------------------------------------------------------------------
+
+    def _track(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _cancel_tasks(self) -> None:
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _not_up(runner: EngineRunner) -> str:
+    m = runner.machine
+    return f"engine is {m.state} (last exit: {m.last_exit_cause}, error: {m.last_error})"

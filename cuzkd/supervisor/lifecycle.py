@@ -1,0 +1,231 @@
+"""One engine's process lifecycle as a pure state machine.
+
+The I/O shell (:mod:`cuzkd.supervisor.runner`) feeds it events -- the process was spawned,
+a status poll answered or not, the process exited, an operator asked for stop/start/restart, a
+backoff timer fired -- with the current monotonic time, and executes the actions it returns.
+Nothing here touches processes, clocks or the event loop, so every rule (restart policy,
+backoff, hung-engine detection, exit accounting) is unit-tested directly with a fake clock.
+
+States: ``starting`` (spawned, status not answered yet) → ``running`` (status answered) →
+``stopping`` (stop signal sent) → ``stopped``; ``backoff`` (waiting to restart after a
+failure); ``failed`` (will not restart on its own: restart policy, or the command cannot be
+spawned).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter
+from dataclasses import dataclass, field
+
+from cuzkd.supervisor.backoff import Backoff
+
+
+class State(enum.StrEnum):
+    STARTING = "starting"
+    RUNNING = "running"
+    BACKOFF = "backoff"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class Spawn:
+    """Start a new process now, then report ``spawned`` or ``spawn_failed``."""
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Send the stop signal; SIGKILL the process group after stop_timeout; report ``exited``."""
+
+
+@dataclass(frozen=True)
+class ScheduleStart:
+    """Report ``backoff_elapsed`` after ``delay`` seconds."""
+
+    delay: float
+
+
+@dataclass(frozen=True)
+class CancelScheduledStart:
+    """Drop a pending ScheduleStart timer."""
+
+
+Action = Spawn | Stop | ScheduleStart | CancelScheduledStart
+
+
+class _Intent(enum.Enum):
+    """Why a process is being stopped, which decides what its exit leads to."""
+
+    STOP = "stop"
+    RESTART = "restart"
+    UNHEALTHY = "unhealthy"
+    START_TIMEOUT = "start_timeout"
+
+
+@dataclass(frozen=True)
+class Policy:
+    restart: str  # always | on-failure | never
+    start_timeout: float
+    unhealthy_after: float
+
+
+@dataclass(frozen=True)
+class Transition:
+    """What one event did, for the structured log (one event per state change)."""
+
+    old: State
+    new: State
+    reason: str
+
+
+@dataclass
+class Lifecycle:
+    policy: Policy
+    backoff: Backoff
+    state: State = State.STOPPED
+    pid: int | None = None
+    #: monotonic time of the current process's spawn / first healthy answer / last answer
+    spawned_at: float | None = None
+    healthy_since: float | None = None
+    last_ok: float | None = None
+    #: monotonic time the pending backoff timer fires
+    next_start_at: float | None = None
+    restarts: int = 0
+    #: exit cause (``exit_1``, ``signal_SIGKILL``, ``unhealthy``, ``start_timeout``) -> count
+    exits: Counter[str] = field(default_factory=Counter)
+    last_exit_cause: str | None = None
+    last_error: str | None = None
+    _intent: _Intent | None = None
+    _started_once: bool = False
+    #: transitions since the shell last called take_transitions() (it logs and clears them)
+    _transitions: list[Transition] = field(default_factory=list)
+
+    # -- operator requests -------------------------------------------------------------
+
+    def start_requested(self, now: float) -> list[Action]:
+        del now
+        if self.state in (State.STOPPED, State.FAILED):
+            return [Spawn()]
+        if self.state is State.BACKOFF:
+            return [CancelScheduledStart(), Spawn()]
+        if self.state is State.STOPPING:
+            self._intent = _Intent.RESTART
+        return []
+
+    def stop_requested(self, now: float) -> list[Action]:
+        del now
+        if self.state in (State.STARTING, State.RUNNING):
+            self._intent = _Intent.STOP
+            self._move(State.STOPPING, "stop requested")
+            return [Stop()]
+        if self.state is State.BACKOFF:
+            self.next_start_at = None
+            self._move(State.STOPPED, "stop requested")
+            return [CancelScheduledStart()]
+        if self.state is State.STOPPING:
+            self._intent = _Intent.STOP
+        return []
+
+    def restart_requested(self, now: float) -> list[Action]:
+        if self.state in (State.STARTING, State.RUNNING):
+            self._intent = _Intent.RESTART
+            self._move(State.STOPPING, "restart requested")
+            return [Stop()]
+        if self.state is State.STOPPING:
+            self._intent = _Intent.RESTART
+            return []
+        return self.start_requested(now)
+
+    # -- process events ----------------------------------------------------------------
+
+    def spawned(self, pid: int, now: float) -> None:
+        if self._started_once:
+            self.restarts += 1
+        self._started_once = True
+        self.pid = pid
+        self.spawned_at = now
+        self.healthy_since = None
+        self.last_ok = None
+        self.next_start_at = None
+        self.last_error = None
+        self._intent = None
+        self._move(State.STARTING, "spawned")
+
+    def spawn_failed(self, error: str, now: float) -> None:
+        del now
+        self.pid = None
+        self.last_error = error
+        self._move(State.FAILED, f"spawn failed: {error}")
+
+    def poll(self, now: float, ok: bool) -> list[Action]:
+        """A status poll finished (``ok``: a valid document came back)."""
+        if self.state not in (State.STARTING, State.RUNNING):
+            return []
+        if ok:
+            self.last_ok = now
+            if self.state is State.STARTING:
+                self.healthy_since = now
+                self._move(State.RUNNING, "status answered")
+            return []
+        if self.state is State.STARTING:
+            assert self.spawned_at is not None
+            if now - self.spawned_at >= self.policy.start_timeout:
+                return self._kill(_Intent.START_TIMEOUT, "status did not answer within "
+                                                         "start_timeout")
+        elif self.last_ok is not None and now - self.last_ok >= self.policy.unhealthy_after:
+            return self._kill(_Intent.UNHEALTHY, "status silent for unhealthy_after")
+        return []
+
+    def exited(self, cause: str, clean: bool, now: float) -> list[Action]:
+        """The process is gone. ``cause``: ``exit_N`` or ``signal_NAME``; ``clean``: exit 0."""
+        intent, self._intent = self._intent, None
+        healthy_for = now - self.healthy_since if self.healthy_since is not None else None
+        self.pid = None
+        self.spawned_at = None
+        self.healthy_since = None
+        if intent in (_Intent.UNHEALTHY, _Intent.START_TIMEOUT):
+            assert intent is not None
+            cause, clean = intent.value, False
+        self.exits[cause] += 1
+        self.last_exit_cause = cause
+        if intent is _Intent.STOP:
+            self._move(State.STOPPED, f"stopped ({cause})")
+            return []
+        if intent is _Intent.RESTART:
+            return [Spawn()]
+        wants_restart = self.policy.restart == "always" or (
+            self.policy.restart == "on-failure" and not clean
+        )
+        if not wants_restart:
+            self._move(State.STOPPED if clean else State.FAILED, f"exited ({cause}), "
+                                                                 f"restart={self.policy.restart}")
+            return []
+        delay = self.backoff.next_delay(healthy_for)
+        if delay <= 0:
+            return [Spawn()]
+        self.next_start_at = now + delay
+        self._move(State.BACKOFF, f"exited ({cause}), restarting in {delay:.3f}s")
+        return [ScheduleStart(delay)]
+
+    def backoff_elapsed(self, now: float) -> list[Action]:
+        del now
+        if self.state is not State.BACKOFF:
+            return []
+        return [Spawn()]
+
+    def take_transitions(self) -> list[Transition]:
+        taken, self._transitions = self._transitions, []
+        return taken
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _kill(self, intent: _Intent, reason: str) -> list[Action]:
+        self._intent = intent
+        self._move(State.STOPPING, reason)
+        return [Stop()]
+
+    def _move(self, new: State, reason: str) -> None:
+        self._transitions.append(Transition(self.state, new, reason))
+        self.state = new

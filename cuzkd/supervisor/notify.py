@@ -1,0 +1,53 @@
+"""systemd's sd_notify protocol: one datagram per message to ``$NOTIFY_SOCKET``.
+
+Implemented directly (it is a single ``sendto``) so there is no libsystemd dependency. Without
+``NOTIFY_SOCKET`` every call is a no-op, so the daemon code never checks where it runs. A name
+starting with ``@`` is in the abstract namespace (leading NUL byte).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Mapping
+
+import structlog
+
+log = structlog.get_logger("cuzkd.supervisor")
+
+
+class Notifier:
+    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
+        env = os.environ if environ is None else environ
+        address = env.get("NOTIFY_SOCKET", "")
+        self._address = "\0" + address[1:] if address.startswith("@") else address
+        self.watchdog_interval = _watchdog_interval(env)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self._address)
+
+    def send(self, *fields: str) -> None:
+        """Send ``KEY=VALUE`` lines as one datagram; failures are logged, never raised."""
+        if not self._address:
+            return
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
+                sock.sendto("\n".join(fields).encode(), self._address)
+        except OSError as exc:
+            log.warning("sd_notify_failed", error=str(exc), message=fields)
+
+    def reloading(self) -> None:
+        # Type=notify-reload wants the monotonic timestamp alongside RELOADING=1.
+        usec = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+        self.send("RELOADING=1", f"MONOTONIC_USEC={usec}")
+
+
+def _watchdog_interval(env: Mapping[str, str]) -> float | None:
+    """Half of WATCHDOG_USEC (when it is meant for this process), as systemd recommends."""
+    usec = env.get("WATCHDOG_USEC", "")
+    pid = env.get("WATCHDOG_PID", "")
+    if not usec.isdigit() or int(usec) == 0 or (pid and pid != str(os.getpid())):
+        return None
+    return int(usec) / 1e6 / 2

@@ -1,0 +1,347 @@
+"""The I/O shell around one engine's :class:`~cuzkd.supervisor.lifecycle.Lifecycle`.
+
+It turns real happenings (spawn results, reaped exits, status polls, timers) into lifecycle
+events and executes the actions the lifecycle returns: spawn, stop with escalation, schedule
+or cancel a restart. It owns every task it starts -- the health poll, the stop escalation, the
+two output readers -- and :meth:`EngineRunner.close` cancels and awaits them all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+import psutil
+import structlog
+
+from cuzkd.config import BINARY_PLACEHOLDER, Config, EngineConfig
+from cuzkd.metrics.sample import EngineSample
+from cuzkd.status.client import StatusSource
+from cuzkd.supervisor.backoff import Backoff
+from cuzkd.supervisor.lifecycle import (
+    Action,
+    CancelScheduledStart,
+    Lifecycle,
+    Policy,
+    ScheduleStart,
+    Spawn,
+    State,
+    Stop,
+)
+from cuzkd.supervisor.process import EngineProcess, exit_cause
+
+log = structlog.get_logger("cuzkd.supervisor")
+
+#: Longest engine output line kept whole; longer ones are dropped with a note.
+MAX_LINE_BYTES = 1 << 20
+#: Status fetch timeout for scrapes (health polls use at most health_interval).
+SAMPLE_TIMEOUT = 2.0
+#: Poll period while waiting for the first answer, so "running" is noticed quickly.
+STARTING_POLL = 0.1
+
+BinaryResolver = Callable[[], str]
+
+
+class SpawnError(Exception):
+    pass
+
+
+class EngineRunner:
+    """Runs one configured engine; ``pids`` is the supervisor's pid → runner table."""
+
+    def __init__(
+        self,
+        spec: EngineConfig,
+        config: Config,
+        *,
+        pids: dict[int, EngineRunner],
+        binary_resolver: BinaryResolver | None,
+        on_change: Callable[[], None],
+    ) -> None:
+        self.spec = spec
+        self.argv = config.engine_command(spec)
+        self.status_address = config.status_address(spec)
+        self._socket_path = (
+            Path(self.status_address.removeprefix("unix:"))
+            if spec.bundled and self.status_address.startswith("unix:")
+            else None
+        )
+        self._pids = pids
+        self._binary_resolver = binary_resolver
+        self._on_change = on_change
+        self.machine = Lifecycle(
+            Policy(spec.restart, spec.start_timeout, spec.unhealthy_after),
+            Backoff(spec.backoff_initial, spec.backoff_max, spec.backoff_multiplier,
+                    spec.backoff_reset_after),
+        )
+        self.status = StatusSource(
+            self.status_address, timeout=min(SAMPLE_TIMEOUT, max(spec.health_interval, 0.5))
+        )
+        self._process: EngineProcess | None = None
+        self._exited: asyncio.Event = asyncio.Event()
+        self.started_at: float | None = None  # unix time of the current spawn
+        self._spawns = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._health_task: asyncio.Task[None] | None = None
+        self._changed = asyncio.Event()
+        self._log = log.bind(engine=spec.name)
+
+    # -- requests ------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def pid(self) -> int | None:
+        return self.machine.pid
+
+    def start(self) -> None:
+        self._apply(self.machine.start_requested(time.monotonic()))
+
+    async def start_and_wait(self) -> None:
+        """Start (if not running) and return once a process was spawned or spawning failed."""
+        spawns = self._spawns
+        self.start()
+        if self.machine.state in (State.STOPPING, State.BACKOFF):
+            await self.wait_for(lambda: self._spawns != spawns or self.machine.state is
+                                State.FAILED)
+
+    async def stop(self) -> None:
+        """Stop and return once no process is left (stop_timeout then SIGKILL bound it)."""
+        self._apply(self.machine.stop_requested(time.monotonic()))
+        await self.wait_for(lambda: self.machine.state in (State.STOPPED, State.FAILED))
+
+    async def restart(self) -> None:
+        """Graceful stop then start; returns once the new process is spawned (or failed)."""
+        spawns = self._spawns
+        self._apply(self.machine.restart_requested(time.monotonic()))
+        await self.wait_for(lambda: self._spawns != spawns or self.machine.state is State.FAILED)
+
+    def kill_now(self) -> None:
+        """Skip the rest of stop_timeout: SIGKILL the group of a stopping engine."""
+        if self.machine.state is State.STOPPING and self._process is not None:
+            self._log.warning("engine_kill", pid=self._process.pid, reason="stop hurried")
+            self._process.signal_group(signal.SIGKILL)
+
+    async def wait_for(self, predicate: Callable[[], bool], within: float | None = None) -> bool:
+        """Wait until ``predicate()`` holds after some state change; False on timeout."""
+        deadline = None if within is None else time.monotonic() + within
+        while not predicate():
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return False
+            try:
+                await asyncio.wait_for(self._changed.wait(), remaining)
+            except TimeoutError:
+                return False
+        return True
+
+    async def close(self) -> None:
+        """Cancel and await every task; the process must already be gone (or be abandoned)."""
+        if self._timer is not None:
+            self._timer.cancel()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.status.close()
+
+    # -- events from the supervisor --------------------------------------------------------
+
+    def on_exit(self, wait_status: int) -> None:
+        """The reaper collected our process."""
+        proc = self._process
+        assert proc is not None
+        proc.reaped(wait_status)
+        self._pids.pop(proc.pid, None)
+        # Leftover helpers of a dead engine would hold GPU memory from its replacement.
+        if proc.signal_group(signal.SIGKILL):
+            self._log.info("engine_group_killed", pid=proc.pid, reason="main process exited")
+        self._process = None
+        self.started_at = None
+        self._exited.set()
+        if self._health_task is not None:
+            self._health_task.cancel()
+        cause, clean = exit_cause(wait_status)
+        self._log.info("engine_exited", pid=proc.pid, cause=cause)
+        self._apply(self.machine.exited(cause, clean, time.monotonic()))
+
+    # -- executing actions -------------------------------------------------------------
+
+    def _apply(self, actions: list[Action]) -> None:
+        for action in actions:
+            match action:
+                case Spawn():
+                    self._spawn()
+                case Stop():
+                    self._track(self._stop_process())
+                case ScheduleStart(delay=delay):
+                    self._timer = asyncio.get_running_loop().call_later(delay, self._elapsed)
+                case CancelScheduledStart():
+                    if self._timer is not None:
+                        self._timer.cancel()
+                        self._timer = None
+        for t in self.machine.take_transitions():
+            self._log.info("engine_state", old=str(t.old), new=str(t.new), reason=t.reason,
+                           pid=self.machine.pid, cause=self.machine.last_exit_cause,
+                           restart_delay=_delay(self.machine.next_start_at))
+        self._changed.set()
+        self._changed = asyncio.Event()
+        self._on_change()
+
+    def _elapsed(self) -> None:
+        self._timer = None
+        self._apply(self.machine.backoff_elapsed(time.monotonic()))
+
+    def _spawn(self) -> None:
+        now = time.monotonic()
+        try:
+            argv = self._resolve_argv()
+            if self._socket_path is not None:
+                self._socket_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+                self._socket_path.unlink(missing_ok=True)  # a stale one would look alive
+            proc = EngineProcess(argv, {**os.environ, **self.spec.env})
+        except (OSError, SpawnError, subprocess.SubprocessError) as exc:
+            self._log.error("engine_spawn_failed", error=str(exc), argv=self.argv)
+            self.machine.spawn_failed(str(exc), now)
+            return
+        self._process = proc
+        self._pids[proc.pid] = self
+        self._exited = asyncio.Event()
+        self.started_at = time.time()
+        self._spawns += 1
+        self.machine.spawned(proc.pid, now)
+        self._log.info("engine_spawned", pid=proc.pid, argv=argv)
+        self._track(self._read_lines(proc.stdout, "stdout", proc.pid))
+        self._track(self._read_lines(proc.stderr, "stderr", proc.pid))
+        self._health_task = self._track(self._health_loop())
+
+    def _resolve_argv(self) -> list[str]:
+        argv = list(self.argv)
+        if argv[0] == BINARY_PLACEHOLDER:
+            if self._binary_resolver is None:
+                raise SpawnError(f"command uses {BINARY_PLACEHOLDER} but no release is active "
+                                 "(set supervisor.initial_binary or run `cuzkd swap`)")
+            argv[0] = self._binary_resolver()
+        return argv
+
+    async def _stop_process(self) -> None:
+        proc = self._process
+        if proc is None:
+            return
+        exited = self._exited
+        self._log.info("engine_stop", pid=proc.pid, signal=self.spec.stop_signal)
+        proc.signal_group(self.spec.stop_signum)
+        try:
+            await asyncio.wait_for(exited.wait(), self.spec.stop_timeout)
+        except TimeoutError:
+            self._log.warning("engine_kill", pid=proc.pid, reason="stop_timeout elapsed")
+            proc.signal_group(signal.SIGKILL)
+
+    async def _health_loop(self) -> None:
+        while self.machine.state in (State.STARTING, State.RUNNING):
+            starting = self.machine.state is State.STARTING
+            await asyncio.sleep(min(STARTING_POLL, self.spec.health_interval) if starting
+                                else self.spec.health_interval)
+            ok = await self.status.fetch(max_age=0) is not None
+            if not ok and self.machine.state is State.RUNNING:
+                self._log.warning("engine_status_failed", error=self.status.last_error)
+            self._apply(self.machine.poll(time.monotonic(), ok))
+
+    async def _read_lines(self, pipe: IO[bytes], stream: str, pid: int) -> None:
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=MAX_LINE_BYTES)
+        transport, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), pipe)
+        try:
+            while True:
+                try:
+                    line = await reader.readline()
+                except ValueError:
+                    self._log.warning("engine_output_dropped", stream=stream, pid=pid,
+                                      reason=f"line longer than {MAX_LINE_BYTES} bytes")
+                    continue
+                if not line:
+                    return
+                self._log.info("engine_output", stream=stream, pid=pid,
+                               line=line.decode(errors="replace").rstrip("\n"))
+        finally:
+            transport.close()
+
+    def _track(self, coro: Any) -> asyncio.Task[None]:
+        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    # -- views ---------------------------------------------------------------------------
+
+    def info(self) -> dict[str, Any]:
+        """The control API's view of this engine."""
+        m = self.machine
+        return {
+            "name": self.name,
+            "state": str(m.state),
+            "pid": m.pid,
+            "started_at": self.started_at,
+            "restarts": m.restarts,
+            "last_exit_cause": m.last_exit_cause,
+            "exits": dict(m.exits),
+            "next_restart_at": _wall(m.next_start_at) if m.state is State.BACKOFF else None,
+            "last_error": m.last_error,
+            "status_address": self.status_address,
+            "command": self.argv,
+        }
+
+    async def sample(self, max_age: float) -> EngineSample:
+        alive = self.machine.state in (State.STARTING, State.RUNNING)
+        doc = await self.status.fetch(max_age) if alive else None
+        pid = self.machine.pid
+        rss, cpu = _tree_usage(pid) if pid is not None else (None, None)
+        return EngineSample(
+            name=self.name,
+            state=str(self.machine.state),
+            restarts_total=self.machine.restarts,
+            exits_total=dict(self.machine.exits),
+            start_time_seconds=self.started_at,
+            resident_memory_bytes=rss,
+            cpu_seconds_total=cpu,
+            status=doc,
+            extensions=self.status.extensions() if doc is not None else None,
+            fetch_duration_seconds=self.status.last_fetch_duration_seconds,
+            fetch_errors_total=self.status.fetch_errors_total,
+        )
+
+
+def _delay(at: float | None) -> float | None:
+    return None if at is None else max(0.0, at - time.monotonic())
+
+
+def _wall(at: float | None) -> float | None:
+    """Unix time of a monotonic instant."""
+    return None if at is None else time.time() + (at - time.monotonic())
+
+
+def _tree_usage(pid: int) -> tuple[int | None, float | None]:
+    """Resident bytes and CPU seconds summed over the process and its descendants."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return None, None
+    rss, cpu = 0, 0.0
+    for proc in procs:
+        try:
+            rss += proc.memory_info().rss
+            times = proc.cpu_times()
+            cpu += times.user + times.system
+        except psutil.Error:
+            continue
+    return rss, cpu

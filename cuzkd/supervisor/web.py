@@ -1,0 +1,36 @@
+"""The read-only TCP listener: ``/metrics``, ``/status`` and ``/healthz``.
+
+``/healthz`` answers 200 for as long as the supervisor runs (its engines' health is in
+``/status`` and the metrics, not here: a load balancer should not drop a host because one GPU's
+engine is restarting). ``/status`` is the supervisor's state plus each engine's last status
+document; ``/metrics`` is the exporter's handler.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from cuzkd.metrics.http import make_metrics_handler
+from cuzkd.supervisor.control import json_errors
+
+if TYPE_CHECKING:
+    from cuzkd.supervisor.daemon import Supervisor
+
+
+def build_metrics_app(supervisor: Supervisor) -> web.Application:
+    app = web.Application(middlewares=[json_errors])
+
+    async def healthz(request: web.Request) -> web.Response:
+        del request
+        return web.json_response({"status": "ok"})
+
+    async def status(request: web.Request) -> web.Response:
+        del request
+        return web.json_response(await supervisor.status_document())
+
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/status", status)
+    app.router.add_get("/metrics", make_metrics_handler(supervisor.sample))
+    return app
