@@ -18,6 +18,6 @@ fi
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 .venv/bin/python -m pip install -q -e '.[dev]'
-.venv/bin/ruff check cuzkd tests bench
+.venv/bin/ruff check cuzkd tests bench grafana
 .venv/bin/mypy --strict cuzkd
 exec .venv/bin/python -m pytest "$@"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -285,3 +286,31 @@ def test_dashboard_provider_is_read_only_and_points_at_the_mounted_dashboards() 
     mounts = {v.split(":")[1]: v.split(":")[0] for v in grafana["volumes"]}
     source = mounts[provider["options"]["path"]]
     assert (ops.REPO / "deploy" / source).resolve() == ops.DASHBOARD_DIR
+
+
+def test_composite_panel_queries_compute_what_they_claim(tmp_path: Path) -> None:
+    """The two queries that combine series evaluate correctly in promtool.
+
+    Engine states: one-hot state → one code per engine (backoff = 3). Idle while queued: one of
+    two workers idle, empty queue but synth_done partitions waiting → 1 idle worker.
+    """
+    queries = {q.panel: q.expr for q in ops.iter_panel_queries()}
+    where = 'job="c", instance="h", engine="e"'
+    series = {f'cuzkd_engine_state{{{where}, state="{s}"}}': v
+              for s, v in (("starting", "0x5"), ("running", "0x5"), ("backoff", "1x5"))}
+    series |= {f'cuzk_gpu_worker_busy{{{where}, worker="{w}", gpu="0"}}': v
+               for w, v in (("0", "0x5"), ("1", "1x5"))}
+    series |= {f"cuzk_queue_depth{{{where}}}": "0x5",
+               f'cuzk_partitions{{{where}, proof_kind="porep", phase="synth_done"}}': "2x5"}
+    expected = {"Engine states": 3, "Idle workers while work is queued": 1}
+    (tmp_path / "none.yml").write_text("groups: []\n")
+    doc = {"rule_files": ["none.yml"], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m",
+        "input_series": [{"series": s, "values": v} for s, v in series.items()],
+        "promql_expr_test": [{"expr": queries[panel], "eval_time": "3m", "exp_samples": [
+            {"labels": '{instance="h", engine="e"}', "value": value}]}
+            for panel, value in expected.items()]}]}
+    (tmp_path / "t.yml").write_text(yaml.safe_dump(doc))
+    result = subprocess.run(["promtool", "test", "rules", "t.yml"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr

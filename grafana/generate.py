@@ -1,0 +1,563 @@
+#!/usr/bin/env python3
+"""Generate cuzkd's Grafana dashboards into ``grafana/dashboards/*.json``.
+
+Why generate: four dashboards share one set of template variables, one label-selector shape and
+a handful of panel kinds. Writing each JSON by hand lets them drift (a query without
+``instance=~"$instance"``, a panel without a unit); here every selector comes from :func:`sel`
+and every panel from one builder per panel type, so the rules in
+``shared/reference/grafana-dashboards.md`` hold by construction. The generated JSON is
+committed (Grafana provisions files, not Python) and ``tests/ops/test_ops_dashboards.py``
+regenerates it and compares byte for byte, then lints the JSON itself.
+
+Run ``python grafana/generate.py`` after an edit (``--check`` only compares). Standard library
+only, so it runs anywhere.
+
+Panels whose series exist only after an event (an engine exit, a failed job) or on optional
+hardware carry ``"cuzkdEventOnly": true`` on the target: a live check may find them empty on a
+healthy system. Grafana ignores the key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+OUT_DIR = Path(__file__).resolve().parent / "dashboards"
+
+#: Grafana 10.4/11 dashboard schema version.
+SCHEMA_VERSION = 39
+#: The fixed uid of the provisioned datasource (grafana/provisioning/datasources/cuzkd.yaml).
+DATASOURCE_UID = "cuzkd-prometheus"
+DATASOURCE_NAME = "cuzkd Prometheus"
+DS = {"type": "prometheus", "uid": "${datasource}"}
+EVENT_ONLY_KEY = "cuzkdEventOnly"
+RATE = "$__rate_interval"
+#: Label names grouped on in every per-engine panel (a fleet has one cuzkd per GPU host).
+BY_ENGINE = "instance, engine"
+LEGEND_ENGINE = "{{instance}} {{engine}}"
+
+Json = dict[str, Any]
+
+
+# ---------------------------------------------------------------------------------------------
+# Queries
+
+
+def sel(metric: str, engine: bool = True, **matchers: str) -> str:
+    """``metric{job=~"$job", instance=~"$instance"[, engine=~"$engine"], k="v"...}``.
+
+    ``engine=False`` for the supervisor's own series, which carry no ``engine`` label.
+    """
+    parts = ['job=~"$job"', 'instance=~"$instance"']
+    if engine:
+        parts.append('engine=~"$engine"')
+    parts += [f'{k}="{v}"' for k, v in matchers.items()]
+    return f"{metric}{{{', '.join(parts)}}}"
+
+
+def rate(metric: str, engine: bool = True, fn: str = "rate", window: str = RATE,
+         **matchers: str) -> str:
+    """``rate(metric{...}[$__rate_interval])`` (or irate/increase, or ``$__range``)."""
+    return f"{fn}({sel(metric, engine, **matchers)}[{window}])"
+
+
+def agg(by: str, inner: str, op: str = "sum") -> str:
+    """``sum by (by) (inner)``: every panel aggregates explicitly, matching its legend."""
+    return f"{op} by ({by}) ({inner})"
+
+
+def quantile(q: float, histogram: str, by: str) -> str:
+    """``histogram_quantile(q, sum by (le, by) (rate(histogram_bucket[$__rate_interval])))``."""
+    return f"histogram_quantile({q}, {agg(f'le, {by}', rate(histogram + '_bucket'))})"
+
+
+@dataclass(frozen=True)
+class Q:
+    """One panel query: the expression, its legend and whether it may be empty when healthy."""
+
+    expr: str
+    legend: str
+    event_only: bool = False
+    instant: bool = False
+    fmt: str = "time_series"
+
+
+def _targets(queries: Sequence[Q]) -> list[Json]:
+    out = []
+    for i, q in enumerate(queries):
+        t: Json = {
+            "datasource": DS,
+            "refId": chr(ord("A") + i),
+            "expr": q.expr,
+            "legendFormat": q.legend,
+            "format": q.fmt,
+            "range": not q.instant,
+            "instant": q.instant,
+            "editorMode": "code",
+        }
+        if q.event_only:
+            t[EVENT_ONLY_KEY] = True
+        out.append(t)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Panels: one builder per panel type; gridPos is filled in by _layout.
+
+
+def _panel(kind: str, title: str, description: str, queries: Sequence[Q], unit: str,
+           w: int, h: int, *, minimum: float | None = None, maximum: float | None = None,
+           custom: Json | None = None, options: Json | None = None,
+           mappings: list[Json] | None = None, thresholds: list[Json] | None = None) -> Json:
+    if unit == "percentunit":  # a ratio panel always shows the whole 0..1 scale
+        minimum, maximum = 0, 1
+    defaults: Json = {"unit": unit}
+    if minimum is not None:
+        defaults["min"] = minimum
+    if maximum is not None:
+        defaults["max"] = maximum
+    defaults["color"] = {"mode": "thresholds" if kind in ("stat", "state-timeline")
+                         else "palette-classic"}
+    defaults["thresholds"] = {"mode": "absolute",
+                              "steps": thresholds or [{"color": "green", "value": None}]}
+    defaults["mappings"] = mappings or []
+    if custom:
+        defaults["custom"] = custom
+    return {
+        "type": kind,
+        "title": title,
+        "description": description,
+        "datasource": DS,
+        "gridPos": {"h": h, "w": w, "x": 0, "y": 0},
+        "fieldConfig": {"defaults": defaults, "overrides": []},
+        "options": options or {},
+        "targets": _targets(queries),
+    }
+
+
+def timeseries(title: str, description: str, queries: Sequence[Q], unit: str, *,
+               stack: bool = False, w: int = 12, h: int = 8, bars: bool = False) -> Json:
+    """Lines (or stacked areas, or bars for event counts) with a table legend."""
+    custom = {
+        "drawStyle": "bars" if bars else "line",
+        "lineWidth": 1,
+        "fillOpacity": 60 if stack or bars else 10,
+        "showPoints": "never",
+        "spanNulls": False,
+        "stacking": {"mode": "normal" if stack else "none", "group": "A"},
+    }
+    options = {
+        "legend": {"displayMode": "table", "placement": "bottom", "showLegend": True,
+                   "calcs": ["lastNotNull", "max"]},
+        "tooltip": {"mode": "multi", "sort": "desc"},
+    }
+    return _panel("timeseries", title, description, queries, unit, w, h, custom=custom,
+                  options=options)
+
+
+def stat(title: str, description: str, queries: Sequence[Q], unit: str, *, w: int = 6,
+         h: int = 5, thresholds: list[Json] | None = None, text_mode: str = "value_and_name",
+         ) -> Json:
+    """Current values, one per series, coloured by thresholds."""
+    options = {
+        "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+        "colorMode": "value",
+        "graphMode": "none",
+        "textMode": text_mode,
+        "justifyMode": "auto",
+        "orientation": "auto",
+    }
+    return _panel("stat", title, description, queries, unit, w, h, options=options,
+                  thresholds=thresholds)
+
+
+def state_timeline(title: str, description: str, queries: Sequence[Q],
+                   states: Sequence[tuple[int, str, str]], *, w: int = 24, h: int = 9) -> Json:
+    """One row per series; ``states`` maps each value to (text, colour)."""
+    mappings = [{"type": "value", "options": {
+        str(value): {"text": text, "color": color, "index": i}
+        for i, (value, text, color) in enumerate(states)}}]
+    options = {
+        "showValue": "never",
+        "mergeValues": True,
+        "alignValue": "left",
+        "rowHeight": 0.9,
+        "legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
+        "tooltip": {"mode": "single", "sort": "none"},
+    }
+    return _panel("state-timeline", title, description, queries, "none", w, h,
+                  custom={"fillOpacity": 80, "lineWidth": 0}, options=options,
+                  mappings=mappings)
+
+
+def heatmap(title: str, description: str, histogram: str, *, w: int = 12, h: int = 8) -> Json:
+    """Bucket counts per interval from a Prometheus histogram (no client-side re-bucketing)."""
+    query = Q(agg("le", rate(histogram + "_bucket", fn="increase")), "{{le}}", fmt="heatmap")
+    options = {
+        "calculate": False,
+        "cellGap": 1,
+        "color": {"mode": "scheme", "scheme": "Oranges", "scale": "exponential",
+                  "exponent": 0.5, "steps": 64, "fill": "dark-orange", "reverse": False},
+        "filterValues": {"le": 1e-9},
+        "rowsFrame": {"layout": "auto"},
+        "yAxis": {"axisPlacement": "left", "unit": "s", "reverse": False},
+        "cellValues": {"unit": "short"},
+        "tooltip": {"mode": "single", "yHistogram": True, "showColorScale": False},
+        "legend": {"show": True},
+        "exemplars": {"color": "rgba(255,0,255,0.7)"},
+    }
+    return _panel("heatmap", title, description, [query], "short", w, h, options=options)
+
+
+def _layout(panels: Iterable[Json]) -> list[Json]:
+    """Place panels left to right on Grafana's 24-column grid, wrapping to a new row."""
+    out, x, y, row_h = [], 0, 0, 0
+    for pid, panel in enumerate(panels, start=1):
+        w, h = panel["gridPos"]["w"], panel["gridPos"]["h"]
+        if x + w > 24:
+            x, y, row_h = 0, y + row_h, 0
+        out.append({"id": pid, **panel, "gridPos": {"h": h, "w": w, "x": x, "y": y}})
+        x, row_h = x + w, max(row_h, h)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Dashboards
+
+
+def _variable(name: str, label: str, query: str) -> Json:
+    return {
+        "name": name,
+        "label": label,
+        "type": "query",
+        "datasource": DS,
+        "query": {"query": query, "refId": f"cuzkd-{name}"},
+        "definition": query,
+        "refresh": 2,  # on time-range change: new hosts and engines appear without a reload
+        "multi": True,
+        "includeAll": True,
+        "allValue": ".+",
+        "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
+        "options": [],
+        "regex": "",
+        "sort": 1,
+        "hide": 0,
+    }
+
+
+TEMPLATING = [
+    {
+        "name": "datasource",
+        "label": "Data source",
+        "type": "datasource",
+        "query": "prometheus",
+        "current": {"selected": False, "text": DATASOURCE_NAME, "value": DATASOURCE_UID},
+        "options": [],
+        "refresh": 1,
+        "regex": "",
+        "hide": 0,
+    },
+    _variable("job", "Job", "label_values(cuzkd_build_info, job)"),
+    _variable("instance", "Instance", 'label_values(cuzkd_build_info{job=~"$job"}, instance)'),
+    _variable("engine", "Engine",
+              'label_values(cuzkd_engine_up{job=~"$job", instance=~"$instance"}, engine)'),
+]
+
+
+def dashboard(uid: str, title: str, description: str, tags: Sequence[str],
+              panels: Iterable[Json]) -> Json:
+    return {
+        "uid": uid,
+        "title": title,
+        "description": description,
+        "tags": ["cuzkd", *tags],
+        "editable": False,
+        "graphTooltip": 1,
+        "schemaVersion": SCHEMA_VERSION,
+        "version": 1,
+        "time": {"from": "now-1h", "to": "now"},
+        "refresh": "30s",
+        "timezone": "",
+        "fiscalYearStartMonth": 0,
+        "liveNow": False,
+        "timepicker": {},
+        "annotations": {"list": [{
+            "builtIn": 1, "datasource": {"type": "grafana", "uid": "-- Grafana --"},
+            "enable": True, "hide": True, "iconColor": "rgba(0, 211, 255, 1)",
+            "name": "Annotations & Alerts", "type": "dashboard"}]},
+        "links": [{"title": "cuzkd dashboards", "type": "dashboards", "tags": ["cuzkd"],
+                   "asDropdown": True, "includeVars": True, "keepTime": True,
+                   "targetBlank": False, "icon": "external link", "tooltip": "", "url": ""}],
+        "templating": {"list": TEMPLATING},
+        "panels": _layout(panels),
+    }
+
+
+ENGINE_STATES = [(1, "starting", "blue"), (2, "running", "green"), (3, "backoff", "orange"),
+                 (4, "stopping", "purple"), (5, "stopped", "text"), (6, "failed", "red")]
+
+
+def fleet() -> Json:
+    """Is every engine on every host up, and is anything restarting or being swapped?"""
+    state_code = agg(BY_ENGINE, " or ".join(
+        f"{sel('cuzkd_engine_state', state=name)} * {code}" for code, name, _ in ENGINE_STATES))
+    panels = [
+        stat("Engines up", "Engines whose process runs and whose status answered the last "
+             "scrape, per host. Bad: fewer than the total — an engine is down, starting or "
+             "not answering /status.",
+             [Q(agg("instance", sel("cuzkd_engine_up")), "{{instance}}")], "short",
+             thresholds=[{"color": "red", "value": None}, {"color": "green", "value": 1}]),
+        stat("Engines configured", "Engines the supervisor manages, per host (the total the "
+             "\"Engines up\" figure should reach). Bad: a host with fewer engines than GPUs.",
+             [Q(agg("instance", sel("cuzkd_engine_up"), op="count"), "{{instance}}")],
+             "short"),
+        stat("Engines in backoff (crash-looping)", "Engines waiting to be restarted after "
+             "exiting or failing their health check, per host. Bad: anything above 0 for more "
+             "than a minute — the engine keeps crashing; see exit causes below and its logs.",
+             [Q(agg("instance", sel("cuzkd_engine_state", state="backoff")), "{{instance}}")],
+             "short", thresholds=[{"color": "green", "value": None},
+                                  {"color": "red", "value": 1}]),
+        stat("Active binary release", "The engine binary release each supervisor runs (set by "
+             "`cuzkd swap`). Bad: hosts of one fleet on different releases after a rollout, "
+             "or no value where a release was expected.",
+             [Q(agg("instance, release", sel("cuzkd_binary_release_info", engine=False),
+                    op="max"), "{{instance}} {{release}}", event_only=True)],
+             "short", text_mode="name"),
+        state_timeline("Engine states", "Lifecycle state of each engine over time. Bad: long "
+                       "orange (backoff) or red (failed) stretches, or flapping between "
+                       "starting and backoff.",
+                       [Q(state_code, LEGEND_ENGINE)], ENGINE_STATES, h=8),
+        timeseries("Engine restarts", "Restarts per engine in each rate interval. Bad: any "
+                   "restart you did not ask for; more than 3 in 15 minutes fires "
+                   "CuzkdEngineCrashLooping.",
+                   [Q(agg(BY_ENGINE, rate("cuzkd_engine_restarts_total", fn="increase")),
+                      LEGEND_ENGINE)], "short", bars=True),
+        timeseries("Engine exits by cause", "Why engine processes ended, per rate interval: "
+                   "exit_N (exit status), signal_X (killed by a signal; SIGKILL often means "
+                   "the OOM killer), unhealthy (the supervisor stopped an engine that stopped "
+                   "answering). Bad: any exit outside a planned restart or swap.",
+                   [Q(agg(f"{BY_ENGINE}, cause",
+                          rate("cuzkd_engine_exits_total", fn="increase")),
+                      f"{LEGEND_ENGINE} {{{{cause}}}}", event_only=True)], "short", bars=True),
+        stat("Restarts in the time range", "Restarts per engine over the whole selected time "
+             "range. Bad: 3 or more — the engine is crash-looping or being restarted by hand.",
+             [Q(agg(BY_ENGINE, rate("cuzkd_engine_restarts_total", fn="increase",
+                                    window="$__range")), LEGEND_ENGINE, instant=True)],
+             "short", w=12, thresholds=[{"color": "green", "value": None},
+                                        {"color": "orange", "value": 1},
+                                        {"color": "red", "value": 3}]),
+        timeseries("Binary swaps by result", "Engine binary swaps per rate interval: ok, "
+                   "rolled_back (the new release failed its health check and the previous one "
+                   "was restored) or refused. Bad: any rolled_back or refused.",
+                   [Q(agg("instance, result",
+                          rate("cuzkd_binary_swaps_total", engine=False, fn="increase")),
+                      "{{instance}} {{result}}")], "short", bars=True),
+        timeseries("Engine uptime", "Time since each engine process started. Bad: a saw-tooth "
+                   "that keeps returning to zero — the engine restarts.",
+                   [Q(agg(BY_ENGINE, f"time() - {sel('cuzkd_engine_start_time_seconds')}",
+                          op="max"), LEGEND_ENGINE)], "s"),
+        timeseries("Engine resident memory", "Resident memory of each engine process. Bad: "
+                   "steady growth (a leak) or values near the host's RAM (the OOM killer is "
+                   "next).",
+                   [Q(agg(BY_ENGINE, sel("cuzkd_engine_resident_memory_bytes")),
+                      LEGEND_ENGINE)], "bytes"),
+        timeseries("Engine CPU (cores)", "CPU time each engine uses per second, in cores. "
+                   "Synthesis is CPU-bound, so this follows the synthesis load. Bad: near zero "
+                   "while jobs are queued (stuck), or the host's core count for long (starved).",
+                   [Q(agg(BY_ENGINE, rate("cuzkd_engine_cpu_seconds_total")), LEGEND_ENGINE)],
+                   "short"),
+        timeseries("Status fetch duration", "How long the last GET /status of each engine "
+                   "took. Bad: approaching the scrape interval — the engine is overloaded and "
+                   "its metrics go stale.",
+                   [Q(agg(BY_ENGINE, sel("cuzkd_status_fetch_duration_seconds"), op="max"),
+                      LEGEND_ENGINE)], "s"),
+        timeseries("Status fetch errors", "Failed GET /status per second per engine. Bad: "
+                   "anything above 0 — the engine's metrics are missing; CuzkdStatusFetchFailing "
+                   "fires after 5 minutes.",
+                   [Q(agg(BY_ENGINE, rate("cuzkd_status_fetch_errors_total")), LEGEND_ENGINE)],
+                   "ops"),
+        timeseries("Zombies reaped", "Orphaned descendant processes the supervisor reaped, per "
+                   "rate interval. Bad: a steady stream — an engine leaks child processes.",
+                   [Q(agg("instance", rate("cuzkd_zombies_reaped_total", engine=False,
+                                           fn="increase")), "{{instance}}")], "short",
+                   bars=True),
+        timeseries("Supervisor resident memory", "Resident memory of the cuzkd supervisor "
+                   "itself. Bad: steady growth — the supervisor leaks.",
+                   [Q(agg("instance", sel("process_resident_memory_bytes", engine=False)),
+                      "{{instance}}")], "bytes"),
+    ]
+    return dashboard("cuzkd-fleet", "cuzkd / Fleet overview",
+                     "Engines up, lifecycle states, restarts, exits and binary swaps per host.",
+                     ["fleet"], panels)
+
+
+def gpu_workers() -> Json:
+    """Are the GPUs proving, and are they idle while work waits?"""
+    busy = rate("cuzk_gpu_worker_busy_seconds_total")
+    worker_legend = f"{LEGEND_ENGINE} worker {{{{worker}}}}"
+    idle_workers = agg(BY_ENGINE, f"{sel('cuzk_gpu_worker_busy')} == 0", op="count")
+    waiting = (f"({agg(BY_ENGINE, sel('cuzk_queue_depth'), op='max')} > 0) or on ({BY_ENGINE}) "
+               f"({agg(BY_ENGINE, sel('cuzk_partitions', phase='synth_done'))} > 0)")
+    panels = [
+        state_timeline("Worker busy / idle", "Each GPU worker over time: green while it proves "
+                       "a partition on the GPU, orange while idle. Bad: orange rows while the "
+                       "queue is not empty (see below), or every row orange under load.",
+                       [Q(agg(f"{BY_ENGINE}, worker", sel("cuzk_gpu_worker_busy"), op="max"),
+                          worker_legend)], [(0, "idle", "orange"), (1, "busy", "green")]),
+        timeseries("Utilization per worker", "Share of time each worker spent proving (busy "
+                   "seconds per second). Bad: low utilization while partitions wait in "
+                   "synth_done — the GPU side is starved or stuck.",
+                   [Q(agg(f"{BY_ENGINE}, worker", busy), worker_legend)], "percentunit"),
+        timeseries("Utilization per GPU", "Average utilization of the workers sharing each GPU. "
+                   "Bad: one GPU far below the others (a stuck worker or an unbalanced "
+                   "assignment).",
+                   [Q(agg(f"{BY_ENGINE}, gpu", busy, op="avg"),
+                      f"{LEGEND_ENGINE} gpu {{{{gpu}}}}")], "percentunit"),
+        timeseries("Current busy span", "How long each worker has been proving its current "
+                   "partition (0 when idle). Bad: far above the usual GPU duration on the "
+                   "Pipeline dashboard — the worker is hung.",
+                   [Q(agg(f"{BY_ENGINE}, worker", sel("cuzk_gpu_worker_current_busy_seconds"),
+                          op="max"), worker_legend)], "s"),
+        timeseries("Idle workers while work is queued", "Idle GPU workers on engines that have "
+                   "queued jobs or synthesized partitions (synth_done) waiting for a GPU. Empty "
+                   "is good. Bad: any value for more than a few seconds — workers are not "
+                   "picking up work (CuzkdGpuWorkersIdleWithQueuedWork fires after 5 minutes).",
+                   [Q(f"{idle_workers} and on ({BY_ENGINE}) ({waiting})", LEGEND_ENGINE,
+                      event_only=True)], "short"),
+        timeseries("Work waiting for a GPU", "Jobs queued in the scheduler and partitions "
+                   "synthesized and waiting for a GPU worker. Bad: growing while utilization "
+                   "is below 100 %.",
+                   [Q(agg(BY_ENGINE, sel("cuzk_queue_depth"), op="max"),
+                      f"{LEGEND_ENGINE} queued jobs"),
+                    Q(agg(BY_ENGINE, sel("cuzk_partitions", phase="synth_done")),
+                      f"{LEGEND_ENGINE} synth_done partitions")], "short"),
+    ]
+    return dashboard("cuzkd-gpu-workers", "cuzkd / GPU workers",
+                     "Per-worker busy state and utilization, and idle GPUs while work waits.",
+                     ["gpu"], panels)
+
+
+def pipeline() -> Json:
+    """Where do partitions spend their time, and how many jobs finish or fail?"""
+    synth, gpu = "cuzk_partition_synth_duration_seconds", "cuzk_partition_gpu_duration_seconds"
+    panels = [
+        timeseries("Partitions by phase", "Partitions of in-flight jobs in each phase, stacked. "
+                   "Bad: synth_done growing (GPUs are the bottleneck), pending growing "
+                   "(synthesis is), or failed above 0.",
+                   [Q(agg("phase", sel("cuzk_partitions")), "{{phase}}")], "short",
+                   stack=True),
+        timeseries("Phase transitions by proof kind", "Partitions entering each phase per "
+                   "second, by proof kind. Bad: synthesizing and gpu rates diverging for long, "
+                   "or any failed.",
+                   [Q(agg("proof_kind, phase", rate("cuzk_partition_phase_transitions_total")),
+                      "{{proof_kind}} {{phase}}")], "ops"),
+        timeseries("Jobs completed and failed", "Proof jobs finished per second, by proof kind. "
+                   "Bad: failures above 0, or completions dropping to 0 while jobs are queued.",
+                   [Q(agg("proof_kind", rate("cuzk_jobs_completed_total")),
+                      "{{proof_kind}} completed"),
+                    Q(agg("proof_kind", rate("cuzk_jobs_failed_total")),
+                      "{{proof_kind}} failed", event_only=True)], "ops"),
+        timeseries("Synthesis vs GPU duration (p50, p95)", "Per-partition duration of CPU "
+                   "synthesis and GPU proving, by proof kind. Bad: synthesis p95 well above "
+                   "GPU p95 means GPUs wait on CPUs; a rising p95 means contention.",
+                   [Q(quantile(q, h, "proof_kind"), f"{name} p{int(q * 100)} {{{{proof_kind}}}}")
+                    for name, h in (("synthesis", synth), ("gpu", gpu)) for q in (0.5, 0.95)],
+                   "s"),
+        heatmap("Synthesis duration", "Distribution of per-partition synthesis durations "
+                "(all proof kinds). Bad: a second band of slow partitions (memory pressure, "
+                "CPU contention).", synth),
+        heatmap("GPU duration", "Distribution of per-partition GPU proving durations (all "
+                "proof kinds). Bad: a wide or drifting band (GPU throttling, contention "
+                "between workers).", gpu),
+        timeseries("Queue depth", "Jobs waiting in each engine's scheduler. Bad: growing "
+                   "steadily — the host cannot keep up with the offered load.",
+                   [Q(agg(BY_ENGINE, sel("cuzk_queue_depth"), op="max"), LEGEND_ENGINE)],
+                   "short"),
+        timeseries("Jobs in flight", "Proof jobs each engine is working on. Bad: stuck at the "
+                   "same value with no completions — jobs are hung.",
+                   [Q(agg(BY_ENGINE, sel("cuzk_jobs_in_flight"), op="max"), LEGEND_ENGINE)],
+                   "short"),
+    ]
+    return dashboard("cuzkd-pipeline", "cuzkd / Pipeline",
+                     "Partition phases, job throughput and synthesis/GPU durations.",
+                     ["pipeline"], panels)
+
+
+def memory() -> Json:
+    """Is the host-memory budget, synthesis concurrency or GPU memory the limit?"""
+    panels = [
+        timeseries("Memory budget", "The engine's host-memory budget: used, available and "
+                   "total. Bad: available near 0 for long — synthesis waits for memory "
+                   "(CuzkdMemoryBudgetExhausted fires below 5 % for 10 minutes).",
+                   [Q(agg(BY_ENGINE, sel(f"cuzk_memory_budget_{part}_bytes")),
+                      f"{LEGEND_ENGINE} {part}")
+                    for part in ("used", "available", "total")], "bytes"),
+        timeseries("Memory budget used", "Share of the host-memory budget in use per engine. "
+                   "Bad: pinned near 100 % while partitions wait in pending.",
+                   [Q(f"{agg(BY_ENGINE, sel('cuzk_memory_budget_used_bytes'))} / "
+                      f"{agg(BY_ENGINE, sel('cuzk_memory_budget_total_bytes'))}",
+                      LEGEND_ENGINE)], "percentunit"),
+        timeseries("Synthesis active vs max", "Partitions synthesizing now and how many the "
+                   "memory budget allows at once. Bad: active stuck below max while partitions "
+                   "are pending (another limit), or max of 0 or 1 (budget too small).",
+                   [Q(agg(BY_ENGINE, sel(f"cuzk_synthesis_{part}")), f"{LEGEND_ENGINE} {part}")
+                    for part in ("active", "max_concurrent")], "short"),
+        timeseries("SRS and PCE allocations", "Long-lived allocations by kind (srs: proving "
+                   "parameters, pce: pre-compiled circuits) and circuit, stacked. Bad: the same "
+                   "circuit loaded twice, or allocations crowding out synthesis.",
+                   [Q(agg(f"{BY_ENGINE}, kind, circuit", sel("cuzk_allocation_bytes")),
+                      f"{LEGEND_ENGINE} {{{{kind}}}} {{{{circuit}}}}")], "bytes", stack=True),
+        timeseries("Buffers in flight", "In-flight buffers by kind (synthesis outputs, prover "
+                   "inputs, aux, shells, pending handles). Bad: growing without bound — buffers "
+                   "are not being released.",
+                   [Q(agg(f"{BY_ENGINE}, buffer", sel("cuzk_buffers_in_flight")),
+                      f"{LEGEND_ENGINE} {{{{buffer}}}}")], "short"),
+        timeseries("GPU memory used vs total", "Device memory in use on each GPU and its size "
+                   "(empty for engines computing on the CPU). Bad: used near total — proofs "
+                   "fail with out-of-memory errors.",
+                   [Q(agg(f"{BY_ENGINE}, gpu", sel(f"cuzk_gpu_memory_{part}_bytes"), op="max"),
+                      f"{LEGEND_ENGINE} gpu {{{{gpu}}}} {part}", event_only=True)
+                    for part in ("used", "total")], "bytes"),
+    ]
+    return dashboard("cuzkd-memory", "cuzkd / Memory",
+                     "Host-memory budget, synthesis concurrency, allocations and GPU memory.",
+                     ["memory"], panels)
+
+
+DASHBOARDS = {"fleet": fleet, "gpu-workers": gpu_workers, "pipeline": pipeline,
+              "memory": memory}
+
+
+def render() -> dict[str, str]:
+    """File name → JSON text, exactly as committed."""
+    return {f"cuzkd-{name}.json": json.dumps(build(), indent=2, ensure_ascii=False) + "\n"
+            for name, build in DASHBOARDS.items()}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 if the committed JSON differs from the generator")
+    args = parser.parse_args(argv)
+    stale = []
+    for name, text in render().items():
+        path = OUT_DIR / name
+        if args.check:
+            if not path.is_file() or path.read_text(encoding="utf-8") != text:
+                stale.append(name)
+        else:
+            OUT_DIR.mkdir(exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+    if stale:
+        print(f"out of date (run grafana/generate.py): {', '.join(stale)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
