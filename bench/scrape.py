@@ -16,6 +16,16 @@ Two processes, so the figures are the supervisor's alone:
 ``--max-age 0`` (default) fetches every document on every scrape, which is what a 15 s scrape
 interval sees; ``--max-age 1`` shows the cost behind the supervisor's 1 s cache. ``--plain``
 serves cuzk's plain document (no ``cuzkd_extensions``), so the supervisor-side deriver runs too.
+
+``--supervisor`` measures the real thing instead: ``cuzkd run`` with a config of ``--engines``
+engines whose ``command`` is this script in ``--serve-document`` mode (an aiohttp server on a
+unix socket answering the pre-encoded document), reached through ``status_url``. Its health
+polls (every ``health_interval``, 1 s) fetch and decode every document, so scrapes mostly find
+them in the 1 s cache, as in production. Latency is timed here; CPU per scrape is the
+supervisor's on-CPU time across the scrape, read from ``/proc/PID/task/*/schedstat``
+(nanoseconds; psutil's ``cpu_times`` has 10 ms ticks), minus nothing: health polls that land
+inside a scrape are counted, so the idle rate of the same supervisor is printed next to it.
+
 Figures go to docs/benchmarks.md (section metrics).
 """
 
@@ -24,6 +34,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -31,7 +43,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from aiohttp import ClientSession, web
+import psutil
+from aiohttp import ClientSession, UnixConnector, web
 
 from cuzkd.metrics.http import make_metrics_handler
 from cuzkd.metrics.sample import EngineSample, SupervisorSample
@@ -72,20 +85,23 @@ def busy_document(jobs: int, partitions: int, workers: int, plain: bool) -> byte
 # --- child: engines + Prometheus ---------------------------------------------------------------
 
 
-async def child(args: argparse.Namespace) -> None:
-    body = busy_document(args.jobs, args.partitions, args.workers, args.plain)
-
+async def serve_document(body: bytes, socket_path: str) -> web.AppRunner:
+    """An engine stand-in: ``GET /status`` on a unix socket answers ``body`` (already encoded)."""
     async def status(_: web.Request) -> web.Response:
         return web.Response(body=body, content_type="application/json")
 
-    runners = []
-    for e in range(args.engines):
-        app = web.Application()
-        app.router.add_get("/status", status)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        await web.UnixSite(runner, str(Path(args.sockets) / f"e{e}.sock")).start()
-        runners.append(runner)
+    app = web.Application()
+    app.router.add_get("/status", status)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.UnixSite(runner, socket_path).start()
+    return runner
+
+
+async def child(args: argparse.Namespace) -> None:
+    body = busy_document(args.jobs, args.partitions, args.workers, args.plain)
+    runners = [await serve_document(body, str(Path(args.sockets) / f"e{e}.sock"))
+               for e in range(args.engines)]
     latencies: list[float] = []
     size = 0
     async with ClientSession() as session:
@@ -166,6 +182,126 @@ async def parent(args: argparse.Namespace) -> None:
         print(f"WARNING: {errors} scrapes saw fetch errors")
 
 
+# --- --supervisor: the real `cuzkd run` ----------------------------------------------------------
+
+
+async def engine_main(body: bytes, socket_path: str) -> None:
+    """``--serve-document FILE --socket PATH``: one engine for the supervisor, until SIGTERM."""
+    await serve_document(body, socket_path)
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    await stop.wait()
+
+
+def supervisor_config(tmp: Path, document: Path, engines: int) -> Path:
+    """A cuzkd.toml: ``engines`` engines running this script in --serve-document mode."""
+    lines = [f"[supervisor]\nstate_dir = {json.dumps(str(tmp / 'state'))}\n",
+             '[metrics]\nlisten = "127.0.0.1:0"\n']
+    for e in range(engines):
+        sock = tmp / f"e{e}.sock"
+        command = [sys.executable, __file__, "--serve-document", str(document),
+                   "--socket", str(sock)]
+        lines.append(f'[[engine]]\nname = "e{e}"\ncommand = {json.dumps(command)}\n'
+                     f'status_url = "unix:{sock}"\n')
+    path = tmp / "cuzkd.toml"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def on_cpu_ns(pid: int) -> int:
+    """Nanoseconds all threads of ``pid`` have run on a CPU (schedstat's first field)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, IndexError):
+            continue  # a thread that just exited
+    return total
+
+
+async def control_get(socket_path: Path, path: str) -> dict[str, object]:
+    async with ClientSession(connector=UnixConnector(path=str(socket_path))) as session, \
+            session.get(f"http://cuzkd{path}") as resp:
+        return await resp.json()  # type: ignore[no-any-return]
+
+
+async def wait_ready(proc: subprocess.Popen[bytes], control: Path, engines: int) -> str:
+    """The metrics address once every engine is running (polls the control API)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"cuzkd run exited {proc.returncode}")
+        try:
+            listed = (await control_get(control, "/v1/engines"))["engines"]
+            running = sum(e["state"] == "running" for e in listed)  # type: ignore[index, union-attr]
+            if running == engines:
+                return str((await control_get(control, "/v1/supervisor"))["metrics_listen"])
+        except OSError:
+            pass
+        await asyncio.sleep(0.1)
+    raise SystemExit("engines did not all start within 60 s")
+
+
+async def scrape_supervisor(args: argparse.Namespace, proc: subprocess.Popen[bytes],
+                            control: Path) -> None:
+    """Wait for the engines, measure the idle rate, then time ``--scrapes`` scrapes."""
+    address = await wait_ready(proc, control, args.engines)
+    sup = psutil.Process(proc.pid)
+    # Idle rate first: health polls of every document each second, no scrapes.
+    idle_ns, idle_started = on_cpu_ns(proc.pid), time.monotonic()
+    await asyncio.sleep(args.idle)
+    idle_rate = (on_cpu_ns(proc.pid) - idle_ns) / 1e6 / (time.monotonic() - idle_started)
+    latencies, cpu = [], []
+    size = 0
+    ticks_before = sum(sup.cpu_times()[:2])
+    loop_started = time.monotonic()
+    async with ClientSession() as session:
+        for i in range(args.warmup + args.scrapes):
+            cpu_before, started = on_cpu_ns(proc.pid), time.perf_counter()
+            async with session.get(f"http://{address}/metrics",
+                                   headers={"Accept-Encoding": "gzip"}) as resp:
+                text = await resp.read()
+                assert resp.status == 200, resp.status
+            if i >= args.warmup:
+                latencies.append(time.perf_counter() - started)
+                cpu.append((on_cpu_ns(proc.pid) - cpu_before) / 1e6)
+            size = len(text)
+            await asyncio.sleep(args.pause)
+    loop_secs = time.monotonic() - loop_started
+    psutil_ms = (sum(sup.cpu_times()[:2]) - ticks_before) * 1000
+    lat = sorted(latencies)
+    n = args.warmup + args.scrapes
+    print(f"real supervisor: engines={args.engines} workers={args.workers} "
+          f"jobs={args.jobs}x{args.partitions} plain={args.plain} scrapes={len(lat)} "
+          f"pause={args.pause}s loadavg={' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"/metrics body: {size / 1024:.1f} KiB (gzip on the wire, inflated by aiohttp)")
+    print(f"latency  p50 {1000 * statistics.median(lat):.1f} ms  "
+          f"p99 {1000 * lat[int(0.99 * (len(lat) - 1))]:.1f} ms")
+    print(f"supervisor CPU per scrape (schedstat): p50 {statistics.median(cpu):.1f} ms  "
+          f"mean {statistics.fmean(cpu):.1f} ms")
+    print(f"supervisor CPU idle (health polls only): {idle_rate:.1f} ms/s; during the scrape "
+          f"loop (psutil): {psutil_ms / loop_secs:.1f} ms/s, "
+          f"{(psutil_ms - idle_rate * loop_secs) / n:.1f} ms per scrape net of idle")
+
+
+def measure_supervisor(args: argparse.Namespace) -> None:
+    """``--supervisor``: run ``cuzkd run`` over ``--engines`` document engines and scrape it."""
+    body = busy_document(args.jobs, args.partitions, args.workers, args.plain)
+    print(f"status document: {len(body) / 1024:.0f} KiB per engine")
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        (tmp / "status.json").write_bytes(body)
+        config = supervisor_config(tmp, tmp / "status.json", args.engines)
+        with (tmp / "cuzkd.log").open("wb") as log:
+            proc = subprocess.Popen([sys.executable, "-m", "cuzkd", "run", "--config",
+                                     str(config)], stdout=log, stderr=subprocess.STDOUT)
+        try:
+            asyncio.run(scrape_supervisor(args, proc, tmp / "state" / "control.sock"))
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(60)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--engines", type=int, default=8)
@@ -176,11 +312,24 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--max-age", type=float, default=0.0)
     parser.add_argument("--plain", action="store_true")
+    parser.add_argument("--supervisor", action="store_true",
+                        help="measure a real `cuzkd run` (engines via status_url)")
+    parser.add_argument("--pause", type=float, default=0.05,
+                        help="--supervisor: seconds between scrapes")
+    parser.add_argument("--idle", type=float, default=5.0,
+                        help="--supervisor: seconds of idle CPU measured first")
+    parser.add_argument("--serve-document", help=argparse.SUPPRESS)
+    parser.add_argument("--socket", help=argparse.SUPPRESS)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--sockets", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    asyncio.run(child(args) if args.child else parent(args))
+    if args.serve_document:
+        asyncio.run(engine_main(Path(args.serve_document).read_bytes(), args.socket))
+    elif args.supervisor:
+        measure_supervisor(args)
+    else:
+        asyncio.run(child(args) if args.child else parent(args))
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ Every subcommand handler takes the parsed arguments and returns the process exit
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable, Sequence
 
 from cuzkd import __version__
@@ -35,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(swap_cli.join_smoke_value(sys.argv[1:] if argv is None else argv))
     handler: Handler | None = getattr(args, "handler", None)
     if handler is None:
         parser.print_help()

@@ -15,6 +15,7 @@ negotiates leaves legacy-valid names unchanged, so one output serves them all.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 
 from prometheus_client.metrics_core import Metric
@@ -34,12 +35,41 @@ def _escape_value(value: str) -> str:
     return value
 
 
+#: Rendered ``name="value"`` pairs and values by their inputs. A scrape repeats the same few
+#: label pairs (engine, proof_kind, phase, le, ...) and values (0, small counts) hundreds of
+#: times; looking them up costs a fraction of formatting them again. Label values are bounded
+#: by design (no job ids), and the caches are cleared past a size as a backstop.
+_PAIRS: dict[tuple[str, str], str] = {}
+_FLOATS: dict[float, str] = {}
+_CACHE_MAX = 20_000
+
+
+def _pair(item: tuple[str, str]) -> str:
+    if len(_PAIRS) >= _CACHE_MAX:
+        _PAIRS.clear()
+    text = _PAIRS[item] = f'{item[0]}="{_escape_value(item[1])}"'
+    return text
+
+
+def _value(value: float) -> str:
+    if value == 0:  # -0.0 == 0.0 as a key: never cached, decided by the sign
+        return "-0.0" if math.copysign(1.0, value) < 0 else "0.0"
+    text = _go_float(value)
+    if value == value:  # NaN is never found again: not worth a slot
+        if len(_FLOATS) >= _CACHE_MAX:
+            _FLOATS.clear()
+        _FLOATS[value] = text
+    return text
+
+
 def _sample_line(sample: Sample) -> str:
-    labels = sample.labels
+    name, labels, value = sample.name, sample.labels, sample.value
+    text = _FLOATS.get(value) or _value(value)
     if labels:
-        pairs = ",".join([f'{k}="{_escape_value(v)}"' for k, v in sorted(labels.items())])
-        return f"{sample.name}{{{pairs}}} {_go_float(sample.value)}\n"
-    return f"{sample.name} {_go_float(sample.value)}\n"
+        get = _PAIRS.get
+        pairs = ",".join([get(item) or _pair(item) for item in sorted(labels.items())])
+        return f"{name}{{{pairs}}} {text}\n"
+    return f"{name} {text}\n"
 
 
 def encode_text(families: Iterable[Metric]) -> bytes:

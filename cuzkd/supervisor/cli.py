@@ -96,11 +96,12 @@ def _status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(body, indent=2))
         return 0
-    print(f"{'ENGINE':<16} {'STATE':<9} {'PID':>7} {'UPTIME':>9} {'RESTARTS':>8}  LAST EXIT")
+    print(f"{'ENGINE':<16} {'STATE':<9} {'PID':>7} {'UPTIME':>9} {'RESTARTS':>8}  "
+          f"{'RELEASE':<16}  LAST EXIT")
     for eng in body["engines"]:
         print(f"{eng['name']:<16} {eng['state']:<9} {eng['pid'] or '-':>7} "
               f"{_uptime(eng['started_at']):>9} {eng['restarts']:>8}  "
-              f"{_last_exit(eng)}")
+              f"{eng.get('release') or '-':<16}  {_last_exit(eng)}")
     return 0
 
 

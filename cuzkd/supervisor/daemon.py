@@ -12,8 +12,10 @@ supervisor-wide concerns: PID-1/subreaper duties, shutdown ordering, config relo
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Coroutine, Sequence
 from typing import Any
@@ -32,12 +34,13 @@ from cuzkd.config import (
 )
 from cuzkd.metrics.sample import SupervisorSample
 from cuzkd.supervisor import demo
+from cuzkd.supervisor.binaries import EngineBinaries
 from cuzkd.supervisor.control import RouteHook, bind_control_socket, build_control_app
 from cuzkd.supervisor.lifecycle import State
 from cuzkd.supervisor.notify import Notifier
-from cuzkd.supervisor.process import set_child_subreaper
+from cuzkd.supervisor.process import EngineProcess, exit_cause, set_child_subreaper
 from cuzkd.supervisor.reaper import Reaper
-from cuzkd.supervisor.runner import BinaryResolver, EngineRunner
+from cuzkd.supervisor.runner import EngineRunner, log_lines
 from cuzkd.supervisor.statedir import StateDirBusy, StateDirLock
 from cuzkd.supervisor.web import build_metrics_app
 
@@ -45,6 +48,9 @@ log = structlog.get_logger("cuzkd.supervisor")
 
 #: After shutdown_grace and a SIGKILL, how long to wait for the kernel to deliver the exits.
 KILL_SETTLE = 5.0
+#: After a one-shot process exited, how long its output may still drain (a leftover that
+#: escaped its process group could hold the pipes open forever).
+ONESHOT_DRAIN = 2.0
 
 
 class StartupError(Exception):
@@ -56,15 +62,17 @@ class Supervisor:
         self,
         config: Config,
         *,
-        binary_resolver: BinaryResolver | None = None,
         control_routes: Sequence[RouteHook] = (),
         demo: bool = False,
     ) -> None:
         self.config = config
-        self._binary_resolver = binary_resolver
-        self._control_routes = list(control_routes)
+        # Built once, from the config at start: a reload keeps the store and the coordinator.
+        self.binaries = EngineBinaries(config.supervisor, config.state_dir, self)
+        self._control_routes = [*control_routes, self.binaries.routes()]
         self._demo = demo
         self._pids: dict[int, EngineRunner] = {}
+        #: one-shot children (smoke tests): pid → (process, future of its wait status)
+        self._oneshots: dict[int, tuple[EngineProcess, asyncio.Future[int]]] = {}
         self._runners: dict[str, EngineRunner] = {}
         self._reaper = Reaper(self._on_child_exit)
         self._notifier = Notifier()
@@ -96,6 +104,7 @@ class Supervisor:
             loop.add_signal_handler(signum, self._on_stop_signal, signum)
         loop.add_signal_handler(signal.SIGHUP, self._on_reload_signal)
         try:
+            await asyncio.to_thread(self.binaries.prepare)
             await self._start_servers()
             log.info("supervisor_started", pid=os.getpid(), config=self.config.path,
                      state_dir=str(self.config.state_dir),
@@ -195,6 +204,13 @@ class Supervisor:
             self._track(self.reload())
 
     def _on_child_exit(self, pid: int, wait_status: int) -> bool:
+        oneshot = self._oneshots.pop(pid, None)
+        if oneshot is not None:
+            proc, exited = oneshot
+            proc.reaped(wait_status)
+            if not exited.done():
+                exited.set_result(wait_status)
+            return True
         runner = self._pids.get(pid)
         if runner is None:
             log.debug("orphan_reaped", pid=pid, status=os.waitstatus_to_exitcode(wait_status))
@@ -252,7 +268,7 @@ class Supervisor:
 
     def _add_runner(self, spec: EngineConfig) -> EngineRunner:
         runner = EngineRunner(spec, self.config, pids=self._pids,
-                              binary_resolver=self._binary_resolver,
+                              binary_resolver=self.binaries.resolve,
                               on_change=self._notify_status)
         self._runners[spec.name] = runner
         return runner
@@ -270,9 +286,19 @@ class Supervisor:
         return self._runner(name).pid
 
     def engine_names_using_binary(self) -> list[str]:
-        return [name for name, r in self._runners.items() if r.spec.uses_binary]
+        """The engines a swap restarts: ``{binary}`` ones, except those stopped.
+
+        An engine an operator stopped stays stopped through a swap; it starts on the active
+        release whenever it is started. A ``failed`` one is included: it may have failed for
+        lack of a release, and the swap is what starts it.
+        """
+        return [name for name, r in self._runners.items()
+                if r.spec.uses_binary and r.machine.state is not State.STOPPED]
 
     async def restart_engine(self, name: str) -> None:
+        if self._phase == "stopping":  # shutdown owns the engines: a restart would respawn one
+            log.warning("restart_refused", engine=name, reason="supervisor stopping")
+            return
         await self._runner(name).restart()
 
     async def stop_engine(self, name: str) -> None:
@@ -282,31 +308,94 @@ class Supervisor:
         await self._runner(name).start_and_wait()
 
     async def wait_healthy(self, name: str, settle: float) -> str | None:
-        """None once the status answered and the process then stayed up ``settle`` seconds."""
+        """None once the status answered and the process then stayed up ``settle`` seconds.
+
+        Otherwise why not: the status stayed silent for start_timeout, or the process (the one
+        running when called) ended before answering or during the settle period; the reason
+        names its exit cause.
+        """
         runner = self._runner(name)
         pid = runner.pid
-        settled = (State.RUNNING, State.FAILED, State.STOPPED, State.BACKOFF)
-        if not await runner.wait_for(lambda: runner.machine.state in settled or runner.pid != pid,
-                                     within=runner.spec.start_timeout):
-            return f"status did not answer within start_timeout ({runner.spec.start_timeout:g}s)"
-        if runner.machine.state is not State.RUNNING or runner.pid != pid:
+        if pid is None:
             return _not_up(runner)
-        if await runner.wait_for(lambda: runner.pid != pid
-                                 or runner.machine.state is not State.RUNNING, within=settle):
-            return _not_up(runner)
+
+        def gone() -> bool:
+            return runner.pid != pid
+
+        timeout = runner.spec.start_timeout
+        if not await runner.wait_for(lambda: gone() or runner.machine.state is not State.STARTING,
+                                     within=timeout):
+            return f"status did not answer within start_timeout ({timeout:g}s)"
+        if gone() or runner.machine.state is not State.RUNNING:
+            return f"process {pid} ended before its status answered: {_not_up(runner)}"
+        if await runner.wait_for(lambda: gone() or runner.machine.state is not State.RUNNING,
+                                 within=settle):
+            return (f"process {pid} did not stay up for the {settle:g}s settle period: "
+                    f"{_not_up(runner)}")
         return None
+
+    async def run_oneshot(self, argv: Sequence[str], timeout: float) -> str:
+        """Run ``argv`` to its end (a smoke test); its exit cause, or ``timeout``.
+
+        Spawned like an engine (own process group, die with us) and collected by our reaper:
+        ``subprocess.run`` or asyncio's child watcher would race the reaper's ``waitpid(-1)``
+        for the status. On timeout the whole group is killed. Output goes to the log.
+        """
+        try:
+            proc = EngineProcess(argv, os.environ)
+        except (OSError, subprocess.SubprocessError) as exc:
+            log.error("oneshot_spawn_failed", argv=list(argv), error=str(exc))
+            return f"spawn_failed ({exc})"
+        exited: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._oneshots[proc.pid] = (proc, exited)
+        oneshot_log = log.bind(oneshot=argv[0])
+        readers = [asyncio.create_task(log_lines(pipe, oneshot_log, stream, proc.pid))
+                   for pipe, stream in ((proc.stdout, "stdout"), (proc.stderr, "stderr"))]
+        oneshot_log.info("oneshot_spawned", pid=proc.pid, argv=list(argv))
+        try:
+            try:
+                cause = exit_cause(await asyncio.wait_for(asyncio.shield(exited), timeout))[0]
+            except TimeoutError:
+                oneshot_log.warning("oneshot_kill", pid=proc.pid, reason=f"{timeout:g}s elapsed")
+                proc.signal_group(signal.SIGKILL)
+                await exited
+                cause = "timeout"
+        finally:
+            proc.signal_group(signal.SIGKILL)  # leftovers of its group, or all of it if cancelled
+        _, pending = await asyncio.wait(readers, timeout=ONESHOT_DRAIN)
+        for reader in pending:
+            reader.cancel()
+        await asyncio.gather(*readers, return_exceptions=True)
+        oneshot_log.info("oneshot_exited", pid=proc.pid, cause=cause)
+        return cause
 
     # -- views ---------------------------------------------------------------------------
 
     async def sample(self, max_age: float = 1.0) -> SupervisorSample:
-        engines = await asyncio.gather(*(r.sample(max_age) for r in self._runners.values()))
-        return SupervisorSample(engines=engines, zombies_reaped_total=self._reaper.orphans_reaped)
+        runners = list(self._runners.values())
+        engines = await asyncio.gather(*(r.sample(max_age) for r in runners))
+        return SupervisorSample(
+            engines=[dataclasses.replace(eng, release=self._release_of(r))
+                     for r, eng in zip(runners, engines, strict=True)],
+            zombies_reaped_total=self._reaper.orphans_reaped,
+            swaps_total=dict(self.binaries.coordinator.counts),
+            active_release=self.binaries.active_release(),
+        )
 
     def engines_info(self) -> list[dict[str, Any]]:
-        return [r.info() for r in self._runners.values()]
+        return [self._info(r) for r in self._runners.values()]
 
     def engine_info(self, name: str) -> dict[str, Any]:
-        return self._runner(name).info()
+        return self._info(self._runner(name))
+
+    def _info(self, runner: EngineRunner) -> dict[str, Any]:
+        return {**runner.info(), "release": self._release_of(runner)}
+
+    def _release_of(self, runner: EngineRunner) -> str | None:
+        """The release a ``{binary}`` engine's process executes (from ``/proc/PID/exe``)."""
+        if not runner.spec.uses_binary:
+            return None
+        return self.binaries.release_of(runner.pid, runner.started_at)
 
     def about(self) -> dict[str, Any]:
         running = sum(r.machine.state is State.RUNNING for r in self._runners.values())
@@ -321,6 +410,7 @@ class Supervisor:
             "engines_running": running,
             "engines_total": len(self._runners),
             "orphans_reaped_total": self._reaper.orphans_reaped,
+            "active_release": self.binaries.active_release(),
         }
 
     async def status_document(self) -> dict[str, Any]:

@@ -17,7 +17,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-import psutil
 import structlog
 
 from cuzkd.config import BINARY_PLACEHOLDER, Config, EngineConfig
@@ -35,6 +34,7 @@ from cuzkd.supervisor.lifecycle import (
     Stop,
 )
 from cuzkd.supervisor.process import EngineProcess, exit_cause
+from cuzkd.supervisor.proctree import tree_usage
 
 log = structlog.get_logger("cuzkd.supervisor")
 
@@ -45,6 +45,7 @@ SAMPLE_TIMEOUT = 2.0
 #: Poll period while waiting for the first answer, so "running" is noticed quickly.
 STARTING_POLL = 0.1
 
+#: Gives argv[0] for ``{binary}`` at every spawn; raises SpawnError when there is none.
 BinaryResolver = Callable[[], str]
 
 
@@ -61,7 +62,7 @@ class EngineRunner:
         config: Config,
         *,
         pids: dict[int, EngineRunner],
-        binary_resolver: BinaryResolver | None,
+        binary_resolver: BinaryResolver,
         on_change: Callable[[], None],
     ) -> None:
         self.spec = spec
@@ -219,16 +220,13 @@ class EngineRunner:
         self._spawns += 1
         self.machine.spawned(proc.pid, now)
         self._log.info("engine_spawned", pid=proc.pid, argv=argv)
-        self._track(self._read_lines(proc.stdout, "stdout", proc.pid))
-        self._track(self._read_lines(proc.stderr, "stderr", proc.pid))
+        self._track(log_lines(proc.stdout, self._log, "stdout", proc.pid))
+        self._track(log_lines(proc.stderr, self._log, "stderr", proc.pid))
         self._health_task = self._track(self._health_loop())
 
     def _resolve_argv(self) -> list[str]:
         argv = list(self.argv)
         if argv[0] == BINARY_PLACEHOLDER:
-            if self._binary_resolver is None:
-                raise SpawnError(f"command uses {BINARY_PLACEHOLDER} but no release is active "
-                                 "(set supervisor.initial_binary or run `cuzkd swap`)")
             argv[0] = self._binary_resolver()
         return argv
 
@@ -254,26 +252,6 @@ class EngineRunner:
             if not ok and self.machine.state is State.RUNNING:
                 self._log.warning("engine_status_failed", error=self.status.last_error)
             self._apply(self.machine.poll(time.monotonic(), ok))
-
-    async def _read_lines(self, pipe: IO[bytes], stream: str, pid: int) -> None:
-        loop = asyncio.get_running_loop()
-        reader = asyncio.StreamReader(limit=MAX_LINE_BYTES)
-        transport, _ = await loop.connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(reader), pipe)
-        try:
-            while True:
-                try:
-                    line = await reader.readline()
-                except ValueError:
-                    self._log.warning("engine_output_dropped", stream=stream, pid=pid,
-                                      reason=f"line longer than {MAX_LINE_BYTES} bytes")
-                    continue
-                if not line:
-                    return
-                self._log.info("engine_output", stream=stream, pid=pid,
-                               line=line.decode(errors="replace").rstrip("\n"))
-        finally:
-            transport.close()
 
     def _track(self, coro: Any) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)
@@ -320,6 +298,28 @@ class EngineRunner:
         )
 
 
+async def log_lines(pipe: IO[bytes], logger: Any, stream: str, pid: int) -> None:
+    """Log each line a child writes to ``pipe`` as one ``engine_output`` event, until EOF."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=MAX_LINE_BYTES)
+    transport, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), pipe)
+    try:
+        while True:
+            try:
+                line = await reader.readline()
+            except ValueError:
+                logger.warning("engine_output_dropped", stream=stream, pid=pid,
+                               reason=f"line longer than {MAX_LINE_BYTES} bytes")
+                continue
+            if not line:
+                return
+            logger.info("engine_output", stream=stream, pid=pid,
+                        line=line.decode(errors="replace").rstrip("\n"))
+    finally:
+        transport.close()
+
+
 def _delay(at: float | None) -> float | None:
     return None if at is None else max(0.0, at - time.monotonic())
 
@@ -331,17 +331,4 @@ def _wall(at: float | None) -> float | None:
 
 def _tree_usage(pid: int) -> tuple[int | None, float | None]:
     """Resident bytes and CPU seconds summed over the process and its descendants."""
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return None, None
-    rss, cpu = 0, 0.0
-    for proc in procs:
-        try:
-            rss += proc.memory_info().rss
-            times = proc.cpu_times()
-            cpu += times.user + times.system
-        except psutil.Error:
-            continue
-    return rss, cpu
+    return tree_usage(pid)

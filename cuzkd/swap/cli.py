@@ -1,4 +1,4 @@
-"""``cuzkd swap PATH [--smoke ARGS] [--settle 10s]`` and ``cuzkd swap --rollback``.
+"""``cuzkd swap PATH [--smoke ARGS [--smoke-timeout 30s]] [--settle 10s]``, ``--rollback``.
 
 Talks to ``POST /v1/swap`` on the control socket and prints each step as it streams in.
 Exit 0 when every affected engine ended healthy on the new release, 1 when the swap was refused
@@ -12,13 +12,14 @@ import argparse
 import asyncio
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
 from cuzkd.config import EX_CONFIG, ConfigError, default_config, load_config
-from cuzkd.supervisor.control_client import ControlUnavailable
+from cuzkd.supervisor.control_client import BASE_URL, ControlUnavailable, control_session
 
 EX_UNAVAILABLE = 69
 
@@ -35,10 +36,26 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     swap.add_argument("--smoke", metavar="ARGS",
                       help="run the new binary with ARGS first (e.g. \"--version\"); "
                       "it must exit 0")
+    swap.add_argument("--smoke-timeout", metavar="DURATION", default="30s",
+                      help="how long the smoke run may take (default 30s)")
     swap.add_argument("--settle", metavar="DURATION", default="10s",
                       help="how long each restarted engine must stay healthy (default 10s)")
     swap.add_argument("--config", metavar="PATH", help="config naming the control socket")
     swap.set_defaults(handler=_swap)
+
+
+def join_smoke_value(argv: Sequence[str]) -> list[str]:
+    """``cuzkd swap ... --smoke ARGS`` → ``--smoke=ARGS``, for the top-level parser.
+
+    argparse reads a lone word starting with ``-`` after an option as another option, so the
+    documented ``--smoke "--version"`` would fail with "expected one argument"; glued with
+    ``=`` it is the option's value.
+    """
+    words = list(argv)
+    for i, word in enumerate(words[:-1]):
+        if word == "--smoke" and "swap" in words[:i]:
+            return [*words[:i], f"--smoke={words[i + 1]}", *words[i + 2:]]
+    return words
 
 
 def _swap(args: argparse.Namespace) -> int:
@@ -58,6 +75,7 @@ def _swap(args: argparse.Namespace) -> int:
         request["path"] = str(Path(args.path).absolute())
         if args.smoke is not None:
             request["smoke"] = args.smoke
+            request["smoke_timeout"] = args.smoke_timeout
     try:
         return asyncio.run(_stream(config.control_socket, request))
     except ControlUnavailable as exc:
@@ -66,31 +84,23 @@ def _swap(args: argparse.Namespace) -> int:
 
 
 async def _stream(socket_path: Path, request: dict[str, Any]) -> int:
-    connector = aiohttp.UnixConnector(path=str(socket_path))
+    # No total timeout: a rolling restart takes as long as the engines need to become healthy.
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
-    try:
-        async with (
-            aiohttp.ClientSession(connector=connector, timeout=timeout) as session,
-            session.post("http://cuzkd/v1/swap", json=request) as resp,
-        ):
-            if resp.status >= 400:
-                body = await resp.json(content_type=None)
-                print(f"cuzkd swap: refused: {body.get('error')}", file=sys.stderr)
-                return 1
-            result: dict[str, Any] = {}
-            async for raw in resp.content:
-                event = json.loads(raw)
-                if event.get("event") == "result":
-                    result = event
-                else:
-                    print(_describe(event), flush=True)
-    except aiohttp.ClientConnectorError as exc:
-        raise ControlUnavailable(
-            f"cannot reach the supervisor at {socket_path}: {exc.os_error.strerror} "
-            "(is `cuzkd run` running with this config?)"
-        ) from None
-    except aiohttp.ClientError as exc:
-        raise ControlUnavailable(f"control socket {socket_path}: {exc}") from None
+    async with (
+        control_session(socket_path, timeout) as session,
+        session.post(BASE_URL + "/v1/swap", json=request) as resp,
+    ):
+        if resp.status >= 400:
+            body = await resp.json(content_type=None)
+            print(f"cuzkd swap: refused: {body.get('error')}", file=sys.stderr)
+            return 1
+        result: dict[str, Any] = {}
+        async for raw in resp.content:
+            event = json.loads(raw)
+            if event.get("event") == "result":
+                result = event
+            else:
+                print(_describe(event), flush=True)
     return _report(result)
 
 

@@ -28,6 +28,8 @@ class SwapRequest(msgspec.Struct, forbid_unknown_fields=True):
     path: str | None = None
     #: arguments for the smoke run of the new binary, as a shell-like string (``"--version"``)
     smoke: str | None = None
+    #: how long the smoke run may take before its process group is killed (then refused)
+    smoke_timeout: str | float = 30.0
     settle: str | float = 10.0
     rollback: bool = False
 
@@ -43,6 +45,7 @@ def swap_routes(coordinator: SwapCoordinator) -> Callable[[web.Application], Non
         try:
             req = msgspec.json.decode(await request.read(), type=SwapRequest)
             settle = parse_duration(req.settle)
+            smoke_timeout = parse_duration(req.smoke_timeout)
             smoke = shlex.split(req.smoke) if req.smoke is not None else None
         except (msgspec.DecodeError, ValueError) as exc:
             return _error(400, f"bad swap request: {exc}")
@@ -60,7 +63,8 @@ def swap_routes(coordinator: SwapCoordinator) -> Callable[[web.Application], Non
         response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
         await response.prepare(request)
         events: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
-        job = asyncio.create_task(_start(coordinator, req, smoke, settle, events.put_nowait))
+        job = asyncio.create_task(
+            _start(coordinator, req, smoke, smoke_timeout, settle, events.put_nowait))
         job.add_done_callback(lambda _: events.put_nowait(None))
         client_gone = False
         while (event := await events.get()) is not None:
@@ -83,13 +87,15 @@ def _start(
     coordinator: SwapCoordinator,
     req: SwapRequest,
     smoke: list[str] | None,
+    smoke_timeout: float,
     settle: float,
     progress: Callable[[dict[str, Any]], None],
 ) -> Coroutine[Any, Any, SwapOutcome]:
     if req.rollback:
         return coordinator.rollback(settle=settle, progress=progress)
     assert req.path is not None
-    return coordinator.swap(Path(req.path), smoke_args=smoke, settle=settle, progress=progress)
+    return coordinator.swap(Path(req.path), smoke_args=smoke, smoke_timeout=smoke_timeout,
+                            settle=settle, progress=progress)
 
 
 async def _send(response: web.StreamResponse, event: dict[str, Any]) -> bool:

@@ -355,6 +355,17 @@ class ReleaseStore:
         fsync_dir(self.state_dir)
 
 
+def source_release_id(path: Path) -> str:
+    """The release id ``path`` would get if installed (refused like :meth:`ReleaseStore.install`).
+
+    Lets the supervisor tell whether ``initial_binary`` is the active release without installing
+    it, which would make it the newest release in the pruning order.
+    """
+    fd, _ = _open_source(path)
+    with open(fd, "rb") as src:
+        return rules.release_id(hashlib.file_digest(src, "sha256").hexdigest())
+
+
 def release_of_pid(pid: int, store: ReleaseStore) -> str | None:
     """The id of the release that process ``pid`` executes, or None (gone, or not a release)."""
     exe = procexe.executable_of(pid)

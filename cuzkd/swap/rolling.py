@@ -83,12 +83,10 @@ class SwapCoordinator:
         target: SwapTarget,
         *,
         keep_releases: int,
-        smoke_timeout: float = 30.0,
     ) -> None:
         self.store = store
         self.target = target
         self.keep_releases = keep_releases
-        self.smoke_timeout = smoke_timeout
         self.counts: dict[str, int] = dict.fromkeys(COUNTED_RESULTS, 0)
         self._lock = asyncio.Lock()
 
@@ -111,6 +109,7 @@ class SwapCoordinator:
         source: Path,
         *,
         smoke_args: Sequence[str] | None = None,
+        smoke_timeout: float = 30.0,
         settle: float = 10.0,
         progress: Progress = _ignore,
     ) -> SwapOutcome:
@@ -124,7 +123,7 @@ class SwapCoordinator:
             self._step(progress, "installed", release=release.id, binary=str(release.binary))
             if smoke_args is not None:
                 cause = await self.target.run_oneshot(
-                    [str(release.binary), *smoke_args], self.smoke_timeout
+                    [str(release.binary), *smoke_args], smoke_timeout
                 )
                 self._step(progress, "smoke_test", release=release.id, cause=cause)
                 if cause != "exit_0":
@@ -205,8 +204,13 @@ class SwapCoordinator:
 
     async def _restart_one(self, name: str, settle: float, progress: Progress) -> str | None:
         self._step(progress, "restarting", engine=name)
-        await self.target.restart_engine(name)
-        reason = await self.target.wait_healthy(name, settle)
+        try:
+            await self.target.restart_engine(name)
+            reason = await self.target.wait_healthy(name, settle)
+        except KeyError:
+            # A reload removed the engine while the swap was rolling: nothing left to move.
+            self._step(progress, "skipped", engine=name, reason="engine removed by a reload")
+            return None
         if reason is None:
             self._step(progress, "healthy", engine=name)
             return None

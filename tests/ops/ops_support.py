@@ -64,9 +64,13 @@ _ENGINE_METRICS = {
     "cuzk_synthesis_max_concurrent": _m("gauge", "engine"),
     "cuzk_allocation_bytes": _m("gauge", "engine", "kind", "circuit"),
     "cuzk_buffers_in_flight": _m("gauge", "engine", "buffer"),
+    "cuzk_pending_handles": _m("gauge", "engine"),
     "cuzk_gpu_memory_used_bytes": _m("gauge", "engine", "gpu"),
     "cuzk_gpu_memory_total_bytes": _m("gauge", "engine", "gpu"),
+    "cuzk_gpu_memory_pool_bytes": _m("gauge", "engine", "gpu"),
+    "cuzk_gpu_info": _m("gauge", "engine", "gpu", "name"),
     "cuzk_engine_uptime_seconds": _m("gauge", "engine"),
+    "cuzk_engine_backend_info": _m("gauge", "engine", "backend"),
 }
 
 _SUPERVISOR_METRICS = {
@@ -78,6 +82,7 @@ _SUPERVISOR_METRICS = {
     "cuzkd_engine_start_time_seconds": _m("gauge", "engine"),
     "cuzkd_engine_resident_memory_bytes": _m("gauge", "engine"),
     "cuzkd_engine_cpu_seconds_total": _m("counter", "engine"),
+    "cuzkd_engine_release_info": _m("gauge", "engine", "release"),
     "cuzkd_zombies_reaped_total": _m("counter"),
     "cuzkd_binary_swaps_total": _m("counter", "result"),
     "cuzkd_binary_release_info": _m("gauge", "release"),
@@ -90,6 +95,11 @@ _SUPERVISOR_METRICS = {
     "process_start_time_seconds": _m("gauge"),
     "process_open_fds": _m("gauge"),
     "process_max_fds": _m("gauge"),
+    # prometheus_client's platform and GC collectors
+    "python_info": _m("gauge", "implementation", "major", "minor", "patchlevel", "version"),
+    "python_gc_objects_collected_total": _m("counter", "generation"),
+    "python_gc_objects_uncollectable_total": _m("counter", "generation"),
+    "python_gc_collections_total": _m("counter", "generation"),
 }
 
 #: Metric families as the exporter declares them (histograms by base name).

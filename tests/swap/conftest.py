@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -49,3 +50,9 @@ def make_elf(tmp_path: Path) -> MakeBinary:
         return path
 
     return make
+
+
+# The end-to-end tests drive a real `cuzkd run` with the supervisor tests' harness.
+_SUPERVISOR_TESTS = str(Path(__file__).resolve().parent.parent / "supervisor")
+if _SUPERVISOR_TESTS not in sys.path:
+    sys.path.insert(0, _SUPERVISOR_TESTS)

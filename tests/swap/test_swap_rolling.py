@@ -3,7 +3,7 @@
 The stand-in plays the supervisor's part of :class:`SwapTarget` (it is our own protocol, not
 an OS facility): an engine it restarts "runs" whatever binary ``current`` resolves to at that
 moment, and is healthy when that binary says ``good``. The end-to-end swap with real engine
-processes is in tests/supervisor.
+processes is in test_swap_e2e.py.
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ class ScriptedSupervisor:
         return list(self.engines)
 
     async def restart_engine(self, name: str) -> None:
+        if name not in self.engines:
+            raise KeyError(name)
         self._down += 1
         self.down_at_once = max(self.down_at_once, self._down)
         self.restarting.set()
@@ -57,29 +59,17 @@ class ScriptedSupervisor:
 
 
 @pytest.fixture
-def make_binary(tmp_path: Path):
-    def make(tag: str) -> Path:
-        path = tmp_path / "build" / tag / "cuzk"
-        path.parent.mkdir(parents=True)
-        path.write_text(f"#!/bin/sh\n# {tag}\nexit 0\n")
-        path.chmod(0o755)
-        return path
-
-    return make
-
-
-@pytest.fixture
-def v1(store: ReleaseStore, make_binary):
-    release = store.install(make_binary("v1-good"))
+def v1(store: ReleaseStore, make_script):
+    release = store.install(make_script("v1-good"))
     store.activate(release)
     return release
 
 
-async def test_swap_rolls_every_binary_engine_one_at_a_time(store, make_binary, v1):
+async def test_swap_rolls_every_binary_engine_one_at_a_time(store, make_script, v1):
     target = ScriptedSupervisor(store, ["gpu0", "gpu1", "gpu2"])
     coord = SwapCoordinator(store, target, keep_releases=3)
     events: list[dict] = []
-    outcome = await coord.swap(make_binary("v2-good"), smoke_args=["--version"],
+    outcome = await coord.swap(make_script("v2-good"), smoke_args=["--version"],
                                settle=0, progress=events.append)
     assert outcome.result == "ok"
     assert outcome.previous == v1.id
@@ -91,10 +81,10 @@ async def test_swap_rolls_every_binary_engine_one_at_a_time(store, make_binary, 
     assert coord.counts == {"ok": 1, "rolled_back": 0, "refused": 0}
 
 
-async def test_unhealthy_engine_rolls_everything_back(store, make_binary, v1):
+async def test_unhealthy_engine_rolls_everything_back(store, make_script, v1):
     target = ScriptedSupervisor(store, ["gpu0", "gpu1"])
     coord = SwapCoordinator(store, target, keep_releases=3)
-    outcome = await coord.swap(make_binary("v2-bad"), settle=0)
+    outcome = await coord.swap(make_script("v2-bad"), settle=0)
     assert outcome.result == "rolled_back"
     assert "gpu0" in outcome.reason
     assert store.active().id == v1.id
@@ -104,11 +94,11 @@ async def test_unhealthy_engine_rolls_everything_back(store, make_binary, v1):
     assert coord.counts["rolled_back"] == 1
 
 
-async def test_failed_smoke_test_refuses_before_activation(store, make_binary, v1):
+async def test_failed_smoke_test_refuses_before_activation(store, make_script, v1):
     target = ScriptedSupervisor(store, ["gpu0"])
     target.smoke_cause = "exit_3"
     coord = SwapCoordinator(store, target, keep_releases=3)
-    outcome = await coord.swap(make_binary("v2-good"), smoke_args=["--version"], settle=0)
+    outcome = await coord.swap(make_script("v2-good"), smoke_args=["--version"], settle=0)
     assert outcome.result == "refused"
     assert "exit_3" in outcome.reason
     assert store.active().id == v1.id
@@ -126,34 +116,46 @@ async def test_invalid_source_is_refused_and_nothing_changes(store, tmp_path, v1
     assert target.log == []
 
 
-async def test_a_second_swap_while_one_runs_is_refused(store, make_binary, v1):
+async def test_a_second_swap_while_one_runs_is_refused(store, make_script, v1):
     target = ScriptedSupervisor(store, ["gpu0"])
     target.gate = asyncio.Event()
     coord = SwapCoordinator(store, target, keep_releases=3)
-    first = asyncio.create_task(coord.swap(make_binary("v2-good"), settle=0))
+    first = asyncio.create_task(coord.swap(make_script("v2-good"), settle=0))
     await target.restarting.wait()
     with pytest.raises(SwapInProgress):
-        await coord.swap(make_binary("v3-good"), settle=0)
+        await coord.swap(make_script("v3-good"), settle=0)
     target.gate.set()
     assert (await first).result == "ok"
 
 
-async def test_rollback_command_returns_to_the_previous_release(store, make_binary, v1):
+async def test_rollback_command_returns_to_the_previous_release(store, make_script, v1):
     target = ScriptedSupervisor(store, ["gpu0"])
     coord = SwapCoordinator(store, target, keep_releases=3)
-    await coord.swap(make_binary("v2-good"), settle=0)
+    await coord.swap(make_script("v2-good"), settle=0)
     outcome = await coord.rollback(settle=0)
     assert outcome.result == "ok"
     assert store.active().id == v1.id
     assert target.running == {"gpu0": v1.id}
 
 
-async def test_swap_prunes_to_keep_releases(store, make_binary, v1):
+async def test_swap_prunes_to_keep_releases(store, make_script, v1):
     target = ScriptedSupervisor(store, [])
     coord = SwapCoordinator(store, target, keep_releases=2)
     for tag in ("v2-good", "v3-good", "v4-good"):
-        assert (await coord.swap(make_binary(tag), settle=0)).result == "ok"
+        assert (await coord.swap(make_script(tag), settle=0)).result == "ok"
     ids = {r.id for r in store.releases()}
     assert len(ids) == 2
     assert store.active().id in ids
     assert store.previous().id in ids
+
+
+async def test_engine_removed_by_a_reload_mid_swap_is_skipped(store, make_script, v1):
+    target = ScriptedSupervisor(store, ["gpu0", "gpu1"])
+    coord = SwapCoordinator(store, target, keep_releases=3)
+    target.engines.remove("gpu0")  # listed when the swap began, gone when its turn comes
+    events: list[dict] = []
+    target.engine_names_using_binary = lambda: ["gpu0", "gpu1"]  # type: ignore[method-assign]
+    outcome = await coord.swap(make_script("v2-good"), settle=0, progress=events.append)
+    assert outcome.result == "ok"
+    assert {"event": "skipped", "engine": "gpu0", "reason": "engine removed by a reload"} in events
+    assert target.running == {"gpu1": outcome.release}

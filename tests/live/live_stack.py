@@ -1,0 +1,86 @@
+"""The live stack shared by every test in tests/live (the fixture is in conftest.py).
+
+Starting engines and a Prometheus costs seconds and the panel checks need ~30 s of history, so
+the stack is session-scoped and every live test reads it; tests that disturb an engine use the
+``victim`` engine, which nothing else asserts on.
+
+Engines (one ``cuzkd run --demo`` with ``[metrics] listen`` on port 0):
+
+* ``b0``, ``b1``: bundled reference engines (default config) kept busy by the demo load;
+* ``example``: serves cuzk's reference document byte for byte (``status_url``);
+* ``garbage``, ``badschema``: serve non-JSON and a wrong-schema document. ``start_timeout`` is
+  long so they stay ``starting`` (down, fetch errors counting) for the whole session instead of
+  being killed and restarted;
+* ``victim``: a fake engine whose first start exits 1 (restarted at once, as the first failure
+  always is). That leaves its backoff one failure deep with ``backoff_reset_after`` far away,
+  so the *next* failure (the SIGKILL test) waits ``backoff_initial`` (4 s, at least 3.2 s with
+  jitter) before restarting: a down window several 1 s scrapes long, by the supervisor's own
+  rule rather than by luck. Its exit also makes ``cuzkd_engine_exits_total`` exist from the
+  start, so the contract checks do not depend on test order.
+
+Prometheus scrapes the supervisor every second and evaluates the shipped alert rules.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from live_support import Exposition, Prometheus, doc_engine, scrape
+from sv_harness import RunningSupervisor, fake_engine, start_supervisor, write_config
+
+REPO = Path(__file__).resolve().parents[2]
+ALERT_RULES = REPO / "prometheus" / "cuzkd-alerts.yml"
+BUNDLED = ("b0", "b1")
+BAD_DOCUMENTS = ("garbage", "badschema")
+VICTIM_BACKOFF = 4.0
+
+
+@dataclass
+class LiveStack:
+    supervisor: RunningSupervisor
+    metrics_url: str
+    prometheus: Prometheus
+    example_document: Path
+
+    def scrape(self) -> Exposition:
+        return scrape(self.metrics_url)
+
+
+def _bad_documents(tmp: Path, example: Path) -> dict[str, Path]:
+    """Non-JSON, and valid JSON that breaks cuzk's schema (a byte count given as a string)."""
+    wrong = json.loads(example.read_text())
+    wrong["memory"]["total_bytes"] = "lots"
+    paths = {"garbage": tmp / "garbage.json", "badschema": tmp / "badschema.json"}
+    paths["garbage"].write_bytes(b"<html><body>502 Bad Gateway</body></html>")
+    paths["badschema"].write_text(json.dumps(wrong))
+    return paths
+
+
+@contextmanager
+def live_stack(tmp: Path, example: Path) -> Iterator[LiveStack]:
+    """Start the stack under ``tmp``; everything started is stopped on exit, failure or not."""
+    bad = _bad_documents(tmp, example)
+    engines = [
+        *({"name": name} for name in BUNDLED),
+        doc_engine(tmp, "example", example),
+        *(doc_engine(tmp, name, bad[name], start_timeout="1h") for name in BAD_DOCUMENTS),
+        fake_engine(tmp, "victim", args=["--fail-starts", "1", "--pidfile",
+                                         str(tmp / "victim.pids")],
+                    backoff_initial=f"{VICTIM_BACKOFF}s", backoff_reset_after="1h"),
+    ]
+    with ExitStack() as cleanup:
+        sup = start_supervisor(write_config(tmp, engines), extra_args=["--demo"])
+        cleanup.callback(sup.stop)
+        address = sup.about()["metrics_listen"]
+        prometheus = Prometheus.start(tmp / "prometheus", [address], rule_files=[ALERT_RULES])
+        cleanup.callback(prometheus.stop)
+        for name in (*BUNDLED, "example"):
+            sup.wait_engine(name, lambda e: e["state"] == "running", timeout=60,
+                            what=f"{name} running")
+        sup.wait_engine("victim", lambda e: e["state"] == "running" and e["restarts"] == 1,
+                        timeout=30, what="victim running after its failed first start")
+        yield LiveStack(sup, f"http://{address}/metrics", prometheus, example)
