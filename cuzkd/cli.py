@@ -3,7 +3,10 @@
 Each concern registers its own subcommands (``register(subparsers)``) so this module stays a
 table of contents: ``run``/``check-config``/``status``/``start``/``stop``/``restart`` come from
 the supervisor, ``engine``/``bench`` from the reference engine, ``swap`` from the swap package.
-Every subcommand handler takes the parsed arguments and returns the process exit code.
+Every subcommand handler takes the parsed arguments and returns the process exit code; the
+errors every client subcommand can meet are turned into exit codes here, once, following
+sysexits.h: 78 (EX_CONFIG) for a bad config, 69 (EX_UNAVAILABLE) when the supervisor's control
+socket cannot be reached, 1 when the supervisor refuses a request.
 """
 
 from __future__ import annotations
@@ -13,11 +16,15 @@ import sys
 from collections.abc import Callable, Sequence
 
 from cuzkd import __version__
+from cuzkd.config import EX_CONFIG, ConfigError
+from cuzkd.control_client import ControlRequestFailed, ControlUnavailable
 from cuzkd.engine import cli as engine_cli
 from cuzkd.supervisor import cli as supervisor_cli
 from cuzkd.swap import cli as swap_cli
 
 Handler = Callable[[argparse.Namespace], int]
+
+EX_UNAVAILABLE = 69
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,4 +48,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if handler is None:
         parser.print_help()
         return 2
-    return handler(args)
+    try:
+        return handler(args)
+    except ConfigError as exc:
+        return _fail(exc, EX_CONFIG)
+    except ControlUnavailable as exc:
+        return _fail(exc, EX_UNAVAILABLE)
+    except ControlRequestFailed as exc:
+        return _fail(exc, 1)
+
+
+def _fail(error: Exception, code: int) -> int:
+    print(f"cuzkd: {error}", file=sys.stderr)
+    return code

@@ -167,6 +167,11 @@ def default_config() -> Config:
     return Config(engine=default_engines(visible_gpu_count()))
 
 
+def load_or_default(path: str | Path | None) -> Config:
+    """The config at ``path``, or the embedded default when no path is given."""
+    return load_config(path) if path else default_config()
+
+
 def load_config(path: str | Path) -> Config:
     """Read, validate and resolve a TOML config file; raise ConfigError naming file and key."""
     where = str(path)

@@ -1,8 +1,7 @@
 """Subcommands of the supervisor: ``run``, ``check-config``, ``status``, ``start|stop|restart``.
 
-Exit codes follow sysexits.h where one fits: 78 (EX_CONFIG) for a bad config, 69
-(EX_UNAVAILABLE) when the control socket cannot be reached, 1 when the supervisor refuses a
-request.
+Config and control-socket errors propagate to :func:`cuzkd.cli.main`, which maps them to exit
+codes (78, 69, 1).
 """
 
 from __future__ import annotations
@@ -10,15 +9,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sys
 import time
 from typing import Any
 
-from cuzkd.config import EX_CONFIG, Config, ConfigError, default_config, load_config
+from cuzkd.config import load_config, load_or_default
+from cuzkd.control_client import call
 from cuzkd.logs import configure_logging
-from cuzkd.supervisor.control_client import ControlRequestFailed, ControlUnavailable, call
-
-EX_UNAVAILABLE = 69
 
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
@@ -46,16 +42,8 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         cmd.set_defaults(handler=_engine_action, verb=verb)
 
 
-def _load(path: str | None) -> Config:
-    return load_config(path) if path else default_config()
-
-
 def _run(args: argparse.Namespace) -> int:
-    try:
-        config = _load(args.config)
-    except ConfigError as exc:
-        print(f"cuzkd: {exc}", file=sys.stderr)
-        return EX_CONFIG
+    config = load_or_default(args.config)
     configure_logging(level=config.supervisor.log_level)
     from cuzkd.supervisor.daemon import Supervisor  # the daemon's imports are for `run` only
 
@@ -63,36 +51,18 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _check_config(args: argparse.Namespace) -> int:
-    try:
-        config = load_config(args.path)
-    except ConfigError as exc:
-        print(f"cuzkd: {exc}", file=sys.stderr)
-        return EX_CONFIG
+    config = load_config(args.path)
     names = ", ".join(e.name for e in config.engine)
     print(f"{args.path}: OK ({len(config.engine)} engine(s): {names})")
     return 0
 
 
-def _control(args: argparse.Namespace, method: str, path: str) -> tuple[int, Any]:
-    try:
-        config = _load(args.config)
-    except ConfigError as exc:
-        print(f"cuzkd: {exc}", file=sys.stderr)
-        return EX_CONFIG, None
-    try:
-        return 0, call(config.control_socket, method, path)
-    except ControlUnavailable as exc:
-        print(f"cuzkd: {exc}", file=sys.stderr)
-        return EX_UNAVAILABLE, None
-    except ControlRequestFailed as exc:
-        print(f"cuzkd: {exc}", file=sys.stderr)
-        return 1, None
+def _control(args: argparse.Namespace, method: str, path: str) -> Any:
+    return call(load_or_default(args.config).control_socket, method, path)
 
 
 def _status(args: argparse.Namespace) -> int:
-    code, body = _control(args, "GET", "/v1/engines")
-    if code:
-        return code
+    body = _control(args, "GET", "/v1/engines")
     if args.json:
         print(json.dumps(body, indent=2))
         return 0
@@ -122,8 +92,6 @@ def _last_exit(eng: dict[str, Any]) -> str:
 
 
 def _engine_action(args: argparse.Namespace) -> int:
-    code, body = _control(args, "POST", f"/v1/engines/{args.name}/{args.verb}")
-    if code:
-        return code
+    body = _control(args, "POST", f"/v1/engines/{args.name}/{args.verb}")
     print(f"{body['name']}: {body['state']} (pid {body['pid'] or '-'})")
     return 0

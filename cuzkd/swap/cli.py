@@ -18,10 +18,8 @@ from typing import Any
 
 import aiohttp
 
-from cuzkd.config import EX_CONFIG, ConfigError, default_config, load_config
-from cuzkd.supervisor.control_client import BASE_URL, ControlUnavailable, control_session
-
-EX_UNAVAILABLE = 69
+from cuzkd.config import load_or_default
+from cuzkd.control_client import BASE_URL, control_session
 
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
@@ -62,11 +60,7 @@ def _swap(args: argparse.Namespace) -> int:
     if bool(args.path) == bool(args.rollback):
         print("cuzkd swap: give a PATH or --rollback", file=sys.stderr)
         return 2
-    try:
-        config = load_config(args.config) if args.config else default_config()
-    except ConfigError as exc:
-        print(f"cuzkd: {exc}", file=sys.stderr)
-        return EX_CONFIG
+    config = load_or_default(args.config)
     request: dict[str, Any] = {"settle": args.settle}
     if args.rollback:
         request["rollback"] = True
@@ -76,11 +70,7 @@ def _swap(args: argparse.Namespace) -> int:
         if args.smoke is not None:
             request["smoke"] = args.smoke
             request["smoke_timeout"] = args.smoke_timeout
-    try:
-        return asyncio.run(_stream(config.control_socket, request))
-    except ControlUnavailable as exc:
-        print(f"cuzkd: {exc}", file=sys.stderr)
-        return EX_UNAVAILABLE
+    return asyncio.run(_stream(config.control_socket, request))
 
 
 async def _stream(socket_path: Path, request: dict[str, Any]) -> int:

@@ -16,7 +16,10 @@ Engines (one ``cuzkd run --demo`` with ``[metrics] listen`` on port 0):
   so the *next* failure (the SIGKILL test) waits ``backoff_initial`` (4 s, at least 3.2 s with
   jitter) before restarting: a down window several 1 s scrapes long, by the supervisor's own
   rule rather than by luck. Its exit also makes ``cuzkd_engine_exits_total`` exist from the
-  start, so the contract checks do not depend on test order.
+  start, so the contract checks do not depend on test order. Its command is ``{binary}``
+  with ``initial_binary`` set to this Python interpreter (a real ELF file, so
+  ``/proc/PID/exe`` names the release): the release families (``cuzkd_binary_release_info``,
+  ``cuzkd_engine_release_info``) are live too, and every family of the contract is exported.
 
 Prometheus scrapes the supervisor every second and evaluates the shipped alert rules.
 """
@@ -24,13 +27,17 @@ Prometheus scrapes the supervisor every second and evaluates the shipped alert r
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from live_support import Exposition, Prometheus, doc_engine, scrape
 from sv_harness import RunningSupervisor, fake_engine, start_supervisor, write_config
+
+from cuzkd.config import BINARY_PLACEHOLDER
 
 REPO = Path(__file__).resolve().parents[2]
 ALERT_RULES = REPO / "prometheus" / "cuzkd-alerts.yml"
@@ -60,6 +67,15 @@ def _bad_documents(tmp: Path, example: Path) -> dict[str, Path]:
     return paths
 
 
+def _victim(tmp: Path) -> dict[str, Any]:
+    """The fake engine run by the active release's binary (a copy of this interpreter)."""
+    victim = fake_engine(tmp, "victim", args=["--fail-starts", "1", "--pidfile",
+                                              str(tmp / "victim.pids")],
+                         backoff_initial=f"{VICTIM_BACKOFF}s", backoff_reset_after="1h")
+    victim["command"][0] = BINARY_PLACEHOLDER  # was sys.executable
+    return victim
+
+
 @contextmanager
 def live_stack(tmp: Path, example: Path) -> Iterator[LiveStack]:
     """Start the stack under ``tmp``; everything started is stopped on exit, failure or not."""
@@ -68,12 +84,13 @@ def live_stack(tmp: Path, example: Path) -> Iterator[LiveStack]:
         *({"name": name} for name in BUNDLED),
         doc_engine(tmp, "example", example),
         *(doc_engine(tmp, name, bad[name], start_timeout="1h") for name in BAD_DOCUMENTS),
-        fake_engine(tmp, "victim", args=["--fail-starts", "1", "--pidfile",
-                                         str(tmp / "victim.pids")],
-                    backoff_initial=f"{VICTIM_BACKOFF}s", backoff_reset_after="1h"),
+        _victim(tmp),
     ]
+    # The release store is seeded with this Python interpreter: the victim runs it as {binary}.
+    supervisor = {"initial_binary": str(Path(sys.executable).resolve())}
     with ExitStack() as cleanup:
-        sup = start_supervisor(write_config(tmp, engines), extra_args=["--demo"])
+        sup = start_supervisor(write_config(tmp, engines, supervisor=supervisor),
+                               extra_args=["--demo"])
         cleanup.callback(sup.stop)
         address = sup.about()["metrics_listen"]
         prometheus = Prometheus.start(tmp / "prometheus", [address], rule_files=[ALERT_RULES])

@@ -174,7 +174,7 @@ class Prometheus:
             raise AssertionError(f"prometheus exited {self.proc.returncode}:\n{self.log()}")
         try:
             with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as resp:
-                return resp.status == 200
+                return bool(resp.status == 200)
         except (urllib.error.URLError, OSError):
             return False
 

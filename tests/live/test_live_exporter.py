@@ -12,6 +12,7 @@ import os
 import signal
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,14 +31,23 @@ def _busy_bundled_engines(s: Exposition) -> set[str]:
             if name == "cuzk_gpu_worker_busy" and v == 1 and dict(labels)["engine"] in BUNDLED}
 
 
+def _scrape_until(live: LiveStack, predicate: Callable[[Exposition], Any], timeout: float,
+                  what: str) -> Exposition:
+    """Scrape /metrics until a scrape satisfies ``predicate``; that scrape."""
+    def check() -> Exposition | None:
+        s = live.scrape()
+        return s if predicate(s) else None
+
+    return wait_until(check, timeout, what, interval=0.1)  # type: ignore[no-any-return]
+
+
 def test_live_scrape_under_load_passes_promtool(live: LiveStack) -> None:
     """``promtool check metrics`` is silent on a scrape taken while bundled workers prove."""
-    s = wait_until(lambda: (lambda s: s if _busy_bundled_engines(s) else None)(live.scrape()),
-                   30, "a scrape with a busy bundled worker", interval=0.1)
+    s = _scrape_until(live, _busy_bundled_engines, 30, "a scrape with a busy bundled worker")
     assert promtool_check_metrics(s.text) == ""
 
 
-def _each_bundled(predicate: Any) -> Any:
+def _each_bundled(predicate: Callable[[float], bool]) -> Callable[[dict[LabelSet, float]], bool]:
     """A wait_for predicate: both bundled engines are in the answer and pass ``predicate``."""
     return lambda values: (set(by_label(values, "engine")) == set(BUNDLED)
                            and all(predicate(v) for v in values.values()))
@@ -181,9 +191,8 @@ def test_bad_documents_mark_only_their_engine_down(live: LiveStack) -> None:
         sock = Path(sup.engine(name)["status_address"].removeprefix("unix:"))
         wait_until(sock.exists, 20, f"{name} listening")
     first = _fetch_errors(live.scrape())
-    s = wait_until(lambda: (lambda s: s if all(
-        _fetch_errors(s)[n] > first[n] for n in BAD_DOCUMENTS) else None)(live.scrape()),
-        20, "fetch errors rising for both bad engines", interval=0.2)
+    s = _scrape_until(live, lambda s: all(_fetch_errors(s)[n] > first[n] for n in BAD_DOCUMENTS),
+                      20, "fetch errors rising for both bad engines")
 
     for name in BAD_DOCUMENTS:
         assert s.value("cuzkd_engine_up", engine=name) == 0, name

@@ -23,14 +23,6 @@ from sv_harness import wait_until
 GRAFANA_VARIABLES = {"rate_interval": "4s", "interval": "1s", "range_": "30s"}
 HISTORY_SCRAPES = 30
 
-#: Families in the contract that the live stack cannot produce, and why. Everything else in the
-#: contract must be in the live output, and everything in the live output in the contract.
-CONDITIONAL = {
-    "cuzkd_binary_release_info": "only once a swap release is active",
-    "cuzkd_engine_release_info": "only for `{binary}` engines running a release",
-}
-
-
 def _wait_for_history(live: LiveStack) -> None:
     live.prometheus.wait_for(f'count_over_time(up{{job="cuzkd"}}[{HISTORY_SCRAPES + 10}s])',
                              lambda v: v and min(v.values()) >= HISTORY_SCRAPES,
@@ -81,7 +73,7 @@ def test_every_metric_in_dashboards_and_rules_is_exported(live: LiveStack) -> No
     used = _metric_names(dashboard_exprs + _rule_exprs())
     assert "cuzk_partition_gpu_duration_seconds_bucket" in used  # the extraction works
     exported = live.scrape().sample_names() | set(ops.PROMETHEUS_SERIES)
-    assert used - exported - set(CONDITIONAL) == set()
+    assert used - exported == set()
 
 
 def test_alert_rules_evaluate_cleanly_on_live_series(live: LiveStack) -> None:
@@ -105,11 +97,10 @@ def _labels_mismatch(s: Exposition) -> dict[str, tuple[list[str], list[str]]]:
 
 def test_contract_is_exactly_the_live_families(live: LiveStack) -> None:
     """tests/ops' metric contract lists every live family with its type and labels, and only
-    those (save the CONDITIONAL ones), so the static dashboard/rule lints cannot drift."""
+    those, so the static dashboard/rule lints cannot drift from the exporter."""
     s = live.scrape()
     contract = ops.CONTRACT
-    assert set(CONDITIONAL) <= set(contract)
     assert set(s.families) - set(contract) == set(), "live families missing from the contract"
-    assert set(contract) - set(s.families) - set(CONDITIONAL) == set(), "contract not exported"
+    assert set(contract) - set(s.families) == set(), "contract families not exported"
     assert {n: t for n, t in s.families.items() if contract[n].kind != t} == {}
     assert _labels_mismatch(s) == {}
