@@ -282,7 +282,7 @@ class EngineRunner:
         alive = self.machine.state in (State.STARTING, State.RUNNING)
         doc = await self.status.fetch(max_age) if alive else None
         pid = self.machine.pid
-        rss, cpu = _tree_usage(pid) if pid is not None else (None, None)
+        rss, cpu = tree_usage(pid) if pid is not None else (None, None)
         return EngineSample(
             name=self.name,
             state=str(self.machine.state),
@@ -327,8 +327,3 @@ def _delay(at: float | None) -> float | None:
 def _wall(at: float | None) -> float | None:
     """Unix time of a monotonic instant."""
     return None if at is None else time.time() + (at - time.monotonic())
-
-
-def _tree_usage(pid: int) -> tuple[int | None, float | None]:
-    """Resident bytes and CPU seconds summed over the process and its descendants."""
-    return tree_usage(pid)
