@@ -104,14 +104,7 @@ def run_supervisord(work: Path, child: Path, args: argparse.Namespace) -> list[f
         startretries=1000
         stopsignal=KILL
     """))
-    proc = subprocess.Popen([str(python), "-m", "supervisor.supervisord", "-c", str(conf)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_restarts(log, args.restarts, args.restarts * (args.lifetime + 3) + 30)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(30)
-    return latencies(log)[: args.restarts]
+    return supervise([str(python), "-m", "supervisor.supervisord", "-c", str(conf)], log, args)
 
 
 def run_cuzkd(work: Path, child: Path, args: argparse.Namespace) -> list[float]:
@@ -131,8 +124,12 @@ def run_cuzkd(work: Path, child: Path, args: argparse.Namespace) -> list[float]:
         backoff_reset_after = "{args.lifetime / 2}"
         stop_timeout = "1s"
     """))
-    proc = subprocess.Popen([sys.executable, "-m", "cuzkd", "run", "--config", str(conf)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return supervise([sys.executable, "-m", "cuzkd", "run", "--config", str(conf)], log, args)
+
+
+def supervise(argv: list[str], log: Path, args: argparse.Namespace) -> list[float]:
+    """Run a supervisor until its child restarted ``args.restarts`` times; the latencies."""
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_restarts(log, args.restarts, args.restarts * (args.lifetime + 3) + 30)
     finally:
