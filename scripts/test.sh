@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything the test suite needs on a fresh Debian machine, then runs every test.
 # System packages: prometheus (prometheus + promtool for the real-Prometheus and lint tests),
-# systemd (systemd-analyze verify). Python packages go into ./.venv.
+# systemd (systemd-analyze verify), util-linux (unshare), gcc. Python packages go into ./.venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()
@@ -9,6 +9,8 @@ command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
 command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 command -v unshare >/dev/null 2>&1 || need+=(util-linux)
+command -v gcc >/dev/null 2>&1 || need+=(gcc libc6-dev)  # compiles the swap tests' fake engine
+python3 -c "import ensurepip" >/dev/null 2>&1 || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
