@@ -226,6 +226,9 @@ class Engine:
                 if job.failed:
                     break
                 await self.budget.acquire((job.job_id, index), synth_bytes, rest_bytes)
+                if job.failed:  # a partition failed while we waited: hand the grant back
+                    self.budget.release((job.job_id, index))
+                    break
                 self._admit(job, index)
             if job.error is not None:  # a partition failed: the rest never start
                 self._fail_unadmitted(job, job.error)

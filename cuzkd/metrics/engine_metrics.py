@@ -60,7 +60,8 @@ class EngineFamilies:
         self.uptime = g("cuzk_engine_uptime_seconds", "Seconds since the engine started.",
                         labels=_E)
         self.backend = InfoMetricFamily(
-            "cuzk_engine_backend", "Compute backend of a cuzkd reference engine (cupy, numpy).",
+            "cuzk_engine_backend",
+            "Compute backend of a cuzkd reference engine (cupy, numpy); cuzk for a plain cuzk.",
             labels=_E)
         self.worker_busy = g("cuzk_gpu_worker_busy",
                              "1 while the GPU worker proves a partition, 0 when idle.",

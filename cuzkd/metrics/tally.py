@@ -16,6 +16,7 @@ from typing import TypeVar
 
 from prometheus_client.utils import floatToGoString
 
+from cuzkd.status.derive import pipeline_in_flight
 from cuzkd.status.document import (
     PARTITION_STATES,
     Allocation,
@@ -37,8 +38,6 @@ def _le_labels(bounds: tuple[float, ...]) -> tuple[str, ...]:
     shares the same bounds, so this is computed once, not per bucket per scrape; the cache
     size bounds the memory an engine serving odd bounds can make us use."""
     return tuple(_go_float(b) for b in bounds)
-
-_TERMINAL = frozenset(("done", "failed"))
 
 
 def first_by(items: Iterable[T], key: Callable[[T], K]) -> list[T]:
@@ -86,11 +85,7 @@ def partitions_by_phase(pipelines: Iterable[Pipeline]) -> dict[str, dict[str, in
 def unfinished_jobs(pipelines: Iterable[Pipeline]) -> int:
     """Jobs with a partition not yet done or failed: ``jobs_in_flight`` when an engine gives no
     extensions (it then misses unpartitioned jobs, which cuzk does not list)."""
-    return sum(
-        1
-        for p in first_by(pipelines, lambda p: p.job_id)
-        if any(part.state not in _TERMINAL for part in p.partitions)
-    )
+    return sum(1 for p in first_by(pipelines, lambda p: p.job_id) if pipeline_in_flight(p))
 
 
 def bytes_by_circuit(allocations: Iterable[Allocation]) -> dict[str, int]:

@@ -46,6 +46,7 @@ RESTART_SLACK_SECS = 5.0
 _FORWARD: tuple[PartitionState, ...] = ("synthesizing", "synth_done", "gpu", "done")
 _RANK: dict[PartitionState, int] = {p: i for i, p in enumerate(("pending", *_FORWARD))}
 _PAST_SYNTHESIS: frozenset[PartitionState] = frozenset(("synth_done", "gpu", "done"))
+_TERMINAL: frozenset[PartitionState] = frozenset(("done", "failed"))
 
 
 def reached_rank(part: Partition) -> int:
@@ -65,8 +66,8 @@ def reached_rank(part: Partition) -> int:
 
 def entered_phases(previous: Partition | None, current: Partition) -> list[PartitionState]:
     """Phases ``current`` entered since ``previous`` was seen (None: never seen). Pure."""
-    if previous is not None and previous.state == "failed":
-        return []
+    if previous is not None and previous.state in _TERMINAL:
+        return []  # nothing follows done or failed; a change after them is ignored
     seen_rank = 0 if previous is None else reached_rank(previous)
     entered = [p for p in _FORWARD if seen_rank < _RANK[p] <= reached_rank(current)]
     if current.state == "failed":
@@ -136,13 +137,24 @@ class ExtensionDeriver:
             self._engine_start = engine_start
         self._last_uptime = doc.uptime_secs
 
-        self._jobs = {p.job_id: self._observe_pipeline(p) for p in doc.pipelines}
+        jobs: dict[str, dict[int, _SeenPartition]] = {}
+        in_flight = 0
+        for pipeline in doc.pipelines:
+            if pipeline.job_id in jobs:
+                continue  # listed twice: the first entry counts (a second would recount it)
+            jobs[pipeline.job_id] = self._observe_pipeline(pipeline)
+            in_flight += pipeline_in_flight(pipeline)
+        self._jobs = jobs
+        seen_workers: set[int] = set()
         for worker in doc.gpu_workers:
+            if worker.worker_id in seen_workers:
+                continue  # listed twice: two alternating spans would invent busy time
+            seen_workers.add(worker.worker_id)
             spans = self._workers.get(worker.worker_id)
             if spans is None:
                 spans = self._workers[worker.worker_id] = _WorkerSpans(worker.gpu_ordinal)
             spans.observe(worker)
-        self._jobs_in_flight = sum(1 for p in doc.pipelines if _in_flight(p))
+        self._jobs_in_flight = in_flight
 
     def extensions(self) -> Extensions:
         return Extensions(
@@ -178,8 +190,12 @@ class ExtensionDeriver:
                 self._kinds.entered(kind, phase)
             if record is None:
                 record = seen[part.index] = _SeenPartition(part)
-            elif reached_rank(part) >= reached_rank(record.last) and record.last.state != "failed":
-                record.last = part  # never move backwards: a regression would recount later
+            elif record.last.state not in _TERMINAL and (
+                    part.state == "failed" or reached_rank(part) >= reached_rank(record.last)):
+                # Never move backwards (a regression would recount later), but always remember
+                # a failure: a partition failed after synth_done proves a lower rank than it was
+                # seen at, and left unrecorded would count ``failed`` again at every poll.
+                record.last = part
             self._record_durations(kind, part, record)
         return seen
 
@@ -194,6 +210,8 @@ class ExtensionDeriver:
             record.gpu_recorded = True
 
 
-def _in_flight(pipeline: Pipeline) -> bool:
+def pipeline_in_flight(pipeline: Pipeline) -> bool:
+    """A listed job is in flight while fewer of its partitions are done or failed than it has
+    (also the exporter's rule for a document without extensions)."""
     terminal = sum(1 for p in pipeline.partitions if p.state in ("done", "failed"))
     return terminal < pipeline.total_partitions

@@ -16,7 +16,11 @@ from typing import Annotated, Literal
 
 import msgspec
 
-NonNegInt = Annotated[int, msgspec.Meta(ge=0)]
+#: cuzk's unsigned integers. The upper bound matters: JSON integers decode to arbitrary-precision
+#: Python ints, and one too large for a float (10**400) would make the exporter's ``float()``
+#: raise and fail the whole scrape; such a document is malformed instead (msgspec bounds stop at
+#: int64, far above any real count or byte size).
+NonNegInt = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 NonNegFloat = Annotated[float, msgspec.Meta(ge=0)]
 
 PartitionState = Literal["pending", "synthesizing", "synth_done", "gpu", "done", "failed"]

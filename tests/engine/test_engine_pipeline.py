@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import pytest
 
@@ -14,7 +15,7 @@ from cuzkd.engine.backend import select_backend
 from cuzkd.engine.budget import MemoryBudget
 from cuzkd.engine.config import EngineConfig
 from cuzkd.engine.pipeline import Engine, EngineDrainingError, Job, JobRequestError
-from cuzkd.status.document import StatusDocument, encode_status
+from cuzkd.status.document import Buffers, StatusDocument, encode_status
 from cuzkd.status.tracker import StatusTracker
 
 K = 10  # partition size used throughout: fast on 2 cores
@@ -164,3 +165,67 @@ async def test_drain_finishes_admitted_and_fails_queued(
     assert admitted == 4  # unadmitted partitions were failed, not left pending
     states = {part.state for p in engine.tracker.snapshot().pipelines for part in p.partitions}
     assert states <= {"done", "failed"}
+
+
+
+def _fail_partition(monkeypatch: pytest.MonkeyPatch, phase: str, job_kind: str,
+                    index: int) -> None:
+    """Make ``prover.<phase>`` raise for partition ``index`` of jobs of ``job_kind``."""
+    real = getattr(prover, phase)
+
+    def failing(*args: Any) -> Any:
+        # synthesize(job_id, partition, log_n); prove_device(witness, ...); finalize(result)
+        job_id, partition = args[:2] if phase == "synthesize" else (
+            args[0].job_id, args[0].partition)
+        if f"-{job_kind}-" in str(job_id) and partition == index:
+            raise RuntimeError(f"injected {phase} failure")
+        return real(*args)
+
+    monkeypatch.setattr(prover, phase, failing)
+
+
+@pytest.mark.parametrize(("phase", "reported"), [
+    ("synthesize", "synthesis failed"), ("prove_device", "GPU phase failed"),
+    ("finalize", "finalization failed")])
+async def test_a_failing_phase_fails_the_job_and_leaves_nothing_held(
+        engine_factory: Callable[..., Engine], monkeypatch: pytest.MonkeyPatch,
+        phase: str, reported: str) -> None:
+    """Whatever phase raises, the job fails, the next job still completes, and the engine goes
+    back to idle: budget fully returned, every worker idle, every buffer gauge at 0."""
+    _fail_partition(monkeypatch, phase, "porep", 1)
+    engine = engine_factory(2 * sum(prover.partition_bytes(K)))  # the scheduler has to wait
+    await engine.start()
+    bad = engine.submit("porep", 6, K)
+    good = engine.submit("snap", 3, K)
+    await wait_jobs(engine, [bad, good])
+    assert bad.state == "failed" and bad.error is not None
+    assert bad.error.startswith(f"partition 1: {reported}")
+    assert good.state == "done" and all(good.verified)
+    doc = engine.tracker.snapshot()
+    assert doc.memory.used_bytes == 0
+    assert all(w.state == "idle" for w in doc.gpu_workers)
+    assert doc.buffers == Buffers(synth_in_flight=0, provers_in_flight=0, aux_in_flight=0,
+                                  shells_in_flight=0, pending_handles=0)
+    assert (doc.counters.failed_by_kind, doc.counters.completed_by_kind) == (
+        {"porep": 1}, {"snap": 1})
+    states = [part.state for p in doc.pipelines if p.proof_kind == "porep"
+              for part in p.partitions]
+    assert states[1] == "failed" and set(states) <= {"done", "failed"}
+
+
+async def test_partition_granted_after_its_job_failed_is_not_started(
+        engine_factory: Callable[..., Engine], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Budget for one partition: the scheduler waits for partition 1's reservation while
+    partition 0 fails and frees it. The grant must be handed back, not spent proving a partition
+    of a job that has already failed."""
+    _fail_partition(monkeypatch, "synthesize", "porep", 0)
+    engine = engine_factory(sum(prover.partition_bytes(K)))
+    await engine.start()
+    bad = engine.submit("porep", 3, K)
+    good = engine.submit("wpost", 1, K)
+    await wait_jobs(engine, [bad, good])
+    assert bad.state == "failed" and good.state == "done"
+    porep = next(p for p in engine.tracker.snapshot().pipelines if p.proof_kind == "porep")
+    assert [(part.state, part.synth_ms) for part in porep.partitions[1:]] == [
+        ("failed", None), ("failed", None)]
+    assert engine.budget.used_bytes() == 0

@@ -202,6 +202,7 @@ def test_restart_missed_by_uptime_is_caught_by_start_time_jump(
     (None, ("failed", 1, 1), ["synthesizing", "synth_done", "gpu", "failed"]),
     (("synthesizing", 1, None), ("failed", 1, None), ["failed"]),
     (("failed", 1, None), ("failed", 1, None), []),
+    (("done", 1, 1), ("failed", 1, 1), []),
 ])
 def test_entered_phases(before: tuple[Any, ...] | None, after: tuple[Any, ...],
                         expected: list[str]) -> None:
@@ -209,3 +210,44 @@ def test_entered_phases(before: tuple[Any, ...] | None, after: tuple[Any, ...],
         return Partition(index=0, state=spec[0], synth_ms=spec[1], gpu_ms=spec[2])
 
     assert entered_phases(None if before is None else part(before), part(after)) == expected
+
+
+def test_failure_after_synthesis_is_counted_once_however_long_it_stays_listed(
+    example: dict[str, Any], clock: Clock
+) -> None:
+    """A partition seen ``synth_done`` that then fails before the GPU (``gpu_ms`` null) proves
+    a lower rank than its last state; it must still be remembered as failed, or each later poll
+    that lists it counts ``failed`` again."""
+    deriver = ExtensionDeriver(clock=clock)
+    deriver.observe(decode(example))  # porep partition 5 is synth_done
+    before = counts(deriver.extensions(), "porep")
+    doc = poll(clock, example)
+    set_partition(doc, POREP, 5, "failed", 30390, None)
+    for _ in range(3):
+        deriver.observe(decode(doc))
+        doc = poll(clock, doc)
+    assert counts(deriver.extensions(), "porep") == (*before[:4], before[4] + 1)
+
+
+def test_duplicate_jobs_and_workers_in_a_document_count_once(
+    example: dict[str, Any], clock: Clock
+) -> None:
+    """An odd document listing a job or a worker twice must not inflate counters: a new job
+    counted per entry, or a worker whose two entries alternate spans (each poll would close a
+    span and add it to the total)."""
+    deriver = ExtensionDeriver(clock=clock)
+    deriver.observe(decode(example))
+    clean = deriver.extensions()
+
+    odd = ExtensionDeriver(clock=clock)
+    doc = copy.deepcopy(example)
+    doc["pipelines"].append(copy.deepcopy(doc["pipelines"][1]))
+    doc["gpu_workers"].append({**doc["gpu_workers"][1], "state": "proving",
+                               "current_job": POREP, "current_partition": 5, "busy_secs": 0.7})
+    for _ in range(3):
+        odd.observe(decode(doc))
+        doc = poll(clock, doc)
+    ext = odd.extensions()
+    assert ext.phase_transitions == clean.phase_transitions
+    assert ext.jobs_in_flight == clean.jobs_in_flight
+    assert busy(ext) == {0: pytest.approx(1.21), 1: 0.0}

@@ -126,6 +126,7 @@ _DELETE = object()
     (("gpu_workers", 1, "worker_id"), -1, "worker_id"),
     (("counters", "completed_by_kind", "porep"), "41", "completed_by_kind"),
     (("buffers",), _DELETE, "buffers"),
+    (("counters", "total_completed"), 10**400, "total_completed"),  # float() would overflow
 ])
 def test_malformed_documents_are_rejected_naming_the_field(
     reference_dir: Path, path: tuple[str | int, ...], value: Any, named: str
