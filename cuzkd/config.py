@@ -11,6 +11,7 @@ The structs are frozen and compare by value: a SIGHUP reload diffs engines with 
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import signal
@@ -216,7 +217,10 @@ def _duration_hook(typ: type, obj: Any) -> Any:
     if typ is Seconds:
         if not isinstance(obj, str | int | float) or isinstance(obj, bool):
             raise ValueError(f"expected a duration such as '30s' or a number, got {obj!r}")
-        return Seconds(parse_duration(obj))
+        seconds = parse_duration(obj)
+        if not math.isfinite(seconds):  # TOML has inf and nan; timers cannot use them
+            raise ValueError(f"expected a finite duration, got {obj!r}")
+        return Seconds(seconds)
     raise NotImplementedError
 
 
@@ -266,13 +270,24 @@ def _check(config: Config, where: str) -> None:
             if not eng.command or not eng.command[0]:
                 raise fail(f"{key}.command", "must be a non-empty list (omit it for the bundled "
                                              "engine)")
+            for j, arg in enumerate(eng.command):
+                if "\0" in arg:
+                    raise fail(f"{key}.command[{j}]", "must not contain a NUL character")
             if not eng.status_url:
                 raise fail(f"{key}.status_url", "required when `command` is set (the supervisor "
                                                 "must know where the engine serves its status)")
             if eng.listen:
                 raise fail(f"{key}.listen", "only for the bundled engine (omit `command`)")
+        # Checked here, not at spawn: execve refuses these, and a reload must not get that far.
+        for var, value in eng.env.items():
+            if not var or "=" in var or "\0" in var or "\0" in value:
+                raise fail(f"{key}.env", f"{var!r}: names must be non-empty without '=' or "
+                                         "NUL, values without NUL")
         if eng.status_url and not eng.status_url.startswith(("http://", "unix:")):
             raise fail(f"{key}.status_url", f"{eng.status_url!r} must start with http:// or unix:")
+        for field, value in (("status_url", eng.status_url), ("listen", eng.listen)):
+            if value == "unix:":
+                raise fail(f"{key}.{field}", "'unix:' needs a socket path ('unix:/run/x.sock')")
         if eng.listen and not eng.listen.startswith("unix:"):
             try:
                 parse_listen(eng.listen)

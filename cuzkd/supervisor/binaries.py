@@ -83,10 +83,7 @@ class EngineBinaries:
 
     def active_release(self) -> str | None:
         """The active release id; None when there is none or the store is unusable."""
-        try:
-            return self.coordinator.active_release()
-        except (ReleaseError, OSError):
-            return None
+        return self.coordinator.active_release()
 
     def release_of(self, pid: int | None, started_at: float | None) -> str | None:
         """The release the process ``pid`` executes (its ``/proc/PID/exe``), looked up once.

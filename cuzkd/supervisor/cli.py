@@ -11,6 +11,7 @@ import asyncio
 import json
 import time
 from typing import Any
+from urllib.parse import quote
 
 from cuzkd.config import load_config, load_or_default
 from cuzkd.control_client import call
@@ -92,6 +93,7 @@ def _last_exit(eng: dict[str, Any]) -> str:
 
 
 def _engine_action(args: argparse.Namespace) -> int:
-    body = _control(args, "POST", f"/v1/engines/{args.name}/{args.verb}")
+    # Quoted: a name with '/', '?' or '#' must reach the API as a name ("no engine named").
+    body = _control(args, "POST", f"/v1/engines/{quote(args.name, safe='')}/{args.verb}")
     print(f"{body['name']}: {body['state']} (pid {body['pid'] or '-'})")
     return 0

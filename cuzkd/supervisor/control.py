@@ -15,10 +15,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import structlog
 from aiohttp import web
 
 if TYPE_CHECKING:
     from cuzkd.supervisor.daemon import Supervisor
+
+log = structlog.get_logger("cuzkd.supervisor")
 
 RouteHook = Callable[[web.Application], None]
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -38,6 +41,9 @@ async def json_errors(request: web.Request, handler: _Handler) -> web.StreamResp
         return web.json_response({"error": exc.reason if exc.text is None or
                                   exc.text.startswith(f"{exc.status}:") else exc.text},
                                  status=exc.status)
+    except Exception as exc:  # a bug: still the API's shape, and logged with its traceback
+        log.exception("control_request_failed", method=request.method, path=request.path)
+        return web.json_response({"error": f"internal error: {exc!r}"}, status=500)
 
 
 def build_control_app(supervisor: Supervisor, hooks: Sequence[RouteHook]) -> web.Application:
@@ -57,6 +63,9 @@ def build_control_app(supervisor: Supervisor, hooks: Sequence[RouteHook]) -> web
         verb = request.match_info["action"]
         if not supervisor.has_engine(name):
             return web.json_response({"error": f"no engine named {name!r}"}, status=404)
+        if verb in ("restart", "start") and supervisor.stopping:
+            return web.json_response({"error": f"cannot {verb} {name!r}: the supervisor is "
+                                               "stopping"}, status=409)
         if verb == "restart":
             await supervisor.restart_engine(name)
         elif verb == "stop":

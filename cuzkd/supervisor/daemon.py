@@ -40,7 +40,7 @@ from cuzkd.supervisor.lifecycle import State
 from cuzkd.supervisor.notify import Notifier
 from cuzkd.supervisor.process import EngineProcess, exit_cause, set_child_subreaper
 from cuzkd.supervisor.reaper import Reaper
-from cuzkd.supervisor.runner import EngineRunner, log_lines
+from cuzkd.supervisor.runner import EngineRunner, log_lines, log_task_failure
 from cuzkd.supervisor.statedir import StateDirBusy, StateDirLock
 from cuzkd.supervisor.web import build_metrics_app
 
@@ -111,7 +111,9 @@ class Supervisor:
                      control_socket=str(self.config.control_socket),
                      metrics=self.metrics_address, engines=len(self.config.engine))
             for spec in self.config.engine:
-                self._add_runner(spec).start()
+                runner = self._add_runner(spec)
+                if not self.stopping:  # a stop signal during start-up: spawn nothing more
+                    runner.start()
             self._phase = "running"
             self._notifier.send("READY=1", self._status_line())
             if self._notifier.watchdog_interval is not None:
@@ -135,6 +137,11 @@ class Supervisor:
 
     def request_stop(self) -> None:
         self._stop_event.set()
+
+    @property
+    def stopping(self) -> bool:
+        """True from the first stop signal (or :meth:`request_stop`) on."""
+        return self._stop_event.is_set()
 
     async def _start_servers(self) -> None:
         control = web.AppRunner(build_control_app(self, self._control_routes),
@@ -161,15 +168,21 @@ class Supervisor:
     async def _stop_all(self) -> None:
         """Stop every engine in parallel; after shutdown_grace, SIGKILL whatever is left."""
         runners = list(self._runners.values())
+        for r in runners:
+            r.request_stop()
+        if self._stop_signals > 1:  # the second signal came before the stops were sent
+            for r in runners:
+                r.kill_now()
         try:
-            await asyncio.wait_for(asyncio.gather(*(r.stop() for r in runners)),
+            await asyncio.wait_for(asyncio.gather(*(r.wait_stopped() for r in runners)),
                                    self.config.supervisor.shutdown_grace)
         except TimeoutError:
             log.warning("shutdown_grace_elapsed", grace=self.config.supervisor.shutdown_grace)
             for r in runners:
                 r.kill_now()
             try:
-                await asyncio.wait_for(asyncio.gather(*(r.stop() for r in runners)), KILL_SETTLE)
+                await asyncio.wait_for(asyncio.gather(*(r.wait_stopped() for r in runners)),
+                                       KILL_SETTLE)
             except TimeoutError:
                 log.error("engines_left_running", engines=[r.name for r in runners if r.pid])
 
@@ -200,7 +213,9 @@ class Supervisor:
                 runner.kill_now()
 
     def _on_reload_signal(self) -> None:
-        if self._phase == "running":
+        # While reloading, queue another (the file may have changed again); never while
+        # starting (the engines are being spawned from the file just read) or stopping.
+        if self._phase in ("running", "reloading"):
             self._track(self.reload())
 
     def _on_child_exit(self, pid: int, wait_status: int) -> bool:
@@ -228,17 +243,22 @@ class Supervisor:
     async def reload(self) -> None:
         """Apply the config file again: add, remove and restart changed engines only."""
         async with self._reload_lock:
+            if self.stopping:
+                return
             self._phase = "reloading"
             self._notifier.reloading()
             try:
                 new = load_config(self.config.path) if self.config.path else default_config()
             except ConfigError as exc:
                 log.error("reload_refused", error=str(exc), detail="keeping the running config")
-                return
+            else:
+                await self._apply_config(new)
             finally:
-                self._phase = "running"
-                self._notifier.send("READY=1", self._status_line())
-            await self._apply_config(new)
+                # READY=1 ends the reload for systemd (`systemctl reload` returns): only once
+                # the engines were added, removed and restarted, and never after STOPPING=1.
+                if self._phase == "reloading":
+                    self._phase = "running"
+                    self._notifier.send("READY=1", self._status_line())
 
     async def _apply_config(self, new: Config) -> None:
         if (new.supervisor, new.metrics) != (self.config.supervisor, self.config.metrics):
@@ -296,8 +316,8 @@ class Supervisor:
                 if r.spec.uses_binary and r.machine.state is not State.STOPPED]
 
     async def restart_engine(self, name: str) -> None:
-        if self._phase == "stopping":  # shutdown owns the engines: a restart would respawn one
-            log.warning("restart_refused", engine=name, reason="supervisor stopping")
+        """Restart ``name``; while stopping, log and do nothing (see :meth:`start_engine`)."""
+        if self._refuse_spawn("restart", name):
             return
         await self._runner(name).restart()
 
@@ -305,7 +325,16 @@ class Supervisor:
         await self._runner(name).stop()
 
     async def start_engine(self, name: str) -> None:
+        """Start ``name``; while stopping, log and do nothing: shutdown owns the engines, and
+        an engine spawned after its stop was awaited would be abandoned running."""
+        if self._refuse_spawn("start", name):
+            return
         await self._runner(name).start_and_wait()
+
+    def _refuse_spawn(self, action: str, name: str) -> bool:
+        if self.stopping:
+            log.warning(f"{action}_refused", engine=name, reason="supervisor stopping")
+        return self.stopping
 
     async def wait_healthy(self, name: str, settle: float) -> str | None:
         """None once the status answered and the process then stayed up ``settle`` seconds.
@@ -343,7 +372,7 @@ class Supervisor:
         """
         try:
             proc = EngineProcess(argv, os.environ)
-        except (OSError, subprocess.SubprocessError) as exc:
+        except (OSError, ValueError, subprocess.SubprocessError) as exc:  # ValueError: NUL byte
             log.error("oneshot_spawn_failed", argv=list(argv), error=str(exc))
             return f"spawn_failed ({exc})"
         exited: asyncio.Future[int] = asyncio.get_running_loop().create_future()
@@ -360,8 +389,12 @@ class Supervisor:
                 proc.signal_group(signal.SIGKILL)
                 await exited
                 cause = "timeout"
-        finally:
-            proc.signal_group(signal.SIGKILL)  # leftovers of its group, or all of it if cancelled
+        except BaseException:  # cancelled: kill it all, and do not wait for output
+            proc.signal_group(signal.SIGKILL)
+            for reader in readers:
+                reader.cancel()
+            raise
+        proc.signal_group(signal.SIGKILL)  # leftovers of its group
         _, pending = await asyncio.wait(readers, timeout=ONESHOT_DRAIN)
         for reader in pending:
             reader.cancel()
@@ -437,6 +470,7 @@ class Supervisor:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(log_task_failure)
 
     async def _cancel_tasks(self) -> None:
         tasks = list(self._tasks)

@@ -117,7 +117,14 @@ class EngineRunner:
 
     async def stop(self) -> None:
         """Stop and return once no process is left (stop_timeout then SIGKILL bound it)."""
+        self.request_stop()
+        await self.wait_stopped()
+
+    def request_stop(self) -> None:
+        """Send the stop (or cancel a pending restart) now, without waiting."""
         self._apply(self.machine.stop_requested(time.monotonic()))
+
+    async def wait_stopped(self) -> None:
         await self.wait_for(lambda: self.machine.state in (State.STOPPED, State.FAILED))
 
     async def restart(self) -> None:
@@ -209,7 +216,8 @@ class EngineRunner:
                 self._socket_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
                 self._socket_path.unlink(missing_ok=True)  # a stale one would look alive
             proc = EngineProcess(argv, {**os.environ, **self.spec.env})
-        except (OSError, SpawnError, subprocess.SubprocessError) as exc:
+        except (OSError, ValueError, SpawnError, subprocess.SubprocessError) as exc:
+            # ValueError: execve's argument rules (NUL bytes); raised, it would escape the reaper.
             self._log.error("engine_spawn_failed", error=str(exc), argv=self.argv)
             self.machine.spawn_failed(str(exc), now)
             return
@@ -257,6 +265,7 @@ class EngineRunner:
         task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(log_task_failure)
         return task
 
     # -- views ---------------------------------------------------------------------------
@@ -318,6 +327,13 @@ async def log_lines(pipe: IO[bytes], logger: Any, stream: str, pid: int) -> None
                         line=line.decode(errors="replace").rstrip("\n"))
     finally:
         transport.close()
+
+
+def log_task_failure(task: asyncio.Task[Any]) -> None:
+    """Done callback: log a task that died of an exception (else it would vanish unseen)."""
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        log.error("task_failed", task=task.get_coro().__qualname__,  # type: ignore[union-attr]
+                  error=repr(exc), exc_info=exc)
 
 
 def _delay(at: float | None) -> float | None:

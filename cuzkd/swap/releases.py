@@ -403,6 +403,8 @@ def _open_source(path: Path) -> tuple[int, os.stat_result]:
         if exc.errno == errno.ELOOP:
             raise ReleaseError(f"{path}: is a symlink; give the path of the binary itself") from exc
         raise ReleaseError(f"{path}: cannot open: {exc.strerror}") from exc
+    except ValueError as exc:  # a NUL byte: no file can have that name
+        raise ReleaseError(f"{str(path)!r}: not a valid path ({exc})") from exc
     st = os.fstat(fd)
     problem = rules.binary_problem(st.st_mode, st.st_size)
     if problem is not None:

@@ -95,7 +95,11 @@ class SwapCoordinator:
         return self._lock.locked()
 
     def active_release(self) -> str | None:
-        active = self.store.active()
+        """The active release id; None when there is none or the store is unusable."""
+        try:
+            active = self.store.active()
+        except (ReleaseError, OSError):
+            return None
         return active.id if active else None
 
     def refuse(self, reason: str) -> SwapOutcome:
@@ -117,9 +121,11 @@ class SwapCoordinator:
         async with self._exclusive():
             try:
                 self.store.validate_source(source)
-            except ReleaseError as exc:
+                # Refusals found while copying (the source changed, a full disk) and a
+                # failed flip below change nothing the engines run: still a refusal.
+                release = await asyncio.to_thread(self.store.install, source)
+            except (ReleaseError, OSError) as exc:
                 return self.refuse(str(exc))
-            release = await asyncio.to_thread(self.store.install, source)
             self._step(progress, "installed", release=release.id, binary=str(release.binary))
             if smoke_args is not None:
                 cause = await self.target.run_oneshot(
@@ -128,7 +134,10 @@ class SwapCoordinator:
                 self._step(progress, "smoke_test", release=release.id, cause=cause)
                 if cause != "exit_0":
                     return self.refuse(f"smoke test {list(smoke_args)} ended with {cause}")
-            previous = await asyncio.to_thread(self.store.activate, release)
+            try:
+                previous = await asyncio.to_thread(self.store.activate, release)
+            except (ReleaseError, OSError) as exc:
+                return self.refuse(f"cannot activate release {release.id}: {exc}")
             self._step(
                 progress, "activated", release=release.id,
                 previous=previous.id if previous else None,
@@ -143,10 +152,10 @@ class SwapCoordinator:
     async def rollback(self, *, settle: float = 10.0, progress: Progress = _ignore) -> SwapOutcome:
         """Flip back to the previous release and roll the engines onto it."""
         async with self._exclusive():
-            current = self.store.active()
             try:
+                current = self.store.active()
                 restored = await asyncio.to_thread(self.store.rollback)
-            except ReleaseError as exc:
+            except (ReleaseError, OSError) as exc:
                 return self.refuse(str(exc))
             self._step(progress, "activated", release=restored.id,
                        previous=current.id if current else None)
@@ -186,7 +195,13 @@ class SwapCoordinator:
             # the engines stay in backoff/failed and the operator sees why.
             self._step(progress, "rollback_impossible", reason=reason)
             return SwapOutcome("failed", release.id, None, reason, moved)
-        await asyncio.to_thread(self.store.rollback)
+        try:
+            await asyncio.to_thread(self.store.rollback)
+        except (ReleaseError, OSError) as exc:
+            # current still names the new release: the moved engines stay on it.
+            self._step(progress, "rollback_impossible", reason=f"{reason}; {exc}")
+            return SwapOutcome("failed", release.id, previous.id,
+                               f"{reason}; cannot roll back: {exc}", moved)
         self._step(progress, "rolled_back", release=previous.id, reason=reason)
         failure = await self._restart_each(moved, settle, progress)
         detail = reason if failure is None else f"{reason}; after rollback: {failure}"

@@ -36,6 +36,17 @@ MISTAKES = [
      "engine[0].command", "non-empty"),
     ('[metrics]\nlisten = "nowhere"\n', "metrics.listen", "HOST:PORT"),
     ("[supervisor]\nkeep_releases = 0\n", "supervisor.keep_releases", ">= 1"),
+    # TOML has inf and nan; a nan passes every `<= 0` check and breaks timers later.
+    (GOOD_ENGINE + "health_interval = nan\n", "engine[0].health_interval", "finite"),
+    (GOOD_ENGINE + "stop_timeout = inf\n", "engine[0].stop_timeout", "finite"),
+    ("[supervisor]\nshutdown_grace = nan\n", "supervisor.shutdown_grace", "finite"),
+    # execve refuses these: caught at spawn they would only surface after a reload.
+    (GOOD_ENGINE + 'env = { "A=B" = "1" }\n', "engine[0].env", "'A=B'"),
+    (GOOD_ENGINE + 'env = { A = "x\\u0000y" }\n', "engine[0].env", "NUL"),
+    (GOOD_ENGINE + 'command = ["cuzk", "a\\u0000b"]\nstatus_url = "http://h:1/status"\n',
+     "engine[0].command[1]", "NUL"),
+    (GOOD_ENGINE + 'listen = "unix:"\n', "engine[0].listen", "socket path"),
+    (GOOD_ENGINE + 'status_url = "unix:"\n', "engine[0].status_url", "socket path"),
 ]
 
 

@@ -57,6 +57,8 @@ def test_control_api_and_cli(tmp_path: Path) -> None:
 
         out = cli("restart", "nope", "--config", str(config))
         assert out.returncode == 1 and "no engine named 'nope'" in out.stderr
+        out = cli("stop", "a?x", "--config", str(config))  # quoted: not the path `/v1/engines/a`
+        assert out.returncode == 1 and "no engine named 'a?x'" in out.stderr
         status, body = unix_request(sup.control_socket, "POST", "/v1/engines/a/explode")
         assert status == 404 and "unknown action" in body["error"]
         status, body = unix_request(sup.control_socket, "DELETE", "/v1/engines")

@@ -75,3 +75,30 @@ def test_watchdog_interval_is_half_and_respects_watchdog_pid() -> None:
     assert Notifier({"WATCHDOG_USEC": "2000000", "WATCHDOG_PID": "1"}).watchdog_interval is None
     assert Notifier({}).watchdog_interval is None
     assert not Notifier({}).enabled
+
+
+def test_ready_after_reload_comes_once_the_change_is_applied(tmp_path: Path) -> None:
+    # `systemctl reload` returns at READY=1: by then a removed engine must be gone.
+    listener = Listener(str(tmp_path / "notify.sock"))
+    keep = fake_engine(tmp_path, "keep", health_interval="50ms")
+    drop = fake_engine(tmp_path, "drop", "ignore-term", health_interval="50ms",
+                       stop_timeout="1s")
+    config = write_config(tmp_path, [keep, drop])
+    sup = start_supervisor(config, env={"NOTIFY_SOCKET": str(tmp_path / "notify.sock")})
+    try:
+        sup.wait_engine("drop", lambda e: e["state"] == "running")
+        write_config(tmp_path, [keep])
+        sup.proc.send_signal(signal.SIGHUP)
+        wait_until(lambda: listener.has("RELOADING=1"), 10, "RELOADING=1")
+
+        def ready_after_reload() -> bool:
+            listener.drain()
+            reloading = listener.index("RELOADING=1")
+            return any("READY=1" in m.split("\n") for m in listener.messages[reloading:])
+
+        wait_until(ready_after_reload, 10, "READY=1 after RELOADING=1", interval=0.005)
+        assert set(sup.engines()) == {"keep"}
+        assert sup.about()["state"] == "running"
+        assert sup.stop() == 0
+    finally:
+        sup.close()

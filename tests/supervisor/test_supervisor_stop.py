@@ -50,3 +50,35 @@ def test_sigkill_of_the_supervisor_leaves_no_engine(tmp_path: Path) -> None:
     sup.close()
     wait_until(lambda: not any(pid_alive(p) for p in pids), 5, "engines to die with the "
                                                                 "supervisor")
+
+
+def test_second_signal_before_the_stops_went_out_still_hurries(tmp_path: Path) -> None:
+    # TERM and INT back to back (different signals, so the kernel does not merge them) are
+    # handled before the shutdown has sent any stop: the second must still skip stop_timeout.
+    engines = [fake_engine(tmp_path, "stubborn", "ignore-term", stop_timeout="60s")]
+    sup = start_supervisor(write_config(tmp_path, engines))
+    pid = sup.wait_engine("stubborn", lambda e: e["state"] == "running")["pid"]
+    started = time.monotonic()
+    sup.proc.send_signal(signal.SIGTERM)
+    sup.proc.send_signal(signal.SIGINT)
+    assert sup.proc.wait(15) == 0
+    assert time.monotonic() - started < 15
+    sup.close()
+    assert not pid_alive(pid)
+
+
+def test_start_and_restart_are_refused_while_stopping(tmp_path: Path) -> None:
+    engines = [fake_engine(tmp_path, "stubborn", "ignore-term", stop_timeout="60s")]
+    sup = start_supervisor(write_config(tmp_path, engines))
+    try:
+        sup.wait_engine("stubborn", lambda e: e["state"] == "running")
+        sup.proc.send_signal(signal.SIGTERM)
+        wait_until(lambda: sup.events("engine_stop"), 10, "the stop signal to the engine")
+        for verb in ("start", "restart"):
+            status, body = sup.request("POST", f"/v1/engines/stubborn/{verb}")
+            assert status == 409 and "stopping" in body["error"], (status, body)
+        assert sup.engine("stubborn")["state"] == "stopping"
+        sup.proc.send_signal(signal.SIGINT)
+        assert sup.proc.wait(15) == 0
+    finally:
+        sup.close()

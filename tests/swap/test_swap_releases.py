@@ -285,3 +285,9 @@ def test_a_current_that_is_not_a_symlink_is_reported_not_replaced(store):
     with pytest.raises(ReleaseError, match="not a symlink"):
         store.recover()
     assert (store.state_dir / "current").read_text() == "operator file"
+
+
+def test_a_path_with_a_nul_byte_is_refused_not_raised(store):
+    # It arrives from the control API's JSON; a ValueError would become a 500.
+    with pytest.raises(ReleaseError, match="not a valid path"):
+        store.validate_source(Path("/opt/cuzk\0x"))

@@ -159,3 +159,44 @@ async def test_engine_removed_by_a_reload_mid_swap_is_skipped(store, make_script
     assert outcome.result == "ok"
     assert {"event": "skipped", "engine": "gpu0", "reason": "engine removed by a reload"} in events
     assert target.running == {"gpu1": outcome.release}
+
+
+async def test_install_failure_is_a_counted_refusal(store, make_script, v1, monkeypatch):
+    # e.g. the source changed while being copied, or the disk is full: the swap must answer
+    # with a result (not die mid-stream) and nothing the engines run has changed.
+    target = ScriptedSupervisor(store, ["gpu0"])
+    coord = SwapCoordinator(store, target, keep_releases=3)
+
+    def no_space(source):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(store, "install", no_space)
+    outcome = await coord.swap(make_script("v2-good"), settle=0)
+    assert outcome.result == "refused" and "No space left" in outcome.reason
+    assert store.active().id == v1.id and target.log == []
+    assert coord.counts["refused"] == 1 and not coord.busy
+
+
+async def test_store_rollback_failure_is_reported_not_raised(store, make_script, v1,
+                                                             monkeypatch):
+    target = ScriptedSupervisor(store, ["gpu0"])
+    coord = SwapCoordinator(store, target, keep_releases=3)
+    events: list[dict] = []
+
+    def broken_rollback():
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(store, "rollback", broken_rollback)
+    outcome = await coord.swap(make_script("v2-bad"), settle=0, progress=events.append)
+    assert outcome.result == "failed" and "cannot roll back" in outcome.reason
+    assert events[-1]["event"] == "rollback_impossible"
+    assert coord.counts["rolled_back"] == 1 and not coord.busy
+
+
+async def test_rollback_with_an_unusable_store_is_refused(store, v1):
+    (store.state_dir / "current").unlink()
+    (store.state_dir / "current").mkdir()  # not a symlink: the store refuses to guess
+    coord = SwapCoordinator(store, ScriptedSupervisor(store, []), keep_releases=3)
+    outcome = await coord.rollback(settle=0)
+    assert outcome.result == "refused" and "not a symlink" in outcome.reason
+    assert outcome.release is None
