@@ -41,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -98,22 +99,39 @@ async def serve_document(body: bytes, socket_path: str) -> web.AppRunner:
     return runner
 
 
-async def child(args: argparse.Namespace) -> None:
-    body = busy_document(args.jobs, args.partitions, args.workers, args.plain)
-    runners = [await serve_document(body, str(Path(args.sockets) / f"e{e}.sock"))
-               for e in range(args.engines)]
+async def timed_scrapes(url: str, args: argparse.Namespace, *,
+                        cpu_ns: Callable[[], int] | None = None,
+                        pause: float = 0.0) -> tuple[list[float], list[float], int]:
+    """Scrape ``url`` ``--warmup`` + ``--scrapes`` times (gzip asked, as Prometheus does).
+
+    Returns the latencies (s) and, when ``cpu_ns`` reads the server's CPU clock, its CPU
+    per scrape (ms) for the timed scrapes, and the size of the last body.
+    """
     latencies: list[float] = []
+    cpu: list[float] = []
     size = 0
     async with ClientSession() as session:
         for i in range(args.warmup + args.scrapes):
+            cpu_before = cpu_ns() if cpu_ns else 0
             started = time.perf_counter()
-            async with session.get(f"http://127.0.0.1:{args.port}/metrics",
-                                   headers={"Accept-Encoding": "gzip"}) as resp:
+            async with session.get(url, headers={"Accept-Encoding": "gzip"}) as resp:
                 text = await resp.read()
                 assert resp.status == 200, resp.status
             if i >= args.warmup:
                 latencies.append(time.perf_counter() - started)
+                if cpu_ns:
+                    cpu.append((cpu_ns() - cpu_before) / 1e6)
             size = len(text)
+            if pause:
+                await asyncio.sleep(pause)
+    return latencies, cpu, size
+
+
+async def child(args: argparse.Namespace) -> None:
+    body = busy_document(args.jobs, args.partitions, args.workers, args.plain)
+    runners = [await serve_document(body, str(Path(args.sockets) / f"e{e}.sock"))
+               for e in range(args.engines)]
+    latencies, _, size = await timed_scrapes(f"http://127.0.0.1:{args.port}/metrics", args)
     for runner in runners:
         await runner.cleanup()
     print(json.dumps({"latencies": latencies, "status_bytes": len(body), "metrics_bytes": size}))
@@ -251,22 +269,11 @@ async def scrape_supervisor(args: argparse.Namespace, proc: subprocess.Popen[byt
     idle_ns, idle_started = on_cpu_ns(proc.pid), time.monotonic()
     await asyncio.sleep(args.idle)
     idle_rate = (on_cpu_ns(proc.pid) - idle_ns) / 1e6 / (time.monotonic() - idle_started)
-    latencies, cpu = [], []
-    size = 0
     ticks_before = sum(sup.cpu_times()[:2])
     loop_started = time.monotonic()
-    async with ClientSession() as session:
-        for i in range(args.warmup + args.scrapes):
-            cpu_before, started = on_cpu_ns(proc.pid), time.perf_counter()
-            async with session.get(f"http://{address}/metrics",
-                                   headers={"Accept-Encoding": "gzip"}) as resp:
-                text = await resp.read()
-                assert resp.status == 200, resp.status
-            if i >= args.warmup:
-                latencies.append(time.perf_counter() - started)
-                cpu.append((on_cpu_ns(proc.pid) - cpu_before) / 1e6)
-            size = len(text)
-            await asyncio.sleep(args.pause)
+    latencies, cpu, size = await timed_scrapes(f"http://{address}/metrics", args,
+                                               cpu_ns=lambda: on_cpu_ns(proc.pid),
+                                               pause=args.pause)
     loop_secs = time.monotonic() - loop_started
     psutil_ms = (sum(sup.cpu_times()[:2]) - ticks_before) * 1000
     lat = sorted(latencies)
