@@ -1,4 +1,9 @@
-"""Shared test configuration: paths to the reference material beside the checkout."""
+"""Shared test configuration: where the reference fixtures live.
+
+The suite is self-contained: cuzk's status document description and its example document are
+copied into ``tests/fixtures/`` (public reference material), so a plain clone passes without
+any sibling directory.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +12,10 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-SHARED_REFERENCE = REPO_ROOT.parent / "shared" / "reference"
+FIXTURES_DIR = REPO_ROOT / "tests" / "fixtures"
 
 
 @pytest.fixture(scope="session")
 def reference_dir() -> Path:
-    """``../shared/reference``: cuzk's status document description and example."""
-    if not SHARED_REFERENCE.is_dir():
-        pytest.fail(f"reference material missing: {SHARED_REFERENCE}")
-    return SHARED_REFERENCE
+    """``tests/fixtures``: cuzk's status document description and example."""
+    return FIXTURES_DIR

@@ -3,7 +3,7 @@
     python live_doc_engine.py --socket PATH --document FILE
 
 The live tests point a supervisor's ``status_url`` at it to make the exporter read exactly
-cuzk's reference example (``shared/reference/cuzk-status.example.json``), or a malformed or
+cuzk's reference example (``tests/fixtures/cuzk-status.example.json``), or a malformed or
 wrong-schema document, without involving cuzkd's own code on the engine side: what reaches
 ``/metrics`` is then the supervisor's reading of those bytes and nothing else. Stdlib only, so
 it starts in a few tens of milliseconds; every request answers 200 with the file's bytes.

@@ -121,7 +121,7 @@ def test_engine_up_goes_to_zero_and_back_on_sigkill(live: LiveStack) -> None:
 def expected_example_series(doc: dict[str, Any], engine: str) -> dict[tuple[str, LabelSet], float]:
     """What /metrics must say for an engine serving ``doc``, worked out from the raw JSON.
 
-    Written against cuzk's field list (shared/reference/cuzk-status.md), not against cuzkd's
+    Written against cuzk's field list (tests/fixtures/cuzk-status.md), not against cuzkd's
     decoder, so a misread field shows up as a mismatch.
     """
     out: dict[tuple[str, LabelSet], float] = {}

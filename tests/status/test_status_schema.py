@@ -1,6 +1,6 @@
 """Our documents against cuzk's field list, checked independently of our own decoder.
 
-SCHEMA below is written from shared/reference/cuzk-status.md (field names and JSON types). The
+SCHEMA below is written from tests/fixtures/cuzk-status.md (field names and JSON types). The
 checker walks raw JSON (``json.loads``), so a wrong name or type in our structs cannot hide
 behind a round trip through them.
 """

@@ -1,6 +1,6 @@
 """cuzk's ``/status`` field list as a table, and a checker for raw JSON against it.
 
-SCHEMA is written from shared/reference/cuzk-status.md (field names and JSON types). The
+SCHEMA is written from tests/fixtures/cuzk-status.md (field names and JSON types). The
 checker walks raw JSON (``json.loads``), so a wrong name or type in our structs cannot hide
 behind a round trip through our own decoder. Used by the status, engine and live tests.
 """
