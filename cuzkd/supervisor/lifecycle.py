@@ -153,11 +153,21 @@ class Lifecycle:
         self._intent = None
         self._move(State.STARTING, "spawned")
 
-    def spawn_failed(self, error: str, now: float) -> None:
-        del now
+    def spawn_failed(self, error: str, now: float, *, transient: bool = False) -> list[Action]:
+        """The spawn raised. A ``transient`` error (descriptors or memory short for a moment)
+        is retried through the backoff like a crash; any other leaves the engine ``failed``
+        until an operator starts it again."""
         self.pid = None
         self.last_error = error
-        self._move(State.FAILED, f"spawn failed: {error}")
+        if not transient:
+            self._move(State.FAILED, f"spawn failed: {error}")
+            return []
+        delay = self.backoff.next_delay(None)
+        if delay <= 0:
+            return [Spawn()]
+        self.next_start_at = now + delay
+        self._move(State.BACKOFF, f"spawn failed: {error}, retrying in {delay:.3f}s")
+        return [ScheduleStart(delay)]
 
     def poll(self, now: float, ok: bool) -> list[Action]:
         """A status poll finished (``ok``: a valid document came back)."""

@@ -14,6 +14,7 @@ never waits for (or, in ``__del__``, keeps polling) a pid that may have been reu
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import signal
 import subprocess
@@ -23,6 +24,19 @@ from typing import IO
 _libc = ctypes.CDLL(None, use_errno=True)
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
+
+
+#: Spawn errors that pass by themselves: descriptors, processes or memory short for a moment
+#: (``ulimit -n`` reached under a connection flood), a binary still being written (ETXTBSY), a
+#: full disk for the socket directory. Retried through the backoff; every other error
+#: (ENOENT, EACCES, ENOEXEC, a NUL byte in argv, no release for ``{binary}``) needs an operator.
+TRANSIENT_SPAWN_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM,
+                                    errno.ETXTBSY, errno.ENOSPC})
+
+
+def spawn_error_is_transient(exc: BaseException) -> bool:
+    """True when a spawn that raised ``exc`` may succeed if simply tried again later."""
+    return isinstance(exc, OSError) and exc.errno in TRANSIENT_SPAWN_ERRNOS
 
 
 def set_child_subreaper() -> bool:

@@ -21,6 +21,7 @@ import structlog
 
 from cuzkd.config import BINARY_PLACEHOLDER, Config, EngineConfig
 from cuzkd.metrics.sample import EngineSample
+from cuzkd.ratelimit import LimitedLog, errno_name
 from cuzkd.status.client import StatusSource
 from cuzkd.supervisor.backoff import Backoff
 from cuzkd.supervisor.lifecycle import (
@@ -33,7 +34,7 @@ from cuzkd.supervisor.lifecycle import (
     State,
     Stop,
 )
-from cuzkd.supervisor.process import EngineProcess, exit_cause
+from cuzkd.supervisor.process import EngineProcess, exit_cause, spawn_error_is_transient
 from cuzkd.supervisor.proctree import tree_usage
 
 log = structlog.get_logger("cuzkd.supervisor")
@@ -93,6 +94,8 @@ class EngineRunner:
         self._health_task: asyncio.Task[None] | None = None
         self._changed = asyncio.Event()
         self._log = log.bind(engine=spec.name)
+        #: repeated errors of this engine (spawn failing on every retry) log once per 10 s
+        self._limited = LimitedLog()
 
     # -- requests ------------------------------------------------------------------------
 
@@ -184,10 +187,11 @@ class EngineRunner:
     # -- executing actions -------------------------------------------------------------
 
     def _apply(self, actions: list[Action]) -> None:
-        for action in actions:
-            match action:
+        pending = list(actions)
+        while pending:
+            match pending.pop(0):
                 case Spawn():
-                    self._spawn()
+                    pending.extend(self._spawn())
                 case Stop():
                     self._track(self._stop_process())
                 case ScheduleStart(delay=delay):
@@ -208,7 +212,8 @@ class EngineRunner:
         self._timer = None
         self._apply(self.machine.backoff_elapsed(time.monotonic()))
 
-    def _spawn(self) -> None:
+    def _spawn(self) -> list[Action]:
+        """Spawn the process; what the lifecycle wants next if that failed."""
         now = time.monotonic()
         try:
             argv = self._resolve_argv()
@@ -218,9 +223,11 @@ class EngineRunner:
             proc = EngineProcess(argv, {**os.environ, **self.spec.env})
         except (OSError, ValueError, SpawnError, subprocess.SubprocessError) as exc:
             # ValueError: execve's argument rules (NUL bytes); raised, it would escape the reaper.
-            self._log.error("engine_spawn_failed", error=str(exc), argv=self.argv)
-            self.machine.spawn_failed(str(exc), now)
-            return
+            transient = spawn_error_is_transient(exc)
+            self._limited.log(self._log, "error", "engine_spawn_failed", key=errno_name(exc),
+                              error=str(exc), errno=errno_name(exc), transient=transient,
+                              argv=self.argv)
+            return self.machine.spawn_failed(str(exc), now, transient=transient)
         self._process = proc
         self._pids[proc.pid] = self
         self._exited = asyncio.Event()
@@ -231,6 +238,7 @@ class EngineRunner:
         self._track(log_lines(proc.stdout, self._log, "stdout", proc.pid))
         self._track(log_lines(proc.stderr, self._log, "stderr", proc.pid))
         self._health_task = self._track(self._health_loop())
+        return []
 
     def _resolve_argv(self) -> list[str]:
         argv = list(self.argv)

@@ -156,6 +156,20 @@ def test_spawn_failure_is_failed_with_the_error() -> None:
     assert m.start_requested(1.0) == [Spawn()]
 
 
+def test_transient_spawn_failure_backs_off_and_retries() -> None:
+    m = machine()
+    assert m.start_requested(0.0) == [Spawn()]
+    assert m.spawn_failed("Too many open files", 0.0, transient=True) == [Spawn()]  # at once
+    assert m.spawn_failed("Too many open files", 0.0, transient=True) == [ScheduleStart(1.0)]
+    assert m.state is State.BACKOFF
+    assert m.last_error == "Too many open files"
+    assert m.backoff_elapsed(1.0) == [Spawn()]
+    assert m.spawn_failed("Too many open files", 1.0, transient=True) == [ScheduleStart(2.0)]
+    m.spawned(200, 3.0)
+    assert m.state is State.STARTING
+    assert m.last_error is None
+
+
 def test_every_change_is_reported_once() -> None:
     m = running(machine())
     taken = m.take_transitions()
