@@ -11,19 +11,20 @@ The structs are frozen and compare by value: a SIGHUP reload diffs engines with 
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import signal
+import socket
 import sys
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
+from urllib.parse import urlsplit
 
 import msgspec
 
-from cuzkd.units import parse_duration
+from cuzkd.units import parse_duration, parse_listen
 
 #: sysexits.h EX_CONFIG: what ``cuzkd run``/``check-config`` exit with on a bad config.
 EX_CONFIG = 78
@@ -34,6 +35,14 @@ _T = TypeVar("_T")
 BINARY_PLACEHOLDER = "{binary}"
 
 DEFAULT_METRICS_LISTEN = "127.0.0.1:9822"
+
+#: ``cuzkd start|restart`` wait this long beyond the engine's start_timeout for ``running``.
+START_WAIT_SLACK = 5.0
+#: Longest Unix socket path the kernel binds: ``sun_path`` is 108 bytes including the NUL.
+MAX_SOCKET_PATH_BYTES = 107
+#: Shortest health_interval and backoff_initial: below it an engine's polls or restarts would
+#: spin the supervisor's loop rather than pace it.
+MIN_INTERVAL = 0.01
 
 
 class ConfigError(Exception):
@@ -126,10 +135,13 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
             return list(engine.command)
         return [sys.executable, "-m", "cuzkd", "engine", "--listen", self._bundled_listen(engine)]
 
-    def status_address(self, engine: EngineConfig) -> str:
-        """``unix:/path`` (GET /status over the socket) or ``http://host:port/status``."""
+    def status_address(self, engine: EngineConfig) -> str | None:
+        """``unix:/path`` (GET /status over the socket) or ``http://host:port/status``; None
+        for a ``command`` without ``status_url``, supervised by its process alone."""
         if engine.status_url:
             return engine.status_url
+        if not engine.bundled:
+            return None
         listen = self._bundled_listen(engine)
         return listen if listen.startswith("unix:") else f"http://{listen}/status"
 
@@ -183,6 +195,9 @@ def load_config(path: str | Path) -> Config:
         raise ConfigError(f"{where}: file not found") from None
     except OSError as exc:
         raise ConfigError(f"{where}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{where}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at "
+                          f"offset {exc.start}); TOML files must be UTF-8") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{where}: invalid TOML: {exc}") from None
     return parse_config(raw, where)
@@ -217,10 +232,7 @@ def _duration_hook(typ: type, obj: Any) -> Any:
     if typ is Seconds:
         if not isinstance(obj, str | int | float) or isinstance(obj, bool):
             raise ValueError(f"expected a duration such as '30s' or a number, got {obj!r}")
-        seconds = parse_duration(obj)
-        if not math.isfinite(seconds):  # TOML has inf and nan; timers cannot use them
-            raise ValueError(f"expected a finite duration, got {obj!r}")
-        return Seconds(seconds)
+        return Seconds(parse_duration(obj))
     raise NotImplementedError
 
 
@@ -250,15 +262,22 @@ def _format_validation(text: str, where: str, prefix: str) -> str:
 
 
 def _check(config: Config, where: str) -> None:
-    """Cross-field rules msgspec cannot express."""
+    """Cross-field rules msgspec cannot express, and what would only fail at run time."""
 
     def fail(key: str, problem: str) -> ConfigError:
         return ConfigError(f"{where}: key `{key}`: {problem}")
 
     try:
-        parse_listen(config.metrics.listen)
+        metrics = parse_listen(config.metrics.listen, allow_unix=False)
+        _resolve(metrics.host, metrics.port)
     except ValueError as exc:
         raise fail("metrics.listen", str(exc)) from None
+    control_key = ("supervisor.control_socket" if config.supervisor.control_socket
+                   else "supervisor.state_dir")
+    try:
+        _check_socket_path(config.control_socket)
+    except ValueError as exc:
+        raise fail(control_key, str(exc)) from None
     seen: dict[str, int] = {}
     for i, eng in enumerate(config.engine):
         key = f"engine[{i}]"
@@ -273,9 +292,6 @@ def _check(config: Config, where: str) -> None:
             for j, arg in enumerate(eng.command):
                 if "\0" in arg:
                     raise fail(f"{key}.command[{j}]", "must not contain a NUL character")
-            if not eng.status_url:
-                raise fail(f"{key}.status_url", "required when `command` is set (the supervisor "
-                                                "must know where the engine serves its status)")
             if eng.listen:
                 raise fail(f"{key}.listen", "only for the bundled engine (omit `command`)")
         # Checked here, not at spawn: execve refuses these, and a reload must not get that far.
@@ -283,24 +299,35 @@ def _check(config: Config, where: str) -> None:
             if not var or "=" in var or "\0" in var or "\0" in value:
                 raise fail(f"{key}.env", f"{var!r}: names must be non-empty without '=' or "
                                          "NUL, values without NUL")
-        if eng.status_url and not eng.status_url.startswith(("http://", "unix:")):
-            raise fail(f"{key}.status_url", f"{eng.status_url!r} must start with http:// or unix:")
-        for field, value in (("status_url", eng.status_url), ("listen", eng.listen)):
-            if value == "unix:":
-                raise fail(f"{key}.{field}", "'unix:' needs a socket path ('unix:/run/x.sock')")
-        if eng.listen and not eng.listen.startswith("unix:"):
+        if eng.status_url:
+            try:
+                _check_status_url(eng.status_url)
+            except ValueError as exc:
+                raise fail(f"{key}.status_url", str(exc)) from None
+        if eng.listen:
             try:
                 parse_listen(eng.listen)
             except ValueError as exc:
                 raise fail(f"{key}.listen", str(exc)) from None
+        address = config.status_address(eng)
+        if address is not None and address.startswith("unix:"):
+            field = "status_url" if eng.status_url else "listen"
+            try:
+                _check_socket_path(Path(address.removeprefix("unix:")))
+            except ValueError as exc:
+                raise fail(f"{key}.{field}", str(exc)) from None
         if eng.stop_signal not in signal.Signals.__members__:
             raise fail(f"{key}.stop_signal", f"unknown signal {eng.stop_signal!r} "
                                              "(use a name such as 'SIGTERM')")
-        positive = ("backoff_initial", "backoff_max", "backoff_reset_after", "start_timeout",
-                    "health_interval", "unhealthy_after", "stop_timeout")
+        positive = ("backoff_max", "backoff_reset_after", "start_timeout", "unhealthy_after",
+                    "stop_timeout")
         for field in positive:
             if getattr(eng, field) <= 0:
                 raise fail(f"{key}.{field}", "must be greater than zero")
+        for field in ("health_interval", "backoff_initial"):
+            if getattr(eng, field) < MIN_INTERVAL:
+                raise fail(f"{key}.{field}", f"{getattr(eng, field):g}s is below the minimum "
+                                             f"of {MIN_INTERVAL * 1000:g}ms")
         if eng.backoff_max < eng.backoff_initial:
             raise fail(f"{key}.backoff_max", f"{eng.backoff_max:g}s is less than "
                                              f"backoff_initial ({eng.backoff_initial:g}s)")
@@ -309,9 +336,34 @@ def _check(config: Config, where: str) -> None:
                                                  f"health_interval ({eng.health_interval:g}s)")
 
 
-def parse_listen(value: str) -> tuple[str, int]:
-    """``"127.0.0.1:9822"`` / ``"[::1]:9822"`` → (host, port); ValueError otherwise."""
-    host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise ValueError(f"{value!r} is not HOST:PORT")
-    return host.strip("[]"), int(port)
+def _check_status_url(url: str) -> None:
+    """``unix:/PATH`` or ``http://HOST[:PORT]/...`` with a host and a valid port."""
+    if url.startswith("unix:"):
+        parse_listen(url)
+        return
+    if not url.startswith("http://"):
+        raise ValueError(f"{url!r} must start with http:// or unix:")
+    parts = urlsplit(url)
+    if not parts.hostname:
+        raise ValueError(f"{url!r} names no host (http://HOST:PORT/status)")
+    try:
+        parts.port  # noqa: B018 -- the property raises ValueError for a bad port
+    except ValueError:
+        raise ValueError(f"{url!r} has an invalid port") from None
+
+
+def _check_socket_path(path: Path) -> None:
+    """Refuse a Unix socket path the kernel could not bind (too long for ``sun_path``)."""
+    size = len(os.fsencode(path))
+    if size > MAX_SOCKET_PATH_BYTES:
+        raise ValueError(f"socket path {str(path)!r} is {size} bytes; the kernel's limit is "
+                   f"{MAX_SOCKET_PATH_BYTES} (choose a shorter state_dir or socket path)")
+
+
+def _resolve(host: str, port: int) -> None:
+    """ValueError unless ``host`` resolves to an address a TCP listener can bind."""
+    try:
+        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (OSError, UnicodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ValueError(f"host {host!r} does not resolve: {reason}") from None

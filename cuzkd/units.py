@@ -1,13 +1,21 @@
-"""Parsing of human-written durations and sizes.
+"""Parsing of human-written durations, sizes and listen addresses.
 
 Config files are written by operators, so both ``"250ms"`` and ``0.25`` must mean a quarter
 second, and ``"8GiB"`` must mean 8 × 2**30 bytes. Every parser raises ``ValueError`` with a
-message that quotes the bad value; the config loader adds the key and the file.
+message that quotes the bad value; the config loader adds the key and the file. The supervisor
+config, the engine config and the APIs all parse through here, so they accept and refuse the
+same things.
 """
 
 from __future__ import annotations
 
+import math
 import re
+from dataclasses import dataclass
+
+#: Longest duration accepted anywhere: a year. Longer is a typo ("30000000s"), and timers
+#: fed with it (or with TOML's inf/nan) overflow or never fire.
+MAX_DURATION = 365 * 24 * 3600.0
 
 _DURATION_UNITS = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
@@ -41,8 +49,12 @@ def parse_duration(value: str | int | float) -> float:
                 "one of the units ms, s, m, h (e.g. '250ms', '30s')"
             )
         seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2) or "s"]
+    if not math.isfinite(seconds):  # TOML and JSON numbers include inf and nan
+        raise ValueError(f"expected a finite duration, got {value!r}")
     if seconds < 0:
         raise ValueError(f"duration must not be negative, got {value!r}")
+    if seconds > MAX_DURATION:
+        raise ValueError(f"duration {value!r} is longer than 365 days")
     return seconds
 
 
@@ -63,3 +75,36 @@ def parse_size(value: str | int) -> int:
     if size < 0:
         raise ValueError(f"size must not be negative, got {value!r}")
     return size
+
+
+@dataclass(frozen=True)
+class ListenAddress:
+    """A parsed ``HOST:PORT`` (``[::1]:9822`` for IPv6) or ``unix:PATH``."""
+
+    host: str = ""
+    port: int = 0
+    #: the socket path of a ``unix:`` address, else ""
+    path: str = ""
+
+    @property
+    def is_unix(self) -> bool:
+        return bool(self.path)
+
+
+def parse_listen(value: str, *, allow_unix: bool = True) -> ListenAddress:
+    """``"127.0.0.1:9822"`` / ``"[::1]:9822"`` / ``"unix:/run/x.sock"``; ValueError otherwise."""
+    if value.startswith("unix:"):
+        path = value.removeprefix("unix:")
+        if not allow_unix:
+            raise ValueError(f"{value!r} is not HOST:PORT (a Unix socket is not allowed here)")
+        if not path:
+            raise ValueError("'unix:' needs a socket path ('unix:/run/x.sock')")
+        if "\0" in path:
+            raise ValueError(f"{value!r}: a socket path must not contain NUL")
+        return ListenAddress(path=path)
+    host, sep, port = value.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        expected = "HOST:PORT or unix:PATH" if allow_unix else "HOST:PORT"
+        raise ValueError(f"{value!r} is not {expected}")
+    return ListenAddress(host=host, port=int(port))

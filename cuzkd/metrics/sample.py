@@ -41,6 +41,8 @@ class EngineSample:
     fetch_errors_total: int
     #: release id the running process executes (swap), None when not a ``{binary}`` engine
     release: str | None = None
+    #: False for an engine without a status URL: it is up while it runs, and has no status
+    status_polled: bool = True
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,8 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
     for engine in engines:
         name = [engine.name]
         running = engine.start_time_seconds is not None
-        up.add_metric(name, 1 if running and engine.status is not None else 0)
+        answered = engine.status is not None if engine.status_polled else engine.state == "running"
+        up.add_metric(name, 1 if running and answered else 0)
         for candidate in ENGINE_STATES:
             state.add_metric([engine.name, candidate], 1 if engine.state == candidate else 0)
         restarts.add_metric(name, engine.restarts_total)

@@ -13,9 +13,12 @@ import time
 from typing import Any
 from urllib.parse import quote
 
-from cuzkd.config import load_config, load_or_default
+from cuzkd.config import START_WAIT_SLACK, load_config, load_or_default
 from cuzkd.control_client import call
 from cuzkd.logs import configure_logging
+
+#: Seconds a control request may take (start/stop/restart: more, from the engine's timeouts).
+DEFAULT_TIMEOUT = 120.0
 
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
@@ -58,8 +61,9 @@ def _check_config(args: argparse.Namespace) -> int:
     return 0
 
 
-def _control(args: argparse.Namespace, method: str, path: str) -> Any:
-    return call(load_or_default(args.config).control_socket, method, path)
+def _control(args: argparse.Namespace, method: str, path: str,
+             timeout: float = DEFAULT_TIMEOUT) -> Any:
+    return call(load_or_default(args.config).control_socket, method, path, timeout=timeout)
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -93,7 +97,16 @@ def _last_exit(eng: dict[str, Any]) -> str:
 
 
 def _engine_action(args: argparse.Namespace) -> int:
+    """start/restart answer once the engine is ``running``, stop once it is stopped; the
+    supervisor bounds each wait by the engine's own timeouts, and exit 1 says why it failed."""
+    config = load_or_default(args.config)
+    spec = next((e for e in config.engine if e.name == args.name), None)
+    # The supervisor's waits are bounded by the engine's timeouts (as it runs them: the file
+    # may have changed since), so wait for its answer at least that long.
+    timeout = DEFAULT_TIMEOUT if spec is None else max(
+        DEFAULT_TIMEOUT, spec.stop_timeout + spec.start_timeout + 2 * START_WAIT_SLACK)
     # Quoted: a name with '/', '?' or '#' must reach the API as a name ("no engine named").
-    body = _control(args, "POST", f"/v1/engines/{quote(args.name, safe='')}/{args.verb}")
+    body = call(config.control_socket, "POST",
+                f"/v1/engines/{quote(args.name, safe='')}/{args.verb}", timeout=timeout)
     print(f"{body['name']}: {body['state']} (pid {body['pid'] or '-'})")
     return 0

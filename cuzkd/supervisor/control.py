@@ -1,7 +1,9 @@
 """The control API: HTTP on a Unix socket (mode 0600), never on TCP.
 
 Everything that changes state lives here, so only the socket's owner (root under systemd) can
-stop or restart engines; the TCP metrics listener is read-only. Other packages add routes
+stop or restart engines; the TCP metrics listener is read-only. ``start`` and ``restart``
+answer once the engine is ``running`` (200) or could not get there (409 with the reason);
+``stop`` once it is stopped. Other packages add routes
 (``POST /v1/swap``) through the ``control_routes`` hooks the Supervisor is given. Every error
 is a JSON ``{"error": "..."}`` with a 4xx/5xx status.
 """
@@ -68,14 +70,21 @@ def build_control_app(supervisor: Supervisor, hooks: Sequence[RouteHook]) -> web
                                                "stopping"}, status=409)
         if verb == "restart":
             await supervisor.restart_engine(name)
+            problem = await supervisor.wait_running(name)
         elif verb == "stop":
-            await supervisor.stop_engine(name)
+            problem = await supervisor.stop_engine(name)
         elif verb == "start":
             await supervisor.start_engine(name)
+            problem = await supervisor.wait_running(name)
         else:
             return web.json_response({"error": f"unknown action {verb!r} (use start, stop or "
                                                "restart)"}, status=404)
-        return web.json_response(supervisor.engine_info(name))
+        info = supervisor.engine_info(name)
+        if problem is not None:
+            # 409: the engine is not in the state asked for; the body still shows where it is.
+            return web.json_response({"error": f"{verb} {name}: {problem}", "engine": info},
+                                     status=409)
+        return web.json_response(info)
 
     app.router.add_get("/v1/engines", engines)
     app.router.add_get("/v1/supervisor", about)

@@ -25,12 +25,12 @@ import structlog
 from aiohttp import web
 
 from cuzkd.config import (
+    START_WAIT_SLACK,
     Config,
     ConfigError,
     EngineConfig,
     default_config,
     load_config,
-    parse_listen,
 )
 from cuzkd.metrics.sample import SupervisorSample
 from cuzkd.supervisor import demo
@@ -43,6 +43,7 @@ from cuzkd.supervisor.reaper import Reaper
 from cuzkd.supervisor.runner import EngineRunner, log_lines, log_task_failure
 from cuzkd.supervisor.statedir import StateDirBusy, StateDirLock
 from cuzkd.supervisor.web import build_metrics_app
+from cuzkd.units import parse_listen
 
 log = structlog.get_logger("cuzkd.supervisor")
 
@@ -120,7 +121,8 @@ class Supervisor:
                 self._track(self._watchdog(self._notifier.watchdog_interval))
             if self._demo:
                 self._track(demo.drive(
-                    lambda: [r.status for r in self._runners.values() if r.spec.bundled]))
+                    lambda: [r.status for r in self._runners.values()
+                             if r.spec.bundled and r.status is not None]))
             await self._stop_event.wait()
             self._phase = "stopping"
             self._notifier.send("STOPPING=1", "STATUS=stopping engines")
@@ -156,9 +158,9 @@ class Supervisor:
             raise StartupError(f"cannot bind control socket {self.config.control_socket}: "
                                f"{exc.strerror}") from None
         await web.SockSite(control, sock).start()
-        host, port = parse_listen(self.config.metrics.listen)
+        address = parse_listen(self.config.metrics.listen, allow_unix=False)
         try:
-            await web.TCPSite(metrics, host, port, reuse_address=True).start()
+            await web.TCPSite(metrics, address.host, address.port, reuse_address=True).start()
         except OSError as exc:
             raise StartupError(f"cannot listen on metrics.listen {self.config.metrics.listen}: "
                                f"{exc.strerror}") from None
@@ -321,8 +323,17 @@ class Supervisor:
             return
         await self._runner(name).restart()
 
-    async def stop_engine(self, name: str) -> None:
-        await self._runner(name).stop()
+    async def stop_engine(self, name: str) -> str | None:
+        """Stop ``name``; None once it is stopped, else why not (still running
+        ``stop_timeout`` + :data:`KILL_SETTLE` seconds later: even SIGKILL did not end it)."""
+        runner = self._runner(name)
+        runner.request_stop()
+        within = runner.spec.stop_timeout + KILL_SETTLE
+        if await runner.wait_for(lambda: runner.machine.state in (State.STOPPED, State.FAILED),
+                                 within=within):
+            return None
+        return (f"not stopped {within:g}s after the stop request (stop_timeout "
+                f"{runner.spec.stop_timeout:g}s, then SIGKILL): engine is {runner.machine.state}")
 
     async def start_engine(self, name: str) -> None:
         """Start ``name``; while stopping, log and do nothing: shutdown owns the engines, and
@@ -330,6 +341,20 @@ class Supervisor:
         if self._refuse_spawn("start", name):
             return
         await self._runner(name).start_and_wait()
+
+    async def wait_running(self, name: str) -> str | None:
+        """After a start or restart: None once ``name`` is ``running``; else why not -- it
+        ended ``failed``, in ``backoff`` or ``stopped``, or was still not running after its
+        start_timeout + :data:`START_WAIT_SLACK`."""
+        runner = self._runner(name)
+        within = runner.spec.start_timeout + START_WAIT_SLACK
+        settled = (State.RUNNING, State.FAILED, State.BACKOFF, State.STOPPED)
+        if not await runner.wait_for(lambda: runner.machine.state in settled, within=within):
+            return (f"not running within start_timeout + {START_WAIT_SLACK:g}s ({within:g}s): "
+                    f"{_not_up(runner)}")
+        if runner.machine.state is State.RUNNING:
+            return None
+        return f"did not start: {_not_up(runner)}"
 
     def _refuse_spawn(self, action: str, name: str) -> bool:
         if self.stopping:

@@ -188,6 +188,14 @@ class Lifecycle:
             return self._kill(_Intent.UNHEALTHY, "status silent for unhealthy_after")
         return []
 
+    def settled(self, now: float) -> None:
+        """An engine without a status URL stayed alive through its settle time: it counts as
+        running (and healthy, for the backoff reset) from now on, like supervisord's
+        ``startsecs``."""
+        if self.state is State.STARTING:
+            self.healthy_since = self.last_ok = now
+            self._move(State.RUNNING, "process alive through its settle time")
+
     def exited(self, cause: str, clean: bool, now: float) -> list[Action]:
         """The process is gone. ``cause``: ``exit_N`` or ``signal_NAME``; ``clean``: exit 0."""
         intent, self._intent = self._intent, None

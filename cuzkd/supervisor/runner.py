@@ -45,6 +45,9 @@ MAX_LINE_BYTES = 1 << 20
 SAMPLE_TIMEOUT = 2.0
 #: Poll period while waiting for the first answer, so "running" is noticed quickly.
 STARTING_POLL = 0.1
+#: How long an engine without ``status_url`` must stay alive to count as running
+#: (supervisord's ``startsecs`` default); bounded by its start_timeout.
+PROCESS_SETTLE = 1.0
 
 #: Gives argv[0] for ``{binary}`` at every spawn; raises SpawnError when there is none.
 BinaryResolver = Callable[[], str]
@@ -71,7 +74,7 @@ class EngineRunner:
         self.status_address = config.status_address(spec)
         self._socket_path = (
             Path(self.status_address.removeprefix("unix:"))
-            if spec.bundled and self.status_address.startswith("unix:")
+            if spec.bundled and self.status_address and self.status_address.startswith("unix:")
             else None
         )
         self._pids = pids
@@ -82,9 +85,10 @@ class EngineRunner:
             Backoff(spec.backoff_initial, spec.backoff_max, spec.backoff_multiplier,
                     spec.backoff_reset_after),
         )
+        #: None for an engine without a status URL: supervised by its process alone
         self.status = StatusSource(
             self.status_address, timeout=min(SAMPLE_TIMEOUT, max(spec.health_interval, 0.5))
-        )
+        ) if self.status_address is not None else None
         self._process: EngineProcess | None = None
         self._exited: asyncio.Event = asyncio.Event()
         self.started_at: float | None = None  # unix time of the current spawn
@@ -162,7 +166,8 @@ class EngineRunner:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self.status.close()
+        if self.status is not None:
+            await self.status.close()
 
     # -- events from the supervisor --------------------------------------------------------
 
@@ -260,6 +265,11 @@ class EngineRunner:
             proc.signal_group(signal.SIGKILL)
 
     async def _health_loop(self) -> None:
+        if self.status is None:
+            await asyncio.sleep(min(PROCESS_SETTLE, self.spec.start_timeout))
+            self.machine.settled(time.monotonic())
+            self._apply([])
+            return
         while self.machine.state in (State.STARTING, State.RUNNING):
             starting = self.machine.state is State.STARTING
             await asyncio.sleep(min(STARTING_POLL, self.spec.health_interval) if starting
@@ -297,7 +307,7 @@ class EngineRunner:
 
     async def sample(self, max_age: float) -> EngineSample:
         alive = self.machine.state in (State.STARTING, State.RUNNING)
-        doc = await self.status.fetch(max_age) if alive else None
+        doc = await self.status.fetch(max_age) if alive and self.status is not None else None
         pid = self.machine.pid
         rss, cpu = tree_usage(pid) if pid is not None else (None, None)
         return EngineSample(
@@ -309,9 +319,10 @@ class EngineRunner:
             resident_memory_bytes=rss,
             cpu_seconds_total=cpu,
             status=doc,
-            extensions=self.status.extensions() if doc is not None else None,
-            fetch_duration_seconds=self.status.last_fetch_duration_seconds,
-            fetch_errors_total=self.status.fetch_errors_total,
+            extensions=self.status.extensions() if self.status and doc is not None else None,
+            fetch_duration_seconds=self.status.last_fetch_duration_seconds if self.status else None,
+            fetch_errors_total=self.status.fetch_errors_total if self.status else 0,
+            status_polled=self.status is not None,
         )
 
 

@@ -53,6 +53,8 @@ snap = 10
     ("[sizes]\nsnap = 99", "sizes.snap"),
     ("[sizes]\nsnapp = 10", "snapp"),
     ("safety_margin = '100TiB'", "safety_margin"),
+    ("shutdown_grace = inf", "shutdown_grace"),
+    ("shutdown_grace = '9000h'", "shutdown_grace"),
 ])
 def test_errors_name_file_and_key(tmp_path: Path, text: str, key: str) -> None:
     path = write(tmp_path, text)
@@ -69,3 +71,13 @@ def test_cli_exits_78_on_bad_config(tmp_path: Path) -> None:
          "127.0.0.1:0"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 78
     assert str(path) in proc.stderr and "sizes.snap" in proc.stderr
+
+
+def test_cli_exits_78_on_a_file_that_is_not_utf8(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.toml"
+    path.write_bytes(b"# caf\xe9\nworkers_per_gpu = 1\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "cuzkd", "engine", "--config", str(path), "--listen",
+         "127.0.0.1:0"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 78, proc.stderr
+    assert f"{path}: not UTF-8" in proc.stderr and "Traceback" not in proc.stderr

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -28,10 +30,25 @@ MISTAKES = [
     (GOOD_ENGINE + 'backoff_initial = "10s"\nbackoff_max = "1s"\n', "engine[0].backoff_max",
      "less than backoff_initial"),
     (GOOD_ENGINE + "backoff_multiplier = 0.5\n", "engine[0].backoff_multiplier", ">= 1"),
-    (GOOD_ENGINE + "health_interval = 0\n", "engine[0].health_interval", "greater than zero"),
+    (GOOD_ENGINE + "health_interval = 0\n", "engine[0].health_interval", "minimum of 10ms"),
+    (GOOD_ENGINE + 'health_interval = "5ms"\n', "engine[0].health_interval", "minimum of 10ms"),
+    (GOOD_ENGINE + 'backoff_initial = "9ms"\n', "engine[0].backoff_initial", "minimum of 10ms"),
+    (GOOD_ENGINE + "stop_timeout = 0\n", "engine[0].stop_timeout", "greater than zero"),
+    # A year is the longest any timer may be: longer is a typo, and overflows some timers.
+    (GOOD_ENGINE + 'backoff_max = "8761h"\n', "engine[0].backoff_max", "longer than 365 days"),
+    ("[supervisor]\nshutdown_grace = 31622400\n", "supervisor.shutdown_grace",
+     "longer than 365 days"),
+    # What would only fail at run time: no host to connect to, a host that does not resolve.
+    (GOOD_ENGINE + 'command = ["cuzk"]\nstatus_url = "http://:9000/status"\n',
+     "engine[0].status_url", "names no host"),
+    (GOOD_ENGINE + 'command = ["cuzk"]\nstatus_url = "http:///status"\n',
+     "engine[0].status_url", "names no host"),
+    (GOOD_ENGINE + 'command = ["cuzk"]\nstatus_url = "http://h:99999/status"\n',
+     "engine[0].status_url", "invalid port"),
+    ('[metrics]\nlisten = "no-such-host.invalid:9822"\n', "metrics.listen", "does not resolve"),
+    ('[metrics]\nlisten = "unix:/run/m.sock"\n', "metrics.listen", "HOST:PORT"),
     (GOOD_ENGINE + 'restart = "sometimes"\n', "engine[0].restart", "sometimes"),
     (GOOD_ENGINE + 'stop_signal = "SIGNOPE"\n', "engine[0].stop_signal", "unknown signal"),
-    (GOOD_ENGINE + 'command = ["cuzk"]\n', "engine[0].status_url", "required"),
     (GOOD_ENGINE + "command = []\n" + 'status_url = "http://h:1/status"\n',
      "engine[0].command", "non-empty"),
     ('[metrics]\nlisten = "nowhere"\n', "metrics.listen", "HOST:PORT"),
@@ -115,3 +132,54 @@ def test_check_config_accepts_a_good_file(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "gpu0" in proc.stdout
+
+
+LONG = "/tmp/" + "d" * 100  # with "/engines/NAME.sock" or "/control.sock": > 107 bytes
+
+
+@pytest.mark.parametrize(("text", "key"), [
+    # the bundled engine's socket under a long state_dir, and the default control socket
+    (f'[supervisor]\nstate_dir = "{LONG}"\ncontrol_socket = "/tmp/c.sock"\n' + GOOD_ENGINE,
+     "engine[0].listen"),
+    (f'[supervisor]\nstate_dir = "{LONG}"\n' + GOOD_ENGINE, "supervisor.state_dir"),
+    (f'[supervisor]\ncontrol_socket = "{LONG}/c.sock"\n' + GOOD_ENGINE,
+     "supervisor.control_socket"),
+    (GOOD_ENGINE + f'listen = "unix:{LONG}/e.sock"\n', "engine[0].listen"),
+    (GOOD_ENGINE + f'command = ["cuzk"]\nstatus_url = "unix:{LONG}/e.sock"\n',
+     "engine[0].status_url"),
+])
+def test_unix_socket_paths_beyond_the_kernel_limit_are_refused(tmp_path: Path, text: str,
+                                                               key: str) -> None:
+    path = tmp_path / "long.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=rf"key `{re.escape(key)}`: socket path .* 107"):
+        load_config(path)
+
+
+def test_socket_path_at_the_kernel_limit_is_accepted_and_binds(tmp_path: Path) -> None:
+    """107 bytes is the longest path bind() takes: the limit refuses nothing that works."""
+    sock_path = tmp_path / ("s" * (107 - len(str(tmp_path)) - 1))
+    assert len(str(sock_path)) == 107
+    path = tmp_path / "ok.toml"
+    path.write_text(f'[supervisor]\ncontrol_socket = "{sock_path}"\n' + GOOD_ENGINE)
+    assert load_config(path).control_socket == sock_path
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(sock_path))
+
+
+def test_status_url_is_optional_for_a_command(tmp_path: Path) -> None:
+    path = tmp_path / "plain.toml"
+    path.write_text(GOOD_ENGINE + 'command = ["sleep", "infinity"]\n')
+    assert load_config(path).engine[0].status_url == ""
+
+
+@pytest.mark.parametrize("subcommand", [["run", "--config"], ["check-config"]])
+def test_a_file_that_is_not_utf8_exits_78_naming_it(tmp_path: Path,
+                                                    subcommand: list[str]) -> None:
+    path = tmp_path / "latin1.toml"
+    path.write_bytes(b'# caf\xe9\n[[engine]]\nname = "gpu0"\n')
+    proc = subprocess.run([sys.executable, "-m", "cuzkd", *subcommand, str(path)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 78, proc.stderr
+    assert f"{path}: not UTF-8" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import stat
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -52,8 +54,13 @@ def test_control_api_and_cli(tmp_path: Path) -> None:
 
         assert cli("stop", "a", "--config", str(config)).returncode == 0
         assert sup.engine("a")["state"] == "stopped"
-        assert cli("start", "a", "--config", str(config)).returncode == 0
-        assert sup.engine("a")["state"] in ("starting", "running")
+        out = cli("start", "a", "--config", str(config))
+        assert out.returncode == 0, out.stderr
+        assert "a: running" in out.stdout and sup.engine("a")["state"] == "running"
+        # An engine that cannot start: exit 1 with the reason, not its "failed" state and 0.
+        out = cli("start", "swapped", "--config", str(config))
+        assert out.returncode == 1, out.stdout
+        assert "did not start: engine is failed" in out.stderr and "{binary}" in out.stderr
 
         out = cli("restart", "nope", "--config", str(config))
         assert out.returncode == 1 and "no engine named 'nope'" in out.stderr
@@ -96,3 +103,83 @@ def test_control_routes_hooks_extend_the_app() -> None:
     assert seen == [app]
     assert any(r.resource is not None and r.resource.canonical == "/v1/swap"
                for r in app.router.routes())
+
+
+def test_start_and_restart_wait_for_running_and_say_why_not(tmp_path: Path) -> None:
+    """Engines without status_url are supervised by their process alone: ``running`` once
+    alive through the settle time, ``cuzkd_engine_up`` 1 while so, and no ``cuzk_*`` series."""
+    config = write_config(tmp_path, [
+        {"name": "sleeper", "command": ["sleep", "600"], "stop_timeout": "5s"},
+        {"name": "crasher", "command": ["false"], "backoff_initial": "30s",
+         "backoff_max": "30s"},
+        fake_engine(tmp_path, "silent", "silent", start_timeout="300ms", backoff_initial="30s",
+                    backoff_max="30s"),
+    ])
+    sup = start_supervisor(config)
+    try:
+        sleeper = sup.wait_engine("sleeper", lambda e: e["state"] == "running")
+        assert sleeper["status_address"] is None
+        for verb in ("restart", "start"):
+            out = cli(verb, "crasher", "--config", str(config))
+            assert out.returncode == 1, out.stdout
+            assert "did not start: engine is backoff" in out.stderr, out.stderr
+            assert "exit_1" in out.stderr
+        out = cli("restart", "silent", "--config", str(config))
+        assert out.returncode == 1 and "start_timeout" in out.stderr, out.stderr
+
+        out = cli("restart", "sleeper", "--config", str(config))
+        assert out.returncode == 0, out.stderr
+        assert "sleeper: running" in out.stdout
+        restarted = sup.engine("sleeper")
+        assert restarted["state"] == "running" and restarted["pid"] != sleeper["pid"]
+
+        with urllib.request.urlopen(f"http://{sup.about()['metrics_listen']}/metrics",
+                                    timeout=10) as resp:
+            metrics = resp.read().decode()
+        assert 'cuzkd_engine_up{engine="sleeper"} 1.0' in metrics
+        assert 'cuzkd_engine_up{engine="crasher"} 0.0' in metrics
+        assert not [line for line in metrics.splitlines()
+                    if line.startswith("cuzk_") and 'engine="sleeper"' in line]
+        assert not sup.events("engine_status_failed", engine="sleeper")
+
+        out = cli("stop", "sleeper", "--config", str(config))
+        assert out.returncode == 0 and sup.engine("sleeper")["state"] == "stopped"
+    finally:
+        assert sup.stop() == 0
+
+
+def test_a_failed_stop_answers_409_and_the_cli_exits_1(tmp_path: Path) -> None:
+    """The supervisor's reason for a stop that did not end the engine reaches the operator."""
+
+    class StuckSupervisor:
+        stopping = False
+
+        def has_engine(self, name: str) -> bool:
+            return True
+
+        async def stop_engine(self, name: str) -> str:
+            return "not stopped 35s after the stop request: engine is stopping"
+
+        def engine_info(self, name: str) -> dict[str, Any]:
+            return {"name": name, "state": "stopping", "pid": 42}
+
+    async def serve_and_stop() -> subprocess.CompletedProcess[str]:
+        runner = web.AppRunner(build_control_app(StuckSupervisor(), []))  # type: ignore[arg-type]
+        await runner.setup()
+        sock = tmp_path / "control.sock"
+        await web.UnixSite(runner, str(sock)).start()
+        config = tmp_path / "c.toml"
+        config.write_text(f'[supervisor]\ncontrol_socket = "{sock}"\n[[engine]]\nname = "a"\n')
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "cuzkd", "stop", "a", "--config", str(config),
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            out, err = await proc.communicate()
+        finally:
+            await runner.cleanup()
+        assert proc.returncode is not None
+        return subprocess.CompletedProcess([], proc.returncode, out.decode(), err.decode())
+
+    out = asyncio.run(serve_and_stop())
+    assert out.returncode == 1
+    assert "stop a: not stopped 35s after the stop request" in out.stderr

@@ -176,3 +176,17 @@ def test_every_change_is_reported_once() -> None:
     assert [(str(t.old), str(t.new)) for t in taken] == [("stopped", "starting"),
                                                          ("starting", "running")]
     assert m.take_transitions() == []
+
+
+def test_settled_makes_a_process_only_engine_running_and_counts_as_healthy() -> None:
+    m = machine()
+    m.start_requested(0.0)
+    m.spawned(7, 0.0)
+    m.settled(1.0)
+    assert m.state is State.RUNNING
+    # Healthy since it settled: an exit after backoff's reset_after restarts at once.
+    assert m.exited("exit_1", False, 100.0) == [Spawn()]
+    m.spawned(8, 100.0)
+    assert m.exited("exit_1", False, 100.5) == [ScheduleStart(1.0)]  # not settled: backs off
+    m.settled(200.0)  # too late: no process is starting
+    assert m.state is State.BACKOFF
