@@ -3,6 +3,9 @@
 Each concern registers its own subcommands (``register(subparsers)``) so this module stays a
 table of contents: ``run``/``check-config``/``status``/``start``/``stop``/``restart`` come from
 the supervisor, ``engine``/``bench`` from the reference engine, ``swap`` from the swap package.
+Registering is cheap by rule: a subcommand's heavy imports (NumPy, aiohttp, the daemon, the
+engine) happen in its handler, so ``cuzkd --version``, ``status``, ``stop`` and ``swap`` start in
+a fraction of the engine's import time (``tests/test_cli_imports.py`` holds it).
 Every subcommand handler takes the parsed arguments and returns the process exit code; the
 errors every client subcommand can meet are turned into exit codes here, once, following
 sysexits.h: 78 (EX_CONFIG) for a bad config, 69 (EX_UNAVAILABLE) when the supervisor's control
@@ -15,10 +18,9 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from cuzkd import __version__
+from cuzkd import __version__, engine_commands
 from cuzkd.config import EX_CONFIG, ConfigError
 from cuzkd.control_client import ControlRequestFailed, ControlUnavailable
-from cuzkd.engine import cli as engine_cli
 from cuzkd.supervisor import cli as supervisor_cli
 from cuzkd.swap import cli as swap_cli
 
@@ -37,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     supervisor_cli.register(sub)
     swap_cli.register(sub)
-    engine_cli.register(sub)
+    engine_commands.register(sub)
     return parser
 
 

@@ -108,3 +108,31 @@ def parse_listen(value: str, *, allow_unix: bool = True) -> ListenAddress:
         expected = "HOST:PORT or unix:PATH" if allow_unix else "HOST:PORT"
         raise ValueError(f"{value!r} is not {expected}")
     return ListenAddress(host=host, port=int(port))
+
+
+def format_duration(seconds: float) -> str:
+    """A duration the way people read it: ``"45s"``, ``"59m"``, ``"1h02m"``, ``"3d4h"``.
+
+    Two units at most, the larger first, truncated (never rounded up: a 59 min 59 s uptime is
+    ``"59m"``, not ``"1h00m"``); negative durations (clock steps) read as ``"0s"``.
+    """
+    secs = max(0, int(seconds))
+    if secs < 60:
+        return f"{secs}s"
+    if secs < 3600:
+        return f"{secs // 60}m"
+    if secs < 86400:
+        return f"{secs // 3600}h{secs % 3600 // 60:02d}m"
+    return f"{secs // 86400}d{secs % 86400 // 3600}h"
+
+
+def format_bytes(size: int) -> str:
+    """Binary units with one decimal: ``"512 B"``, ``"18.0 MiB"``, ``"2.0 GiB"``."""
+    if size < 1024:
+        return f"{size} B"
+    value = size / 1024
+    for unit in ("KiB", "MiB", "GiB"):
+        if value < 1024:
+            return f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"

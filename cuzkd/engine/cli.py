@@ -1,4 +1,6 @@
-"""``cuzkd engine`` (serve the reference engine) and ``cuzkd bench`` (load it).
+"""``cuzkd engine`` (serve the reference engine) and ``cuzkd bench`` (load it): the handlers.
+
+Their arguments are in :mod:`cuzkd.engine_commands`, which imports this module on use.
 
 The engine's start-up does no heavy work before it binds: config, backend choice and empty
 queues only, so a supervisor's first ``/status`` poll is answered within a fraction of a second.
@@ -16,7 +18,6 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any
 
 import structlog
 from aiohttp import web
@@ -24,7 +25,7 @@ from aiohttp import web
 from cuzkd.engine import prover
 from cuzkd.engine.backend import BackendError, select_backend
 from cuzkd.engine.budget import MemoryBudget
-from cuzkd.engine.config import PARTITIONS, ConfigError, EngineConfig, default_config, load_config
+from cuzkd.engine.config import ConfigError, EngineConfig, default_config, load_config
 from cuzkd.engine.loadgen import BenchError, run_bench
 from cuzkd.engine.pipeline import Engine
 from cuzkd.engine.server import build_app, remove_stale_socket, start_site
@@ -33,28 +34,6 @@ from cuzkd.status.tracker import StatusTracker
 
 EX_CONFIG = 78
 _log = structlog.get_logger("cuzkd.engine")
-
-
-def register(sub: argparse._SubParsersAction[Any]) -> None:
-    """Add this package's subcommands to ``cuzkd``."""
-    engine = sub.add_parser("engine", help="run the bundled reference proving engine")
-    engine.add_argument("--config", type=Path, help="engine TOML config (defaults if absent)")
-    engine.add_argument("--listen", required=True,
-                        help="HOST:PORT (port 0 picks a free one) or unix:PATH")
-    engine.add_argument("--log-level", default="info",
-                        choices=["debug", "info", "warning", "error"])
-    engine.set_defaults(handler=run_engine)
-
-    bench = sub.add_parser("bench", help="submit jobs to an engine and report throughput")
-    bench.add_argument("--engine", required=True, help="http://HOST:PORT or unix:PATH")
-    bench.add_argument("--jobs", type=int, default=10)
-    bench.add_argument("--kind", default="snap", choices=sorted(PARTITIONS))
-    bench.add_argument("--partitions", type=int, help="override the kind's partition count")
-    bench.add_argument("--size-log2", type=int, help="override the engine's size for the kind")
-    bench.add_argument("--timeout", type=float, default=600.0, help="seconds for the whole run")
-    bench.add_argument("--json", action="store_true", help="print the report as JSON")
-    bench.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    bench.set_defaults(handler=run_bench_command)
 
 
 def run_engine(args: argparse.Namespace) -> int:

@@ -29,10 +29,9 @@ from typing import Annotated, Literal
 import msgspec
 import psutil
 
+from cuzkd.status.document import PARTITIONS as PARTITIONS
 from cuzkd.units import parse_duration, parse_size
 
-#: cuzk's partition counts per proof kind.
-PARTITIONS: dict[str, int] = {"porep": 10, "snap": 16, "wpost": 1, "winning": 1}
 #: Largest size_log2 accepted (2n must stay within the field's 2^27 two-adic subgroup; far
 #: beyond what fits in memory anyway).
 MAX_SIZE_LOG2 = 24

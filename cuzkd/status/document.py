@@ -23,6 +23,10 @@ import msgspec
 NonNegInt = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 NonNegFloat = Annotated[float, msgspec.Meta(ge=0)]
 
+#: cuzk's proof kinds and the partitions each job of the kind has. Shared by the engine (which
+#: splits jobs), ``cuzkd bench`` (its ``--kind`` choices) and the demo load.
+PARTITIONS: dict[str, int] = {"porep": 10, "snap": 16, "wpost": 1, "winning": 1}
+
 PartitionState = Literal["pending", "synthesizing", "synth_done", "gpu", "done", "failed"]
 WorkerState = Literal["idle", "proving"]
 

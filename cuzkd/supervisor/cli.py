@@ -8,14 +8,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import http.client
 import json
+import sys
 import time
 from typing import Any
 from urllib.parse import quote
 
+import msgspec
+
 from cuzkd.config import START_WAIT_SLACK, load_config, load_or_default
-from cuzkd.control_client import call
-from cuzkd.logs import configure_logging
+from cuzkd.control_client import ControlRequestFailed, call, get_status
+from cuzkd.status.document import StatusDocument, decode_status
+from cuzkd.supervisor.engine_view import render_engine
+from cuzkd.units import format_duration
 
 #: Seconds a control request may take (start/stop/restart: more, from the engine's timeouts).
 DEFAULT_TIMEOUT = 120.0
@@ -34,9 +40,14 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     check.add_argument("path", metavar="PATH")
     check.set_defaults(handler=_check_config)
 
-    status = sub.add_parser("status", help="show the supervised engines")
+    status = sub.add_parser("status", help="show the supervised engines, or one engine's "
+                                           "workers, jobs and budget")
+    status.add_argument("name", metavar="NAME", nargs="?",
+                        help="one engine: its GPU workers, jobs and memory budget")
     status.add_argument("--config", metavar="PATH", help="config naming the control socket")
     status.add_argument("--json", action="store_true", help="print the control API's JSON")
+    status.add_argument("--watch", metavar="SECONDS", nargs="?", type=float, const=1.0,
+                        help="with NAME: redraw every SECONDS (default 1) until Ctrl-C")
     status.set_defaults(handler=_status)
 
     for verb in ("start", "stop", "restart"):
@@ -47,10 +58,11 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from cuzkd.logs import configure_logging  # the daemon's imports are for `run` only
+    from cuzkd.supervisor.daemon import Supervisor
+
     config = load_or_default(args.config)
     configure_logging(level=config.supervisor.log_level)
-    from cuzkd.supervisor.daemon import Supervisor  # the daemon's imports are for `run` only
-
     return asyncio.run(Supervisor(config, demo=args.demo).run())
 
 
@@ -67,6 +79,8 @@ def _control(args: argparse.Namespace, method: str, path: str,
 
 
 def _status(args: argparse.Namespace) -> int:
+    if args.name is not None or args.watch is not None:
+        return _engine_status(args)
     body = _control(args, "GET", "/v1/engines")
     if args.json:
         print(json.dumps(body, indent=2))
@@ -81,10 +95,47 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _uptime(started_at: float | None) -> str:
-    if started_at is None:
-        return "-"
-    secs = int(time.time() - started_at)
-    return f"{secs // 3600}h{secs % 3600 // 60:02d}m" if secs >= 3600 else f"{secs}s"
+    return "-" if started_at is None else format_duration(time.time() - started_at)
+
+
+def _engine_status(args: argparse.Namespace) -> int:
+    """``cuzkd status NAME [--watch [SECONDS]]``: see :mod:`cuzkd.supervisor.engine_view`."""
+    if args.name is None or (args.watch is not None and args.watch <= 0):
+        print("cuzkd status: --watch needs an engine NAME and a positive number of seconds",
+              file=sys.stderr)
+        return 2
+    redraw = args.watch is not None and sys.stdout.isatty() and not args.json
+    try:
+        while True:
+            frame = _engine_frame(args)
+            # On a terminal, home the cursor and clear: the view is redrawn in place.
+            sys.stdout.write(("\x1b[H\x1b[2J" if redraw else "") + frame)
+            sys.stdout.flush()
+            if args.watch is None:
+                return 0
+            if not redraw:
+                sys.stdout.write("\n")  # frames of a piped --watch, one blank line apart
+            time.sleep(args.watch)
+    except KeyboardInterrupt:
+        return 0
+
+
+def _engine_frame(args: argparse.Namespace) -> str:
+    body = _control(args, "GET", "/v1/engines")
+    info = next((e for e in body["engines"] if e["name"] == args.name), None)
+    if info is None:
+        raise ControlRequestFailed(f"no engine named {args.name!r}")
+    doc: StatusDocument | None = None
+    error: str | None = None
+    if info["state"] in ("starting", "running"):
+        try:
+            doc = decode_status(get_status(info["status_address"]))
+        except (OSError, http.client.HTTPException, ValueError) as exc:  # incl. decode errors
+            error = str(exc) or type(exc).__name__
+    if args.json:
+        status = None if doc is None else msgspec.to_builtins(doc)
+        return json.dumps({"engine": info, "status": status, "error": error}, indent=2) + "\n"
+    return render_engine(info, doc, error, time.time())
 
 
 def _last_exit(eng: dict[str, Any]) -> str:

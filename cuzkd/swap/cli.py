@@ -16,8 +16,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from cuzkd.config import load_or_default
 from cuzkd.control_client import BASE_URL, control_session
 
@@ -74,6 +72,8 @@ def _swap(args: argparse.Namespace) -> int:
 
 
 async def _stream(socket_path: Path, request: dict[str, Any]) -> int:
+    import aiohttp  # here, not at the top: registering `swap` must not cost every cuzkd call
+
     # No total timeout: a rolling restart takes as long as the engines need to become healthy.
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
     async with (

@@ -1,0 +1,48 @@
+"""``cuzkd engine`` and ``cuzkd bench``: their arguments.
+
+Kept outside the engine package on purpose: every ``cuzkd`` call registers every subcommand,
+and ``cuzkd status`` or ``cuzkd --version`` must not pay for NumPy and the engine. The
+handlers in :mod:`cuzkd.engine.cli` are imported when one of these two commands runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from cuzkd.status.document import PARTITIONS
+
+
+def register(sub: argparse._SubParsersAction[Any]) -> None:
+    """Add ``engine`` and ``bench`` to ``cuzkd``."""
+    engine = sub.add_parser("engine", help="run the bundled reference proving engine")
+    engine.add_argument("--config", type=Path, help="engine TOML config (defaults if absent)")
+    engine.add_argument("--listen", required=True,
+                        help="HOST:PORT (port 0 picks a free one) or unix:PATH")
+    engine.add_argument("--log-level", default="info",
+                        choices=["debug", "info", "warning", "error"])
+    engine.set_defaults(handler=_run_engine)
+
+    bench = sub.add_parser("bench", help="submit jobs to an engine and report throughput")
+    bench.add_argument("--engine", required=True, help="http://HOST:PORT or unix:PATH")
+    bench.add_argument("--jobs", type=int, default=10)
+    bench.add_argument("--kind", default="snap", choices=sorted(PARTITIONS))
+    bench.add_argument("--partitions", type=int, help="override the kind's partition count")
+    bench.add_argument("--size-log2", type=int, help="override the engine's size for the kind")
+    bench.add_argument("--timeout", type=float, default=600.0, help="seconds for the whole run")
+    bench.add_argument("--json", action="store_true", help="print the report as JSON")
+    bench.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    bench.set_defaults(handler=_run_bench)
+
+
+def _run_engine(args: argparse.Namespace) -> int:
+    from cuzkd.engine.cli import run_engine
+
+    return run_engine(args)
+
+
+def _run_bench(args: argparse.Namespace) -> int:
+    from cuzkd.engine.cli import run_bench_command
+
+    return run_bench_command(args)

@@ -1,0 +1,85 @@
+"""``cuzkd status NAME``: one engine's pipeline on a terminal, from its status document.
+
+What operators used to script by hand against cuzk's ``/status``: every GPU worker (state,
+full job id, partition, current busy time), every listed job (kind, age, partitions per
+phase) and the memory budget. Pure rendering of a control-API engine entry plus a decoded
+:class:`~cuzkd.status.document.StatusDocument`, so it reads the bundled engine and a plain
+cuzk alike; job ids are printed whole, however long -- they are what an operator greps logs for.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from cuzkd.status.document import PARTITION_STATES, StatusDocument
+from cuzkd.units import format_bytes, format_duration
+
+
+def render_engine(info: dict[str, Any], doc: StatusDocument | None, error: str | None,
+                  now: float) -> str:
+    """The whole view; ``doc`` is None when the status could not be read (``error`` says why)."""
+    lines = [_headline(info, now)]
+    if doc is None:
+        lines.append(f"status: unavailable ({error or 'engine not running'})")
+        return "\n".join(lines) + "\n"
+    lines.append(_budget_line(doc))
+    lines.append("")
+    lines.extend(_workers_table(doc))
+    lines.append("")
+    lines.extend(_pipelines_table(doc))
+    return "\n".join(lines) + "\n"
+
+
+def _headline(info: dict[str, Any], now: float) -> str:
+    started = info.get("started_at")
+    up = format_duration(now - started) if started is not None else "-"
+    return (f"{info['name']}  {info['state']}  pid {info.get('pid') or '-'}  up {up}  "
+            f"restarts {info.get('restarts', 0)}  status {info.get('status_address', '-')}")
+
+
+def _budget_line(doc: StatusDocument) -> str:
+    mem = doc.memory
+    share = f" ({100 * mem.used_bytes / mem.total_bytes:.0f}%)" if mem.total_bytes else ""
+    ext = doc.cuzkd_extensions
+    in_flight = f"   jobs in flight {ext.jobs_in_flight}" if ext is not None else ""
+    return (f"budget {format_bytes(mem.used_bytes)} / {format_bytes(mem.total_bytes)} used"
+            f"{share}   synthesis {doc.synthesis.active} / {doc.synthesis.max_concurrent} active"
+            f"   queue {doc.counters.queue_depth}{in_flight}")
+
+
+def _workers_table(doc: StatusDocument) -> list[str]:
+    rows = [["WORKER", "GPU", "STATE", "BUSY", "PARTITION", "JOB"]]
+    for w in doc.gpu_workers:
+        rows.append([str(w.worker_id), str(w.gpu_ordinal), w.state,
+                     "-" if w.busy_secs is None else _seconds(w.busy_secs),
+                     "-" if w.current_partition is None else str(w.current_partition),
+                     w.current_job or "-"])
+    if len(rows) == 1:
+        return ["no GPU workers"]
+    return _table(rows)
+
+
+def _pipelines_table(doc: StatusDocument) -> list[str]:
+    if not doc.pipelines:
+        return ["no jobs"]
+    rows = [["JOB", "KIND", "AGE", "DONE", *(p.upper() for p in PARTITION_STATES)]]
+    for p in doc.pipelines:
+        phases = Counter(part.state for part in p.partitions)
+        rows.append([p.job_id, p.proof_kind, _seconds(p.started_secs_ago),
+                     f"{p.partitions_done}/{p.total_partitions}",
+                     *(str(phases[s]) for s in PARTITION_STATES)])
+    return _table(rows)
+
+
+def _seconds(secs: float) -> str:
+    """Sub-minute times keep a decimal (a reference-engine partition takes milliseconds)."""
+    return f"{secs:.1f}s" if secs < 60 else format_duration(secs)
+
+
+def _table(rows: Sequence[Sequence[str]]) -> list[str]:
+    """Left-aligned columns two spaces apart; the last column is never padded or cut."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    return ["  ".join([*(cell.ljust(w) for cell, w in zip(row, widths, strict=False)), row[-1]])
+            for row in rows]

@@ -1,0 +1,181 @@
+"""``cuzkd status``: start-up cost of the client commands, human durations, the engine view."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sv_harness import start_supervisor, wait_until, write_config
+
+from cuzkd.status.document import (
+    Allocations,
+    Buffers,
+    Counters,
+    GpuWorker,
+    Memory,
+    Partition,
+    Pipeline,
+    StatusDocument,
+    Synthesis,
+)
+from cuzkd.supervisor.engine_view import render_engine
+from cuzkd.units import format_bytes, format_duration
+
+#: cuzk's job ids are long; the view must never cut them.
+LONG_JOB_ID = ("bafy2bzacea3wsdh6y3a36tb3skempjoxqpuyompjbmfeyf34fi3uy6uue42v4"
+               "-porep-32GiB-s-t01000-1234")
+
+
+def _imported_modules(*args: str) -> set[str]:
+    """Modules ``python -X importtime -m cuzkd ARGS`` imports (its exit status is not ours)."""
+    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "cuzkd", *args],
+                         capture_output=True, text=True, timeout=60)
+    names = {line.rsplit("|", 1)[1].strip() for line in out.stderr.splitlines()
+             if line.startswith("import time:") and "|" in line}
+    assert "cuzkd.cli" in names, out.stderr[-2000:]
+    return names
+
+
+def _heavy(names: set[str]) -> set[str]:
+    return {n for n in names if n == "numpy" or n.startswith("numpy.")
+            or n == "cuzkd.engine" or n.startswith("cuzkd.engine.")}
+
+
+@pytest.mark.parametrize("args", [
+    ("--version",),
+    ("status", "--config", "{config}"),
+    ("stop", "x", "--config", "{config}"),
+    ("swap", "/bin/true", "--config", "{config}"),
+])
+def test_client_commands_import_neither_numpy_nor_the_engine(tmp_path: Path,
+                                                             args: tuple[str, ...]) -> None:
+    """Every client call paid ~0.7 s of NumPy and engine imports; none of them needs either.
+    (No supervisor runs here: status, stop and swap fail to connect, after their imports.)"""
+    config = write_config(tmp_path, [{"name": "a"}])
+    names = _imported_modules(*(a.replace("{config}", str(config)) for a in args))
+    assert _heavy(names) == set()
+
+
+def test_engine_command_still_imports_the_engine(tmp_path: Path) -> None:
+    """The check above can see the engine: `cuzkd bench` (failing to connect) imports it."""
+    names = _imported_modules("bench", "--engine", f"unix:{tmp_path / 'none.sock'}")
+    assert "cuzkd.engine.cli" in names and "numpy" in names
+
+
+@pytest.mark.parametrize(("seconds", "text"), [
+    (0, "0s"), (59.9, "59s"), (60, "1m"), (3599, "59m"), (3600, "1h00m"), (3720, "1h02m"),
+    (86399, "23h59m"), (86400, "1d0h"), (3 * 86400 + 4 * 3600 + 59, "3d4h"), (-5, "0s"),
+])
+def test_format_duration(seconds: float, text: str) -> None:
+    assert format_duration(seconds) == text
+
+
+@pytest.mark.parametrize(("size", "text"), [
+    (0, "0 B"), (1023, "1023 B"), (1024, "1.0 KiB"), (18 * 2**20 + 2**19, "18.5 MiB"),
+    (2 * 2**30, "2.0 GiB"), (3 * 2**40, "3.0 TiB"), (5000 * 2**40, "5000.0 TiB"),
+])
+def test_format_bytes(size: int, text: str) -> None:
+    assert format_bytes(size) == text
+
+
+def _plain_cuzk_document() -> StatusDocument:
+    """What a real cuzk serves: no cuzkd_extensions, long job ids."""
+    states = ["done"] * 4 + ["gpu"] * 2 + ["synth_done"] + ["synthesizing"] * 2 + ["pending"]
+    return StatusDocument(
+        uptime_secs=3600.0,
+        memory=Memory(total_bytes=64 * 2**30, used_bytes=16 * 2**30,
+                      available_bytes=48 * 2**30),
+        synthesis=Synthesis(max_concurrent=6, active=2),
+        pipelines=[Pipeline(job_id=LONG_JOB_ID, proof_kind="porep", started_secs_ago=95.5,
+                            total_partitions=10, partitions_done=4,
+                            partitions=[Partition(index=i, state=s, synth_ms=None, gpu_ms=None)
+                                        for i, s in enumerate(states)])],
+        gpu_workers=[
+            GpuWorker(worker_id=0, gpu_ordinal=0, state="proving", current_job=LONG_JOB_ID,
+                      current_partition=4, busy_secs=2.25),
+            GpuWorker(worker_id=1, gpu_ordinal=0, state="idle", current_job=None,
+                      current_partition=None, busy_secs=None),
+        ],
+        allocations=Allocations(srs=[], pce=[]),
+        counters=Counters(total_completed=7, total_failed=0, completed_by_kind={},
+                          failed_by_kind={}, queue_depth=3),
+        buffers=Buffers(synth_in_flight=2, provers_in_flight=2, aux_in_flight=0,
+                        shells_in_flight=1, pending_handles=1),
+    )
+
+
+def _row(text: str, first_cell: str) -> list[str]:
+    (line,) = [ln for ln in text.splitlines() if ln.split() and ln.split()[0] == first_cell]
+    return line.split()
+
+
+def test_engine_view_of_a_plain_cuzk_document() -> None:
+    info = {"name": "cuzk1", "state": "running", "pid": 4242, "started_at": 1000.0,
+            "restarts": 2, "status_address": "http://127.0.0.1:9821/status"}
+    text = render_engine(info, _plain_cuzk_document(), None, now=1000.0 + 3720)
+    assert text.splitlines()[0] == ("cuzk1  running  pid 4242  up 1h02m  restarts 2  "
+                                    "status http://127.0.0.1:9821/status")
+    assert "budget 16.0 GiB / 64.0 GiB used (25%)   synthesis 2 / 6 active   queue 3" in text
+    assert "jobs in flight" not in text  # a plain cuzk does not say
+    assert _row(text, "0") == ["0", "0", "proving", "2.2s", "4", LONG_JOB_ID]
+    assert _row(text, "1") == ["1", "0", "idle", "-", "-", "-"]
+    header = _row(text, "JOB")
+    assert header[4:] == ["PENDING", "SYNTHESIZING", "SYNTH_DONE", "GPU", "DONE", "FAILED"]
+    assert _row(text, LONG_JOB_ID) == [LONG_JOB_ID, "porep", "1m", "4/10",
+                                       "1", "2", "1", "2", "4", "0"]
+
+
+def test_engine_view_when_the_status_is_unavailable() -> None:
+    info = {"name": "gpu0", "state": "backoff", "pid": None, "started_at": None, "restarts": 5,
+            "status_address": "unix:/run/x.sock"}
+    text = render_engine(info, None, None, now=0.0)
+    assert "gpu0  backoff  pid -  up -  restarts 5" in text
+    assert "status: unavailable (engine not running)" in text
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "cuzkd", *args], capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_status_name_and_watch_on_a_bundled_engine(tmp_path: Path) -> None:
+    """Against a real bundled engine with a job in it: the view, --json, a piped --watch
+    (frames one blank line apart, no terminal escapes, Ctrl-C exits 0), an unknown name."""
+    config = write_config(tmp_path, [{"name": "b0", "health_interval": "100ms"}])
+    sup = start_supervisor(config, timeout=60)
+    try:
+        sup.wait_engine("b0", lambda e: e["state"] == "running", timeout=60)
+        text = wait_until(lambda: (out := _cli("status", "b0", "--config", str(config)).stdout)
+                          and "WORKER" in out and out, 30, "the engine view")
+        assert text.startswith("b0  running  pid ")
+        assert "budget " in text and "jobs in flight 0" in text and "no jobs" in text
+        assert _row(text, "0")[2] == "idle"
+
+        missing = _cli("status", "nope", "--config", str(config))
+        assert missing.returncode == 1 and "no engine named 'nope'" in missing.stderr
+
+        watch = subprocess.Popen([sys.executable, "-m", "cuzkd", "status", "b0", "--watch",
+                                  "0.1", "--config", str(config)],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert watch.stdout is not None
+        headlines = 0
+        while headlines < 2:
+            line = watch.stdout.readline()
+            assert line, watch.stderr.read() if watch.stderr else ""
+            headlines += line.startswith("b0  running")
+        watch.send_signal(signal.SIGINT)
+        rest, err = watch.communicate(timeout=30)
+        assert watch.returncode == 0, err
+        assert "\x1b" not in rest and "Traceback" not in err
+    finally:
+        sup.stop()
+
+
+def test_watch_needs_a_name(tmp_path: Path) -> None:
+    config = write_config(tmp_path, [{"name": "a"}])
+    out = _cli("status", "--watch", "--config", str(config))
+    assert out.returncode == 2 and "needs an engine NAME" in out.stderr
+    assert _cli("status", "a", "--watch", "0", "--config", str(config)).returncode == 2
