@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from cuzkd.logs import LogFormat
 from cuzkd.units import parse_duration, parse_listen
 
 #: sysexits.h EX_CONFIG: what ``cuzkd run``/``check-config`` exit with on a bad config.
@@ -66,6 +67,8 @@ class SupervisorConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     control_socket: str = ""
     shutdown_grace: Seconds = Seconds(30)
     log_level: LogLevel = "info"
+    #: "auto": console lines on a terminal, JSON lines elsewhere; `run --log-format` overrides
+    log_format: LogFormat = "auto"
     #: swap: the binary ``{binary}`` engines run before the first swap (optional)
     initial_binary: str = ""
     #: swap: how many releases to keep on disk

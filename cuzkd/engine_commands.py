@@ -11,6 +11,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from cuzkd.logs import LOG_FORMATS
 from cuzkd.status.document import PARTITIONS
 
 
@@ -22,6 +23,9 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
                         help="HOST:PORT (port 0 picks a free one) or unix:PATH")
     engine.add_argument("--log-level", default="info",
                         choices=["debug", "info", "warning", "error"])
+    engine.add_argument("--log-format", choices=LOG_FORMATS, default="auto",
+                        help="console lines, JSON lines, or auto: console on a terminal, "
+                             "else JSON (under a supervisor: JSON, re-logged as fields)")
     engine.set_defaults(handler=_run_engine)
 
     bench = sub.add_parser("bench", help="submit jobs to an engine and report throughput")

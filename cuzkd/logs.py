@@ -1,27 +1,42 @@
-"""Structured logging set-up shared by every cuzkd process.
+"""Structured logging set-up shared by every cuzkd process, and engine output re-logging.
 
-JSON lines when stderr is not a terminal (journald, Loki and ``docker logs`` want one event per
-line), ``key=value`` console rendering on a terminal. Configured once per process, before any
-logger is used.
+``--log-format auto`` (the default) writes ``key=value`` console lines on a terminal and JSON
+lines elsewhere (journald, Loki and ``docker logs`` want one event per line); ``console`` and
+``json`` force one or the other. Configured once per process, before any logger is used.
+
+An engine's output reaches the supervisor's log through :func:`engine_line_fields`: a line
+that is a JSON object (the bundled engine logs JSON on its pipe) is re-logged as its own event,
+level and fields, so the supervisor's JSON line carries them as fields and its console line
+shows them as ``key=value`` -- never as a JSON string escaped inside another line.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
-from typing import TextIO
+from typing import TYPE_CHECKING, Any, Literal, TextIO, get_args
 
-import structlog
+if TYPE_CHECKING:
+    import structlog
+
+LogFormat = Literal["auto", "console", "json"]
+LOG_FORMATS: tuple[str, ...] = get_args(LogFormat)
+
+#: The levels an engine's line may name; any other is logged at ``info``.
+_LEVELS = ("debug", "info", "warning", "error", "critical")
+#: Fields the supervisor sets on a re-logged line (and the method's own parameter names): an
+#: engine's field of the same name is kept as ``engine_<name>`` rather than overwriting ours.
+_RESERVED = frozenset({"engine", "stream", "pid", "self"})
 
 
-def configure_logging(*, level: str = "info", json: bool | None = None,
+def configure_logging(*, level: str = "info", log_format: LogFormat = "auto",
                       stream: TextIO | None = None) -> None:
-    """Configure structlog for this process.
+    """Configure structlog for this process (``auto``: JSON unless ``stream`` is a TTY)."""
+    import structlog  # here: the config (and so `cuzkd status`) imports this module's types
 
-    ``json=None`` picks JSON when ``stream`` is not a TTY.
-    """
     out = stream if stream is not None else sys.stderr
-    use_json = (not out.isatty()) if json is None else json
+    use_json = log_format == "json" or (log_format == "auto" and not out.isatty())
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer()
         if use_json
@@ -41,3 +56,27 @@ def configure_logging(*, level: str = "info", json: bool | None = None,
         logger_factory=structlog.PrintLoggerFactory(file=out),
         cache_logger_on_first_use=False,
     )
+
+
+def engine_line_fields(line: str) -> tuple[str, str, dict[str, Any]] | None:
+    """``(level, event, fields)`` of an engine's JSON-object log line; None for anything else.
+
+    The engine's ``timestamp`` is dropped (the re-logged line gets the supervisor's, a moment
+    later); a field named like one the supervisor adds is renamed ``engine_<name>``. A line
+    without ``event`` becomes an ``engine_output`` event with the line's fields.
+    """
+    stripped = line.strip()
+    if not stripped.startswith("{"):
+        return None
+    try:
+        record = json.loads(stripped)
+    except ValueError:
+        return None
+    if not isinstance(record, dict):
+        return None
+    level = str(record.pop("level", "info")).lower()
+    event = str(record.pop("event", "engine_output"))
+    record.pop("timestamp", None)
+    fields = {(f"engine_{key}" if key in _RESERVED else key): value
+              for key, value in record.items()}
+    return (level if level in _LEVELS else "info"), event, fields

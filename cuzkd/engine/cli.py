@@ -37,7 +37,7 @@ _log = structlog.get_logger("cuzkd.engine")
 
 
 def run_engine(args: argparse.Namespace) -> int:
-    configure_logging(level=args.log_level)
+    configure_logging(level=args.log_level, log_format=args.log_format)
     try:
         config = default_config() if args.config is None else load_config(args.config)
         return asyncio.run(serve(config, args.listen))

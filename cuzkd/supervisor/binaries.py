@@ -46,7 +46,8 @@ class EngineBinaries:
         Run once the state dir is locked (recovery deletes temporary files that only another
         live supervisor could be writing) and before any engine spawns. A store that cannot be
         used is logged, not fatal: engines without ``{binary}`` still run, and the others fail
-        with the reason until ``cuzkd swap`` succeeds.
+        with the reason until ``cuzkd swap`` succeeds. The active release is reported in the
+        start-up line (only when an engine uses ``{binary}``).
         """
         try:
             self.store.recover()
@@ -54,7 +55,6 @@ class EngineBinaries:
                 self._seed(self._initial)
         except (ReleaseError, OSError) as exc:
             log.error("binary_store_unusable", state_dir=str(self.store.state_dir), error=str(exc))
-        log.info("binary_release_active", release=self.active_release())
 
     def _seed(self, initial: Path) -> None:
         active = self.store.active()

@@ -19,6 +19,7 @@ import msgspec
 
 from cuzkd.config import START_WAIT_SLACK, load_config, load_or_default
 from cuzkd.control_client import ControlRequestFailed, call, get_status
+from cuzkd.logs import LOG_FORMATS
 from cuzkd.status.document import StatusDocument, decode_status
 from cuzkd.supervisor.engine_view import render_engine
 from cuzkd.units import format_duration
@@ -34,6 +35,9 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
                                                       "per GPU, or one CPU engine)")
     run.add_argument("--demo", action="store_true",
                      help="drive a steady synthetic job load into the bundled engines")
+    run.add_argument("--log-format", choices=LOG_FORMATS,
+                     help="console lines, JSON lines, or auto: console on a terminal, else "
+                          "JSON (default: the config's supervisor.log_format, auto)")
     run.set_defaults(handler=_run)
 
     check = sub.add_parser("check-config", help="validate a config file without starting")
@@ -62,7 +66,8 @@ def _run(args: argparse.Namespace) -> int:
     from cuzkd.supervisor.daemon import Supervisor
 
     config = load_or_default(args.config)
-    configure_logging(level=config.supervisor.log_level)
+    configure_logging(level=config.supervisor.log_level,
+                      log_format=args.log_format or config.supervisor.log_format)
     return asyncio.run(Supervisor(config, demo=args.demo).run())
 
 

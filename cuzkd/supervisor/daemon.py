@@ -41,6 +41,7 @@ from cuzkd.supervisor.notify import Notifier
 from cuzkd.supervisor.process import EngineProcess, exit_cause, set_child_subreaper
 from cuzkd.supervisor.reaper import Reaper
 from cuzkd.supervisor.runner import EngineRunner, log_lines, log_task_failure
+from cuzkd.supervisor.startup import startup_fields
 from cuzkd.supervisor.statedir import StateDirBusy, StateDirLock
 from cuzkd.supervisor.web import build_metrics_app
 from cuzkd.units import parse_listen
@@ -85,6 +86,7 @@ class Supervisor:
         self._reload_lock = asyncio.Lock()
         self._web_runners: list[web.AppRunner] = []
         self.metrics_address: str | None = None
+        self._metrics_bound = ("", 0)
         self._last_status_line = ""
 
     # -- the daemon ----------------------------------------------------------------------
@@ -107,10 +109,8 @@ class Supervisor:
         try:
             await asyncio.to_thread(self.binaries.prepare)
             await self._start_servers()
-            log.info("supervisor_started", pid=os.getpid(), config=self.config.path,
-                     state_dir=str(self.config.state_dir),
-                     control_socket=str(self.config.control_socket),
-                     metrics=self.metrics_address, engines=len(self.config.engine))
+            log.info("supervisor_started", pid=os.getpid(), **startup_fields(
+                self.config, *self._metrics_bound, self.binaries.active_release()))
             for spec in self.config.engine:
                 runner = self._add_runner(spec)
                 if not self.stopping:  # a stop signal during start-up: spawn nothing more
@@ -164,8 +164,9 @@ class Supervisor:
         except OSError as exc:
             raise StartupError(f"cannot listen on metrics.listen {self.config.metrics.listen}: "
                                f"{exc.strerror}") from None
-        bound = metrics.addresses[0]
-        self.metrics_address = f"{bound[0]}:{bound[1]}"
+        host, port = metrics.addresses[0][:2]
+        self._metrics_bound = (str(host), int(port))
+        self.metrics_address = f"{host}:{port}"
 
     async def _stop_all(self) -> None:
         """Stop every engine in parallel; after shutdown_grace, SIGKILL whatever is left."""

@@ -20,6 +20,7 @@ from typing import IO, Any
 import structlog
 
 from cuzkd.config import BINARY_PLACEHOLDER, Config, EngineConfig
+from cuzkd.logs import engine_line_fields
 from cuzkd.metrics.sample import EngineSample
 from cuzkd.ratelimit import LimitedLog, errno_name
 from cuzkd.status.client import StatusSource
@@ -327,7 +328,9 @@ class EngineRunner:
 
 
 async def log_lines(pipe: IO[bytes], logger: Any, stream: str, pid: int) -> None:
-    """Log each line a child writes to ``pipe`` as one ``engine_output`` event, until EOF."""
+    """Log each line a child writes to ``pipe``, until EOF: a JSON object as its own event and
+    fields (:func:`~cuzkd.logs.engine_line_fields`), any other line as an ``engine_output``
+    event with ``line``."""
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=MAX_LINE_BYTES)
     transport, _ = await loop.connect_read_pipe(
@@ -342,8 +345,13 @@ async def log_lines(pipe: IO[bytes], logger: Any, stream: str, pid: int) -> None
                 continue
             if not line:
                 return
-            logger.info("engine_output", stream=stream, pid=pid,
-                        line=line.decode(errors="replace").rstrip("\n"))
+            text = line.decode(errors="replace").rstrip("\n")
+            parsed = engine_line_fields(text)
+            if parsed is None:
+                logger.info("engine_output", stream=stream, pid=pid, line=text)
+            else:
+                level, event, fields = parsed
+                getattr(logger, level)(event, stream=stream, pid=pid, **fields)
     finally:
         transport.close()
 

@@ -67,7 +67,7 @@ def test_keys_remembered_are_bounded() -> None:
 
 def test_limited_log_writes_structured_lines_with_repeated() -> None:
     out = io.StringIO()
-    configure_logging(json=True, stream=out)
+    configure_logging(log_format="json", stream=out)
     clock = Clock()
     limited = LimitedLog(RateLimiter(10.0, clock=clock))
     logger = structlog.get_logger("test").bind(engine="gpu0")
