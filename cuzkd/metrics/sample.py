@@ -53,3 +53,7 @@ class SupervisorSample:
     swaps_total: Mapping[str, int] = field(default_factory=dict)
     #: the active release id, None before the first swap/initial_binary
     active_release: str | None = None
+    #: whether the last SIGHUP reload was applied (the config read at start counts as one)
+    config_reload_ok: bool = True
+    #: Unix time of the last successful config load; None when not known
+    config_reload_success_time: float | None = None

@@ -77,6 +77,13 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
     zombies = c("cuzkd_zombies_reaped_total",
                 "Orphaned processes (not engines) the supervisor reaped as PID 1 or subreaper.")
     zombies.add_metric([], sample.zombies_reaped_total)
+    reload_ok = g("cuzkd_config_last_reload_successful",
+                  "1 when the last config reload (SIGHUP) was applied, 0 when it was refused.")
+    reload_ok.add_metric([], 1 if sample.config_reload_ok else 0)
+    reload_time = g("cuzkd_config_last_reload_success_timestamp_seconds",
+                    "Unix time of the last successful config load (start or reload).")
+    if sample.config_reload_success_time is not None:
+        reload_time.add_metric([], sample.config_reload_success_time)
     build = InfoMetricFamily("cuzkd_build", "cuzkd version.", value={"version": __version__})
     return [build, up, state, restarts, exits, start, rss, cpu, fetch_duration, fetch_errors,
-            release, swaps, active, zombies]
+            release, swaps, active, zombies, reload_ok, reload_time]

@@ -35,6 +35,7 @@ from cuzkd.config import (
 from cuzkd.metrics.sample import SupervisorSample
 from cuzkd.supervisor import demo
 from cuzkd.supervisor.binaries import EngineBinaries
+from cuzkd.supervisor.configread import OffLoopReader
 from cuzkd.supervisor.control import RouteHook, bind_control_socket, build_control_app
 from cuzkd.supervisor.lifecycle import State
 from cuzkd.supervisor.notify import Notifier
@@ -88,6 +89,10 @@ class Supervisor:
         self.metrics_address: str | None = None
         self._metrics_bound = ("", 0)
         self._last_status_line = ""
+        self._config_reader = OffLoopReader(load_config)
+        #: the last reload's outcome; the config read at start counts as the first success
+        self.last_reload_ok = True
+        self.last_reload_success_at = time.time()
 
     # -- the daemon ----------------------------------------------------------------------
 
@@ -251,10 +256,14 @@ class Supervisor:
             self._phase = "reloading"
             self._notifier.reloading()
             try:
-                new = load_config(self.config.path) if self.config.path else default_config()
+                new = (await self._config_reader.read(self.config.path) if self.config.path
+                       else default_config())
             except ConfigError as exc:
+                self.last_reload_ok = False
                 log.error("reload_refused", error=str(exc), detail="keeping the running config")
             else:
+                self.last_reload_ok = True
+                self.last_reload_success_at = time.time()
                 await self._apply_config(new)
             finally:
                 # READY=1 ends the reload for systemd (`systemctl reload` returns): only once
@@ -439,6 +448,8 @@ class Supervisor:
             zombies_reaped_total=self._reaper.orphans_reaped,
             swaps_total=dict(self.binaries.coordinator.counts),
             active_release=self.binaries.active_release(),
+            config_reload_ok=self.last_reload_ok,
+            config_reload_success_time=self.last_reload_success_at,
         )
 
     def engines_info(self) -> list[dict[str, Any]]:

@@ -191,3 +191,20 @@ def test_malformed_histogram_is_dropped_not_fatal(example_status, example_extens
     kinds = {dict(labels)["proof_kind"]
              for labels in s.named("cuzk_partition_gpu_duration_seconds_count")}
     assert kinds == {"winning"}
+
+
+def test_config_reload_families(make_engine, scrape):
+    s = scrape(one([make_engine("e0")], config_reload_ok=False,
+                   config_reload_success_time=1_700_000_123.5))
+    assert s.get_value("cuzkd_config_last_reload_successful") == 0
+    assert s.get_value("cuzkd_config_last_reload_success_timestamp_seconds") == 1_700_000_123.5
+    s = scrape(one([make_engine("e0")]))
+    assert s.get_value("cuzkd_config_last_reload_successful") == 1
+    assert not s.named("cuzkd_config_last_reload_success_timestamp_seconds")
+
+
+def test_an_engine_without_status_url_is_up_while_running(make_engine, scrape):
+    s = scrape(one([make_engine("p", state="running", status=None, status_polled=False),
+                    make_engine("q", state="starting", status=None, status_polled=False)]))
+    assert s.get_value("cuzkd_engine_up", engine="p") == 1
+    assert s.get_value("cuzkd_engine_up", engine="q") == 0

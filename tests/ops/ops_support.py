@@ -88,6 +88,8 @@ _SUPERVISOR_METRICS = {
     "cuzkd_binary_release_info": _m("gauge", "release"),
     "cuzkd_status_fetch_duration_seconds": _m("gauge", "engine"),
     "cuzkd_status_fetch_errors_total": _m("counter", "engine"),
+    "cuzkd_config_last_reload_successful": _m("gauge"),
+    "cuzkd_config_last_reload_success_timestamp_seconds": _m("gauge"),
     # prometheus_client's process collector (Linux)
     "process_cpu_seconds_total": _m("counter"),
     "process_resident_memory_bytes": _m("gauge"),

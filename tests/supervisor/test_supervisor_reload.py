@@ -3,10 +3,27 @@ an invalid new config is refused and the old one stays."""
 
 from __future__ import annotations
 
+import asyncio
+import errno
+import os
 import signal
+import threading
+import urllib.request
 from pathlib import Path
 
-from sv_harness import fake_engine, pid_alive, start_supervisor, wait_until, write_config
+import pytest
+from sv_harness import (
+    RunningSupervisor,
+    fake_engine,
+    pid_alive,
+    start_supervisor,
+    to_toml,
+    wait_until,
+    write_config,
+)
+
+from cuzkd.config import ConfigError, load_config
+from cuzkd.supervisor.configread import OffLoopReader
 
 
 def test_reload_applies_the_difference(tmp_path: Path) -> None:
@@ -36,3 +53,100 @@ def test_reload_applies_the_difference(tmp_path: Path) -> None:
         assert {n: e["pid"] for n, e in sup.engines().items()} == after
     finally:
         assert sup.stop() == 0
+
+
+def _metric(sup: RunningSupervisor, name: str) -> float:
+    with urllib.request.urlopen(f"http://{sup.about()['metrics_listen']}/metrics",
+                                timeout=10) as resp:
+        text = resp.read().decode()
+    [value] = [line.split()[-1] for line in text.splitlines() if line.startswith(name + " ")]
+    return float(value)
+
+
+def test_a_file_that_is_not_utf8_is_refused_and_exported(tmp_path: Path) -> None:
+    engines = [fake_engine(tmp_path, "a", health_interval="50ms", stop_timeout="1s")]
+    config = write_config(tmp_path, engines)
+    sup = start_supervisor(config)
+    try:
+        pid = sup.wait_engine("a", lambda e: e["state"] == "running")["pid"]
+        assert _metric(sup, "cuzkd_config_last_reload_successful") == 1
+        started = _metric(sup, "cuzkd_config_last_reload_success_timestamp_seconds")
+        good = config.read_bytes()
+        config.write_bytes(b"# caf\xe9\n" + good)
+        sup.proc.send_signal(signal.SIGHUP)
+        [refused] = wait_until(lambda: sup.events("reload_refused"), 10, "reload_refused")
+        assert f"{config}: not UTF-8" in refused["error"]
+        assert _metric(sup, "cuzkd_config_last_reload_successful") == 0
+        assert sup.engine("a")["pid"] == pid
+
+        config.write_bytes(good)
+        sup.proc.send_signal(signal.SIGHUP)
+        wait_until(lambda: sup.events("reloaded"), 10, "the reload")
+        assert _metric(sup, "cuzkd_config_last_reload_successful") == 1
+        assert _metric(sup, "cuzkd_config_last_reload_success_timestamp_seconds") > started
+    finally:
+        assert sup.stop() == 0
+
+
+def test_a_fifo_config_does_not_freeze_metrics_or_the_control_socket(tmp_path: Path) -> None:
+    """The read blocks in open() until a writer comes; meanwhile everything else answers."""
+    engines = [fake_engine(tmp_path, "a", health_interval="50ms", stop_timeout="1s")]
+    config = write_config(tmp_path, engines)
+    sup = start_supervisor(config)
+    try:
+        sup.wait_engine("a", lambda e: e["state"] == "running")
+        good = config.read_text()
+        config.unlink()
+        os.mkfifo(config)
+        sup.proc.send_signal(signal.SIGHUP)
+        # Open as the writer once the supervisor has the FIFO open for reading (ENXIO before):
+        # its read now blocks until data or EOF come.
+        writer = wait_until(lambda: _open_writer(config), 10, "the supervisor's read")
+        try:
+            for _ in range(3):
+                assert _metric(sup, "cuzkd_config_last_reload_successful") == 1
+                assert sup.engine("a")["state"] == "running"
+            assert not sup.events("reloaded") and not sup.events("reload_refused")
+            extra = to_toml({"engine": [fake_engine(tmp_path, "b")]})
+            os.write(writer, (good + "\n" + extra).encode())
+        finally:
+            os.close(writer)  # EOF: the read completes
+        wait_until(lambda: sup.engines().get("b", {}).get("state") == "running", 15, "engine b")
+        assert _metric(sup, "cuzkd_config_last_reload_successful") == 1
+    finally:
+        assert sup.stop() == 0
+
+
+def _open_writer(fifo: Path) -> int | None:
+    """A write descriptor on ``fifo`` once a reader has it open, else None."""
+    try:
+        return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            return None
+        raise
+
+
+def test_a_read_that_never_returns_times_out_and_is_not_repeated(tmp_path: Path) -> None:
+    fifo = tmp_path / "cuzkd.toml"
+    os.mkfifo(fifo)
+    reader = OffLoopReader(load_config, timeout=0.2)
+
+    async def main() -> None:
+        with pytest.raises(ConfigError, match=r"not read within 0.2s"):
+            await reader.read(str(fifo))
+        with pytest.raises(ConfigError, match="still not returned"):
+            await reader.read(str(fifo))
+        # A writer releases the hung read (empty file: the embedded-default engines).
+        fd = os.open(fifo, os.O_WRONLY)
+        os.close(fd)
+        await asyncio.to_thread(lambda: wait_until(lambda: not _thread_alive(), 10, "the read"))
+        fifo.unlink()
+        fifo.write_text('[[engine]]\nname = "x"\n')
+        assert [e.name for e in (await reader.read(str(fifo))).engine] == ["x"]
+
+    asyncio.run(main())
+
+
+def _thread_alive() -> bool:
+    return any(t.name == "config-read" for t in threading.enumerate())

@@ -1,0 +1,55 @@
+"""Reading the config file for a SIGHUP reload without ever blocking the event loop.
+
+The file is operator-controlled and may be anything: a FIFO (``open`` blocks until a writer
+appears), a file on a hung NFS mount (``read`` blocks for minutes), something huge. Read on the
+loop, any of these would freeze ``/metrics``, the control socket and every health poll with it.
+So the read runs on a daemon thread of its own and the reload waits for it with a timeout; a
+read that never returns is abandoned (a daemon thread does not keep the process alive), and no
+second read starts while it hangs, so repeated SIGHUPs cannot pile up stuck threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+from cuzkd.config import ConfigError
+
+_T = TypeVar("_T")
+
+#: How long a reload waits for the file to be read and validated.
+READ_TIMEOUT = 10.0
+
+
+class OffLoopReader(Generic[_T]):
+    """Runs ``load(path)`` on a daemon thread; at most one in flight."""
+
+    def __init__(self, load: Callable[[str], _T], timeout: float = READ_TIMEOUT) -> None:
+        self._load = load
+        self.timeout = timeout
+        self._thread: threading.Thread | None = None
+
+    async def read(self, path: str) -> _T:
+        """``load(path)``'s result; its ConfigError, or one saying the read did not return."""
+        if self._thread is not None and self._thread.is_alive():
+            raise ConfigError(f"{path}: an earlier read of this file has still not returned "
+                              "(a FIFO or a hung mount?); not reading it again")
+        outcome: concurrent.futures.Future[_T] = concurrent.futures.Future()
+
+        def work() -> None:
+            outcome.set_running_or_notify_cancel()
+            try:
+                outcome.set_result(self._load(path))
+            except BaseException as exc:  # handed to the loop, which re-raises it there
+                outcome.set_exception(exc)
+
+        self._thread = threading.Thread(target=work, name="config-read", daemon=True)
+        self._thread.start()
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(outcome), self.timeout)
+        except TimeoutError:
+            raise ConfigError(f"{path}: not read within {self.timeout:g}s (a FIFO or a hung "
+                              "mount?)") from None
