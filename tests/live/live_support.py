@@ -136,11 +136,14 @@ class Prometheus:
 
     @classmethod
     def start(cls, workdir: Path, targets: Sequence[str], *, rule_files: Iterable[Path] = (),
-              scrape_interval: str = "1s", timeout: float = 30.0) -> Prometheus:
+              scrape_interval: str = "1s", timeout: float = 30.0,
+              scrape_configs: Sequence[dict[str, Any]] | None = None) -> Prometheus:
         """Start Prometheus scraping ``targets`` (job ``cuzkd``) and wait until it is ready.
 
         The scrape timeout equals the interval (Prometheus' maximum). Rule files are evaluated
         at the same interval, so their expressions run against the live series too.
+        ``scrape_configs`` replaces the one job (``targets`` is then unused): relative paths
+        in it resolve against ``workdir``, where the config is written.
         """
         binary = shutil.which("prometheus")
         assert binary is not None, "prometheus missing: apt-get install prometheus"
@@ -150,8 +153,9 @@ class Prometheus:
             "global": {"scrape_interval": scrape_interval,
                        "evaluation_interval": scrape_interval},
             "rule_files": [str(p) for p in rule_files],
-            "scrape_configs": [{"job_name": "cuzkd", "scrape_timeout": scrape_interval,
-                                "static_configs": [{"targets": list(targets)}]}],
+            "scrape_configs": list(scrape_configs) if scrape_configs is not None else [
+                {"job_name": "cuzkd", "scrape_timeout": scrape_interval,
+                 "static_configs": [{"targets": list(targets)}]}],
         }))
         port = free_port()
         log_path = workdir / "prometheus.log"

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import promql_parser as pp
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD_DIR = REPO / "grafana" / "dashboards"
@@ -39,6 +40,13 @@ EVENT_ONLY_KEY = "cuzkdEventOnly"
 class Metric:
     kind: str  # "counter", "gauge" or "histogram"
     labels: frozenset[str]
+    #: False for series made by recording rules: their labels are exactly ``labels`` (job and
+    #: instance only where the rule kept them), not the exporter's plus job and instance.
+    scraped: bool = True
+
+    def series_labels(self) -> frozenset[str]:
+        """Every label a stored series of this metric carries (``le`` aside)."""
+        return self.labels | {"job", "instance"} if self.scraped else self.labels
 
 
 def _m(kind: str, *labels: str) -> Metric:
@@ -108,6 +116,8 @@ _SUPERVISOR_METRICS = {
 CONTRACT: dict[str, Metric] = {**_SUPERVISOR_METRICS, **_ENGINE_METRICS}
 #: Series Prometheus itself creates for every target (not in the exporter's output).
 PROMETHEUS_SERIES: dict[str, Metric] = {"up": _m("gauge")}
+#: The fleet recording rules: their series are what the Fleet dashboard queries.
+RECORDING_RULES = REPO / "prometheus" / "cuzkd-recording.yml"
 
 
 def series_contract() -> dict[str, Metric]:
@@ -120,6 +130,21 @@ def series_contract() -> dict[str, Metric]:
             out[f"{name}_count"] = Metric("counter", metric.labels)
         else:
             out[name] = metric
+    return out
+
+
+def recorded_series() -> dict[str, Metric]:
+    """Every series the recording rules create, with the labels its rule keeps.
+
+    Computed from the rules themselves (in order, so a rule reading an earlier record gets
+    that record's labels), so the dashboards' lint cannot drift from the rule file.
+    """
+    doc = yaml.safe_load(RECORDING_RULES.read_text(encoding="utf-8"))
+    out: dict[str, Metric] = {}
+    for group in doc["groups"]:
+        for rule in group["rules"]:
+            labels = output_labels(parse(rule["expr"]), out)
+            out[rule["record"]] = Metric("gauge", labels, scraped=False)
     return out
 
 
@@ -283,38 +308,40 @@ class NotAggregated(Exception):
     """The query returns raw series: its labels are whatever the exporter adds."""
 
 
-def output_labels(node: Any) -> frozenset[str]:
+def output_labels(node: Any,
+                  known: dict[str, Metric] | None = None) -> frozenset[str]:
     """Labels of the query's result, following PromQL's rules for aggregations and binops.
 
     Raises :class:`NotAggregated` where a raw selector's labels reach the result, or for
-    ``without`` (not explicit).
+    ``without`` (not explicit). Selectors of series named in ``known`` (recorded series,
+    whose labels are fixed by their rule) count as aggregated, with those labels.
     """
     if isinstance(node, pp.AggregateExpr):
         op = str(node.op)
         if op in ("topk", "bottomk"):
-            return output_labels(node.expr)
+            return output_labels(node.expr, known)
         if node.modifier is None:
             return frozenset()
         if node.modifier.type != pp.AggModifierType.By:
             raise NotAggregated(f"{op} without (...) is not an explicit aggregation")
         return frozenset(node.modifier.labels)
     if isinstance(node, pp.ParenExpr | pp.UnaryExpr):
-        return output_labels(node.expr)
+        return output_labels(node.expr, known)
     if isinstance(node, pp.Call):
         vectors = [a for a in node.args if isinstance(a, pp.Expr) and not _is_scalar(a)]
         if node.func.name == "histogram_quantile":
-            return output_labels(node.args[1]) - {"le"}
+            return output_labels(node.args[1], known) - {"le"}
         if not vectors:
             return frozenset()
         if any(isinstance(v, pp.MatrixSelector) for v in vectors):
             raise NotAggregated(f"{node.func.name}() over raw series")
-        return output_labels(vectors[0])
+        return output_labels(vectors[0], known)
     if isinstance(node, pp.BinaryExpr):
         if _is_scalar(node.lhs):
-            return output_labels(node.rhs)
+            return output_labels(node.rhs, known)
         if _is_scalar(node.rhs):
-            return output_labels(node.lhs)
-        lhs, rhs = output_labels(node.lhs), output_labels(node.rhs)
+            return output_labels(node.lhs, known)
+        lhs, rhs = output_labels(node.lhs, known), output_labels(node.rhs, known)
         op, mod = str(node.op), node.modifier
         if op == "or":
             return lhs | rhs
@@ -328,6 +355,8 @@ def output_labels(node: Any) -> frozenset[str]:
             return lhs
         labels = frozenset(mod.matching.labels)
         return labels if mod.matching.type == pp.LabelModifierType.Include else lhs - labels
+    if isinstance(node, pp.VectorSelector) and known and node.name in known:
+        return known[node.name].labels
     raise NotAggregated(f"raw series {node}")
 
 
@@ -355,7 +384,7 @@ def lint_expr(raw: str, legend: str, series: dict[str, Metric]) -> list[str]:
             problems.append(f"metric {name!r} is not in the exporter contract")
             continue
         have = matchers(sel)
-        wanted = ["job", "instance"] + (["engine"] if "engine" in series[name].labels else [])
+        wanted = [label for label in LABEL_VARIABLES if label in series[name].series_labels()]
         for label in wanted:
             if have.get(label) != ("=~", f"${label}"):
                 problems.append(f'{name}: missing {label}=~"${label}"')
@@ -364,7 +393,7 @@ def lint_expr(raw: str, legend: str, series: dict[str, Metric]) -> list[str]:
     problems += counter_misuse(tree, series, frozenset({_norm(RATE_SENTINEL),
                                                         _norm(RANGE_SENTINEL)}))
     try:
-        labels = output_labels(tree)
+        labels = output_labels(tree, {n: m for n, m in series.items() if not m.scraped})
         if labels != legend_labels(legend):
             problems.append(f"aggregates by {sorted(labels)} but legend {legend!r} shows "
                             f"{sorted(legend_labels(legend))}")

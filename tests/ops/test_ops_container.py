@@ -121,7 +121,7 @@ def test_compose_stack_mounts_existing_files_where_services_read_them() -> None:
     config = yaml.safe_load((DEPLOY / mounts["/etc/prometheus/prometheus.yml"]).read_text())
     for rule_file in config["rule_files"]:
         source = mounts[f"/etc/prometheus/{rule_file}"]
-        assert (DEPLOY / source).resolve() == ops.REPO / "prometheus" / "cuzkd-alerts.yml"
+        assert (DEPLOY / source).resolve() == ops.REPO / "prometheus" / rule_file
     assert config["scrape_configs"][0]["static_configs"][0]["targets"] == ["cuzkd:9822"]
 
 

@@ -44,7 +44,7 @@ def test_example_config_is_valid_and_warning_free() -> None:
     result = _promtool("check", "config", str(PROM / "prometheus.yml"))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "WARNING" not in result.stdout + result.stderr
-    assert "1 rule files found" in result.stdout
+    assert "2 rule files found" in result.stdout
     doc = yaml.safe_load((PROM / "prometheus.yml").read_text(encoding="utf-8"))
     jobs = {j["job_name"]: j for j in doc["scrape_configs"]}
     assert jobs["cuzkd"]["static_configs"][0]["targets"] == ["127.0.0.1:9822"]
@@ -63,6 +63,7 @@ def test_compose_prometheus_config_is_valid(tmp_path: Path) -> None:
     """deploy/prometheus.yml with the rules mounted beside it, as compose.yaml does."""
     shutil.copy(ops.REPO / "deploy" / "prometheus.yml", tmp_path / "prometheus.yml")
     shutil.copy(RULES, tmp_path / "cuzkd-alerts.yml")
+    shutil.copy(PROM / "cuzkd-recording.yml", tmp_path / "cuzkd-recording.yml")
     result = _promtool("check", "config", "prometheus.yml", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "WARNING" not in result.stdout + result.stderr
