@@ -19,7 +19,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from cuzkd.config import load_config, parse_listen
+from cuzkd.config import load_config
+from cuzkd.units import parse_listen
 
 KUBERNETES_VERSION = "1.37.0"
 RENDERED = {name: k8s.render(k8s.KUSTOMIZE_ROOT / name) for name in k8s.OVERLAYS}
@@ -147,7 +148,8 @@ def test_state_dir_is_a_host_path_per_node(overlay: str, tmp_path: Path) -> None
 @pytest.mark.parametrize("overlay", k8s.OVERLAYS)
 def test_liveness_probes_healthz_on_the_metrics_listener(overlay: str, tmp_path: Path) -> None:
     container = _container(overlay)
-    host, port = parse_listen(load_config(_config_toml(overlay, tmp_path)).metrics.listen)
+    listen = parse_listen(load_config(_config_toml(overlay, tmp_path)).metrics.listen)
+    host, port = listen.host, listen.port
     assert host == "0.0.0.0"  # the pod IP, where the kubelet and Prometheus connect
     (metrics_port,) = container["ports"]
     assert (metrics_port["name"], metrics_port["containerPort"]) == ("metrics", port)
