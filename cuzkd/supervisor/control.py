@@ -98,8 +98,9 @@ def bind_control_socket(path: Path) -> socket.socket:
     """Bind a 0600 listening Unix socket at ``path``, replacing a stale one.
 
     The mode is set before ``listen()``, so there is no moment a client could connect to a
-    socket with looser permissions. The caller holds the state-dir lock, so an existing socket
-    belongs to a previous, dead supervisor.
+    socket with looser permissions. The caller holds the control socket's lock
+    (:class:`~cuzkd.supervisor.statedir.ControlSocketLock`), so an existing socket belongs to a
+    previous, dead supervisor.
     """
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     try:

@@ -43,7 +43,7 @@ from cuzkd.supervisor.process import EngineProcess, exit_cause, set_child_subrea
 from cuzkd.supervisor.reaper import Reaper
 from cuzkd.supervisor.runner import EngineRunner, log_lines, log_task_failure
 from cuzkd.supervisor.startup import startup_fields
-from cuzkd.supervisor.statedir import StateDirBusy, StateDirLock
+from cuzkd.supervisor.statedir import ControlSocketLock, StateDirBusy, StateDirLock
 from cuzkd.supervisor.web import build_metrics_app
 from cuzkd.units import parse_listen
 
@@ -100,10 +100,13 @@ class Supervisor:
         """Run until SIGTERM/SIGINT (or :meth:`request_stop`); the exit code."""
         loop = asyncio.get_running_loop()
         lock = StateDirLock(self.config.state_dir)
+        control_lock = ControlSocketLock(self.config.control_socket)
         try:
             lock.acquire()
+            control_lock.acquire()
         except (StateDirBusy, OSError) as exc:
             log.error("supervisor_start_failed", error=str(exc))
+            lock.release()
             return 1
         if not set_child_subreaper():
             log.warning("subreaper_refused", detail="orphaned grandchildren will not be reaped")
@@ -140,6 +143,7 @@ class Supervisor:
             return 1
         finally:
             await self._shutdown(loop)
+            control_lock.release()
             lock.release()
 
     def request_stop(self) -> None:
