@@ -43,6 +43,8 @@ class EngineSample:
     release: str | None = None
     #: False for an engine without a status URL: it is up while it runs, and has no status
     status_polled: bool = True
+    #: descendants stopped because they outlived the engine (or a previous supervisor)
+    descendants_killed_total: int = 0
 
 
 @dataclass(frozen=True)

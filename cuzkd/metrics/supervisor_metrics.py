@@ -43,6 +43,9 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
     fetch_errors = c("cuzkd_status_fetch_errors_total",
                      "Status fetches that failed, timed out or returned a malformed document.",
                      labels=e)
+    descendants_killed = c(
+        "cuzkd_engine_descendants_killed_total",
+        "Descendants of the engine the supervisor stopped because they outlived it.", labels=e)
     release = InfoMetricFamily("cuzkd_engine_release",
                                "Release the engine's running process executes.", labels=e)
     for engine in engines:
@@ -64,6 +67,7 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
         if engine.fetch_duration_seconds is not None:
             fetch_duration.add_metric(name, engine.fetch_duration_seconds)
         fetch_errors.add_metric(name, engine.fetch_errors_total)
+        descendants_killed.add_metric(name, engine.descendants_killed_total)
         if engine.release is not None:
             release.add_metric(name, {"release": engine.release})
 
@@ -86,4 +90,4 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
         reload_time.add_metric([], sample.config_reload_success_time)
     build = InfoMetricFamily("cuzkd_build", "cuzkd version.", value={"version": __version__})
     return [build, up, state, restarts, exits, start, rss, cpu, fetch_duration, fetch_errors,
-            release, swaps, active, zombies, reload_ok, reload_time]
+            descendants_killed, release, swaps, active, zombies, reload_ok, reload_time]

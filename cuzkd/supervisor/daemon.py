@@ -33,10 +33,11 @@ from cuzkd.config import (
     load_config,
 )
 from cuzkd.metrics.sample import SupervisorSample
-from cuzkd.supervisor import demo
+from cuzkd.supervisor import demo, procs
 from cuzkd.supervisor.binaries import EngineBinaries
 from cuzkd.supervisor.configread import OffLoopReader
 from cuzkd.supervisor.control import RouteHook, bind_control_socket, build_control_app
+from cuzkd.supervisor.leftovers import Records, leftovers
 from cuzkd.supervisor.lifecycle import State
 from cuzkd.supervisor.notify import Notifier
 from cuzkd.supervisor.process import EngineProcess, exit_cause, set_child_subreaper
@@ -93,6 +94,9 @@ class Supervisor:
         #: the last reload's outcome; the config read at start counts as the first success
         self.last_reload_ok = True
         self.last_reload_success_at = time.time()
+        #: engine -> leftovers of the previous supervisor stopped at start-up (counted once
+        #: that engine's runner exists)
+        self._inherited_kills: dict[str, int] = {}
 
     # -- the daemon ----------------------------------------------------------------------
 
@@ -115,6 +119,7 @@ class Supervisor:
             loop.add_signal_handler(signum, self._on_stop_signal, signum)
         loop.add_signal_handler(signal.SIGHUP, self._on_reload_signal)
         try:
+            await self._stop_previous_leftovers()
             await asyncio.to_thread(self.binaries.prepare)
             await self._start_servers()
             log.info("supervisor_started", pid=os.getpid(), **startup_fields(
@@ -137,6 +142,7 @@ class Supervisor:
             log.info("supervisor_stopping")
             await self._cancel_tasks()
             await self._stop_all()
+            await self._stop_adopted()
             return 0
         except StartupError as exc:
             log.error("supervisor_start_failed", error=str(exc))
@@ -197,6 +203,56 @@ class Supervisor:
                                        KILL_SETTLE)
             except TimeoutError:
                 log.error("engines_left_running", engines=[r.name for r in runners if r.pid])
+
+    async def _stop_previous_leftovers(self) -> None:
+        """End what a previous incarnation's engines left running, before any engine starts
+        (a leftover would keep its engine's port or GPU memory); see :mod:`.leftovers`."""
+        records = Records(self.config.state_dir / "procs")
+        boot = procs.boot_id()
+        found: dict[str, set[procs.Proc]] = {}
+        for record in records.load():
+            found.setdefault(record.engine, set()).update(leftovers(record, boot))
+        specs = {spec.name: spec for spec in self.config.engine}
+
+        async def stop(engine: str, left: set[procs.Proc]) -> None:
+            spec = specs.get(engine)
+            timeout = spec.stop_timeout if spec is not None else max(
+                (s.stop_timeout for s in specs.values()), default=KILL_SETTLE)
+            log.warning("previous_leftovers_stopping", engine=engine,
+                        pids=sorted(p.pid for p in left), timeout=timeout)
+            stopped = await procs.stop(left, timeout)
+            self._inherited_kills[engine] = len(stopped)
+            log.warning("previous_leftovers_stopped", engine=engine,
+                        pids=[p.pid for p in stopped])
+
+        await asyncio.gather(*(stop(engine, left) for engine, left in found.items() if left))
+        records.clear()
+
+    async def _stop_adopted(self) -> None:
+        """Stop every descendant the supervisor adopted and still has, before it exits.
+
+        The engines' own leftovers are being stopped by their runners; what remains (started
+        for an engine, or of unknown origin when its environment is unreadable) is stopped the
+        same way, with its engine's stop_timeout (the largest for unknown ones).
+        """
+        runners = list(self._runners.values())
+        await asyncio.gather(*(r.wait_swept() for r in runners))
+        left = procs.adopted([*self._pids, *self._oneshots])
+        if not left:
+            return
+        unknown: set[procs.Proc] = set()
+        for proc, engine in left.items():
+            runner = self._runners.get(engine) if engine is not None else None
+            if runner is not None:
+                runner.stop_leftovers(procs.with_descendants([proc]))
+            else:
+                unknown |= procs.with_descendants([proc])
+        if unknown:
+            timeout = max((r.spec.stop_timeout for r in runners), default=KILL_SETTLE)
+            log.warning("adopted_stopping", pids=sorted(p.pid for p in unknown), timeout=timeout)
+            stopped = await procs.stop(unknown, timeout)
+            log.warning("adopted_stopped", pids=[p.pid for p in stopped])
+        await asyncio.gather(*(r.wait_swept() for r in runners))
 
     async def _shutdown(self, loop: asyncio.AbstractEventLoop) -> None:
         await self._cancel_tasks()
@@ -306,6 +362,7 @@ class Supervisor:
         runner = EngineRunner(spec, self.config, pids=self._pids,
                               binary_resolver=self.binaries.resolve,
                               on_change=self._notify_status)
+        runner.descendants_killed = self._inherited_kills.pop(spec.name, 0)
         self._runners[spec.name] = runner
         return runner
 

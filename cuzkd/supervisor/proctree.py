@@ -37,6 +37,17 @@ def _children(pid: int) -> list[int] | None:
     return kids
 
 
+def children(pid: int) -> list[int]:
+    """Pids of ``pid``'s direct children."""
+    kids = _children(pid)
+    if kids is not None:
+        return kids
+    try:
+        return [p.pid for p in psutil.Process(pid).children()]
+    except psutil.Error:
+        return []
+
+
 def descendants(pid: int) -> list[int]:
     """Pids of ``pid``'s descendants (children, grandchildren, ...), in no particular order."""
     found: list[int] = []

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+import msgspec
 import structlog
 
 from cuzkd.config import BINARY_PLACEHOLDER, Config, EngineConfig
@@ -24,7 +25,9 @@ from cuzkd.logs import engine_line_fields
 from cuzkd.metrics.sample import EngineSample
 from cuzkd.ratelimit import LimitedLog, errno_name
 from cuzkd.status.client import StatusSource
+from cuzkd.supervisor import procs
 from cuzkd.supervisor.backoff import Backoff
+from cuzkd.supervisor.leftovers import GroupRecord, Records
 from cuzkd.supervisor.lifecycle import (
     Action,
     CancelScheduledStart,
@@ -36,7 +39,8 @@ from cuzkd.supervisor.lifecycle import (
     Stop,
 )
 from cuzkd.supervisor.process import EngineProcess, exit_cause, spawn_error_is_transient
-from cuzkd.supervisor.proctree import tree_usage
+from cuzkd.supervisor.procs import Proc
+from cuzkd.supervisor.proctree import descendants, tree_usage
 
 log = structlog.get_logger("cuzkd.supervisor")
 
@@ -101,6 +105,16 @@ class EngineRunner:
         self._log = log.bind(engine=spec.name)
         #: repeated errors of this engine (spawn failing on every retry) log once per 10 s
         self._limited = LimitedLog()
+        #: live descendants of the current process seen by the tree walks (health polls)
+        self._known: set[Proc] = set()
+        #: descendants of exited processes being stopped now, and the tasks stopping them
+        self._sweeping: set[Proc] = set()
+        self._sweeps: set[asyncio.Task[None]] = set()
+        self.descendants_killed = 0
+        #: the state dir's record of the current process (see cuzkd.supervisor.leftovers)
+        self._records = Records(config.state_dir / "procs")
+        self._record: GroupRecord | None = None
+        self._boot_id = procs.boot_id()
 
     # -- requests ------------------------------------------------------------------------
 
@@ -142,10 +156,13 @@ class EngineRunner:
         await self.wait_for(lambda: self._spawns != spawns or self.machine.state is State.FAILED)
 
     def kill_now(self) -> None:
-        """Skip the rest of stop_timeout: SIGKILL the group of a stopping engine."""
+        """Skip the rest of stop_timeout: SIGKILL the group of a stopping engine, and the
+        leftovers of exited ones still being stopped."""
         if self.machine.state is State.STOPPING and self._process is not None:
             self._log.warning("engine_kill", pid=self._process.pid, reason="stop hurried")
             self._process.signal_group(signal.SIGKILL)
+        for proc in self._sweeping:
+            procs.send(proc, signal.SIGKILL)
 
     async def wait_for(self, predicate: Callable[[], bool], within: float | None = None) -> bool:
         """Wait until ``predicate()`` holds after some state change; False on timeout."""
@@ -159,6 +176,11 @@ class EngineRunner:
             except TimeoutError:
                 return False
         return True
+
+    async def wait_swept(self) -> None:
+        """Return once the leftovers of every exited process are gone (stop_timeout bounds it)."""
+        while self._sweeps:
+            await asyncio.gather(*self._sweeps, return_exceptions=True)
 
     async def close(self) -> None:
         """Cancel and await every task; the process must already be gone (or be abandoned)."""
@@ -178,9 +200,13 @@ class EngineRunner:
         assert proc is not None
         proc.reaped(wait_status)
         self._pids.pop(proc.pid, None)
-        # Leftover helpers of a dead engine would hold GPU memory from its replacement.
+        leftovers = self._leftovers(proc.pid)
+        # Leftover helpers of a dead engine would hold GPU memory (or its port) from its
+        # replacement: its group dies at once, escaped descendants get stop_timeout.
         if proc.signal_group(signal.SIGKILL):
             self._log.info("engine_group_killed", pid=proc.pid, reason="main process exited")
+        if leftovers:
+            self.stop_leftovers(leftovers, proc.pid)
         self._process = None
         self.started_at = None
         self._exited.set()
@@ -214,6 +240,74 @@ class EngineRunner:
         self._changed = asyncio.Event()
         self._on_change()
 
+    def _adopted(self) -> set[Proc]:
+        """The supervisor's adopted children started for this engine (double-forked helpers),
+        except those of earlier processes already being stopped."""
+        return {p for p, engine in procs.adopted(self._pids).items()
+                if engine == self.name} - self._sweeping
+
+    def _note_descendants(self) -> None:
+        """Remember the current process's live descendants (to stop them when it exits), in
+        memory and in its state dir record (for the next supervisor, should this one die)."""
+        if self._process is None:
+            return
+        seen = {p for p in map(procs.identify, descendants(self._process.pid)) if p is not None}
+        seen |= self._adopted()
+        if not seen <= self._known:
+            self._known = {p for p in self._known if procs.alive(p)} | seen
+            self._save_record(self._process.pid, self._known)
+
+    def _leftovers(self, pgid: int) -> set[Proc]:
+        """What the exited process left alive: its descendants seen by the walks, and the
+        supervisor's adopted children started for this engine, with their own descendants."""
+        found = procs.with_descendants([*self._known, *self._adopted()]) - self._sweeping
+        self._known = set()
+        if found:
+            self._save_record(pgid, found)
+        else:
+            self._remove_record(pgid)
+        return found
+
+    def _save_record(self, pgid: int, known: set[Proc]) -> None:
+        if self._record is None or self._record.pgid != pgid:
+            return
+        self._record = msgspec.structs.replace(self._record,
+                                               known=[(p.pid, p.start) for p in sorted(known)])
+        try:
+            self._records.save(self._record)
+        except OSError as exc:
+            self._limited.log(self._log, "warning", "leftover_record_failed", key=errno_name(exc),
+                              error=str(exc))
+
+    def _remove_record(self, pgid: int) -> None:
+        try:
+            self._records.remove(self.name, pgid)
+        except OSError as exc:
+            self._limited.log(self._log, "warning", "leftover_record_failed", key=errno_name(exc),
+                              error=str(exc))
+
+    def stop_leftovers(self, leftovers: set[Proc], pgid: int | None = None) -> None:
+        """Stop processes this engine left behind (TERM, KILL after stop_timeout), counted in
+        ``descendants_killed``; :meth:`wait_swept` awaits it. ``pgid``: the record to remove
+        once they are gone."""
+        self._sweeping |= leftovers
+        task = self._track(self._stop_leftovers(leftovers, pgid))
+        self._sweeps.add(task)
+        task.add_done_callback(self._sweeps.discard)
+
+    async def _stop_leftovers(self, leftovers: set[Proc], pgid: int | None) -> None:
+        self._log.warning("engine_descendants_stopping", pids=sorted(p.pid for p in leftovers),
+                          timeout=self.spec.stop_timeout)
+        try:
+            stopped = await procs.stop(leftovers, self.spec.stop_timeout)
+        finally:
+            self._sweeping -= leftovers
+        if pgid is not None:
+            self._remove_record(pgid)
+        self.descendants_killed += len(stopped)
+        self._log.warning("engine_descendants_stopped", pids=[p.pid for p in stopped],
+                          count=len(stopped), left=[p.pid for p in stopped if procs.alive(p)])
+
     def _elapsed(self) -> None:
         self._timer = None
         self._apply(self.machine.backoff_elapsed(time.monotonic()))
@@ -226,7 +320,8 @@ class EngineRunner:
             if self._socket_path is not None:
                 self._socket_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
                 self._socket_path.unlink(missing_ok=True)  # a stale one would look alive
-            proc = EngineProcess(argv, {**os.environ, **self.spec.env})
+            proc = EngineProcess(argv, {**os.environ, **self.spec.env,
+                                        procs.ENGINE_ENV: self.name})
         except (OSError, ValueError, SpawnError, subprocess.SubprocessError) as exc:
             # ValueError: execve's argument rules (NUL bytes); raised, it would escape the reaper.
             transient = spawn_error_is_transient(exc)
@@ -236,6 +331,7 @@ class EngineRunner:
             return self.machine.spawn_failed(str(exc), now, transient=transient)
         self._process = proc
         self._pids[proc.pid] = self
+        self._record_spawn(proc.pid)
         self._exited = asyncio.Event()
         self.started_at = time.time()
         self._spawns += 1
@@ -245,6 +341,12 @@ class EngineRunner:
         self._track(log_lines(proc.stderr, self._log, "stderr", proc.pid))
         self._health_task = self._track(self._health_loop())
         return []
+
+    def _record_spawn(self, pid: int) -> None:
+        st = procs.stat(pid)  # a zombie at worst: the reaper runs on this loop, after us
+        self._record = None if st is None else GroupRecord(self.name, self._boot_id, pid,
+                                                           st.start)
+        self._save_record(pid, set())
 
     def _resolve_argv(self) -> list[str]:
         argv = list(self.argv)
@@ -270,12 +372,16 @@ class EngineRunner:
             await asyncio.sleep(min(PROCESS_SETTLE, self.spec.start_timeout))
             self.machine.settled(time.monotonic())
             self._apply([])
+            while self.machine.state in (State.STARTING, State.RUNNING):  # no status to poll
+                self._note_descendants()
+                await asyncio.sleep(self.spec.health_interval)
             return
         while self.machine.state in (State.STARTING, State.RUNNING):
             starting = self.machine.state is State.STARTING
             await asyncio.sleep(min(STARTING_POLL, self.spec.health_interval) if starting
                                 else self.spec.health_interval)
             ok = await self.status.fetch(max_age=0) is not None
+            self._note_descendants()
             if not ok and self.machine.state is State.RUNNING:
                 self._log.warning("engine_status_failed", error=self.status.last_error)
             self._apply(self.machine.poll(time.monotonic(), ok))
@@ -324,6 +430,7 @@ class EngineRunner:
             fetch_duration_seconds=self.status.last_fetch_duration_seconds if self.status else None,
             fetch_errors_total=self.status.fetch_errors_total if self.status else 0,
             status_polled=self.status is not None,
+            descendants_killed_total=self.descendants_killed,
         )
 
 

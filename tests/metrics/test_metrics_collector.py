@@ -133,10 +133,11 @@ def test_state_is_one_hot(current, make_engine, scrape):
 def test_supervisor_families(make_engine, scrape):
     s = scrape(one(
         [make_engine("e0", restarts_total=3, exits_total={"exit_1": 2, "signal_SIGKILL": 1},
-                     release="r-2")],
+                     release="r-2", descendants_killed_total=4)],
         zombies=7, swaps_total={"ok": 2}, active_release="r-2"))
     assert s.get_value("cuzkd_build_info", version=__version__) == 1
     assert s.get_value("cuzkd_engine_restarts_total", engine="e0") == 3
+    assert s.get_value("cuzkd_engine_descendants_killed_total", engine="e0") == 4
     assert s.get_value("cuzkd_engine_exits_total", engine="e0", cause="exit_1") == 2
     assert s.get_value("cuzkd_engine_exits_total", engine="e0", cause="signal_SIGKILL") == 1
     assert s.get_value("cuzkd_engine_start_time_seconds", engine="e0") == 1_700_000_000

@@ -91,6 +91,7 @@ _SUPERVISOR_METRICS = {
     "cuzkd_engine_resident_memory_bytes": _m("gauge", "engine"),
     "cuzkd_engine_cpu_seconds_total": _m("counter", "engine"),
     "cuzkd_engine_release_info": _m("gauge", "engine", "release"),
+    "cuzkd_engine_descendants_killed_total": _m("counter", "engine"),
     "cuzkd_zombies_reaped_total": _m("counter"),
     "cuzkd_binary_swaps_total": _m("counter", "result"),
     "cuzkd_binary_release_info": _m("gauge", "release"),

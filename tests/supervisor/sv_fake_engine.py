@@ -9,7 +9,9 @@ never answer), ``garbage`` (answer 200 with non-JSON), ``silent`` (bind nothing)
 that many seconds; ``--grandchildren`` double-forks that many short-lived grandchildren;
 ``--pidfile`` appends this process's pid (one line per start) so tests can count starts;
 ``--fail-starts N`` makes the first N starts (counted in the pidfile) exit 1 after 50 ms;
-``--hang-after S`` stops answering /status (connections hang) S seconds after start.
+``--hang-after S`` stops answering /status (connections hang) S seconds after start;
+``--helper PIDFILE`` double-forks a helper into its own session (``setsid``) that appends its
+pid to PIDFILE and sleeps (``--helper-ignores-term``: with SIGTERM ignored).
 """
 
 from __future__ import annotations
@@ -68,6 +70,29 @@ def double_fork(count: int) -> None:
         os.waitpid(pid, 0)
 
 
+def setsid_helper(pidfile: str, ignore_term: bool) -> None:
+    """Double-fork a helper out of our process group and tree, as daemonising tools do.
+
+    Returns once the helper is set up (its pid written, SIGTERM ignored if asked)."""
+    ready_r, ready_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.setsid()
+        if os.fork() == 0:
+            if ignore_term:
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            with open(pidfile, "a") as fh:
+                fh.write(f"{os.getpid()}\n")
+            os.write(ready_w, b"x")
+            while True:
+                time.sleep(3600)
+        os.read(ready_r, 1)
+        os._exit(0)
+    os.waitpid(pid, 0)
+    os.close(ready_r)
+    os.close(ready_w)
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--socket")
@@ -79,6 +104,8 @@ def main() -> None:
     p.add_argument("--pidfile")
     p.add_argument("--fail-starts", type=int, default=0)
     p.add_argument("--hang-after", type=float)
+    p.add_argument("--helper")
+    p.add_argument("--helper-ignores-term", action="store_true")
     args = p.parse_args()
     if args.pidfile:
         with open(args.pidfile, "a") as fh:
@@ -105,6 +132,8 @@ def main() -> None:
         threading.Thread(target=serve, args=(sock, args.mode), daemon=True).start()
     if args.grandchildren:
         double_fork(args.grandchildren)
+    if args.helper:
+        setsid_helper(args.helper, args.helper_ignores_term)
     if args.exit_after is not None:
         time.sleep(args.exit_after)
         print("fake engine exiting", file=sys.stderr, flush=True)

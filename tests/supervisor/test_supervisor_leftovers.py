@@ -1,0 +1,146 @@
+"""No engine descendant outlives its engine or its supervisor (real processes, real signals).
+
+Helpers that ``setsid`` and double-fork out of the engine's group and tree, helpers that ignore
+SIGTERM, and an engine behind a wrapper shell that survives a SIGKILLed supervisor.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import urllib.request
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+from sv_harness import (
+    FAKE_ENGINE,
+    RunningSupervisor,
+    fake_engine,
+    pid_alive,
+    start_supervisor,
+    wait_until,
+    write_config,
+)
+
+FAST = {"health_interval": "50ms", "stop_timeout": "500ms", "backoff_initial": "50ms"}
+
+
+def _helpers(pidfile: Path) -> list[int]:
+    return [int(p) for p in pidfile.read_text().split()] if pidfile.exists() else []
+
+
+def _killed_metric(sup: RunningSupervisor, engine: str) -> float:
+    url = f"http://{sup.about()['metrics_listen']}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        text = resp.read().decode()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if (sample.name == "cuzkd_engine_descendants_killed_total"
+                    and sample.labels == {"engine": engine}):
+                return sample.value
+    raise AssertionError("no cuzkd_engine_descendants_killed_total")
+
+
+def _ts(event: dict[str, Any]) -> float:
+    return datetime.fromisoformat(str(event["timestamp"])).timestamp()
+
+
+def test_setsid_helpers_of_exited_engines_are_stopped_and_counted(tmp_path: Path) -> None:
+    pidfile = tmp_path / "helpers"
+    eng = fake_engine(tmp_path, "gpu0", args=["--helper", str(pidfile), "--exit-after", "0.3"],
+                      **FAST)
+    sup = start_supervisor(write_config(tmp_path, [eng]))
+    try:
+        wait_until(lambda: len(sup.events("engine_descendants_stopped", engine="gpu0")) >= 3,
+                   30, "three engines' helpers stopped")
+        helpers = _helpers(pidfile)
+        # each exited engine's helper is gone: at most the current engine's one runs
+        assert len(helpers) >= 3
+        assert [pid for pid in helpers[:-1] if pid_alive(pid)] == []
+        stopped = sup.events("engine_descendants_stopped", engine="gpu0")
+        assert all(e["count"] == 1 and e["left"] == [] for e in stopped)
+        assert sorted(pid for e in stopped for pid in e["pids"]) == sorted(helpers[:len(stopped)])
+        assert _killed_metric(sup, "gpu0") >= 3
+    finally:
+        assert sup.stop() == 0
+    assert [pid for pid in _helpers(pidfile) if pid_alive(pid)] == []
+
+
+def test_helpers_ignoring_sigterm_are_killed_after_stop_timeout(tmp_path: Path) -> None:
+    pidfile = tmp_path / "helpers"
+    eng = fake_engine(tmp_path, "gpu0", restart="never",
+                      args=["--helper", str(pidfile), "--helper-ignores-term",
+                            "--exit-after", "0.3", "--exit-code", "0"], **FAST)
+    sup = start_supervisor(write_config(tmp_path, [eng]))
+    try:
+        [done] = wait_until(lambda: sup.events("engine_descendants_stopped", engine="gpu0"), 20,
+                            "the helper stopped")
+        [helper] = _helpers(pidfile)
+        assert not pid_alive(helper)
+        assert done["pids"] == [helper]
+        [began] = sup.events("engine_descendants_stopping", engine="gpu0")
+        assert _ts(done) - _ts(began) >= 0.5  # TERM was ignored: KILL after stop_timeout
+        assert _killed_metric(sup, "gpu0") == 1
+    finally:
+        assert sup.stop() == 0
+
+
+def test_shutdown_stops_every_helper_before_exiting(tmp_path: Path) -> None:
+    pidfiles = [tmp_path / "h0", tmp_path / "h1"]
+    engines = [fake_engine(tmp_path, f"gpu{i}", args=["--helper", str(pf),
+                                                       "--helper-ignores-term"], **FAST)
+               for i, pf in enumerate(pidfiles)]
+    sup = start_supervisor(write_config(tmp_path, engines))
+    try:
+        for name in ("gpu0", "gpu1"):
+            sup.wait_engine(name, lambda e: e["state"] == "running")
+        helpers = wait_until(lambda: all(_helpers(pf) for pf in pidfiles) and
+                             [_helpers(pf)[0] for pf in pidfiles], 20, "helpers started")
+        assert all(pid_alive(pid) for pid in helpers)
+    finally:
+        assert sup.stop() == 0
+    assert [pid for pid in helpers if pid_alive(pid)] == []
+    assert sorted(pid for e in sup.events("engine_descendants_stopped")
+                  for pid in e["pids"]) == sorted(helpers)
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_wrapped_engine_left_by_a_killed_supervisor_is_ended_at_next_start(
+        tmp_path: Path) -> None:
+    port = _port()
+    pidfile = tmp_path / "engine-pids"
+    engine_cmd = (f"{sys.executable} {FAKE_ENGINE} --port {port} --mode ignore-term "
+                  f"--pidfile {pidfile}; echo done")
+    eng = {"name": "gpu0", "command": ["sh", "-c", engine_cmd],
+           "status_url": f"http://127.0.0.1:{port}/status", **FAST}
+    config = write_config(tmp_path, [eng])
+    first = start_supervisor(config)
+    try:
+        first.wait_engine("gpu0", lambda e: e["state"] == "running")
+        [grandchild] = _helpers(pidfile)
+        os.kill(first.proc.pid, signal.SIGKILL)
+        first.proc.wait(10)
+    finally:
+        first.close()
+    # PDEATHSIG ended the shell only: the engine itself still runs and holds the port
+    assert pid_alive(grandchild)
+    second = start_supervisor(config)
+    try:
+        [ended] = second.events("previous_leftovers_stopped", engine="gpu0")
+        assert ended["pids"] == [grandchild]
+        assert not pid_alive(grandchild)
+        eng_info = second.wait_engine("gpu0", lambda e: e["state"] == "running")
+        assert eng_info["restarts"] == 0  # started cleanly: no loop against the leftover
+        assert _killed_metric(second, "gpu0") == 1
+    finally:
+        assert second.stop() == 0
+    assert [pid for pid in _helpers(pidfile) if pid_alive(pid)] == []
