@@ -60,6 +60,11 @@ def sel(metric: str, engine: bool = True, **matchers: str) -> str:
     return f"{metric}{{{', '.join(parts)}}}"
 
 
+def fleet_sel(metric: str) -> str:
+    """``metric{job=~"$job"}``: a fleet-level recorded series, which has no ``instance``."""
+    return f'{metric}{{job=~"$job"}}'
+
+
 def rate(metric: str, engine: bool = True, fn: str = "rate", window: str = RATE,
          **matchers: str) -> str:
     """``rate(metric{...}[$__rate_interval])`` (or irate/increase, or ``$__range``)."""
@@ -113,7 +118,8 @@ def _targets(queries: Sequence[Q]) -> list[Json]:
 def _panel(kind: str, title: str, description: str, queries: Sequence[Q], unit: str,
            w: int, h: int, *, minimum: float | None = None, maximum: float | None = None,
            custom: Json | None = None, options: Json | None = None,
-           mappings: list[Json] | None = None, thresholds: list[Json] | None = None) -> Json:
+           mappings: list[Json] | None = None, thresholds: list[Json] | None = None,
+           links: list[Json] | None = None) -> Json:
     if unit == "percentunit":  # a ratio panel always shows the whole 0..1 scale
         minimum, maximum = 0, 1
     defaults: Json = {"unit": unit}
@@ -126,6 +132,8 @@ def _panel(kind: str, title: str, description: str, queries: Sequence[Q], unit: 
     defaults["thresholds"] = {"mode": "absolute",
                               "steps": thresholds or [{"color": "green", "value": None}]}
     defaults["mappings"] = mappings or []
+    if links:
+        defaults["links"] = links
     if custom:
         defaults["custom"] = custom
     return {
@@ -162,7 +170,7 @@ def timeseries(title: str, description: str, queries: Sequence[Q], unit: str, *,
 
 def stat(title: str, description: str, queries: Sequence[Q], unit: str, *, w: int = 6,
          h: int = 5, thresholds: list[Json] | None = None, text_mode: str = "value_and_name",
-         ) -> Json:
+         links: list[Json] | None = None) -> Json:
     """Current values, one per series, coloured by thresholds."""
     options = {
         "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
@@ -173,7 +181,7 @@ def stat(title: str, description: str, queries: Sequence[Q], unit: str, *, w: in
         "orientation": "auto",
     }
     return _panel("stat", title, description, queries, unit, w, h, options=options,
-                  thresholds=thresholds)
+                  thresholds=thresholds, links=links)
 
 
 def state_timeline(title: str, description: str, queries: Sequence[Q],
@@ -529,8 +537,124 @@ def memory() -> Json:
                      ["memory"], panels)
 
 
+def drilldown(uid: str, title: str) -> Json:
+    """A data link to the per-host dashboard ``uid`` for the clicked series' host.
+
+    ``instance`` is carried over from the series' labels; job, datasource and the time range
+    from this dashboard, so the per-host view opens on the same data.
+    """
+    return {"title": f"{title} of ${{__field.labels.instance}}", "targetBlank": False,
+            "url": f"/d/{uid}/{uid}?var-instance=${{__field.labels.instance}}"
+                   "&${job:queryparam}&${datasource:queryparam}&${__url_time_range}"}
+
+
+GREEN_AT_0 = [{"color": "green", "value": None}, {"color": "red", "value": 1}]
+RED_BELOW_HALF = [{"color": "red", "value": None}, {"color": "orange", "value": 0.5},
+                  {"color": "green", "value": 0.8}]
+
+
+def fleet_summary() -> Json:
+    """The fleet at a glance, from recording rules only (prometheus/cuzkd-recording.yml).
+
+    Every query reads recorded series (one per host, or per host and GPU/engine/kind/release)
+    so a dashboard refresh costs O(hosts) however many engines, workers and buckets the hosts
+    export; docs/scale.md has the measured difference. Lists of hosts are instant top/bottom-k
+    stats with links to the per-host dashboards rather than a line per host.
+    """
+    fleet_stats = [
+        ("Hosts up", "Hosts whose cuzkd Prometheus scraped successfully. Bad: fewer than "
+         "\"Hosts\" — CuzkdTargetDown names them.", "job:cuzkd_hosts_up:sum", "short", None),
+        ("Hosts", "Hosts with a cuzkd target in the job (up or not). Bad: fewer than the "
+         "fleet you expect — discovery lost some.", "job:cuzkd_hosts:count", "short", None),
+        ("Engines up", "Engines running and answering /status across the fleet. Bad: below "
+         "\"Engines\" for more than a restart.", "job:cuzkd_engines_up:sum", "short", None),
+        ("Engines", "Engines the fleet's supervisors manage. Bad: fewer than the GPUs you "
+         "own.", "job:cuzkd_engines:count", "short", None),
+        ("Engines crash-looping", "Engines restarted more than 3 times in 15 minutes, fleet "
+         "wide. Bad: anything above 0; see the list below.",
+         "job:cuzkd_engines_crashlooping:count", "short", GREEN_AT_0),
+        ("Hosts under memory pressure", "Hosts where an engine has used over 95 % of its "
+         "host-memory budget. Bad: above 0 — synthesis waits for memory there.",
+         "job:cuzk_memory_budget_pressure_hosts:count", "short", GREEN_AT_0),
+    ]
+    panels = [stat(title, description, [Q(agg("job", fleet_sel(record)), "{{job}}")],
+                   unit, w=4, h=4, thresholds=thresholds)
+              for title, description, record, unit, thresholds in fleet_stats]
+    gpu = sel("instance_engine_gpu:cuzk_gpu_worker_busy:ratio_rate1m")
+    host_busy = sel("instance:cuzk_gpu_worker_busy:ratio_rate1m", engine=False)
+    restarts = agg("instance, engine", sel("instance_engine:cuzkd_engine_restarts:increase15m"))
+    releases = agg("instance", sel("instance_release:cuzkd_engines:count", engine=False),
+                   op="count")
+    budget = agg("instance", sel("instance:cuzk_memory_budget_used:max_ratio", engine=False),
+                 op="max")
+    panels += [
+        stat("Worst GPUs (lowest utilisation)", "The 10 GPUs whose workers were busy the "
+             "smallest share of the last minute (click one for its host's GPU workers "
+             "dashboard). Bad: red or orange while the fleet has work — a stuck worker, a "
+             "starved GPU or an idle host.",
+             [Q(f"bottomk(10, {agg('instance, engine, gpu', gpu, op='avg')})",
+                "{{instance}} {{engine}} gpu {{gpu}}", instant=True)], "percentunit", w=12,
+             h=8, thresholds=RED_BELOW_HALF,
+             links=[drilldown("cuzkd-gpu-workers", "GPU workers")]),
+        timeseries("GPU utilisation across hosts", "The fleet's busy fraction (all workers) "
+                   "and the spread over hosts: the least busy host and the 10th percentile. "
+                   "Bad: the minimum or p10 far below the fleet figure — some hosts idle "
+                   "while others work.",
+                   [Q(agg("job", fleet_sel("job:cuzk_gpu_worker_busy:ratio_rate1m"),
+                          op="avg"), "{{job}} fleet"),
+                    Q(agg("job", host_busy, op="min"), "{{job}} least busy host"),
+                    Q(f"quantile by (job) (0.1, {host_busy})", "{{job}} p10 host")],
+                   "percentunit"),
+        timeseries("Proofs per second by kind", "Jobs completed (and failed) per second "
+                   "across the fleet, by proof kind. Bad: a drop without a drop in demand, or "
+                   "any failed.",
+                   [Q(agg("proof_kind", fleet_sel("job_proof_kind:cuzk_jobs_completed:rate1m")),
+                      "{{proof_kind}} completed"),
+                    Q(agg("proof_kind", fleet_sel("job_proof_kind:cuzk_jobs_failed:rate1m")),
+                      "{{proof_kind}} failed", event_only=True)], "ops"),
+        timeseries("Partitions per second by kind", "Partitions proved per second across the "
+                   "fleet, by proof kind: the GPU side's throughput. Bad: falling while work "
+                   "is queued.",
+                   [Q(agg("proof_kind", fleet_sel("job_proof_kind:cuzk_partitions_done:rate1m")),
+                      "{{proof_kind}}")], "ops"),
+        stat("Crash-looping engines", "Engines restarted in the last 15 minutes, with the "
+             "count (click one for its host's overview: states, exit causes). Empty is good. "
+             "Bad: 3 or more — CuzkdEngineCrashLooping fires above 3.",
+             [Q(f"{restarts} > 0", "{{instance}} {{engine}}", event_only=True, instant=True)],
+             "short",
+             w=12, h=6, thresholds=[{"color": "green", "value": None},
+                                    {"color": "orange", "value": 1},
+                                    {"color": "red", "value": 3}],
+             links=[drilldown("cuzkd-fleet", "Engines")]),
+        stat("Hosts mid-rollout (more than one release)", "Hosts whose engines run more than "
+             "one release, with the number of releases (click one for its host's overview). "
+             "Empty is good. Bad: a host listed for longer than a rollout takes — its swap "
+             "is stuck or was rolled back on some engines.",
+             [Q(f"{releases} > 1", "{{instance}}", event_only=True, instant=True)], "short",
+             w=12, h=6,
+             thresholds=[{"color": "orange", "value": None}],
+             links=[drilldown("cuzkd-fleet", "Engines")]),
+        timeseries("Engines per release", "How many engines run each release across the "
+                   "fleet: a rollout moves engines from the old release to the new one. Bad: "
+                   "the old release's count stops falling before it reaches 0 (a stuck "
+                   "rollout).",
+                   [Q(agg("release", fleet_sel("job_release:cuzkd_engines:count")),
+                      "{{release}}", event_only=True)], "short", stack=True),
+        stat("Fullest memory budgets", "The 10 hosts whose fullest engine uses the largest "
+             "share of its host-memory budget (click one for its host's memory dashboard). "
+             "Bad: above 95 % — synthesis waits for memory there.",
+             [Q(f"topk(10, {budget})", "{{instance}}", instant=True)], "percentunit", w=12, h=8,
+             thresholds=[{"color": "green", "value": None}, {"color": "orange", "value": 0.8},
+                         {"color": "red", "value": 0.95}],
+             links=[drilldown("cuzkd-memory", "Memory")]),
+    ]
+    return dashboard("cuzkd-fleet-summary", "cuzkd / Fleet summary",
+                     "The whole fleet from recording rules: hosts and engines up, worst GPUs, "
+                     "crash loops, rollouts, proofs per second.", ["fleet"], panels)
+
+
 DASHBOARDS = {"fleet": fleet, "gpu-workers": gpu_workers, "pipeline": pipeline,
-              "memory": memory}
+              "memory": memory, "fleet-summary": fleet_summary}
 
 
 def render() -> dict[str, str]:

@@ -21,7 +21,8 @@ Engines (one ``cuzkd run --demo`` with ``[metrics] listen`` on port 0):
   ``/proc/PID/exe`` names the release): the release families (``cuzkd_binary_release_info``,
   ``cuzkd_engine_release_info``) are live too, and every family of the contract is exported.
 
-Prometheus scrapes the supervisor every second and evaluates the shipped alert rules.
+Prometheus scrapes the supervisor every second and evaluates the shipped alert and recording
+rules (the Fleet summary dashboard reads the recorded series).
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ from cuzkd.config import BINARY_PLACEHOLDER
 
 REPO = Path(__file__).resolve().parents[2]
 ALERT_RULES = REPO / "prometheus" / "cuzkd-alerts.yml"
+RECORDING_RULES = REPO / "prometheus" / "cuzkd-recording.yml"
+RULE_FILES = (ALERT_RULES, RECORDING_RULES)
 BUNDLED = ("b0", "b1")
 BAD_DOCUMENTS = ("garbage", "badschema")
 VICTIM_BACKOFF = 4.0
@@ -93,7 +96,7 @@ def live_stack(tmp: Path, example: Path) -> Iterator[LiveStack]:
                                extra_args=["--demo"])
         cleanup.callback(sup.stop)
         address = sup.about()["metrics_listen"]
-        prometheus = Prometheus.start(tmp / "prometheus", [address], rule_files=[ALERT_RULES])
+        prometheus = Prometheus.start(tmp / "prometheus", [address], rule_files=RULE_FILES)
         cleanup.callback(prometheus.stop)
         for name in (*BUNDLED, "example"):
             sup.wait_engine(name, lambda e: e["state"] == "running", timeout=60,

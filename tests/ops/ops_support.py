@@ -389,8 +389,9 @@ def lint_expr(raw: str, legend: str, series: dict[str, Metric]) -> list[str]:
         for label in wanted:
             if have.get(label) != ("=~", f"${label}"):
                 problems.append(f'{name}: missing {label}=~"${label}"')
-        if "engine" in have and "engine" not in series[name].labels:
-            problems.append(f"{name} has no engine label")
+        for label in LABEL_VARIABLES:
+            if label in have and label not in series[name].series_labels():
+                problems.append(f"{name} has no {label} label")
     problems += counter_misuse(tree, series, frozenset({_norm(RATE_SENTINEL),
                                                         _norm(RANGE_SENTINEL)}))
     try:

@@ -24,7 +24,7 @@ from cuzkd.units import parse_duration
 GENERATOR = ops.REPO / "grafana" / "generate.py"
 PANEL_TYPES = {"timeseries", "stat", "state-timeline", "heatmap"}
 UNITS = {"bytes", "s", "percentunit", "ops", "short", "none"}
-SERIES = {**ops.series_contract(), **ops.PROMETHEUS_SERIES}
+SERIES = {**ops.series_contract(), **ops.PROMETHEUS_SERIES, **ops.recorded_series()}
 TARGETS = list(ops.iter_panel_targets())
 PANELS = [(d, p) for d in ops.load_dashboards().values() for p in d["panels"]]
 
@@ -66,7 +66,8 @@ def test_committed_json_is_what_the_generator_writes() -> None:
 def test_dashboards_have_fixed_uids_unique_titles_and_current_schema() -> None:
     dashboards = ops.load_dashboards()
     assert {d["uid"] for d in dashboards.values()} == {
-        "cuzkd-fleet", "cuzkd-gpu-workers", "cuzkd-pipeline", "cuzkd-memory"}
+        "cuzkd-fleet", "cuzkd-gpu-workers", "cuzkd-pipeline", "cuzkd-memory",
+        "cuzkd-fleet-summary"}
     titles = [d["title"] for d in dashboards.values()]
     assert len(set(titles)) == len(titles)
     for dash in dashboards.values():
@@ -171,6 +172,11 @@ BROKEN = {
     "bad quantile": ('histogram_quantile(0.9, rate(cuzk_partition_gpu_duration_seconds_bucket'
                      '{job=~"$job", instance=~"$instance", engine=~"$engine"}'
                      '[$__rate_interval]))', "", ["histogram_quantile must wrap"]),
+    "label the series lacks": ('sum by (job) (job:cuzkd_hosts:count{job=~"$job", '
+                               'instance=~"$instance"})', "{{job}}",
+                               ["job:cuzkd_hosts:count has no instance label"]),
+    "recorded series without job": ('sum by (job) (job:cuzkd_hosts:count)', "{{job}}",
+                                    ['missing job=~"$job"']),
     "unknown variable": ('sum by (instance) (up{job=~"$jobb", instance=~"$instance"})',
                          "{{instance}}", ["does not parse"]),
 }
@@ -239,6 +245,54 @@ def test_required_panels_exist() -> None:
     for uid, names in required.items():
         for name in names:
             assert name in exprs[uid], f"{uid} lacks {name}"
+
+
+# --- the Fleet summary: recorded series only, drill-down links -------------------------------
+
+
+def _fleet_summary() -> dict[str, Any]:
+    (dash,) = [d for d in ops.load_dashboards().values() if d["uid"] == "cuzkd-fleet-summary"]
+    return dash
+
+
+def test_fleet_summary_reads_only_recorded_series() -> None:
+    """O(hosts) per refresh: no raw exporter series, only the recording rules' output."""
+    recorded = ops.recorded_series()
+    read: set[str] = set()
+    for panel in _fleet_summary()["panels"]:
+        for target in panel["targets"]:
+            tree = ops.parse(ops.substitute(target["expr"]))
+            read |= {s.name for s in ops.selectors(tree)}
+    assert read <= set(recorded), read - set(recorded)
+    assert {"instance_engine_gpu:cuzk_gpu_worker_busy:ratio_rate1m",
+            "instance_engine:cuzkd_engine_restarts:increase15m",
+            "instance_release:cuzkd_engines:count",
+            "job_proof_kind:cuzk_jobs_completed:rate1m"} <= read
+
+
+def test_fleet_summary_lists_worst_gpus_with_bottomk_as_of_now() -> None:
+    panels = {p["title"]: p for p in _fleet_summary()["panels"]}
+    (worst,) = panels["Worst GPUs (lowest utilisation)"]["targets"]
+    assert worst["expr"].startswith("bottomk(10, ")
+    assert worst["instant"] is True, "bottomk per step of a range query shows > 10 series"
+
+
+def test_fleet_summary_links_drill_down_to_per_host_dashboards() -> None:
+    uids = {d["uid"] for d in ops.load_dashboards().values()}
+    linked = 0
+    for panel in _fleet_summary()["panels"]:
+        for link in panel["fieldConfig"]["defaults"].get("links", []):
+            linked += 1
+            match = re.fullmatch(r"/d/([\w-]+)/[\w-]+\?(.*)", link["url"])
+            assert match, link["url"]
+            assert match.group(1) in uids and match.group(1) != "cuzkd-fleet-summary"
+            params = match.group(2).split("&")
+            assert "var-instance=${__field.labels.instance}" in params
+            assert {"${job:queryparam}", "${__url_time_range}"} <= set(params)
+            for target in panel["targets"]:  # the clicked series has an instance label
+                tree = ops.parse(ops.substitute(target["expr"]))
+                assert "instance" in ops.output_labels(tree, ops.recorded_series())
+    assert linked >= 3
 
 
 def test_panel_query_helper_substitutes_every_variable_and_marks_events() -> None:
