@@ -20,7 +20,6 @@ import sys
 from pathlib import Path
 
 import structlog
-from aiohttp import web
 
 from cuzkd.engine import prover
 from cuzkd.engine.backend import BackendError, select_backend
@@ -28,7 +27,14 @@ from cuzkd.engine.budget import MemoryBudget
 from cuzkd.engine.config import ConfigError, EngineConfig, default_config, load_config
 from cuzkd.engine.loadgen import BenchError, run_bench
 from cuzkd.engine.pipeline import Engine
-from cuzkd.engine.server import build_app, remove_stale_socket, start_site
+from cuzkd.engine.server import (
+    ListenError,
+    build_app,
+    check_listen,
+    remove_stale_socket,
+    start_site,
+)
+from cuzkd.httperrors import JsonErrorsRunner
 from cuzkd.logs import configure_logging
 from cuzkd.status.tracker import StatusTracker
 
@@ -39,6 +45,7 @@ _log = structlog.get_logger("cuzkd.engine")
 def run_engine(args: argparse.Namespace) -> int:
     configure_logging(level=args.log_level, log_format=args.log_format)
     try:
+        check_listen(args.listen)  # a typo fails at once, before any start-up work
         config = default_config() if args.config is None else load_config(args.config)
         return asyncio.run(serve(config, args.listen))
     except ConfigError as exc:
@@ -47,6 +54,9 @@ def run_engine(args: argparse.Namespace) -> int:
     except BackendError as exc:
         print(f"cuzkd engine: {exc}", file=sys.stderr)
         return EX_CONFIG
+    except ListenError as exc:
+        print(f"cuzkd engine: {exc}", file=sys.stderr)
+        return exc.exit_code
 
 
 async def serve(config: EngineConfig, listen: str) -> int:
@@ -56,7 +66,7 @@ async def serve(config: EngineConfig, listen: str) -> int:
                           nominal_request=sum(prover.partition_bytes(config.size_log2("snap"))))
     tracker = StatusTracker(budget=budget)
     engine = Engine(config, backend, tracker, budget)
-    runner = web.AppRunner(build_app(engine), handle_signals=False)
+    runner = JsonErrorsRunner(build_app(engine), handle_signals=False)
     await engine.start()
     await runner.setup()
     stop = asyncio.Event()
@@ -72,6 +82,7 @@ async def serve(config: EngineConfig, listen: str) -> int:
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal, signum)
+    address = ""
     try:
         address = await start_site(runner, listen)
         _log.info("engine.listening", address=address, backend=backend.name,
@@ -83,8 +94,8 @@ async def serve(config: EngineConfig, listen: str) -> int:
     finally:
         await engine.close()
         await runner.cleanup()
-        if listen.startswith("unix:"):
-            remove_stale_socket(Path(listen.removeprefix("unix:")))
+        if address.startswith("unix:"):  # ours only once bound: never what bind refused
+            remove_stale_socket(Path(address.removeprefix("unix:")))
     return 0
 
 

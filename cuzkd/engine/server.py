@@ -8,8 +8,10 @@ anything.
 
 from __future__ import annotations
 
+import errno
 import os
-from collections.abc import Awaitable, Callable, Iterator
+import socket
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -18,11 +20,15 @@ import msgspec
 from aiohttp import web
 
 from cuzkd.engine.pipeline import Engine, EngineDrainingError, Job, JobRequestError
+from cuzkd.httperrors import error_response, json_errors
 from cuzkd.status.document import encode_status
+from cuzkd.units import ListenAddress, parse_listen
 
 ENGINE_KEY = web.AppKey("engine", Engine)
 #: Largest accepted request body; a job request is a few dozen bytes.
 MAX_BODY_BYTES = 64 * 1024
+#: Content types a job request may declare (none at all is taken as JSON too).
+JSON_TYPES = ("application/json",)
 
 
 class JobRequest(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -32,22 +38,6 @@ class JobRequest(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 
 
 _REQUEST_DECODER = msgspec.json.Decoder(JobRequest)
-
-
-def _error(status: int, message: str) -> web.Response:
-    return web.json_response({"error": message}, status=status)
-
-
-@web.middleware
-async def _json_errors(request: web.Request,
-                       handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-                       ) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        return _error(exc.status, exc.reason)
 
 
 async def _status(request: web.Request) -> web.Response:
@@ -64,18 +54,20 @@ async def _healthz(request: web.Request) -> web.Response:
 
 async def _submit(request: web.Request) -> web.Response:
     engine = request.app[ENGINE_KEY]
+    if request.headers.get("Content-Type") is not None and request.content_type not in JSON_TYPES:
+        return error_response(415, f"Content-Type {request.content_type!r}: send application/json")
     if not engine.accepting:
-        return _error(503, "engine is shutting down and accepts no new jobs")
+        return error_response(503, "engine is shutting down and accepts no new jobs")
     try:
         body = _REQUEST_DECODER.decode(await request.read())
     except msgspec.DecodeError as exc:
-        return _error(400, f"invalid job request: {exc}")
+        return error_response(400, f"invalid job request: {exc}")
     try:
         job = engine.submit(body.proof_kind, body.partitions, body.size_log2)
     except JobRequestError as exc:
-        return _error(400, str(exc))
+        return error_response(400, str(exc))
     except EngineDrainingError as exc:
-        return _error(503, str(exc))
+        return error_response(503, str(exc))
     return web.json_response({"job_id": job.job_id, "state": job.state}, status=202)
 
 
@@ -84,7 +76,7 @@ async def _job(request: web.Request) -> web.Response:
     job_id = request.match_info["job_id"]
     job = engine.jobs.get(job_id)
     if job is None:
-        return _error(404, f"unknown job {job_id!r}")
+        return error_response(404, f"unknown job {job_id!r}")
     return web.json_response(job_view(job, engine.now()))
 
 
@@ -112,7 +104,7 @@ def job_view(job: Job, now: float) -> dict[str, Any]:
 
 
 def build_app(engine: Engine) -> web.Application:
-    app = web.Application(middlewares=[_json_errors], client_max_size=MAX_BODY_BYTES)
+    app = web.Application(middlewares=[json_errors], client_max_size=MAX_BODY_BYTES)
     app[ENGINE_KEY] = engine
     app.router.add_get("/status", _status)
     app.router.add_get("/healthz", _healthz)
@@ -138,24 +130,53 @@ def remove_stale_socket(path: Path) -> None:
         raise OSError(f"{path} exists and is not a socket; refusing to replace it")
 
 
+class ListenError(Exception):
+    """``--listen`` cannot be served; ``exit_code`` is 64 (bad address) or 69 (unusable)."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+#: sysexits.h: the address itself is wrong / the address is fine but cannot be used now.
+EX_USAGE = 64
+EX_UNAVAILABLE = 69
+#: bind() errors that mean the address is wrong rather than busy or forbidden.
+_BAD_ADDRESS_ERRNOS = (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT, errno.EINVAL)
+
+
+def check_listen(listen: str) -> ListenAddress:
+    """The parsed ``--listen``; :class:`ListenError` (exit 64) when it is not an address."""
+    try:
+        return parse_listen(listen)
+    except ValueError as exc:
+        raise ListenError(f"--listen: {exc}", EX_USAGE) from None
+
+
 async def start_site(runner: web.AppRunner, listen: str) -> str:
     """Bind ``HOST:PORT`` or ``unix:PATH`` and return the bound address (port 0 resolved).
 
     A stale socket file is removed first; the socket is created mode 0600 (umask while
-    binding rather than chmod after, so it is never reachable by others even briefly).
+    binding rather than chmod after, so it is never reachable by others even briefly). Every
+    way of failing is one :class:`ListenError` naming the address and the problem.
     """
+    address = check_listen(listen)
     site: web.BaseSite
-    if listen.startswith("unix:"):
-        path = Path(listen.removeprefix("unix:"))
-        remove_stale_socket(path)
-        site = web.UnixSite(runner, str(path))
-        with _umask(0o177):  # bind creates the file 0777 & ~umask = 0600
-            await site.start()
-        return f"unix:{path}"
-    host, sep, port = listen.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"--listen {listen!r}: expected HOST:PORT or unix:PATH")
-    site = web.TCPSite(runner, host.strip("[]") or "127.0.0.1", int(port))
-    await site.start()
+    try:
+        if address.is_unix:
+            path = Path(address.path)
+            remove_stale_socket(path)
+            site = web.UnixSite(runner, str(path))
+            with _umask(0o177):  # bind creates the file 0777 & ~umask = 0600
+                await site.start()
+            return f"unix:{path}"
+        site = web.TCPSite(runner, address.host, address.port)
+        await site.start()
+    except socket.gaierror as exc:
+        raise ListenError(f"--listen {listen}: host {address.host!r} does not resolve: "
+                          f"{exc.strerror}", EX_USAGE) from None
+    except OSError as exc:
+        code = EX_USAGE if exc.errno in _BAD_ADDRESS_ERRNOS else EX_UNAVAILABLE
+        raise ListenError(f"--listen {listen}: {exc.strerror or exc}", code) from None
     bound = runner.addresses[-1]
     return f"{bound[0]}:{bound[1]}"

@@ -13,12 +13,14 @@ from __future__ import annotations
 import os
 import socket
 import stat
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import structlog
 from aiohttp import web
+
+from cuzkd.httperrors import json_errors
 
 if TYPE_CHECKING:
     from cuzkd.supervisor.daemon import Supervisor
@@ -26,26 +28,9 @@ if TYPE_CHECKING:
 log = structlog.get_logger("cuzkd.supervisor")
 
 RouteHook = Callable[[web.Application], None]
-_Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 #: The Supervisor an app serves, for route hooks that need it.
 SUPERVISOR_KEY: web.AppKey[Supervisor] = web.AppKey("supervisor")
-
-
-@web.middleware
-async def json_errors(request: web.Request, handler: _Handler) -> web.StreamResponse:
-    """Turn aiohttp's text errors (404, 405, ...) into the API's JSON error shape."""
-    try:
-        return await handler(request)
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        return web.json_response({"error": exc.reason if exc.text is None or
-                                  exc.text.startswith(f"{exc.status}:") else exc.text},
-                                 status=exc.status)
-    except Exception as exc:  # a bug: still the API's shape, and logged with its traceback
-        log.exception("control_request_failed", method=request.method, path=request.path)
-        return web.json_response({"error": f"internal error: {exc!r}"}, status=500)
 
 
 def build_control_app(supervisor: Supervisor, hooks: Sequence[RouteHook]) -> web.Application:

@@ -32,6 +32,7 @@ from cuzkd.config import (
     default_config,
     load_config,
 )
+from cuzkd.httperrors import JsonErrorsRunner
 from cuzkd.metrics.sample import SupervisorSample
 from cuzkd.supervisor import demo, procs
 from cuzkd.supervisor.binaries import EngineBinaries
@@ -161,9 +162,9 @@ class Supervisor:
         return self._stop_event.is_set()
 
     async def _start_servers(self) -> None:
-        control = web.AppRunner(build_control_app(self, self._control_routes),
+        control = JsonErrorsRunner(build_control_app(self, self._control_routes),
                                 handle_signals=False, access_log=None)
-        metrics = web.AppRunner(build_metrics_app(self), handle_signals=False, access_log=None)
+        metrics = JsonErrorsRunner(build_metrics_app(self), handle_signals=False, access_log=None)
         for runner in (control, metrics):
             await runner.setup()
             self._web_runners.append(runner)

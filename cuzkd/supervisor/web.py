@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from cuzkd.httperrors import json_errors
 from cuzkd.metrics.http import make_metrics_handler
-from cuzkd.supervisor.control import json_errors
 
 if TYPE_CHECKING:
     from cuzkd.supervisor.daemon import Supervisor

@@ -174,10 +174,26 @@ async def test_bad_requests_get_json_errors_and_do_not_disturb_jobs(
             (b"x" * 100_000, 413, ""),
         ]
         for body, code, word in bad_bodies:
-            async with session.post(f"{engine.base}/v1/jobs", data=body) as response:
+            async with session.post(f"{engine.base}/v1/jobs", data=body,
+                                    headers={"Content-Type": "application/json"}) as response:
                 assert response.status == code, body[:50]
                 error = (await response.json())["error"]
                 assert word in error
+        for content_type in ("text/plain", "application/x-www-form-urlencoded",
+                             "application/octet-stream"):
+            async with session.post(f"{engine.base}/v1/jobs", data=b'{"proof_kind": "snap"}',
+                                    headers={"Content-Type": content_type}) as response:
+                assert response.status == 415, content_type
+                assert content_type in (await response.json())["error"]
+        # aiohttp's own protocol errors, raised before any handler or middleware runs
+        for request in (b"GET /" + b"x" * 10_000 + b" HTTP/1.1\r\nHost: e\r\n\r\n",
+                        b"GET /status HTTP/1.1\r\nHost: e\r\nX-Big: " + b"y" * 10_000
+                        + b"\r\n\r\n",
+                        b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03 not http\r\n\r\n"):
+            status, headers, payload = await raw_exchange(engine, request)
+            assert status == 400, payload
+            assert headers.get("content-type", "").startswith("application/json"), headers
+            assert json.loads(payload)["error"].startswith("Bad Request"), payload
         for method, path, code in [("GET", "/v1/jobs/ref-nope-1", 404), ("GET", "/nope", 404),
                                    ("DELETE", "/status", 405)]:
             async with session.request(method, f"{engine.base}{path}") as response:
@@ -188,6 +204,27 @@ async def test_bad_requests_get_json_errors_and_do_not_disturb_jobs(
         assert len(view["proofs"]) == 10 and len(view["timings"]["gpu_secs"]) == 10
         async with session.get(f"{engine.base}/healthz") as response:
             assert response.status == 200
+
+
+async def raw_exchange(engine: EngineProcess, request: bytes
+                       ) -> tuple[int, dict[str, str], bytes]:
+    """Send raw bytes, read the response to EOF: (status, lower-cased headers, body)."""
+    if engine.listen.startswith("unix:"):
+        reader, writer = await asyncio.open_unix_connection(engine.listen.removeprefix("unix:"))
+    else:
+        host, _, port = engine.address.rpartition(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(request)
+        await writer.drain()
+        raw = await asyncio.wait_for(reader.read(), 10)
+    finally:
+        writer.close()
+    head, _, body = raw.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip()
+               for k, _, v in (line.partition(":") for line in lines)}
+    return int(status_line.split()[1]), headers, body
 
 
 async def test_oversize_job_fails_with_clear_error(start_engine: Start) -> None:
@@ -270,3 +307,42 @@ async def test_second_signal_exits_at_once(start_engine: Start) -> None:
     engine.proc.send_signal(signal.SIGINT)
     assert await asyncio.to_thread(engine.proc.wait, 10) == 128 + signal.SIGINT
     assert not any(e["event"] == "engine.stopped" for e in engine.events())
+
+
+@pytest.mark.parametrize(("listen", "code", "words"), [
+    ("nowhere", 64, "is not HOST:PORT or unix:PATH"),
+    ("127.0.0.1:99999", 64, "is not HOST:PORT"),
+    ("no-such-host.invalid:8080", 64, "does not resolve"),
+    ("192.0.2.1:8080", 64, "address"),  # TEST-NET: not an address of this host
+    ("unix:", 64, "socket path"),
+    ("unix:/nonexistent-dir/e.sock", 69, "No such file or directory"),
+    ("unix:/tmp/" + "l" * 120 + ".sock", 69, "too long"),
+])
+def test_unusable_listen_addresses_exit_with_one_line(listen: str, code: int,
+                                                       words: str) -> None:
+    proc = subprocess.run([sys.executable, "-m", "cuzkd", "engine", "--listen", listen],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == code, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("cuzkd engine:")]
+    assert len(lines) == 1 and words in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_busy_port_or_a_file_in_the_way_exits_69(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run(
+            [sys.executable, "-m", "cuzkd", "engine", "--listen", f"127.0.0.1:{port}"],
+            capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 69, proc.stderr
+    assert "address already in use" in proc.stderr.lower() and "Traceback" not in proc.stderr
+    precious = tmp_path / "precious"
+    precious.write_text("keep me\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "cuzkd", "engine", "--listen", f"unix:{precious}"],
+        capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 69, proc.stderr
+    assert "not a socket" in proc.stderr and "Traceback" not in proc.stderr
+    assert precious.read_text() == "keep me\n"

@@ -15,6 +15,7 @@ from typing import Any
 from aiohttp import web
 from sv_harness import fake_engine, start_supervisor, unix_request, write_config
 
+from cuzkd.httperrors import JsonErrorsRunner
 from cuzkd.supervisor.control import build_control_app
 
 
@@ -183,3 +184,25 @@ def test_a_failed_stop_answers_409_and_the_cli_exits_1(tmp_path: Path) -> None:
     out = asyncio.run(serve_and_stop())
     assert out.returncode == 1
     assert "stop a: not stopped 35s after the stop request" in out.stderr
+
+
+def test_protocol_errors_on_the_control_socket_are_json(tmp_path: Path) -> None:
+    """A request line longer than aiohttp's limit never reaches a middleware; still JSON."""
+
+    async def exchange() -> bytes:
+        runner = JsonErrorsRunner(build_control_app(object(), []))  # type: ignore[arg-type]
+        await runner.setup()
+        sock = tmp_path / "control.sock"
+        await web.UnixSite(runner, str(sock)).start()
+        try:
+            reader, writer = await asyncio.open_unix_connection(str(sock))
+            writer.write(b"GET /v1/" + b"e" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+            raw = await asyncio.wait_for(reader.read(), 10)
+            writer.close()
+        finally:
+            await runner.cleanup()
+        return raw
+
+    head, _, body = asyncio.run(exchange()).partition(b"\r\n\r\n")
+    assert head.split()[1] == b"400" and b"Content-Type: application/json" in head
+    assert json.loads(body)["error"].startswith("Bad Request: Got more than")
