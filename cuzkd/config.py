@@ -73,6 +73,9 @@ class SupervisorConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     initial_binary: str = ""
     #: swap: how many releases to keep on disk
     keep_releases: _POSITIVE_INT = 3
+    #: swap: how long the ``{binary}`` engines must stay healthy at start before the active
+    #: release (an ``initial_binary`` seed, or one a crash left on trial) is accepted
+    release_settle: Seconds = Seconds(10)
 
 
 class MetricsConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):

@@ -53,6 +53,8 @@ class SupervisorSample:
     zombies_reaped_total: int
     #: swap result (ok, rolled_back, refused) -> count
     swaps_total: Mapping[str, int] = field(default_factory=dict)
+    #: ``cuzkd swap --rollback`` result (ok, failed) -> count
+    rollbacks_total: Mapping[str, int] = field(default_factory=dict)
     #: the active release id, None before the first swap/initial_binary
     active_release: str | None = None
     #: whether the last SIGHUP reload was applied (the config read at start counts as one)

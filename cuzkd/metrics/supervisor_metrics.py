@@ -7,7 +7,7 @@ of an engine are gone.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.metrics_core import Metric
@@ -17,6 +17,8 @@ from cuzkd.metrics.sample import ENGINE_STATES, EngineSample, SupervisorSample
 
 #: Swap results always exported (at 0 before the first), so alerts on ``increase()`` work.
 SWAP_RESULTS: tuple[str, ...] = ("ok", "rolled_back", "refused")
+#: Manual rollback results, likewise always exported.
+ROLLBACK_RESULTS: tuple[str, ...] = ("ok", "failed")
 
 
 def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample]) -> list[Metric]:
@@ -71,9 +73,11 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
         if engine.release is not None:
             release.add_metric(name, {"release": engine.release})
 
-    swaps = c("cuzkd_binary_swaps_total", "Engine binary swaps by result.", labels=["result"])
-    for result in (*SWAP_RESULTS, *sorted(set(sample.swaps_total) - set(SWAP_RESULTS))):
-        swaps.add_metric([result], sample.swaps_total.get(result, 0))
+    swaps = _by_result(c("cuzkd_binary_swaps_total", "Engine binary swaps by result.",
+                         labels=["result"]), SWAP_RESULTS, sample.swaps_total)
+    rollbacks = _by_result(c("cuzkd_binary_rollbacks_total",
+                             "cuzkd swap --rollback runs by result (failed: refused or undone).",
+                             labels=["result"]), ROLLBACK_RESULTS, sample.rollbacks_total)
     active = InfoMetricFamily("cuzkd_binary_release", "The active engine binary release.",
                               labels=[])
     if sample.active_release is not None:
@@ -90,4 +94,14 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
         reload_time.add_metric([], sample.config_reload_success_time)
     build = InfoMetricFamily("cuzkd_build", "cuzkd version.", value={"version": __version__})
     return [build, up, state, restarts, exits, start, rss, cpu, fetch_duration, fetch_errors,
-            descendants_killed, release, swaps, active, zombies, reload_ok, reload_time]
+            descendants_killed, release, swaps, rollbacks, active, zombies, reload_ok,
+            reload_time]
+
+
+def _by_result(family: CounterMetricFamily, always: Sequence[str],
+               counts: Mapping[str, int]) -> CounterMetricFamily:
+    """One sample per result: ``always`` ones even at 0 (alerts on ``increase()``), then any
+    other result counted."""
+    for result in (*always, *sorted(set(counts) - set(always))):
+        family.add_metric([result], counts.get(result, 0))
+    return family

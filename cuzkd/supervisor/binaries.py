@@ -10,6 +10,10 @@ one and ``initial_binary`` holds other content, the active release is kept and
 ``initial_binary_ignored`` is logged: changing the binary must go through ``cuzkd swap``, which
 health-checks each engine and rolls back, never through a restart that would silently move
 every engine at once (and could not roll back).
+
+A release put into service without a swap's health checks (the seed, or one a crash left on
+trial) is accepted in the release history once every ``{binary}`` engine has been healthy for
+``release_settle``: :meth:`EngineBinaries.accept_when_healthy`, a task the supervisor owns.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ class EngineBinaries:
         self.store = ReleaseStore(state_dir)
         self.coordinator = SwapCoordinator(self.store, target, keep_releases=config.keep_releases)
         self._initial = Path(config.initial_binary) if config.initial_binary else None
+        self._release_settle = config.release_settle
         # (pid, spawn time) → release: a process never changes its executable, and keying on the
         # spawn time too keeps a reused pid from inheriting a dead engine's answer.
         self._release_cache: dict[tuple[int, float], str | None] = {}
@@ -60,6 +65,7 @@ class EngineBinaries:
         active = self.store.active()
         if active is None:
             release = self.store.install(initial)
+            self.store.put_in_service(release, "initial_binary")
             self.store.activate(release)
             log.info("initial_binary_installed", release=release.id, source=str(initial))
             return
@@ -68,6 +74,10 @@ class EngineBinaries:
             log.warning("initial_binary_ignored", initial_binary=str(initial),
                         initial_release=initial_id, active_release=active.id,
                         detail="the active release stays; `cuzkd swap PATH` changes it")
+
+    async def accept_when_healthy(self) -> None:
+        """Accept a pending active release once its engines stay healthy (see module doc)."""
+        await self.coordinator.accept_when_healthy(self._release_settle)
 
     def resolve(self) -> str:
         """The runner's ``binary_resolver``: the active binary's real path, at every spawn."""

@@ -22,6 +22,7 @@ from cuzkd.control_client import ControlRequestFailed, call, get_status
 from cuzkd.logs import LOG_FORMATS
 from cuzkd.status.document import StatusDocument, decode_status
 from cuzkd.supervisor.engine_view import render_engine
+from cuzkd.swap.cli import describe_active
 from cuzkd.units import format_duration
 
 #: Seconds a control request may take (start/stop/restart: more, from the engine's timeouts).
@@ -96,6 +97,9 @@ def _status(args: argparse.Namespace) -> int:
         print(f"{eng['name']:<16} {eng['state']:<9} {eng['pid'] or '-':>7} "
               f"{_uptime(eng['started_at']):>9} {eng['restarts']:>8}  "
               f"{eng.get('release') or '-':<16}  {_last_exit(eng)}")
+    active = describe_active(body["release"]) if "release" in body else None
+    if active is not None:
+        print(active)
     return 0
 
 

@@ -39,7 +39,8 @@ def build_control_app(supervisor: Supervisor, hooks: Sequence[RouteHook]) -> web
 
     async def engines(request: web.Request) -> web.Response:
         del request
-        return web.json_response({"engines": supervisor.engines_info()})
+        return web.json_response({"engines": supervisor.engines_info(),
+                                  "release": supervisor.binaries.coordinator.active_verdict()})
 
     async def about(request: web.Request) -> web.Response:
         del request

@@ -131,6 +131,7 @@ class Supervisor:
                     runner.start()
             self._phase = "running"
             self._notifier.send("READY=1", self._status_line())
+            self._track(self.binaries.accept_when_healthy())
             if self._notifier.watchdog_interval is not None:
                 self._track(self._watchdog(self._notifier.watchdog_interval))
             if self._demo:
@@ -509,6 +510,7 @@ class Supervisor:
                      for r, eng in zip(runners, engines, strict=True)],
             zombies_reaped_total=self._reaper.orphans_reaped,
             swaps_total=dict(self.binaries.coordinator.counts),
+            rollbacks_total=dict(self.binaries.coordinator.rollback_counts),
             active_release=self.binaries.active_release(),
             config_reload_ok=self.last_reload_ok,
             config_reload_success_time=self.last_reload_success_at,

@@ -6,6 +6,9 @@ can print progress per engine while a rolling restart that takes minutes is unde
 Everything that can be refused before a step is taken is answered with a plain 4xx JSON error
 instead: a malformed request (400), a file that can't be a release (422), a swap already
 running (409).
+
+``GET /v1/swap/history`` answers the release history (``cuzkd swap --history``): every record,
+the active release and where ``--rollback`` would go; 503 when the store cannot be read.
 """
 
 from __future__ import annotations
@@ -77,8 +80,16 @@ def swap_routes(coordinator: SwapCoordinator) -> Callable[[web.Application], Non
             await response.write_eof()
         return response
 
+    async def history(request: web.Request) -> web.Response:
+        del request
+        try:
+            return web.json_response(coordinator.history())
+        except (ReleaseError, OSError) as exc:
+            return _error(503, f"release history unavailable: {exc}")
+
     def add(app: web.Application) -> None:
         app.router.add_post("/v1/swap", handle)
+        app.router.add_get("/v1/swap/history", history)
 
     return add
 

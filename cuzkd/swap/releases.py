@@ -28,7 +28,7 @@ from typing import BinaryIO, TypeVar
 
 import structlog
 
-from cuzkd.swap import procexe, rules
+from cuzkd.swap import history, procexe, rules
 from cuzkd.swap.fsutil import (
     fsync_dir,
     make_temp_symlink,
@@ -36,6 +36,8 @@ from cuzkd.swap.fsutil import (
     replace_durably,
     temp_path,
 )
+from cuzkd.swap.history import HistoryError, Origin, Record, Verdict
+from cuzkd.swap.historyfile import HistoryFile
 
 INSTALL_STEPS = ("temp_created", "copied", "sealed", "committed", "stamped")
 ACTIVATE_STEPS = ("previous_linked", "previous_flipped", "current_linked", "current_flipped",
@@ -79,6 +81,7 @@ class ReleaseStore:
     def __init__(self, state_dir: Path) -> None:
         self.state_dir = Path(state_dir).absolute()
         self._releases = self.state_dir / rules.RELEASES_DIR
+        self._history = HistoryFile(self.state_dir / rules.HISTORY_FILE)
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -115,7 +118,47 @@ class ReleaseStore:
             raise ReleaseError(f"no active release in {self.state_dir}; install one first")
         return os.path.realpath(release.binary)
 
+    def history(self) -> list[Record]:
+        """The release history, oldest first (see :mod:`cuzkd.swap.history`)."""
+        try:
+            return self._history.records()
+        except HistoryError as exc:
+            raise ReleaseError(str(exc)) from None
+
+    def verdict(self, release: Release) -> Record | None:
+        """The history's record of ``release``, if it has one."""
+        return history.find(self.history(), release.id)
+
+    def rollback_target(self) -> Release | None:
+        """The last accepted release before the active one that is still installed, if any.
+
+        Not ``previous``: after a swap was rolled back, ``previous`` is the release that failed.
+        """
+        active = self.active()
+        installed = {r.id: r for r in self.releases()}
+        rid = history.rollback_target(self.history(), _id_of(active), installed)
+        return None if rid is None else installed[rid]
+
     # -- operations --------------------------------------------------------------------------
+
+    def put_in_service(self, release: Release, origin: Origin) -> None:
+        """Record that ``release`` is about to be activated for a trial (verdict pending).
+
+        Written before the flip: after a crash in between, recovery finds a pending record that
+        is not active and rejects it as interrupted.
+        """
+        self._save_history(history.put_in_service(
+            self.history(), release.id, release.binary.name, origin, time.time()))
+
+    def judge(self, release: Release, verdict: Verdict, reason: str | None) -> None:
+        """Record ``verdict`` on ``release`` in the history, durably."""
+        run_steps(self.judge_steps(release, verdict, reason))
+
+    def judge_steps(self, release: Release, verdict: Verdict,
+                    reason: str | None) -> Generator[str, None, None]:
+        """:meth:`judge`, yielding each step of the history file's ``SAVE_STEPS``."""
+        records = history.decide(self.history(), release.id, verdict, reason, time.time())
+        yield from self._history.save_steps(self._trimmed(records))
 
     def recover(self) -> None:
         """Bring the store to a consistent state; run at supervisor start, before any spawn.
@@ -145,6 +188,7 @@ class ReleaseStore:
         stale_previous = previous is None or current is None or previous.id == current.id
         if stale_previous and previous_text is not None:
             self._unlink(rules.PREVIOUS_LINK)
+        self._recover_history(current)
 
     def install(self, source: Path) -> Release:
         """Copy ``source`` into the store (or reuse the release with the same content)."""
@@ -243,7 +287,10 @@ class ReleaseStore:
         deleted, so an interruption never leaves a half-deleted directory under a release id.
         """
         ordered = self.releases()
-        protected = {r.id for r in (self.active(), self.previous()) if r is not None}
+        active = self.active()
+        protected = {r.id for r in (active, self.previous()) if r is not None}
+        protected |= history.protected(self.history(), _id_of(active),
+                                       {r.id for r in ordered})
         protected |= _executed_ids(ordered, procexe.running_executables())
         doomed = set(rules.select_prunable([r.id for r in ordered], keep, protected))
         removed = []
@@ -260,6 +307,33 @@ class ReleaseStore:
         return removed
 
     # -- internals ---------------------------------------------------------------------------
+
+    def _recover_history(self, active: Release | None) -> None:
+        """Make the history agree with ``current``; set an unreadable history aside.
+
+        An unreadable file is kept under another name for the operator and a new history
+        starts: the supervisor still runs, but no release is a rollback target until one has
+        been accepted again (guessing one could bring back a release that crashes).
+        """
+        try:
+            records = self._history.records()
+        except HistoryError as exc:
+            aside = self._history.set_aside()
+            _log.error("swap_history_unreadable", error=str(exc), moved_to=str(aside),
+                       detail="a new history starts; rollback has no target until a release "
+                              "is accepted")
+            records = []
+        reconciled = history.reconcile(records, _id_of(active),
+                                       None if active is None else active.binary.name, time.time())
+        if reconciled != records:
+            self._save_history(reconciled)
+
+    def _save_history(self, records: list[Record]) -> None:
+        for _ in self._history.save_steps(self._trimmed(records)):
+            pass
+
+    def _trimmed(self, records: list[Record]) -> list[Record]:
+        return history.trim(records, {r.id for r in self.releases()})
 
     def _ensure_layout(self) -> None:
         if not self._releases.is_dir():
@@ -382,6 +456,10 @@ def _executed_ids(releases: Iterable[Release], exes: Iterable[procexe.Executable
         for rid, ident in identities
         if ident is not None and any(procexe.executes(exe, ident) for exe in running)
     }
+
+
+def _id_of(release: Release | None) -> str | None:
+    return None if release is None else release.id
 
 
 def _stamp_of(release: Release) -> int:

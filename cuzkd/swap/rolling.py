@@ -20,8 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+import msgspec
 import structlog
 
+from cuzkd.swap.history import Verdict
 from cuzkd.swap.releases import Release, ReleaseError, ReleaseStore
 
 SwapResult = Literal["ok", "rolled_back", "refused", "failed"]
@@ -29,6 +31,11 @@ SwapResult = Literal["ok", "rolled_back", "refused", "failed"]
 #: Results counted in ``cuzkd_binary_swaps_total``; ``failed`` (a rollback that itself could not
 #: bring every engine back) is counted as ``rolled_back``: the store was flipped back.
 COUNTED_RESULTS: tuple[str, ...] = ("ok", "rolled_back", "refused")
+#: Results counted in ``cuzkd_binary_rollbacks_total`` (``cuzkd swap --rollback``): a rollback
+#: refused (no accepted release to go to) or undone (its engines failed) is ``failed``.
+ROLLBACK_RESULTS: tuple[str, ...] = ("ok", "failed")
+#: Pause between two tries at accepting a release at start while an engine is not yet up.
+ACCEPT_RETRY = 1.0
 
 Progress = Callable[[dict[str, Any]], None]
 
@@ -75,7 +82,7 @@ def _ignore(event: dict[str, Any]) -> None:
 
 
 class SwapCoordinator:
-    """Runs swaps and rollbacks one at a time and counts their results."""
+    """Runs swaps and rollbacks one at a time, judges releases and counts the results."""
 
     def __init__(
         self,
@@ -88,6 +95,7 @@ class SwapCoordinator:
         self.target = target
         self.keep_releases = keep_releases
         self.counts: dict[str, int] = dict.fromkeys(COUNTED_RESULTS, 0)
+        self.rollback_counts: dict[str, int] = dict.fromkeys(ROLLBACK_RESULTS, 0)
         self._lock = asyncio.Lock()
 
     @property
@@ -101,6 +109,22 @@ class SwapCoordinator:
         except (ReleaseError, OSError):
             return None
         return active.id if active else None
+
+    def active_verdict(self) -> dict[str, Any]:
+        """The active release and the history's verdict on it, for ``cuzkd status``."""
+        try:
+            active = self.store.active()
+            record = None if active is None else self.store.verdict(active)
+        except (ReleaseError, OSError) as exc:
+            return {"id": None, "verdict": None, "error": str(exc)}
+        return {"id": active and active.id, "verdict": record and record.verdict,
+                "decided_at": record and record.decided_at, "reason": record and record.reason}
+
+    def history(self) -> dict[str, Any]:
+        """The history with the active release and the rollback target, for ``--history``."""
+        target = self.store.rollback_target()
+        return {"active": self.active_release(), "rollback_target": target and target.id,
+                "records": msgspec.to_builtins(self.store.history())}
 
     def refuse(self, reason: str) -> SwapOutcome:
         """Count and describe a swap refused before anything changed."""
@@ -133,8 +157,11 @@ class SwapCoordinator:
                 )
                 self._step(progress, "smoke_test", release=release.id, cause=cause)
                 if cause != "exit_0":
-                    return self.refuse(f"smoke test {list(smoke_args)} ended with {cause}")
+                    refusal = f"smoke test {list(smoke_args)} ended with {cause}"
+                    await self._judge(release, "rejected", refusal, progress, trial=True)
+                    return self.refuse(refusal)
             try:
+                await asyncio.to_thread(self.store.put_in_service, release, "swap")
                 previous = await asyncio.to_thread(self.store.activate, release)
             except (ReleaseError, OSError) as exc:
                 return self.refuse(f"cannot activate release {release.id}: {exc}")
@@ -142,43 +169,115 @@ class SwapCoordinator:
                 progress, "activated", release=release.id,
                 previous=previous.id if previous else None,
             )
-            outcome = await self._roll(release, previous, settle, progress)
-            if outcome.result == "ok":
-                removed = await asyncio.to_thread(self.store.prune, self.keep_releases)
-                if removed:
-                    self._step(progress, "pruned", releases=[r.id for r in removed])
-            return outcome
+            engines = self.target.engine_names_using_binary()
+            moved, reason = await self._roll(engines, settle, progress)
+            if reason is None:
+                self._count("ok")
+                await self._judge(release, "accepted", _healthy(engines, settle), progress)
+                _log.info("swap_done", release=release.id, engines=engines)
+                await self._prune(progress)
+                return SwapOutcome("ok", release.id, previous.id if previous else None, None,
+                                   engines)
+            self._count("rolled_back")
+            await self._judge(release, "rejected", reason, progress)
+            return await self._undo(release, previous, moved, reason, settle, progress)
 
     async def rollback(self, *, settle: float = 10.0, progress: Progress = _ignore) -> SwapOutcome:
-        """Flip back to the previous release and roll the engines onto it."""
+        """Go back to the last accepted release before the active one and roll the engines.
+
+        On success the release left behind is rejected (an operator rolled back from it), so a
+        further rollback goes further back. If an engine fails on the target, the target is
+        rejected and the rollback undone: ``current`` flips back and the moved engines restart
+        on the release that was active before.
+        """
         async with self._exclusive():
             try:
                 current = self.store.active()
-                restored = await asyncio.to_thread(self.store.rollback)
+                target = self.store.rollback_target()
+                if current is None or target is None:
+                    raise ReleaseError(_no_target(current))
+                await asyncio.to_thread(self.store.activate, target)
             except (ReleaseError, OSError) as exc:
-                return self.refuse(str(exc))
-            self._step(progress, "activated", release=restored.id,
-                       previous=current.id if current else None)
+                self._count_rollback("failed")
+                _log.warning("swap_rollback_refused", reason=str(exc))
+                return SwapOutcome("refused", self.active_release(), None, str(exc))
+            self._step(progress, "activated", release=target.id, previous=current.id)
             engines = self.target.engine_names_using_binary()
-            failure = await self._restart_each(engines, settle, progress)
-            result: SwapResult = "ok" if failure is None else "failed"
-            self._count("ok" if failure is None else "rolled_back")
-            return SwapOutcome(result, restored.id, current.id if current else None,
-                               failure, engines)
+            moved, reason = await self._roll(engines, settle, progress)
+            if reason is None:
+                self._count_rollback("ok")
+                await self._judge(current, "rejected",
+                                  f"rolled back by `cuzkd swap --rollback` to {target.id}",
+                                  progress)
+                _log.info("swap_rollback_done", release=target.id, replaced=current.id)
+                return SwapOutcome("ok", target.id, current.id, None, engines)
+            self._count_rollback("failed")
+            await self._judge(target, "rejected", f"rollback to it failed: {reason}", progress)
+            failure = await self._flip_back(moved, settle, progress)
+            detail = f"{reason}; the rollback was undone"
+            if failure is not None:
+                detail += f"; {failure}"
+            return SwapOutcome("failed", self.active_release(), target.id, detail, moved)
+
+    async def accept_when_healthy(self, settle: float, retry: float = ACCEPT_RETRY) -> None:
+        """Accept the active release once every ``{binary}`` engine is healthy through settle.
+
+        For a release put into service without a swap's health checks: the ``initial_binary``
+        seed, or a release a crash left active mid-swap (both pending). Tries again while an
+        engine is not up; ends once the release is judged, or when a swap has begun or changed
+        the active release (the swap judges then). The caller owns the task.
+        """
+        try:
+            active = self.store.active()
+            record = None if active is None else self.store.verdict(active)
+        except (ReleaseError, OSError) as exc:
+            _log.error("release_acceptance_skipped", error=str(exc))
+            return
+        if active is None or record is None or record.verdict != "pending":
+            return
+        last_reason: str | None = None
+        while True:
+            engines = self.target.engine_names_using_binary()
+            reasons = await asyncio.gather(*(self._healthy_or_removed(n, settle)
+                                             for n in engines))
+            if self.busy or self.active_release() != active.id:
+                return
+            failures = [r for r in reasons if r is not None]
+            if not failures:
+                # No await from the check above to the write: a swap cannot start in between.
+                try:
+                    self.store.judge(active, "accepted", _healthy(engines, settle))
+                except (ReleaseError, OSError) as exc:
+                    _log.error("swap_history_write_failed", release=active.id, error=str(exc))
+                    return
+                _log.info("release_accepted", release=active.id, engines=engines)
+                return
+            if failures[0] != last_reason:
+                last_reason = failures[0]
+                _log.info("release_not_yet_accepted", release=active.id, reason=last_reason)
+            await asyncio.sleep(retry)
+
+    async def _healthy_or_removed(self, name: str, settle: float) -> str | None:
+        try:
+            reason = await self.target.wait_healthy(name, settle)
+        except KeyError:  # removed by a reload meanwhile: nothing left to judge on it
+            return None
+        return None if reason is None else f"engine {name}: {reason}"
 
     async def _roll(
-        self, release: Release, previous: Release | None, settle: float, progress: Progress
-    ) -> SwapOutcome:
-        engines = self.target.engine_names_using_binary()
+        self, engines: Sequence[str], settle: float, progress: Progress
+    ) -> tuple[list[str], str | None]:
+        """Restart ``engines`` one at a time on the active release until one fails.
+
+        Returns the engines moved (the failing one included) and the failure, or None.
+        """
         moved: list[str] = []
         for name in engines:
             moved.append(name)
             reason = await self._restart_one(name, settle, progress)
             if reason is not None:
-                return await self._undo(release, previous, moved, reason, settle, progress)
-        self._count("ok")
-        _log.info("swap_done", release=release.id, engines=engines)
-        return SwapOutcome("ok", release.id, previous.id if previous else None, None, engines)
+                return moved, reason
+        return moved, None
 
     async def _undo(
         self,
@@ -189,33 +288,61 @@ class SwapCoordinator:
         settle: float,
         progress: Progress,
     ) -> SwapOutcome:
-        self._count("rolled_back")
         if previous is None:
             # Nothing to go back to (the first release of a fresh state dir): leave it active,
             # the engines stay in backoff/failed and the operator sees why.
             self._step(progress, "rollback_impossible", reason=reason)
             return SwapOutcome("failed", release.id, None, reason, moved)
-        try:
-            await asyncio.to_thread(self.store.rollback)
-        except (ReleaseError, OSError) as exc:
+        failure = await self._flip_back(moved, settle, progress)
+        if failure is not None and self.active_release() == release.id:
             # current still names the new release: the moved engines stay on it.
-            self._step(progress, "rollback_impossible", reason=f"{reason}; {exc}")
-            return SwapOutcome("failed", release.id, previous.id,
-                               f"{reason}; cannot roll back: {exc}", moved)
-        self._step(progress, "rolled_back", release=previous.id, reason=reason)
-        failure = await self._restart_each(moved, settle, progress)
-        detail = reason if failure is None else f"{reason}; after rollback: {failure}"
+            return SwapOutcome("failed", release.id, previous.id, f"{reason}; {failure}", moved)
+        detail = reason if failure is None else f"{reason}; {failure}"
         return SwapOutcome("rolled_back", previous.id, release.id, detail, moved)
+
+    async def _flip_back(self, moved: Sequence[str], settle: float,
+                         progress: Progress) -> str | None:
+        """Flip ``current`` back to ``previous`` and restart ``moved`` on it; None, or why not
+        every engine came back."""
+        try:
+            restored = await asyncio.to_thread(self.store.rollback)
+        except (ReleaseError, OSError) as exc:
+            self._step(progress, "rollback_impossible", reason=str(exc))
+            return f"cannot roll back: {exc}"
+        self._step(progress, "rolled_back", release=restored.id)
+        failure = await self._restart_each(moved, settle, progress)
+        return None if failure is None else f"after rollback: {failure}"
+
+    async def _judge(self, release: Release, verdict: Verdict, reason: str, progress: Progress,
+                     *, trial: bool = False) -> None:
+        """Record a verdict; a history that cannot be written is reported, never fatal (the
+        engines' state is what it is). ``trial`` first records the release as put on trial
+        (a release refused before activation)."""
+        try:
+            if trial:
+                await asyncio.to_thread(self.store.put_in_service, release, "swap")
+            await asyncio.to_thread(self.store.judge, release, verdict, reason)
+        except (ReleaseError, OSError) as exc:
+            _log.error("swap_history_write_failed", release=release.id, error=str(exc))
+            self._step(progress, "history_not_saved", release=release.id, reason=str(exc))
+            return
+        self._step(progress, verdict, release=release.id)
+
+    async def _prune(self, progress: Progress) -> None:
+        try:
+            removed = await asyncio.to_thread(self.store.prune, self.keep_releases)
+        except (ReleaseError, OSError) as exc:
+            _log.error("swap_prune_failed", error=str(exc))
+            return
+        if removed:
+            self._step(progress, "pruned", releases=[r.id for r in removed])
 
     async def _restart_each(
         self, names: Sequence[str], settle: float, progress: Progress
     ) -> str | None:
         """Restart engines in order; return the first failure reason, if any."""
-        for name in names:
-            reason = await self._restart_one(name, settle, progress)
-            if reason is not None:
-                return reason
-        return None
+        _, reason = await self._roll(names, settle, progress)
+        return reason
 
     async def _restart_one(self, name: str, settle: float, progress: Progress) -> str | None:
         self._step(progress, "restarting", engine=name)
@@ -240,7 +367,21 @@ class SwapCoordinator:
     def _count(self, result: str) -> None:
         self.counts[result] += 1
 
+    def _count_rollback(self, result: str) -> None:
+        self.rollback_counts[result] += 1
+
     @staticmethod
     def _step(progress: Progress, step: str, **fields: Any) -> None:
         _log.info("swap_step", step=step, **fields)
         progress({"event": step, **fields})
+
+
+def _healthy(engines: Sequence[str], settle: float) -> str:
+    return f"{len(engines)} engine(s) healthy through the {settle:g}s settle period"
+
+
+def _no_target(current: Release | None) -> str:
+    if current is None:
+        return "no active release to roll back from"
+    return (f"no accepted release before the active one ({current.id}) to roll back to; "
+            "`cuzkd swap --history` lists the releases and their verdicts")

@@ -13,6 +13,8 @@ from collections.abc import Sequence, Set
 RELEASES_DIR = "releases"
 CURRENT_LINK = "current"
 PREVIOUS_LINK = "previous"
+#: verdicts on each release put into service (see cuzkd.swap.history)
+HISTORY_FILE = "history.json"
 # Every temporary name the store creates starts with this, in ``state_dir`` (symlinks being
 # flipped) and in ``releases/`` (directories being filled or deleted); recovery removes exactly
 # these and nothing else, so operators' own files next to the store are never touched.

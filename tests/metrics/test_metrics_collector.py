@@ -134,7 +134,8 @@ def test_supervisor_families(make_engine, scrape):
     s = scrape(one(
         [make_engine("e0", restarts_total=3, exits_total={"exit_1": 2, "signal_SIGKILL": 1},
                      release="r-2", descendants_killed_total=4)],
-        zombies=7, swaps_total={"ok": 2}, active_release="r-2"))
+        zombies=7, swaps_total={"ok": 2}, rollbacks_total={"failed": 1},
+        active_release="r-2"))
     assert s.get_value("cuzkd_build_info", version=__version__) == 1
     assert s.get_value("cuzkd_engine_restarts_total", engine="e0") == 3
     assert s.get_value("cuzkd_engine_descendants_killed_total", engine="e0") == 4
@@ -147,6 +148,8 @@ def test_supervisor_families(make_engine, scrape):
     assert s.get_value("cuzkd_zombies_reaped_total") == 7
     assert s.named("cuzkd_binary_swaps_total") == {
         (("result", "ok"),): 2, (("result", "refused"),): 0, (("result", "rolled_back"),): 0}
+    assert s.named("cuzkd_binary_rollbacks_total") == {
+        (("result", "ok"),): 0, (("result", "failed"),): 1}
     assert s.get_value("cuzkd_binary_release_info", release="r-2") == 1
     assert s.get_value("cuzkd_engine_release_info", engine="e0", release="r-2") == 1
 
@@ -156,6 +159,7 @@ def test_no_release_no_release_info(make_engine, scrape):
     assert not s.named("cuzkd_binary_release_info")
     assert not s.named("cuzkd_engine_release_info")
     assert len(s.named("cuzkd_binary_swaps_total")) == 3
+    assert len(s.named("cuzkd_binary_rollbacks_total")) == 2
 
 
 def test_duplicates_do_not_break_the_exposition(example_status, example_extensions, make_engine,

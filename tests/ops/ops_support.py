@@ -94,6 +94,7 @@ _SUPERVISOR_METRICS = {
     "cuzkd_engine_descendants_killed_total": _m("counter", "engine"),
     "cuzkd_zombies_reaped_total": _m("counter"),
     "cuzkd_binary_swaps_total": _m("counter", "result"),
+    "cuzkd_binary_rollbacks_total": _m("counter", "result"),
     "cuzkd_binary_release_info": _m("gauge", "release"),
     "cuzkd_status_fetch_duration_seconds": _m("gauge", "engine"),
     "cuzkd_status_fetch_errors_total": _m("counter", "engine"),

@@ -11,6 +11,9 @@
  *
  * Build: gcc -O1 -DVERSION='"v1"' [-DCRASH=1] -o fake_cuzk fake_cuzk.c
  * With CRASH=1 it exits 1 at start whatever the arguments: a release that cannot run.
+ * With FAKE_CUZK_BROKEN=PATH in the environment it also exits 1 at start while the file PATH
+ * holds exactly VERSION: a release that ran well once and fails now (a rollback target that
+ * fails, for the tests of undoing a rollback).
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -83,8 +86,20 @@ static int serve(int port) {
     }
 }
 
+static int broken_now(void) {
+    const char *path = getenv("FAKE_CUZK_BROKEN");
+    char text[64] = "";
+    FILE *file = path ? fopen(path, "r") : NULL;
+    if (file == NULL)
+        return 0;
+    size_t got = fread(text, 1, sizeof text - 1, file);
+    fclose(file);
+    text[got] = '\0';
+    return strcmp(text, VERSION) == 0;
+}
+
 int main(int argc, char **argv) {
-    if (CRASH) {
+    if (CRASH || broken_now()) {
         fprintf(stderr, "fake_cuzk %s: crashing at start\n", VERSION);
         return 1;
     }

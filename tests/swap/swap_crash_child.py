@@ -1,7 +1,7 @@
 """Crash-injection child: run one release-store operation and SIGKILL itself after a step.
 
 Usage: swap_crash_child.py STATE_DIR OPERATION ARGUMENT STEP
-  install SOURCE | activate RELEASE_ID | rollback - | prune KEEP
+  install SOURCE | activate RELEASE_ID | rollback - | prune KEEP | judge RELEASE_ID
 
 Drives the same ``*_steps`` generators the store's public methods run, so the crash happens
 inside the real sequence. Exits 3 if STEP never came (the test then fails).
@@ -28,6 +28,9 @@ def steps(store: ReleaseStore, operation: str, argument: str) -> Generator[str, 
         return store.rollback_steps()
     if operation == "prune":
         return store.prune_steps(int(argument))
+    if operation == "judge":  # accept the release: one durable save of the history
+        release = next(r for r in store.releases() if r.id == argument)
+        return store.judge_steps(release, "accepted", "healthy")
     raise SystemExit(f"unknown operation {operation!r}")
 
 

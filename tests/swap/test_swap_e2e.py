@@ -8,6 +8,7 @@ engine, no ``{binary}``) must never be touched by a swap.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -81,6 +82,20 @@ class Fleet:
         return [sys.executable, "-m", "cuzkd", "swap", "--config", str(self.sup.config),
                 "--settle", settle, *args]
 
+    def history(self) -> dict[str, Any]:
+        status, body = self.sup.request("GET", "/v1/swap/history")
+        assert status == 200, body
+        return body  # type: ignore[no-any-return]
+
+    def verdicts(self) -> dict[str, str]:
+        """build name -> verdict, for the builds the history knows."""
+        names = {rid: name for name, rid in self.ids.items()}
+        return {names[r["release"]]: r["verdict"] for r in self.history()["records"]}
+
+    def wait_accepted(self, version: str) -> None:
+        wait_until(lambda: self.verdicts().get(version) == "accepted", 15,
+                   f"release {version} accepted")
+
     def pids(self) -> dict[str, int | None]:
         return {name: eng["pid"] for name, eng in self.sup.engines().items()}
 
@@ -140,11 +155,14 @@ def start_fleet(tmp: Path, builds: dict[str, Path], *, initial: str | None = "v1
     ports = {name: free_port() for name in BINARY_ENGINES}
     engines = [
         {"name": name, "command": ["{binary}", "--port", str(port)],
-         "status_url": f"http://127.0.0.1:{port}/status"}
+         "status_url": f"http://127.0.0.1:{port}/status",
+         "env": {"FAKE_CUZK_BROKEN": str(tmp / "broken-version")}}
         for name, port in ports.items()
     ]
     engines.append(fake_engine(tmp, "py"))
-    supervisor = {"initial_binary": str(src[initial])} if initial else {}
+    supervisor: dict[str, Any] = {"release_settle": SETTLE}
+    if initial:
+        supervisor["initial_binary"] = str(src[initial])
     config = write_config(tmp, engines, supervisor=supervisor, defaults=ENGINE_DEFAULTS)
     ids = {name: source_release_id(path) for name, path in src.items()}
     return Fleet(start_supervisor(config), tmp, ports, src, ids, ReleaseStore(tmp / "state"))
@@ -155,6 +173,7 @@ def fleet(tmp_path: Path, builds: dict[str, Path]) -> Iterator[Fleet]:
     fleet = start_fleet(tmp_path, builds)
     try:
         fleet.wait_running()
+        fleet.wait_accepted("v1")
         yield fleet
     finally:
         fleet.sup.stop()
@@ -281,6 +300,70 @@ def test_rollback_returns_to_the_previous_release_and_sources_do_not_matter_afte
     fleet.assert_engines_on("v1")
 
 
+def cuzkd(fleet: Fleet, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "cuzkd", *args, "--config",
+                           str(fleet.sup.config)], capture_output=True, text=True, timeout=60)
+
+
+def test_rollback_after_an_automatic_rollback_never_returns_to_the_crashing_release(
+    fleet: Fleet,
+) -> None:
+    assert fleet.swap(str(fleet.src["crash"])).returncode == 1  # rolled back to v1
+    fleet.wait_running()
+    pids = fleet.pids()
+
+    again = fleet.swap("--rollback")
+
+    # `previous` names the crashing build; the history knows nothing good before v1.
+    assert again.returncode == 1
+    assert "rollback refused: no accepted release before the active one" in again.stderr
+    assert fleet.pids() == pids
+    fleet.assert_engines_on("v1")
+
+    assert fleet.swap(str(fleet.src["v2"])).returncode == 0
+    back = fleet.swap("--rollback")
+
+    assert back.returncode == 0, back.stderr
+    assert f"rollback ok: release {fleet.ids['v1']} active" in back.stdout
+    fleet.assert_engines_on("v1")
+    assert fleet.verdicts() == {"v1": "accepted", "crash": "rejected", "v2": "rejected"}
+    metrics = metrics_text(fleet.sup)
+    for result, count in (("ok", 1), ("rolled_back", 1), ("refused", 0)):
+        assert f'cuzkd_binary_swaps_total{{result="{result}"}} {count}' in metrics
+    for result, count in (("ok", 1), ("failed", 1)):
+        assert f'cuzkd_binary_rollbacks_total{{result="{result}"}} {count}' in metrics
+
+    shown = cuzkd(fleet, "swap", "--history")
+    assert shown.returncode == 0, shown.stderr
+    rows = {line.split()[0]: line for line in shown.stdout.splitlines()[1:]}
+    assert rows[fleet.ids["v1"]].split()[1:2] == ["accepted"] and "active" in rows[fleet.ids["v1"]]
+    assert "exit_1" in rows[fleet.ids["crash"]]
+    assert "rolled back by `cuzkd swap --rollback`" in rows[fleet.ids["v2"]]
+    as_json = json.loads(cuzkd(fleet, "swap", "--history", "--json").stdout)
+    assert as_json["active"] == fleet.ids["v1"] and as_json["rollback_target"] is None
+    status = cuzkd(fleet, "status")
+    assert f"active release {fleet.ids['v1']}: accepted at " in status.stdout
+
+
+def test_a_rollback_whose_engines_fail_is_undone(fleet: Fleet) -> None:
+    assert fleet.swap(str(fleet.src["v2"])).returncode == 0
+    (fleet.tmp / "broken-version").write_text("v1")  # v1 ran well; it crashes from now on
+
+    done = fleet.swap("--rollback")
+
+    assert done.returncode == 1
+    assert "rollback failed: engine gpu0:" in done.stderr
+    assert "exit_1" in done.stderr and "the rollback was undone" in done.stderr
+    fleet.wait_running()
+    fleet.assert_engines_on("v2")
+    assert fleet.verdicts() == {"v1": "rejected", "v2": "accepted"}
+    metrics = metrics_text(fleet.sup)
+    assert 'cuzkd_binary_rollbacks_total{result="failed"} 1' in metrics
+    assert 'cuzkd_binary_swaps_total{result="rolled_back"} 0' in metrics
+    status = cuzkd(fleet, "status")
+    assert f"active release {fleet.ids['v2']}: accepted" in status.stdout
+
+
 def test_a_smoke_test_must_pass_before_the_swap(fleet: Fleet) -> None:
     pids = fleet.pids()
     failed = fleet.swap(str(fleet.src["v2"]), "--smoke", "--bogus-flag")
@@ -351,6 +434,12 @@ def test_a_supervisor_killed_during_a_swap_restarts_consistent(
         assert active is not None
         version = "v2" if active.id == fleet.ids["v2"] else "v1"
         fleet.assert_engines_on(version)
+        # The history agrees: whichever release runs is accepted once healthy through settle
+        # (v2 that a crash left on trial, like the seed); a v2 that never became active is
+        # rejected as interrupted, never a rollback target.
+        fleet.wait_accepted(version)
+        assert fleet.verdicts().get("v2", "rejected") == ("accepted" if version == "v2"
+                                                          else "rejected")
         ignored = [line for line in fleet.sup.log_text().splitlines()[log_lines:]
                    if "initial_binary_ignored" in line]
         assert bool(ignored) == (version == "v2")  # initial_binary (v1) never swaps silently

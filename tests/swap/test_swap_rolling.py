@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cuzkd.swap.releases import ReleaseStore
+from cuzkd.swap.releases import ReleaseStore, source_release_id
 from cuzkd.swap.rolling import SwapCoordinator, SwapInProgress
 
 
@@ -29,6 +29,8 @@ class ScriptedSupervisor:
         self._down = 0
         self.gate: asyncio.Event | None = None
         self.restarting = asyncio.Event()
+        #: release ids whose engines fail now although the binary says ``good``
+        self.broken: set[str] = set()
 
     def engine_names_using_binary(self) -> list[str]:
         return list(self.engines)
@@ -49,7 +51,8 @@ class ScriptedSupervisor:
     async def wait_healthy(self, name: str, settle: float) -> str | None:
         self._down -= 1
         binary = Path(self.store.active_binary())
-        if b"good" in await asyncio.to_thread(binary.read_bytes):
+        broken = self.running.get(name) in self.broken
+        if b"good" in await asyncio.to_thread(binary.read_bytes) and not broken:
             return None
         return "exited with exit_1 during settle"
 
@@ -60,8 +63,11 @@ class ScriptedSupervisor:
 
 @pytest.fixture
 def v1(store: ReleaseStore, make_script):
+    """An accepted seed release, as ``initial_binary`` leaves it once its engines are healthy."""
     release = store.install(make_script("v1-good"))
+    store.put_in_service(release, "initial_binary")
     store.activate(release)
+    store.judge(release, "accepted", "seed healthy")
     return release
 
 
@@ -200,3 +206,135 @@ async def test_rollback_with_an_unusable_store_is_refused(store, v1):
     outcome = await coord.rollback(settle=0)
     assert outcome.result == "refused" and "not a symlink" in outcome.reason
     assert outcome.release is None
+
+
+async def test_rollback_after_an_automatic_rollback_never_goes_to_the_crashing_release(
+    store, make_script, v1
+):
+    target = ScriptedSupervisor(store, ["gpu0"])
+    coord = SwapCoordinator(store, target, keep_releases=3)
+    crashed = await coord.swap(make_script("v2-bad"), settle=0)
+    assert crashed.result == "rolled_back" and store.active().id == v1.id
+    assert store.previous().id == crashed.previous  # `previous` names the crashing release
+    target.log.clear()
+
+    outcome = await coord.rollback(settle=0)
+
+    assert outcome.result == "refused"
+    assert "no accepted release before the active one" in outcome.reason
+    assert store.active().id == v1.id and target.log == []
+    assert coord.rollback_counts == {"ok": 0, "failed": 1}
+    assert coord.counts == {"ok": 0, "rolled_back": 1, "refused": 0}
+
+
+async def test_rollback_goes_to_the_last_accepted_release_and_then_further_back(
+    store, make_script, v1
+):
+    target = ScriptedSupervisor(store, ["gpu0"])
+    coord = SwapCoordinator(store, target, keep_releases=5)
+    v2 = (await coord.swap(make_script("v2-good"), settle=0)).release
+    assert (await coord.swap(make_script("v3-bad"), settle=0)).result == "rolled_back"
+    assert store.active().id == v2
+
+    first = await coord.rollback(settle=0)
+
+    assert (first.result, first.release, first.previous) == ("ok", v1.id, v2)
+    assert target.running == {"gpu0": v1.id}
+    assert store.verdict(store.active()).verdict == "accepted"
+    left = {r.release: r for r in store.history()}[v2]
+    assert left.verdict == "rejected" and "rolled back" in left.reason
+    # v2 was left by an operator, v3 crashed: nothing accepted is older than v1.
+    assert (await coord.rollback(settle=0)).result == "refused"
+    assert coord.rollback_counts == {"ok": 1, "failed": 1}
+    assert coord.counts == {"ok": 1, "rolled_back": 1, "refused": 0}
+
+
+async def test_a_rollback_that_fails_is_undone_and_its_target_rejected(store, make_script, v1):
+    target = ScriptedSupervisor(store, ["gpu0", "gpu1"])
+    coord = SwapCoordinator(store, target, keep_releases=3)
+    v2 = (await coord.swap(make_script("v2-good"), settle=0)).release
+    target.broken.add(v1.id)  # v1 ran well once; its engines fail now
+    target.log.clear()
+    events: list[dict] = []
+
+    outcome = await coord.rollback(settle=0, progress=events.append)
+
+    assert outcome.result == "failed"
+    assert "engine gpu0" in outcome.reason and "the rollback was undone" in outcome.reason
+    assert outcome.release == v2 and store.active().id == v2
+    # gpu0 moved to v1, failed, and came back on v2; gpu1 was never touched.
+    assert target.log == [("restart", "gpu0"), ("restart", "gpu0")]
+    assert target.running == {"gpu0": v2, "gpu1": v2}
+    assert "rolled_back" in [e["event"] for e in events]
+    verdicts = {r.release: r.verdict for r in store.history()}
+    assert verdicts == {v1.id: "rejected", v2: "accepted"}
+    assert coord.rollback_counts == {"ok": 0, "failed": 1}
+    assert coord.counts["rolled_back"] == 0
+
+
+async def test_each_swap_records_its_verdict_with_time_and_reason(store, make_script, v1):
+    target = ScriptedSupervisor(store, ["gpu0"])
+    target.smoke_cause = "exit_3"
+    coord = SwapCoordinator(store, target, keep_releases=5)
+    smoke_source = make_script("v2-good")
+    await coord.swap(smoke_source, smoke_args=["--version"], settle=0)
+    smoked = source_release_id(smoke_source)
+    target.smoke_cause = "exit_0"
+    bad = await coord.swap(make_script("v3-bad"), settle=0)
+    good = await coord.swap(make_script("v4-good"), settle=0)
+    records = {r.release: r for r in store.history()}
+    assert records[v1.id].verdict == "accepted"
+    assert records[smoked].verdict == "rejected"
+    assert "exit_3" in records[smoked].reason
+    assert records[bad.previous].verdict == "rejected"
+    assert "exited with exit_1" in records[bad.previous].reason
+    assert records[good.release].verdict == "accepted"
+    assert all(r.decided_at is not None and r.decided_at >= r.activated_at
+               for r in records.values())
+    assert store.rollback_target().id == v1.id
+
+
+async def test_a_history_that_cannot_be_written_does_not_break_the_swap(
+    store, make_script, v1, monkeypatch
+):
+    target = ScriptedSupervisor(store, ["gpu0"])
+    coord = SwapCoordinator(store, target, keep_releases=3)
+    events: list[dict] = []
+
+    def disk_full(release, verdict, reason):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(store, "judge", disk_full)
+    outcome = await coord.swap(make_script("v2-good"), settle=0, progress=events.append)
+    assert outcome.result == "ok" and not coord.busy
+    assert {"event": "history_not_saved", "release": outcome.release,
+            "reason": "[Errno 28] No space left on device"} in events
+
+
+async def test_a_seed_is_accepted_once_its_engines_are_healthy(store, make_script):
+    seed = store.install(make_script("v1-good"))
+    store.put_in_service(seed, "initial_binary")
+    store.activate(seed)
+    target = ScriptedSupervisor(store, ["gpu0"])
+    target.broken.add(seed.id)
+    target.running["gpu0"] = seed.id
+    coord = SwapCoordinator(store, target, keep_releases=3)
+    accepting = asyncio.create_task(coord.accept_when_healthy(settle=0, retry=0))
+    for _ in range(5):  # a few rounds with the engine failing: still on trial
+        await asyncio.sleep(0)
+    assert not accepting.done() and store.verdict(seed).verdict == "pending"
+
+    target.broken.clear()
+    await asyncio.wait_for(accepting, 5)
+
+    record = store.verdict(seed)
+    assert record.verdict == "accepted" and "healthy" in record.reason
+
+
+async def test_acceptance_leaves_a_judged_release_alone(store, make_script, v1):
+    target = ScriptedSupervisor(store, ["gpu0"])
+    coord = SwapCoordinator(store, target, keep_releases=3)
+    await coord.swap(make_script("v2-bad"), settle=0)  # rejected, rolled back to v1
+    store.judge(v1, "rejected", "an operator said so")
+    await asyncio.wait_for(coord.accept_when_healthy(settle=0, retry=0), 5)
+    assert store.verdict(v1).verdict == "rejected"
