@@ -58,6 +58,7 @@ _NAME = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9_-]+$", min_length=1, max_
 _POSITIVE_INT = Annotated[int, msgspec.Meta(ge=1)]
 Restart = Literal["always", "on-failure", "never"]
 LogLevel = Literal["debug", "info", "warning", "error"]
+StallAction = Literal["restart", "alert"]
 
 
 class SupervisorConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -102,6 +103,9 @@ class EngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     unhealthy_after: Seconds = Seconds(15)
     stop_signal: str = "SIGTERM"
     stop_timeout: Seconds = Seconds(30)
+    #: stall watchdog: work and no progress for this long is a stall ("0s": off)
+    stall_after: Seconds = Seconds(600)
+    stall_action: StallAction = "restart"
 
     @property
     def bundled(self) -> bool:
@@ -337,6 +341,10 @@ def _check(config: Config, where: str) -> None:
         if eng.backoff_max < eng.backoff_initial:
             raise fail(f"{key}.backoff_max", f"{eng.backoff_max:g}s is less than "
                                              f"backoff_initial ({eng.backoff_initial:g}s)")
+        if 0 < eng.stall_after < eng.health_interval:
+            raise fail(f"{key}.stall_after", f"{eng.stall_after:g}s is shorter than "
+                                             f"health_interval ({eng.health_interval:g}s); "
+                                             "use '0s' to turn the stall watchdog off")
         if eng.unhealthy_after < eng.health_interval:
             raise fail(f"{key}.unhealthy_after", f"{eng.unhealthy_after:g}s is shorter than "
                                                  f"health_interval ({eng.health_interval:g}s)")

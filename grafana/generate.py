@@ -345,10 +345,12 @@ def fleet() -> Json:
                    "CuzkdEngineCrashLooping.",
                    [Q(agg(BY_ENGINE, rate("cuzkd_engine_restarts_total", fn="increase")),
                       LEGEND_ENGINE)], "short", bars=True),
-        timeseries("Engine exits by cause", "Why engine processes ended, per rate interval: "
-                   "exit_N (exit status), signal_X (killed by a signal; SIGKILL often means "
-                   "the OOM killer), unhealthy (the supervisor stopped an engine that stopped "
-                   "answering). Bad: any exit outside a planned restart or swap.",
+        timeseries("Engine exits by cause", "Why engine processes ended, per rate interval. "
+                   "On purpose: stopped (operator, reload, shutdown), swap (binary swap). "
+                   "Killed by cuzkd: unhealthy (status silent), stalled (no progress), "
+                   "start_timeout. By the engine or the kernel: oom_killed, core_dumped, "
+                   "signal_X, exit_N. Bad: anything but stopped and swap; `cuzkd status "
+                   "ENGINE` shows the last stderr lines.",
                    [Q(agg(f"{BY_ENGINE}, cause",
                           rate("cuzkd_engine_exits_total", fn="increase")),
                       f"{LEGEND_ENGINE} {{{{cause}}}}", event_only=True)], "short", bars=True),
@@ -437,6 +439,18 @@ def gpu_workers() -> Json:
                    "picking up work (CuzkdGpuWorkersIdleWithQueuedWork fires after 5 minutes).",
                    [Q(f"{idle_workers} and on ({BY_ENGINE}) ({waiting})", LEGEND_ENGINE,
                       event_only=True)], "short"),
+        state_timeline("Stalled engines", "The stall watchdog per engine: red while an engine "
+                       "has work but its pipeline does not move (a hung GPU kernel or a "
+                       "deadlocked worker). With stall_action = \"restart\" it is red only "
+                       "briefly: see the stalls beside. Bad: any red.",
+                       [Q(agg(BY_ENGINE, sel("cuzkd_engine_stalled"), op="max"),
+                          LEGEND_ENGINE)],
+                       [(0, "moving or idle", "green"), (1, "stalled", "red")], w=12, h=8),
+        timeseries("Stalls", "Stalls the watchdog declared per engine, per rate interval "
+                   "(each one restarts the engine unless stall_action = \"alert\"). Bad: "
+                   "any; CuzkdEngineStalled fires.",
+                   [Q(agg(BY_ENGINE, rate("cuzkd_engine_stalls_total", fn="increase")),
+                      LEGEND_ENGINE)], "short", bars=True),
         timeseries("Work waiting for a GPU", "Jobs queued in the scheduler and partitions "
                    "synthesized and waiting for a GPU worker. Bad: growing while utilization "
                    "is below 100 %.",

@@ -45,6 +45,9 @@ class EngineSample:
     status_polled: bool = True
     #: descendants stopped because they outlived the engine (or a previous supervisor)
     descendants_killed_total: int = 0
+    #: stalls the watchdog declared, and whether one lasts now
+    stalls_total: int = 0
+    stalled: bool = False
 
 
 @dataclass(frozen=True)

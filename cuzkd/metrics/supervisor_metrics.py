@@ -32,8 +32,13 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
     restarts = c("cuzkd_engine_restarts_total", "Times the supervisor restarted the engine.",
                  labels=e)
     exits = c("cuzkd_engine_exits_total",
-              "Engine process exits by cause (exit_N, signal_NAME, unhealthy).",
+              "Engine process exits by cause: stopped, swap, unhealthy, stalled, "
+              "start_timeout, oom_killed, core_dumped, signal_NAME, exit_N.",
               labels=["engine", "cause"])
+    stalls = c("cuzkd_engine_stalls_total",
+               "Stalls the watchdog declared: work and no progress for stall_after, or a "
+               "worker busy on one partition far beyond its proof kind's GPU p99.", labels=e)
+    stalled = g("cuzkd_engine_stalled", "1 while the engine is stalled, else 0.", labels=e)
     start = g("cuzkd_engine_start_time_seconds",
               "Unix time the engine's current process started.", labels=e)
     rss = g("cuzkd_engine_resident_memory_bytes",
@@ -58,6 +63,8 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
         for candidate in ENGINE_STATES:
             state.add_metric([engine.name, candidate], 1 if engine.state == candidate else 0)
         restarts.add_metric(name, engine.restarts_total)
+        stalls.add_metric(name, engine.stalls_total)
+        stalled.add_metric(name, 1 if engine.stalled else 0)
         for cause, count in sorted(engine.exits_total.items()):
             exits.add_metric([engine.name, cause], count)
         if engine.start_time_seconds is not None:
@@ -93,9 +100,9 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
     if sample.config_reload_success_time is not None:
         reload_time.add_metric([], sample.config_reload_success_time)
     build = InfoMetricFamily("cuzkd_build", "cuzkd version.", value={"version": __version__})
-    return [build, up, state, restarts, exits, start, rss, cpu, fetch_duration, fetch_errors,
-            descendants_killed, release, swaps, rollbacks, active, zombies, reload_ok,
-            reload_time]
+    return [build, up, state, restarts, exits, stalls, stalled, start, rss, cpu,
+            fetch_duration, fetch_errors, descendants_killed, release, swaps, rollbacks, active,
+            zombies, reload_ok, reload_time]
 
 
 def _by_result(family: CounterMetricFamily, always: Sequence[str],

@@ -46,9 +46,10 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     check.set_defaults(handler=_check_config)
 
     status = sub.add_parser("status", help="show the supervised engines, or one engine's "
-                                           "workers, jobs and budget")
+                                           "workers, jobs, budget and trouble")
     status.add_argument("name", metavar="NAME", nargs="?",
-                        help="one engine: its GPU workers, jobs and memory budget")
+                        help="one engine: its GPU workers, jobs, memory budget, exit causes, "
+                             "stalls and last stderr lines")
     status.add_argument("--config", metavar="PATH", help="config naming the control socket")
     status.add_argument("--json", action="store_true", help="print the control API's JSON")
     status.add_argument("--watch", metavar="SECONDS", nargs="?", type=float, const=1.0,

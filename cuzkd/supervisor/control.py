@@ -46,6 +46,12 @@ def build_control_app(supervisor: Supervisor, hooks: Sequence[RouteHook]) -> web
         del request
         return web.json_response(supervisor.about())
 
+    async def engine(request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        if not supervisor.has_engine(name):
+            return web.json_response({"error": f"no engine named {name!r}"}, status=404)
+        return web.json_response(supervisor.engine_info(name))
+
     async def action(request: web.Request) -> web.Response:
         name = request.match_info["name"]
         verb = request.match_info["action"]
@@ -74,6 +80,7 @@ def build_control_app(supervisor: Supervisor, hooks: Sequence[RouteHook]) -> web
 
     app.router.add_get("/v1/engines", engines)
     app.router.add_get("/v1/supervisor", about)
+    app.router.add_get("/v1/engines/{name}", engine)
     app.router.add_post("/v1/engines/{name}/{action}", action)
     for hook in hooks:
         hook(app)

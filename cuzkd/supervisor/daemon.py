@@ -390,11 +390,12 @@ class Supervisor:
         return [name for name, r in self._runners.items()
                 if r.spec.uses_binary and r.machine.state is not State.STOPPED]
 
-    async def restart_engine(self, name: str) -> None:
-        """Restart ``name``; while stopping, log and do nothing (see :meth:`start_engine`)."""
+    async def restart_engine(self, name: str, *, swap: bool = False) -> None:
+        """Restart ``name``; while stopping, log and do nothing (see :meth:`start_engine`).
+        ``swap``: a binary swap's restart (counted as exit cause ``swap``)."""
         if self._refuse_spawn("restart", name):
             return
-        await self._runner(name).restart()
+        await self._runner(name).restart(swap=swap)
 
     async def stop_engine(self, name: str) -> str | None:
         """Stop ``name``; None once it is stopped, else why not (still running

@@ -2,7 +2,8 @@
 
 What operators used to script by hand against cuzk's ``/status``: every GPU worker (state,
 full job id, partition, current busy time), every listed job (kind, age, partitions per
-phase) and the memory budget. Pure rendering of a control-API engine entry plus a decoded
+phase) and the memory budget -- and its trouble: exits by cause, stalls, and the last stderr
+lines of the process that exited last. Pure rendering of a control-API engine entry plus a decoded
 :class:`~cuzkd.status.document.StatusDocument`, so it reads the bundled engine and a plain
 cuzk alike; job ids are printed whole, however long -- they are what an operator greps logs for.
 """
@@ -20,16 +21,33 @@ from cuzkd.units import format_bytes, format_duration
 def render_engine(info: dict[str, Any], doc: StatusDocument | None, error: str | None,
                   now: float) -> str:
     """The whole view; ``doc`` is None when the status could not be read (``error`` says why)."""
-    lines = [_headline(info, now)]
+    lines = [_headline(info, now), *_trouble_lines(info)]
     if doc is None:
         lines.append(f"status: unavailable ({error or 'engine not running'})")
-        return "\n".join(lines) + "\n"
-    lines.append(_budget_line(doc))
-    lines.append("")
-    lines.extend(_workers_table(doc))
-    lines.append("")
-    lines.extend(_pipelines_table(doc))
+    else:
+        lines.append(_budget_line(doc))
+        lines.append("")
+        lines.extend(_workers_table(doc))
+        lines.append("")
+        lines.extend(_pipelines_table(doc))
+    lines.extend(_stderr_lines(info))
     return "\n".join(lines) + "\n"
+
+
+def _trouble_lines(info: dict[str, Any]) -> list[str]:
+    """Last exit cause with the count per cause, and the stall watchdog's view."""
+    exits = ", ".join(f"{cause} {n}" for cause, n in sorted(info.get("exits", {}).items()))
+    stalled = "   STALLED now" if info.get("stalled") else ""
+    return [f"last exit {info.get('last_exit_cause') or '-'}   exits {exits or '-'}   "
+            f"stalls {info.get('stalls_total', 0)}{stalled}"]
+
+
+def _stderr_lines(info: dict[str, Any]) -> list[str]:
+    tail: list[str] = info.get("last_exit_stderr") or []
+    if not tail:
+        return []
+    return ["", f"stderr of the last exited process (last {len(tail)} lines):",
+            *(f"  | {line}" for line in tail)]
 
 
 def _headline(info: dict[str, Any], now: float) -> str:

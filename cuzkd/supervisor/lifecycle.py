@@ -37,7 +37,10 @@ class Spawn:
 
 @dataclass(frozen=True)
 class Stop:
-    """Send the stop signal; SIGKILL the process group after stop_timeout; report ``exited``."""
+    """Send the stop signal; SIGKILL the process group after stop_timeout; report ``exited``.
+    ``kill``: SIGKILL at once (a stalled engine has nothing left to drain)."""
+
+    kill: bool = False
 
 
 @dataclass(frozen=True)
@@ -60,8 +63,24 @@ class _Intent(enum.Enum):
 
     STOP = "stop"
     RESTART = "restart"
+    SWAP = "swap"
     UNHEALTHY = "unhealthy"
+    STALLED = "stalled"
     START_TIMEOUT = "start_timeout"
+
+
+#: The exit cause counted for a process the supervisor stopped (precedence over what the
+#: process itself died of; see :mod:`cuzkd.supervisor.exitcause`).
+_INTENT_CAUSE: dict[_Intent, str] = {
+    _Intent.STOP: "stopped",
+    _Intent.RESTART: "stopped",
+    _Intent.SWAP: "swap",
+    _Intent.UNHEALTHY: "unhealthy",
+    _Intent.STALLED: "stalled",
+    _Intent.START_TIMEOUT: "start_timeout",
+}
+#: Intents whose exit is followed by a spawn at once, whatever the restart policy.
+_RESPAWN: frozenset[_Intent] = frozenset((_Intent.RESTART, _Intent.SWAP, _Intent.STALLED))
 
 
 @dataclass(frozen=True)
@@ -93,7 +112,7 @@ class Lifecycle:
     #: monotonic time the pending backoff timer fires
     next_start_at: float | None = None
     restarts: int = 0
-    #: exit cause (``exit_1``, ``signal_SIGKILL``, ``unhealthy``, ``start_timeout``) -> count
+    #: exit cause (see :mod:`cuzkd.supervisor.exitcause`: ``stopped``, ``exit_1``, ...) -> count
     exits: Counter[str] = field(default_factory=Counter)
     last_exit_cause: str | None = None
     last_error: str | None = None
@@ -128,13 +147,16 @@ class Lifecycle:
             self._intent = _Intent.STOP
         return []
 
-    def restart_requested(self, now: float) -> list[Action]:
+    def restart_requested(self, now: float, *, swap: bool = False) -> list[Action]:
+        """Graceful stop then start; ``swap``: for a binary swap (exit cause ``swap``, else
+        ``stopped``)."""
+        intent = _Intent.SWAP if swap else _Intent.RESTART
         if self.state in (State.STARTING, State.RUNNING):
-            self._intent = _Intent.RESTART
-            self._move(State.STOPPING, "restart requested")
+            self._intent = intent
+            self._move(State.STOPPING, "swap restart" if swap else "restart requested")
             return [Stop()]
         if self.state is State.STOPPING:
-            self._intent = _Intent.RESTART
+            self._intent = intent
             return []
         return self.start_requested(now)
 
@@ -196,22 +218,32 @@ class Lifecycle:
             self.healthy_since = self.last_ok = now
             self._move(State.RUNNING, "process alive through its settle time")
 
+    def stalled(self, now: float) -> list[Action]:
+        """The stall watchdog fired with ``stall_action = "restart"``: SIGKILL, then spawn."""
+        del now
+        if self.state is not State.RUNNING:
+            return []
+        self._intent = _Intent.STALLED
+        self._move(State.STOPPING, "stalled: work and no progress")
+        return [Stop(kill=True)]
+
     def exited(self, cause: str, clean: bool, now: float) -> list[Action]:
-        """The process is gone. ``cause``: ``exit_N`` or ``signal_NAME``; ``clean``: exit 0."""
+        """The process is gone. ``cause``: what it died of (``exit_N``, ``signal_NAME``,
+        ``oom_killed``, ``core_dumped``); ``clean``: exit 0. The supervisor's intent, if it
+        stopped the process, takes precedence as the counted cause."""
         intent, self._intent = self._intent, None
         healthy_for = now - self.healthy_since if self.healthy_since is not None else None
         self.pid = None
         self.spawned_at = None
         self.healthy_since = None
-        if intent in (_Intent.UNHEALTHY, _Intent.START_TIMEOUT):
-            assert intent is not None
-            cause, clean = intent.value, False
+        if intent is not None:
+            cause, clean = _INTENT_CAUSE[intent], False
         self.exits[cause] += 1
         self.last_exit_cause = cause
         if intent is _Intent.STOP:
             self._move(State.STOPPED, f"stopped ({cause})")
             return []
-        if intent is _Intent.RESTART:
+        if intent in _RESPAWN:
             return [Spawn()]
         wants_restart = self.policy.restart == "always" or (
             self.policy.restart == "on-failure" and not clean

@@ -21,6 +21,8 @@ import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from typing import IO
 
+from cuzkd.supervisor.exitcause import process_cause
+
 _libc = ctypes.CDLL(None, use_errno=True)
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -86,12 +88,7 @@ class EngineProcess:
 
 
 def exit_cause(wait_status: int) -> tuple[str, bool]:
-    """(``exit_N`` | ``signal_NAME``, clean) from a raw waitpid status."""
-    code = os.waitstatus_to_exitcode(wait_status)
-    if code >= 0:
-        return f"exit_{code}", code == 0
-    try:
-        name = signal.Signals(-code).name
-    except ValueError:
-        name = str(-code)
-    return f"signal_{name}", False
+    """(``exit_N`` | ``signal_NAME`` | ``core_dumped``, clean) from a raw waitpid status, for
+    processes without OOM accounting (one-shot commands); engines use
+    :func:`cuzkd.supervisor.exitcause.process_cause` with their OOM counters."""
+    return process_cause(wait_status, supervisor_killed=False, oom_kills_moved=False)

@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
@@ -27,6 +28,7 @@ from cuzkd.ratelimit import LimitedLog, errno_name
 from cuzkd.status.client import StatusSource
 from cuzkd.supervisor import procs
 from cuzkd.supervisor.backoff import Backoff
+from cuzkd.supervisor.exitcause import INTENT_CAUSES, process_cause
 from cuzkd.supervisor.leftovers import GroupRecord, Records
 from cuzkd.supervisor.lifecycle import (
     Action,
@@ -38,9 +40,11 @@ from cuzkd.supervisor.lifecycle import (
     State,
     Stop,
 )
-from cuzkd.supervisor.process import EngineProcess, exit_cause, spawn_error_is_transient
+from cuzkd.supervisor.oom import OomCounters
+from cuzkd.supervisor.process import EngineProcess, spawn_error_is_transient
 from cuzkd.supervisor.procs import Proc
 from cuzkd.supervisor.proctree import descendants, tree_usage
+from cuzkd.supervisor.stall import StallEvidence, StallWatch
 
 log = structlog.get_logger("cuzkd.supervisor")
 
@@ -53,6 +57,12 @@ STARTING_POLL = 0.1
 #: How long an engine without ``status_url`` must stay alive to count as running
 #: (supervisord's ``startsecs`` default); bounded by its start_timeout.
 PROCESS_SETTLE = 1.0
+#: Lines of an engine's stderr kept for the exit log and ``cuzkd status NAME``.
+STDERR_TAIL_LINES = 20
+#: Longest stderr line kept in the tail (characters; the log has the whole line).
+STDERR_TAIL_LINE_CHARS = 500
+#: How long an exit report waits for the rest of a dead engine's stderr to be read.
+STDERR_DRAIN_TIMEOUT = 1.0
 
 #: Gives argv[0] for ``{binary}`` at every spawn; raises SpawnError when there is none.
 BinaryResolver = Callable[[], str]
@@ -102,6 +112,15 @@ class EngineRunner:
         self._tasks: set[asyncio.Task[None]] = set()
         self._health_task: asyncio.Task[None] | None = None
         self._changed = asyncio.Event()
+        self.stall = StallWatch(spec.stall_after)
+        self._oom: OomCounters | None = None
+        #: the current process's last stderr lines; the dead one's, once it exited
+        self._stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
+        self._stderr_task: asyncio.Task[None] | None = None
+        self.last_exit_stderr: list[str] = []
+        self._exit_count = 0
+        #: the supervisor sent SIGKILL to the current process (never an OOM kill then)
+        self._killed = False
         self._log = log.bind(engine=spec.name)
         #: repeated errors of this engine (spawn failing on every retry) log once per 10 s
         self._limited = LimitedLog()
@@ -149,10 +168,11 @@ class EngineRunner:
     async def wait_stopped(self) -> None:
         await self.wait_for(lambda: self.machine.state in (State.STOPPED, State.FAILED))
 
-    async def restart(self) -> None:
-        """Graceful stop then start; returns once the new process is spawned (or failed)."""
+    async def restart(self, *, swap: bool = False) -> None:
+        """Graceful stop then start; returns once the new process is spawned (or failed).
+        ``swap``: a binary swap's restart (exit cause ``swap`` instead of ``stopped``)."""
         spawns = self._spawns
-        self._apply(self.machine.restart_requested(time.monotonic()))
+        self._apply(self.machine.restart_requested(time.monotonic(), swap=swap))
         await self.wait_for(lambda: self._spawns != spawns or self.machine.state is State.FAILED)
 
     def kill_now(self) -> None:
@@ -160,7 +180,7 @@ class EngineRunner:
         leftovers of exited ones still being stopped."""
         if self.machine.state is State.STOPPING and self._process is not None:
             self._log.warning("engine_kill", pid=self._process.pid, reason="stop hurried")
-            self._process.signal_group(signal.SIGKILL)
+            self._kill(self._process)
         for proc in self._sweeping:
             procs.send(proc, signal.SIGKILL)
 
@@ -212,9 +232,31 @@ class EngineRunner:
         self._exited.set()
         if self._health_task is not None:
             self._health_task.cancel()
-        cause, clean = exit_cause(wait_status)
-        self._log.info("engine_exited", pid=proc.pid, cause=cause)
+        oom_moved = self._oom is not None and self._oom.moved()
+        cause, clean = process_cause(wait_status, supervisor_killed=self._killed,
+                                     oom_kills_moved=oom_moved)
+        # Taken before the lifecycle acts: an immediate restart replaces the tail.
+        tail, reader = self._stderr_tail, self._stderr_task
+        self.last_exit_stderr = list(tail)
+        self._exit_count += 1
         self._apply(self.machine.exited(cause, clean, time.monotonic()))
+        counted = self.machine.last_exit_cause
+        self._log.info("engine_exited", pid=proc.pid, cause=counted, process_cause=cause)
+        if counted not in INTENT_CAUSES:
+            self._track(self._report_unexpected_exit(proc.pid, counted, tail, reader,
+                                                     self._exit_count))
+
+    async def _report_unexpected_exit(self, pid: int, cause: str | None, tail: deque[str],
+                                      reader: asyncio.Task[None] | None,
+                                      exit_number: int) -> None:
+        """Log an exit nobody asked for with the engine's last stderr lines, once the reader
+        has the rest of them (a leftover descendant may hold the pipe: bounded wait)."""
+        if reader is not None:
+            await asyncio.wait([reader], timeout=STDERR_DRAIN_TIMEOUT)
+        lines = list(tail)
+        if self._exit_count == exit_number:  # no later exit since: these are still the last
+            self.last_exit_stderr = lines
+        self._log.warning("engine_exit_unexpected", pid=pid, cause=cause, stderr_tail=lines)
 
     # -- executing actions -------------------------------------------------------------
 
@@ -224,8 +266,8 @@ class EngineRunner:
             match pending.pop(0):
                 case Spawn():
                     pending.extend(self._spawn())
-                case Stop():
-                    self._track(self._stop_process())
+                case Stop(kill=kill):
+                    self._track(self._stop_process(kill=kill))
                 case ScheduleStart(delay=delay):
                     self._timer = asyncio.get_running_loop().call_later(delay, self._elapsed)
                 case CancelScheduledStart():
@@ -335,10 +377,15 @@ class EngineRunner:
         self._exited = asyncio.Event()
         self.started_at = time.time()
         self._spawns += 1
+        self._killed = False
+        self._oom = OomCounters(proc.pid)
+        self.stall.started(now)
         self.machine.spawned(proc.pid, now)
         self._log.info("engine_spawned", pid=proc.pid, argv=argv)
         self._track(log_lines(proc.stdout, self._log, "stdout", proc.pid))
-        self._track(log_lines(proc.stderr, self._log, "stderr", proc.pid))
+        self._stderr_tail = deque(maxlen=STDERR_TAIL_LINES)
+        self._stderr_task = self._track(log_lines(proc.stderr, self._log, "stderr", proc.pid,
+                                                  tail=self._stderr_tail))
         self._health_task = self._track(self._health_loop())
         return []
 
@@ -354,18 +401,28 @@ class EngineRunner:
             argv[0] = self._binary_resolver()
         return argv
 
-    async def _stop_process(self) -> None:
+    async def _stop_process(self, *, kill: bool = False) -> None:
         proc = self._process
         if proc is None:
             return
         exited = self._exited
+        if kill:
+            self._log.warning("engine_kill", pid=proc.pid, reason="stalled")
+            self._kill(proc)
+            return
         self._log.info("engine_stop", pid=proc.pid, signal=self.spec.stop_signal)
         proc.signal_group(self.spec.stop_signum)
         try:
             await asyncio.wait_for(exited.wait(), self.spec.stop_timeout)
         except TimeoutError:
             self._log.warning("engine_kill", pid=proc.pid, reason="stop_timeout elapsed")
-            proc.signal_group(signal.SIGKILL)
+            self._kill(proc)
+
+    def _kill(self, proc: EngineProcess) -> None:
+        """SIGKILL the group, remembering it so the death is not blamed on the OOM killer."""
+        if proc is self._process:
+            self._killed = True
+        proc.signal_group(signal.SIGKILL)
 
     async def _health_loop(self) -> None:
         if self.status is None:
@@ -380,11 +437,34 @@ class EngineRunner:
             starting = self.machine.state is State.STARTING
             await asyncio.sleep(min(STARTING_POLL, self.spec.health_interval) if starting
                                 else self.spec.health_interval)
-            ok = await self.status.fetch(max_age=0) is not None
+            doc = await self.status.fetch(max_age=0)
+            ok = doc is not None
             self._note_descendants()
             if not ok and self.machine.state is State.RUNNING:
                 self._log.warning("engine_status_failed", error=self.status.last_error)
-            self._apply(self.machine.poll(time.monotonic(), ok))
+            now = time.monotonic()
+            self._apply(self.machine.poll(now, ok))
+            if doc is not None and self.machine.state is State.RUNNING:
+                if self._oom is not None:
+                    self._oom.refresh()
+                evidence = self.stall.observe(now, doc, self.status.extensions())
+                if evidence is not None:
+                    self._on_stall(now, evidence)
+
+    def _on_stall(self, now: float, evidence: StallEvidence) -> None:
+        """One structured event per stall, then the configured action."""
+        busy = evidence.oldest_busy
+        self._log.warning(
+            "engine_stalled", pid=self.machine.pid, reason=evidence.reason,
+            action=self.spec.stall_action, limit_seconds=evidence.limit_seconds,
+            since_progress_seconds=round(evidence.since_progress_seconds, 3),
+            last_progress_at=time.time() - evidence.since_progress_seconds,
+            phases=evidence.phases, queue_depth=evidence.queue_depth,
+            oldest_busy=None if busy is None else {
+                "worker": busy.worker, "job": busy.job, "partition": busy.partition,
+                "proof_kind": busy.proof_kind, "busy_seconds": busy.busy_seconds})
+        if self.spec.stall_action == "restart":
+            self._apply(self.machine.stalled(now))
 
     def _track(self, coro: Any) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)
@@ -408,6 +488,9 @@ class EngineRunner:
             "exits": dict(m.exits),
             "next_restart_at": _wall(m.next_start_at) if m.state is State.BACKOFF else None,
             "last_error": m.last_error,
+            "stalled": self.stall.stalled,
+            "stalls_total": self.stall.stalls_total,
+            "last_exit_stderr": list(self.last_exit_stderr),
             "status_address": self.status_address,
             "command": self.argv,
         }
@@ -431,13 +514,17 @@ class EngineRunner:
             fetch_errors_total=self.status.fetch_errors_total if self.status else 0,
             status_polled=self.status is not None,
             descendants_killed_total=self.descendants_killed,
+            stalls_total=self.stall.stalls_total,
+            stalled=self.stall.stalled,
         )
 
 
-async def log_lines(pipe: IO[bytes], logger: Any, stream: str, pid: int) -> None:
+async def log_lines(pipe: IO[bytes], logger: Any, stream: str, pid: int, *,
+                    tail: deque[str] | None = None) -> None:
     """Log each line a child writes to ``pipe``, until EOF: a JSON object as its own event and
     fields (:func:`~cuzkd.logs.engine_line_fields`), any other line as an ``engine_output``
-    event with ``line``."""
+    event with ``line``. ``tail`` (a bounded deque) keeps the last lines, each cut to
+    STDERR_TAIL_LINE_CHARS."""
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=MAX_LINE_BYTES)
     transport, _ = await loop.connect_read_pipe(
@@ -459,6 +546,8 @@ async def log_lines(pipe: IO[bytes], logger: Any, stream: str, pid: int) -> None
             else:
                 level, event, fields = parsed
                 getattr(logger, level)(event, stream=stream, pid=pid, **fields)
+            if tail is not None:
+                tail.append(text[:STDERR_TAIL_LINE_CHARS])
     finally:
         transport.close()
 

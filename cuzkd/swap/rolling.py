@@ -47,7 +47,7 @@ class SwapTarget(Protocol):
 
     def engine_names_using_binary(self) -> list[str]: ...
 
-    async def restart_engine(self, name: str) -> None: ...
+    async def restart_engine(self, name: str, *, swap: bool = False) -> None: ...
 
     async def wait_healthy(self, name: str, settle: float) -> str | None: ...
 
@@ -347,7 +347,7 @@ class SwapCoordinator:
     async def _restart_one(self, name: str, settle: float, progress: Progress) -> str | None:
         self._step(progress, "restarting", engine=name)
         try:
-            await self.target.restart_engine(name)
+            await self.target.restart_engine(name, swap=True)
             reason = await self.target.wait_healthy(name, settle)
         except KeyError:
             # A reload removed the engine while the swap was rolling: nothing left to move.

@@ -87,6 +87,8 @@ _SUPERVISOR_METRICS = {
     "cuzkd_engine_state": _m("gauge", "engine", "state"),
     "cuzkd_engine_restarts_total": _m("counter", "engine"),
     "cuzkd_engine_exits_total": _m("counter", "engine", "cause"),
+    "cuzkd_engine_stalls_total": _m("counter", "engine"),
+    "cuzkd_engine_stalled": _m("gauge", "engine"),
     "cuzkd_engine_start_time_seconds": _m("gauge", "engine"),
     "cuzkd_engine_resident_memory_bytes": _m("gauge", "engine"),
     "cuzkd_engine_cpu_seconds_total": _m("counter", "engine"),

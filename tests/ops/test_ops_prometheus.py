@@ -24,7 +24,7 @@ SERIES = {**ops.series_contract(), **ops.PROMETHEUS_SERIES}
 ALERTS = {
     "CuzkdEngineDown", "CuzkdEngineCrashLooping", "CuzkdGpuWorkersIdleWithQueuedWork",
     "CuzkdMemoryBudgetExhausted", "CuzkdSwapRolledBack", "CuzkdStatusFetchFailing",
-    "CuzkdTargetDown", "CuzkdConfigReloadFailed",
+    "CuzkdTargetDown", "CuzkdConfigReloadFailed", "CuzkdEngineOomKilled", "CuzkdEngineStalled",
 }
 
 

@@ -12,6 +12,12 @@ that many seconds; ``--grandchildren`` double-forks that many short-lived grandc
 ``--hang-after S`` stops answering /status (connections hang) S seconds after start;
 ``--helper PIDFILE`` double-forks a helper into its own session (``setsid``) that appends its
 pid to PIDFILE and sleeps (``--helper-ignores-term``: with SIGTERM ignored).
+``--progress-every S`` lists a job whose first partition moves one phase every S seconds (the
+second stays in ``gpu``); ``--freeze-after S`` stops that movement S seconds after start and
+prints ``fake engine frozen`` (a hung GPU kernel: /status answers, nothing moves);
+``--stderr-lines N`` writes N numbered lines to stderr at start; ``--abort-after S`` calls
+abort() with core dumps allowed (core file in ``--core-dir``); ``--oom-cgroup DIR`` moves the
+engine into that memory cgroup at start and ``--oom-after S`` then allocates until killed.
 """
 
 from __future__ import annotations
@@ -40,6 +46,30 @@ STATUS = {
 
 
 HANG_AT = [float("inf")]
+START = time.monotonic()
+#: (progress step seconds, freeze after seconds) when the document shows a moving job
+PIPELINE: list[float | None] = [None, None]
+CYCLE = ("pending", "synthesizing", "synth_done", "gpu")
+
+
+def document() -> dict[str, object]:
+    every, freeze = PIPELINE
+    if every is None:
+        return STATUS
+    elapsed = time.monotonic() - START
+    step = int(min(elapsed, freeze if freeze is not None else elapsed) / every)
+    states = [CYCLE[step % len(CYCLE)], "gpu"]
+    partitions = [{"index": i, "state": st, "synth_ms": None, "gpu_ms": None}
+                  for i, st in enumerate(states)]
+    pipeline = {"job_id": f"job-{step // len(CYCLE)}", "proof_kind": "porep",
+                "started_secs_ago": 1.0, "total_partitions": 2, "partitions_done": 0,
+                "partitions": partitions}
+    return {**STATUS, "uptime_secs": elapsed, "pipelines": [pipeline]}
+
+
+def announce_freeze(after: float) -> None:
+    time.sleep(after)
+    print("fake engine frozen", flush=True)
 
 
 def respond(conn: socket.socket, mode: str) -> None:
@@ -48,7 +78,7 @@ def respond(conn: socket.socket, mode: str) -> None:
         if mode == "hang" or time.monotonic() >= HANG_AT[0]:
             time.sleep(3600)
             return
-        body = b"this is not json" if mode == "garbage" else json.dumps(STATUS).encode()
+        body = b"this is not json" if mode == "garbage" else json.dumps(document()).encode()
         conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                      b"Content-Length: " + str(len(body)).encode() + b"\r\n"
                      b"Connection: close\r\n\r\n" + body)
@@ -106,7 +136,22 @@ def main() -> None:
     p.add_argument("--hang-after", type=float)
     p.add_argument("--helper")
     p.add_argument("--helper-ignores-term", action="store_true")
+    p.add_argument("--progress-every", type=float)
+    p.add_argument("--freeze-after", type=float)
+    p.add_argument("--stderr-lines", type=int, default=0)
+    p.add_argument("--abort-after", type=float)
+    p.add_argument("--core-dir")
+    p.add_argument("--oom-cgroup")
+    p.add_argument("--oom-after", type=float)
     args = p.parse_args()
+    if args.oom_cgroup:
+        with open(os.path.join(args.oom_cgroup, "cgroup.procs"), "w") as fh:
+            fh.write(str(os.getpid()))
+    PIPELINE[:] = [args.progress_every, args.freeze_after]
+    if args.freeze_after is not None:
+        threading.Thread(target=announce_freeze, args=(args.freeze_after,), daemon=True).start()
+    for i in range(args.stderr_lines):
+        print(f"stderr line {i}", file=sys.stderr, flush=True)
     if args.pidfile:
         with open(args.pidfile, "a") as fh:
             fh.write(f"{os.getpid()}\n")
@@ -134,6 +179,18 @@ def main() -> None:
         double_fork(args.grandchildren)
     if args.helper:
         setsid_helper(args.helper, args.helper_ignores_term)
+    if args.abort_after is not None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_CORE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+        os.chdir(args.core_dir or "/tmp")
+        time.sleep(args.abort_after)
+        os.abort()
+    if args.oom_after is not None:
+        time.sleep(args.oom_after)
+        hog = []
+        while True:
+            hog.append(b"x" * (16 << 20))  # written, so every page is resident
     if args.exit_after is not None:
         time.sleep(args.exit_after)
         print("fake engine exiting", file=sys.stderr, flush=True)

@@ -64,6 +64,8 @@ MISTAKES = [
      "engine[0].command[1]", "NUL"),
     (GOOD_ENGINE + 'listen = "unix:"\n', "engine[0].listen", "socket path"),
     (GOOD_ENGINE + 'status_url = "unix:"\n', "engine[0].status_url", "socket path"),
+    (GOOD_ENGINE + 'stall_after = "50ms"\n', "engine[0].stall_after", "shorter than"),
+    (GOOD_ENGINE + 'stall_action = "panic"\n', "engine[0].stall_action", "panic"),
 ]
 
 
@@ -183,3 +185,12 @@ def test_a_file_that_is_not_utf8_exits_78_naming_it(tmp_path: Path,
     assert proc.returncode == 78, proc.stderr
     assert f"{path}: not UTF-8" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_stall_watchdog_keys(tmp_path: Path) -> None:
+    path = tmp_path / "s.toml"
+    path.write_text(GOOD_ENGINE + '[[engine]]\nname = "off"\nstall_after = "0s"\n'
+                    'stall_action = "alert"\n')
+    default, off = load_config(path).engine
+    assert (default.stall_after, default.stall_action) == (600.0, "restart")
+    assert (off.stall_after, off.stall_action) == (0.0, "alert")

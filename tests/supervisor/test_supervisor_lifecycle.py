@@ -190,3 +190,40 @@ def test_settled_makes_a_process_only_engine_running_and_counts_as_healthy() -> 
     assert m.exited("exit_1", False, 100.5) == [ScheduleStart(1.0)]  # not settled: backs off
     m.settled(200.0)  # too late: no process is starting
     assert m.state is State.BACKOFF
+
+
+def test_a_stall_kills_at_once_and_respawns_counting_stalled() -> None:
+    m = running(machine(restart="never"))
+    assert m.stalled(1.0) == [Stop(kill=True)]
+    assert m.state is State.STOPPING
+    assert m.exited("signal_SIGKILL", clean=False, now=1.1) == [Spawn()]
+    assert (m.exits, m.last_exit_cause) == ({"stalled": 1}, "stalled")
+
+
+def test_a_stall_outside_running_does_nothing() -> None:
+    m = machine()
+    assert m.stalled(0.0) == []
+    m.start_requested(0.0)
+    m.spawned(1, 0.0)
+    assert m.stalled(0.5) == []  # starting: the start_timeout rule owns it
+
+
+def test_intent_causes_stopped_and_swap_override_the_process_cause() -> None:
+    m = running(machine())
+    assert m.restart_requested(1.0, swap=True) == [Stop()]
+    assert m.exited("signal_SIGTERM", clean=False, now=1.1) == [Spawn()]
+    m.spawned(2, 1.2)
+    m.poll(1.3, ok=True)
+    assert m.restart_requested(2.0) == [Stop()]
+    assert m.exited("exit_0", clean=True, now=2.1) == [Spawn()]
+    m.spawned(3, 2.2)
+    m.poll(2.3, ok=True)
+    assert m.stop_requested(3.0) == [Stop()]
+    assert m.exited("signal_SIGKILL", clean=False, now=3.1) == []
+    assert m.exits == {"swap": 1, "stopped": 2}
+
+
+def test_process_causes_count_as_given_without_intent() -> None:
+    m = running(machine())
+    m.exited("oom_killed", clean=False, now=1.0)
+    assert m.last_exit_cause == "oom_killed"

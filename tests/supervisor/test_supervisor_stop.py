@@ -20,8 +20,9 @@ def test_sigterm_stops_gracefully_and_escalates_for_a_stubborn_engine(tmp_path: 
     assert sup.stop(signal.SIGTERM, timeout=15) == 0
     assert time.monotonic() - started < 1 + 4  # stop_timeout + margin
     assert not any(pid_alive(e["pid"]) for e in running)
-    exits = {e["engine"]: e["cause"] for e in sup.events("engine_exited")}
-    assert exits == {"polite": "signal_SIGTERM", "stubborn": "signal_SIGKILL"}
+    exits = {e["engine"]: (e["cause"], e["process_cause"]) for e in sup.events("engine_exited")}
+    assert exits == {"polite": ("stopped", "signal_SIGTERM"),
+                     "stubborn": ("stopped", "signal_SIGKILL")}
     [kill] = sup.events("engine_kill")
     assert kill["engine"] == "stubborn" and kill["reason"] == "stop_timeout elapsed"
 

@@ -35,7 +35,7 @@ class ScriptedSupervisor:
     def engine_names_using_binary(self) -> list[str]:
         return list(self.engines)
 
-    async def restart_engine(self, name: str) -> None:
+    async def restart_engine(self, name: str, *, swap: bool = False) -> None:
         if name not in self.engines:
             raise KeyError(name)
         self._down += 1

@@ -1,0 +1,207 @@
+"""The stall watchdog: an engine that answers its health check but has stopped making progress.
+
+A hung CUDA kernel or a deadlocked worker leaves ``/status`` answering while nothing moves, so
+the ordinary health check never fires. :class:`StallWatch` is fed every successful health poll
+(the monotonic ``now`` and the document) and decides, purely, whether the engine is stalled:
+
+* **Work** is a listed partition not ``done``/``failed``, or ``queue_depth`` > 0. An engine
+  without work is never stalled, however long it idles.
+* **Progress** is a partition phase transition (a listed partition in a new phase, one first
+  seen past ``pending``, one that left the list unfinished, or the extensions' cumulative
+  phase-transition count growing between polls) or a worker's busy span ending (its
+  (job, partition) changed or it went idle).
+* **Stalled** when there has been work and no progress for ``stall_after`` (counted from the
+  later of the last progress and the moment work appeared). After a (re)start, until the first
+  progress, the limit is :data:`STARTUP_FACTOR` × ``stall_after``: loading parameters takes
+  minutes.
+* **A worker busy too long** on one partition is a stall too: longer than
+  max(:data:`BUSY_P99_FACTOR` × that proof kind's GPU-phase p99, :data:`MIN_BUSY_LIMIT`), the
+  p99 used once the histogram holds :data:`MIN_OBSERVATIONS` observations.
+
+:meth:`StallWatch.observe` returns the evidence once, at the onset; ``stalled`` stays True while
+the stall lasts (progress or the end of the work clears it) and ``stalls_total`` counts onsets.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from cuzkd.status.document import PARTITION_STATES, Extensions, Histogram, StatusDocument
+
+#: Limit multiplier before the first progress after a (re)start.
+STARTUP_FACTOR = 3.0
+#: A worker's span may last this many times its proof kind's GPU-phase p99 ...
+BUSY_P99_FACTOR = 10.0
+#: ... but never less than this (seconds) ...
+MIN_BUSY_LIMIT = 300.0
+#: ... and the p99 counts only once the histogram has this many observations.
+MIN_OBSERVATIONS = 20
+
+_TERMINAL = frozenset(("done", "failed"))
+
+
+@dataclass(frozen=True)
+class BusySpan:
+    worker: int
+    job: str
+    partition: int
+    proof_kind: str
+    busy_seconds: float
+
+
+@dataclass(frozen=True)
+class StallEvidence:
+    """What the structured ``engine_stalled`` log event reports."""
+
+    #: ``no_progress`` or ``worker_busy_too_long``
+    reason: str
+    #: the limit that was exceeded, seconds
+    limit_seconds: float
+    #: seconds since the last progress (or since work appeared / the process started)
+    since_progress_seconds: float
+    #: partitions listed now, per phase
+    phases: dict[str, int]
+    queue_depth: int
+    #: the longest running busy span, None when no worker is busy
+    oldest_busy: BusySpan | None
+
+
+def gpu_p99(histogram: Histogram | None) -> float | None:
+    """Upper bound of the bucket holding the 99th percentile; None under MIN_OBSERVATIONS,
+    ``inf`` when it lies beyond the last bound."""
+    if histogram is None or histogram.count < MIN_OBSERVATIONS:
+        return None
+    rank = 0.99 * histogram.count
+    for bound, cumulative in zip(histogram.bounds, histogram.bucket_counts, strict=False):
+        if cumulative >= rank:
+            return bound
+    return math.inf
+
+
+def busy_limit(histogram: Histogram | None) -> float:
+    """How long a worker may prove one partition of a kind with this GPU-phase histogram."""
+    p99 = gpu_p99(histogram)
+    return MIN_BUSY_LIMIT if p99 is None else max(BUSY_P99_FACTOR * p99, MIN_BUSY_LIMIT)
+
+
+def has_work(doc: StatusDocument) -> bool:
+    return doc.counters.queue_depth > 0 or any(
+        part.state not in _TERMINAL for p in doc.pipelines for part in p.partitions)
+
+
+class StallWatch:
+    """Stall decisions for one engine; ``after`` = 0 turns the watchdog off."""
+
+    def __init__(self, after: float) -> None:
+        self.after = after
+        self.stalls_total = 0
+        self.stalled = False
+        self._started_at = 0.0
+        self._seen: dict[tuple[str, int], str] | None = None
+        self._spans: dict[int, tuple[str, int] | None] = {}
+        self._transitions: int | None = None
+        self._last_progress: float | None = None
+        self._work_since: float | None = None
+
+    def started(self, now: float) -> None:
+        """A new process: forget the old one's pipeline; the startup grace begins."""
+        self.stalled = False
+        self._started_at = now
+        self._seen = None
+        self._spans = {}
+        self._transitions = None
+        self._last_progress = None
+        self._work_since = None
+
+    def observe(self, now: float, doc: StatusDocument, ext: Extensions | None,
+                ) -> StallEvidence | None:
+        """Fold one successful poll in; the evidence at the onset of a stall, else None."""
+        if self.after <= 0:
+            return None
+        if self._progressed(doc, ext):
+            self._last_progress = now
+        if not has_work(doc):
+            self._work_since = None
+            self.stalled = False
+            return None
+        if self._work_since is None:
+            self._work_since = now
+        evidence = self._evidence(now, doc, ext)
+        if evidence is None:
+            self.stalled = False
+            return None
+        if self.stalled:
+            return None
+        self.stalled = True
+        self.stalls_total += 1
+        return evidence
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _progressed(self, doc: StatusDocument, ext: Extensions | None) -> bool:
+        seen: dict[tuple[str, int], str] = {
+            (p.job_id, part.index): part.state for p in doc.pipelines
+                for part in p.partitions}
+        spans = {w.worker_id: (w.current_job, w.current_partition)
+                 if w.state == "proving" and w.current_job is not None
+                 and w.current_partition is not None else None
+                 for w in doc.gpu_workers}
+        transitions = (None if ext is None else
+                       sum(sum(phases.values()) for phases in ext.phase_transitions.values()))
+        previous, previous_spans, previous_transitions = self._seen, self._spans, self._transitions
+        self._seen, self._spans, self._transitions = seen, spans, transitions
+        if previous is None:
+            return False  # the first document after a start is the baseline
+        if (transitions is not None and previous_transitions is not None
+                and transitions > previous_transitions):
+            return True
+        for key, state in seen.items():
+            if previous.get(key, "pending") != state:
+                return True
+        if any(key not in seen and state not in _TERMINAL for key, state in previous.items()):
+            return True
+        return any(span is not None and spans.get(worker) != span
+                   for worker, span in previous_spans.items())
+
+    def _evidence(self, now: float, doc: StatusDocument, ext: Extensions | None,
+                  ) -> StallEvidence | None:
+        assert self._work_since is not None  # set by observe() before this is called
+        since = max(self._work_since, self._last_progress if self._last_progress is not None
+                    else self._started_at)
+        limit = self.after if self._last_progress is not None else STARTUP_FACTOR * self.after
+        oldest = _oldest_busy(doc)
+        if now - since >= limit:
+            return self._build("no_progress", limit, now - since, doc, oldest)
+        histograms = {} if ext is None else ext.gpu_duration_seconds
+        kinds = {p.job_id: p.proof_kind for p in doc.pipelines}
+        for w in doc.gpu_workers:
+            if w.state != "proving" or w.busy_secs is None or w.current_job is None:
+                continue
+            kind_limit = busy_limit(histograms.get(kinds.get(w.current_job, "")))
+            if w.busy_secs >= kind_limit:
+                return self._build("worker_busy_too_long", kind_limit, now - since, doc, oldest)
+        return None
+
+    @staticmethod
+    def _build(reason: str, limit: float, since: float, doc: StatusDocument,
+               oldest: BusySpan | None) -> StallEvidence:
+        phases: dict[str, int] = dict.fromkeys(PARTITION_STATES, 0)
+        for p in doc.pipelines:
+            for part in p.partitions:
+                phases[part.state] += 1
+        return StallEvidence(reason=reason, limit_seconds=limit, since_progress_seconds=since,
+                             phases=phases, queue_depth=doc.counters.queue_depth,
+                             oldest_busy=oldest)
+
+
+def _oldest_busy(doc: StatusDocument) -> BusySpan | None:
+    kinds = {p.job_id: p.proof_kind for p in doc.pipelines}
+    busy = [w for w in doc.gpu_workers if w.state == "proving" and w.busy_secs is not None
+            and w.current_job is not None and w.current_partition is not None]
+    if not busy:
+        return None
+    w = max(busy, key=lambda w: w.busy_secs or 0.0)
+    assert w.current_job is not None and w.current_partition is not None
+    return BusySpan(worker=w.worker_id, job=w.current_job, partition=w.current_partition,
+                    proof_kind=kinds.get(w.current_job, ""), busy_seconds=w.busy_secs or 0.0)
