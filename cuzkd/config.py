@@ -128,6 +128,8 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
     metrics: MetricsConfig = MetricsConfig()
     engine: list[EngineConfig] = msgspec.field(default_factory=list)
     path: str | None = None
+    #: set by ``cuzkd run --demo``, never by the file: bundled engines start as demo engines
+    demo: bool = False
 
     @property
     def state_dir(self) -> Path:
@@ -143,7 +145,8 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
         """argv for ``engine`` (``{binary}`` left in place: resolved at spawn time)."""
         if engine.command is not None:
             return list(engine.command)
-        return [sys.executable, "-m", "cuzkd", "engine", "--listen", self._bundled_listen(engine)]
+        return [sys.executable, "-m", "cuzkd", "engine", "--listen", self._bundled_listen(engine),
+                *(["--demo"] if self.demo else [])]
 
     def status_address(self, engine: EngineConfig) -> str | None:
         """``unix:/path`` (GET /status over the socket) or ``http://host:port/status``; None
@@ -216,8 +219,9 @@ def load_config(path: str | Path) -> Config:
 def parse_config(raw: Mapping[str, Any], where: str) -> Config:
     """Validate an already-parsed TOML document (``where`` names it in messages)."""
     data = dict(raw)
-    if "path" in data:
-        raise ConfigError(f"{where}: key `path`: unknown key")
+    for internal in ("path", "demo"):  # fields of Config no file sets
+        if internal in data:
+            raise ConfigError(f"{where}: key `{internal}`: unknown key")
     defaults = data.pop("engine_defaults", {})
     if not isinstance(defaults, dict):
         raise ConfigError(f"{where}: key `engine_defaults`: expected a table")

@@ -18,7 +18,11 @@ from cuzkd.status.document import PARTITIONS
 def register(sub: argparse._SubParsersAction[Any]) -> None:
     """Add ``engine`` and ``bench`` to ``cuzkd``."""
     engine = sub.add_parser("engine", help="run the bundled reference proving engine")
-    engine.add_argument("--config", type=Path, help="engine TOML config (defaults if absent)")
+    preset = engine.add_mutually_exclusive_group()
+    preset.add_argument("--config", type=Path, help="engine TOML config (defaults if absent)")
+    preset.add_argument("--demo", action="store_true",
+                        help="the engine `cuzkd run --demo` starts: a budget bursts fill and "
+                             "synthesis as costly as proving (docs/engine.md)")
     engine.add_argument("--listen", required=True,
                         help="HOST:PORT (port 0 picks a free one) or unix:PATH")
     engine.add_argument("--log-level", default="info",
@@ -36,7 +40,8 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     bench.add_argument("--size-log2", type=int, help="override the engine's size for the kind")
     bench.add_argument("--timeout", type=float, default=600.0, help="seconds for the whole run")
     bench.add_argument("--json", action="store_true", help="print the report as JSON")
-    bench.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    bench.add_argument("--no-progress", action="store_true",
+                       help="no progress bar (there is none unless stderr is a terminal)")
     bench.set_defaults(handler=_run_bench)
 
 

@@ -24,7 +24,13 @@ import structlog
 from cuzkd.engine import prover
 from cuzkd.engine.backend import BackendError, select_backend
 from cuzkd.engine.budget import MemoryBudget
-from cuzkd.engine.config import ConfigError, EngineConfig, default_config, load_config
+from cuzkd.engine.config import (
+    ConfigError,
+    EngineConfig,
+    default_config,
+    demo_config,
+    load_config,
+)
 from cuzkd.engine.loadgen import BenchError, run_bench
 from cuzkd.engine.pipeline import Engine
 from cuzkd.engine.server import (
@@ -46,7 +52,10 @@ def run_engine(args: argparse.Namespace) -> int:
     configure_logging(level=args.log_level, log_format=args.log_format)
     try:
         check_listen(args.listen)  # a typo fails at once, before any start-up work
-        config = default_config() if args.config is None else load_config(args.config)
+        if args.demo:
+            config = demo_config()
+        else:
+            config = default_config() if args.config is None else load_config(args.config)
         return asyncio.run(serve(config, args.listen))
     except ConfigError as exc:
         print(f"cuzkd engine: config error: {exc}", file=sys.stderr)
@@ -104,7 +113,8 @@ def run_bench_command(args: argparse.Namespace) -> int:
         report = asyncio.run(run_bench(
             args.engine, jobs=args.jobs, kind=args.kind, partitions=args.partitions,
             size_log2=args.size_log2, timeout_secs=args.timeout,
-            progress=None if args.no_progress else sys.stderr))
+            # A progress bar is for a person watching: never into a log file or a pipe.
+            progress=sys.stderr if sys.stderr.isatty() and not args.no_progress else None))
     except (BenchError, OSError) as exc:  # aiohttp.ClientError subclasses OSError (connections)
         print(f"cuzkd bench: {exc}", file=sys.stderr)
         return 1

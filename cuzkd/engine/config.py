@@ -12,6 +12,7 @@ Example::
     devices = [0, 1]              # GPU ordinals; empty = every device CuPy sees
     backend = "auto"              # "auto" | "numpy" | "cupy"
     synthesis_threads = 2         # 0 = one per CPU core
+    synthesis_rounds = 1          # a ← a² + x layers per witness element: synthesis CPU cost
     shutdown_grace = "30s"
     [sizes]                       # log2 of the constraint count per partition
     porep = 14
@@ -57,6 +58,7 @@ class _RawConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     devices: list[Annotated[int, msgspec.Meta(ge=0)]] = msgspec.field(default_factory=list)
     backend: Literal["auto", "numpy", "cupy"] = "auto"
     synthesis_threads: Annotated[int, msgspec.Meta(ge=0, le=1024)] = 0
+    synthesis_rounds: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 1
     shutdown_grace: str | float | int = "30s"
     sizes: Sizes = msgspec.field(default_factory=Sizes)
 
@@ -70,6 +72,7 @@ class EngineConfig:
     devices: tuple[int, ...] = ()
     backend: Literal["auto", "numpy", "cupy"] = "auto"
     synthesis_threads: int = 1
+    synthesis_rounds: int = 1
     shutdown_grace_secs: float = 30.0
     sizes: Sizes = field(default_factory=Sizes)
 
@@ -124,6 +127,7 @@ def resolve(raw: _RawConfig, source: str) -> EngineConfig:
         devices=tuple(raw.devices),
         backend=raw.backend,
         synthesis_threads=raw.synthesis_threads or (os.cpu_count() or 1),
+        synthesis_rounds=raw.synthesis_rounds,
         shutdown_grace_secs=grace,
         sizes=raw.sizes,
     )
@@ -131,6 +135,19 @@ def resolve(raw: _RawConfig, source: str) -> EngineConfig:
 
 def default_config() -> EngineConfig:
     return resolve(_RawConfig(), "<defaults>")
+
+
+#: ``cuzkd engine --demo`` (what ``cuzkd run --demo`` starts): a budget small enough that a
+#: burst of jobs fills it, as production bursts fill cuzk's (so the memory panels move), and
+#: synthesis about as costly as the CPU pseudo-device's proving phase, so partitions are seen
+#: synthesizing as they are on cuzk, where synthesis is the long phase.
+DEMO_MEMORY_BUDGET = "32MiB"
+DEMO_SYNTHESIS_ROUNDS = 150
+
+
+def demo_config() -> EngineConfig:
+    return resolve(_RawConfig(memory_budget=DEMO_MEMORY_BUDGET,
+                              synthesis_rounds=DEMO_SYNTHESIS_ROUNDS), "<demo>")
 
 
 def load_config(path: Path) -> EngineConfig:

@@ -270,7 +270,8 @@ class Engine:
         thread works on it (admitted partitions queued for a thread stay ``pending``)."""
         self.tracker.partition_synth_start(job.job_id, index)
         started = self._clock()
-        witness = prover.synthesize(job.job_id, index, job.size_log2)
+        witness = prover.synthesize(job.job_id, index, job.size_log2,
+                                    self.config.synthesis_rounds)
         return witness, self._clock() - started
 
     async def _gpu_worker(self, worker_id: int, ordinal: int) -> None:

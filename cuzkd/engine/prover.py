@@ -76,13 +76,18 @@ def _seed(job_id: str, partition: int, log_n: int) -> int:
     return int.from_bytes(digest[:16], "little")
 
 
-def synthesize(job_id: str, partition: int, log_n: int) -> Witness:
-    """Deterministic satisfied witness: random a, b; c = a∘b."""
+def synthesize(job_id: str, partition: int, log_n: int, rounds: int = 1) -> Witness:
+    """Deterministic satisfied witness: random x, b; a = x after ``rounds - 1`` layers of
+    a ← a² + x (a deeper circuit: the CPU cost of cuzk's synthesis); c = a∘b."""
     n = 1 << log_n
     rng = np.random.Generator(np.random.PCG64(_seed(job_id, partition, log_n)))
     abc = np.empty((3, n), dtype=np.uint64)
-    abc[0] = rng.integers(0, field.P, size=n, dtype=np.uint64)
+    x = rng.integers(0, field.P, size=n, dtype=np.uint64)
     abc[1] = rng.integers(0, field.P, size=n, dtype=np.uint64)
+    a = x
+    for _ in range(rounds - 1):
+        a = field.add(field.mul(a, a, np), x, np)
+    abc[0] = a
     abc[2] = field.mul(abc[0], abc[1], np)
     return Witness(job_id=job_id, partition=partition, log_n=log_n, abc=abc)
 

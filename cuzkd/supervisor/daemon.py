@@ -70,11 +70,11 @@ class Supervisor:
         control_routes: Sequence[RouteHook] = (),
         demo: bool = False,
     ) -> None:
-        self.config = config
+        # --demo: bundled engines start as demo engines (Config.engine_command), reloads too.
+        self.config = msgspec.structs.replace(config, demo=True) if demo else config
         # Built once, from the config at start: a reload keeps the store and the coordinator.
         self.binaries = EngineBinaries(config.supervisor, config.state_dir, self)
         self._control_routes = [*control_routes, self.binaries.routes()]
-        self._demo = demo
         self._pids: dict[int, EngineRunner] = {}
         #: one-shot children (smoke tests): pid → (process, future of its wait status)
         self._oneshots: dict[int, tuple[EngineProcess, asyncio.Future[int]]] = {}
@@ -134,7 +134,7 @@ class Supervisor:
             self._track(self.binaries.accept_when_healthy())
             if self._notifier.watchdog_interval is not None:
                 self._track(self._watchdog(self._notifier.watchdog_interval))
-            if self._demo:
+            if self.config.demo:
                 self._track(demo.drive(
                     lambda: [r.status for r in self._runners.values()
                              if r.spec.bundled and r.status is not None]))
@@ -346,7 +346,7 @@ class Supervisor:
             await runner.close()
             del self._runners[runner.name]
         self.config = msgspec.structs.replace(new, supervisor=self.config.supervisor,
-                                              metrics=self.config.metrics)
+                                              metrics=self.config.metrics, demo=self.config.demo)
         old = self._runners
         self._runners = {}
         for spec in new.engine:

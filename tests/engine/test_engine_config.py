@@ -9,7 +9,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cuzkd.engine.config import ConfigError, default_config, load_config
+from cuzkd.engine.config import ConfigError, default_config, demo_config, load_config
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -32,6 +32,7 @@ workers_per_gpu = 3
 devices = [0, 2]
 backend = "numpy"
 synthesis_threads = 4
+synthesis_rounds = 50
 shutdown_grace = "1m"
 [sizes]
 snap = 10
@@ -40,6 +41,7 @@ snap = 10
     assert config.workers_per_gpu == 3
     assert config.devices == (0, 2)
     assert config.synthesis_threads == 4
+    assert config.synthesis_rounds == 50
     assert config.shutdown_grace_secs == 60.0
     assert config.size_log2("snap") == 10
     assert config.size_log2("porep") == default_config().size_log2("porep")
@@ -50,6 +52,7 @@ snap = 10
     ("memory_budget = '8 gigs'", "memory_budget"),
     ("shutdown_grace = 'soon'", "shutdown_grace"),
     ("workers_per_gpu = 0", "workers_per_gpu"),
+    ("synthesis_rounds = 0", "synthesis_rounds"),
     ("[sizes]\nsnap = 99", "sizes.snap"),
     ("[sizes]\nsnapp = 10", "snapp"),
     ("safety_margin = '100TiB'", "safety_margin"),
@@ -81,3 +84,10 @@ def test_cli_exits_78_on_a_file_that_is_not_utf8(tmp_path: Path) -> None:
          "127.0.0.1:0"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 78, proc.stderr
     assert f"{path}: not UTF-8" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_demo_preset_is_small_with_costly_synthesis() -> None:
+    """`cuzkd engine --demo`: a budget a burst of jobs fills, at most 2 GiB of real memory."""
+    demo, default = demo_config(), default_config()
+    assert demo.memory_budget_bytes <= 2 * 2**30
+    assert demo.synthesis_rounds > default.synthesis_rounds == 1

@@ -31,6 +31,18 @@ def test_witness_is_satisfied_and_deterministic() -> None:
     assert not np.array_equal(w.abc, prover.synthesize("job-a", 4, 8).abc)
 
 
+def test_deeper_synthesis_is_satisfied_deterministic_and_verifies() -> None:
+    """More rounds cost more CPU and give another witness, still a∘b = c; rounds=1 is the
+    plain witness."""
+    deep = prover.synthesize("job-d", 1, 6, rounds=20)
+    assert (field.mul(deep.abc[0], deep.abc[1], np) == deep.abc[2]).all()
+    assert np.array_equal(deep.abc, prover.synthesize("job-d", 1, 6, rounds=20).abc)
+    assert not np.array_equal(deep.abc[0], prover.synthesize("job-d", 1, 6, rounds=19).abc[0])
+    assert np.array_equal(prover.synthesize("job-d", 1, 6, rounds=1).abc,
+                          prover.synthesize("job-d", 1, 6).abc)
+    assert prover.verify(prove(deep))
+
+
 def test_quotient_is_exact() -> None:
     """H has degree < n − 1 and A·B − C = H·Z_H holds at points off the domain."""
     w = prover.synthesize("job-q", 0, 5)

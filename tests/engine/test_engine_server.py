@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import pty
 import signal
 import socket
 import stat
@@ -130,11 +132,15 @@ async def test_bench_completes_20_snap_jobs_while_status_stays_valid(
                 await asyncio.sleep(0.05)
 
     poller = asyncio.create_task(poll_status())
+    terminal, tty = pty.openpty()  # stderr on a terminal: the progress bar is drawn
+    tty_output = asyncio.create_task(asyncio.to_thread(_read_until_closed, terminal))
     bench = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "cuzkd", "bench", "--engine", f"http://{engine.address}",
         "--jobs", "20", "--kind", "snap", "--size-log2", "9", "--json",
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    out, err = await asyncio.wait_for(bench.communicate(), 120)
+        stdout=asyncio.subprocess.PIPE, stderr=tty)
+    os.close(tty)
+    out, _ = await asyncio.wait_for(bench.communicate(), 120)
+    err = await tty_output
     stop.set()
     await poller
     assert bench.returncode == 0, err.decode()
@@ -144,7 +150,7 @@ async def test_bench_completes_20_snap_jobs_while_status_stays_valid(
     assert report["partitions_per_sec"] > 0
     assert 0 < report["gpu_busy_fraction"] <= 1
     assert report["synth_secs"]["p50"] <= report["synth_secs"]["p99"]
-    assert b"320/320 partitions" in err  # the progress bar reached the end
+    assert b"\r[" in err and b"320/320 partitions" in err  # the bar reached the end
     assert len(polled) >= 3
     for raw in polled:
         assert cuzk_field_errors(raw) == []
@@ -155,6 +161,31 @@ async def test_bench_completes_20_snap_jobs_while_status_stays_valid(
     finished = [e for e in events if e["event"] == "job.finished"]
     assert len(finished) == 20 and all(e["verified"] for e in finished)
     assert len([e for e in events if e["event"] == "job.started"]) == 20
+
+
+def _read_until_closed(fd: int) -> bytes:
+    """Everything written to a pseudo-terminal until its other side is closed (EIO)."""
+    chunks = []
+    try:
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
+async def test_bench_draws_no_progress_bar_off_a_terminal(start_engine: Start) -> None:
+    """Piped or logged, `cuzkd bench` writes no \\r frames: only its report."""
+    engine = await start_engine()
+    bench = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "cuzkd", "bench", "--engine", f"http://{engine.address}",
+        "--jobs", "2", "--kind", "wpost", "--size-log2", "8",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(bench.communicate(), 120)
+    assert bench.returncode == 0, err.decode()
+    assert b"jobs: 2 done" in out and err == b""
 
 
 async def test_bad_requests_get_json_errors_and_do_not_disturb_jobs(
