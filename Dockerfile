@@ -31,7 +31,12 @@ COPY pyproject.toml README.md ./
 COPY cuzkd ./cuzkd
 # Installs cuzkd and its dependencies (pinned by pyproject.toml's lower bounds and the wheel
 # index at build time) into the venv; EXTRAS=gpu adds cupy-cuda12x.
-RUN /opt/cuzkd/bin/pip install --no-cache-dir ".${EXTRAS:+[$EXTRAS]}"
+# Behind a TLS-intercepting proxy the package index needs the host's CA bundle: pass it as a
+# build secret (`--secret id=pip_cert,src=/etc/ssl/certs/ca-certificates.crt`). A secret is
+# mounted for this one step only, so the certificate never reaches a layer of either stage.
+RUN --mount=type=secret,id=pip_cert \
+    if [ -s /run/secrets/pip_cert ]; then export PIP_CERT=/run/secrets/pip_cert; fi \
+    && /opt/cuzkd/bin/pip install --no-cache-dir ".${EXTRAS:+[$EXTRAS]}"
 
 FROM ${BASE_IMAGE}
 ENV DEBIAN_FRONTEND=noninteractive

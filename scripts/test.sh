@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs everything the test suite needs on a fresh Debian machine, then runs every test.
 # System packages: prometheus (prometheus + promtool for the real-Prometheus and lint tests),
-# systemd (systemd-analyze verify), util-linux (unshare), gcc. Python packages go into ./.venv.
+# systemd (systemd-analyze verify; booted as PID 1 by tests/live_systemd), util-linux (unshare,
+# nsenter), gcc, and for tests/live_container podman + runc (crun refuses a hybrid cgroup
+# layout) + debootstrap (the offline base image). Python packages go into ./.venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()
@@ -9,6 +11,10 @@ command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
 command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 command -v unshare >/dev/null 2>&1 || need+=(util-linux)
+command -v nsenter >/dev/null 2>&1 || need+=(util-linux)
+command -v podman >/dev/null 2>&1 || need+=(podman)
+command -v runc >/dev/null 2>&1 || need+=(runc)
+command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
 command -v gcc >/dev/null 2>&1 || need+=(gcc libc6-dev)  # compiles the swap tests' fake engine
 python3 -c "import ensurepip" >/dev/null 2>&1 || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then
