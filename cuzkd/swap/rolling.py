@@ -223,39 +223,50 @@ class SwapCoordinator:
         """Accept the active release once every ``{binary}`` engine is healthy through settle.
 
         For a release put into service without a swap's health checks: the ``initial_binary``
-        seed, or a release a crash left active mid-swap (both pending). Tries again while an
-        engine is not up; ends once the release is judged, or when a swap has begun or changed
-        the active release (the swap judges then). The caller owns the task.
+        seed, or a release a crash left active mid-swap (both pending). Runs until the active
+        release is judged: tries again while an engine is not up, and keeps out of the way
+        while a swap runs (the swap judges its own release; if it flips back to a release still
+        pending, that one is judged here afterwards). The caller owns the task.
         """
+        last_reason: str | None = None
+        while True:
+            if not self.busy:
+                active = self._pending_active()
+                if active is None:
+                    return
+                engines = self.target.engine_names_using_binary()
+                reasons = await asyncio.gather(*(self._healthy_or_removed(n, settle)
+                                                 for n in engines))
+                failures = [r for r in reasons if r is not None]
+                # No await from this check to the write: a swap cannot start in between.
+                still = None if self.busy else self._pending_active()
+                if still is not None and still.id == active.id:
+                    if not failures:
+                        self._accept(active, engines, settle)
+                        return
+                    if failures[0] != last_reason:
+                        last_reason = failures[0]
+                        _log.info("release_not_yet_accepted", release=active.id,
+                                  reason=last_reason)
+            await asyncio.sleep(retry)
+
+    def _pending_active(self) -> Release | None:
+        """The active release if the history has it pending; None otherwise or unreadable."""
         try:
             active = self.store.active()
             record = None if active is None else self.store.verdict(active)
         except (ReleaseError, OSError) as exc:
             _log.error("release_acceptance_skipped", error=str(exc))
+            return None
+        return active if record is not None and record.verdict == "pending" else None
+
+    def _accept(self, release: Release, engines: Sequence[str], settle: float) -> None:
+        try:
+            self.store.judge(release, "accepted", _healthy(engines, settle))
+        except (ReleaseError, OSError) as exc:
+            _log.error("swap_history_write_failed", release=release.id, error=str(exc))
             return
-        if active is None or record is None or record.verdict != "pending":
-            return
-        last_reason: str | None = None
-        while True:
-            engines = self.target.engine_names_using_binary()
-            reasons = await asyncio.gather(*(self._healthy_or_removed(n, settle)
-                                             for n in engines))
-            if self.busy or self.active_release() != active.id:
-                return
-            failures = [r for r in reasons if r is not None]
-            if not failures:
-                # No await from the check above to the write: a swap cannot start in between.
-                try:
-                    self.store.judge(active, "accepted", _healthy(engines, settle))
-                except (ReleaseError, OSError) as exc:
-                    _log.error("swap_history_write_failed", release=active.id, error=str(exc))
-                    return
-                _log.info("release_accepted", release=active.id, engines=engines)
-                return
-            if failures[0] != last_reason:
-                last_reason = failures[0]
-                _log.info("release_not_yet_accepted", release=active.id, reason=last_reason)
-            await asyncio.sleep(retry)
+        _log.info("release_accepted", release=release.id, engines=list(engines))
 
     async def _healthy_or_removed(self, name: str, settle: float) -> str | None:
         try:

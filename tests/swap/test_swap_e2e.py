@@ -364,6 +364,27 @@ def test_a_rollback_whose_engines_fail_is_undone(fleet: Fleet) -> None:
     assert f"active release {fleet.ids['v2']}: accepted" in status.stdout
 
 
+def test_a_damaged_history_is_set_aside_at_start_and_the_fleet_runs(fleet: Fleet) -> None:
+    assert fleet.swap(str(fleet.src["v2"])).returncode == 0
+    fleet.sup.stop()
+    path = fleet.sup.state_dir / "history.json"
+    torn = path.read_bytes()[:57] + b"\xff"  # cut mid-record, with a byte that is not UTF-8
+    path.write_bytes(torn)
+
+    fleet.sup = start_supervisor(fleet.sup.config)
+
+    fleet.wait_running()
+    fleet.assert_engines_on("v2")
+    [unreadable] = fleet.sup.events("swap_history_unreadable")
+    assert "history.json: not UTF-8 (byte 0xff at offset 57)" in unreadable["error"]
+    assert Path(unreadable["moved_to"]).read_bytes() == torn
+    fleet.wait_accepted("v2")  # judged again like a seed
+    assert fleet.history()["records"][0]["origin"] == "recovered"
+    refused = fleet.swap("--rollback")  # v1's verdict went with the damaged file
+    assert refused.returncode == 1 and "no accepted release" in refused.stderr
+    fleet.assert_engines_on("v2")
+
+
 def test_a_smoke_test_must_pass_before_the_swap(fleet: Fleet) -> None:
     pids = fleet.pids()
     failed = fleet.swap(str(fleet.src["v2"]), "--smoke", "--bogus-flag")

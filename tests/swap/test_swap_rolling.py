@@ -331,6 +331,24 @@ async def test_a_seed_is_accepted_once_its_engines_are_healthy(store, make_scrip
     assert record.verdict == "accepted" and "healthy" in record.reason
 
 
+async def test_a_seed_is_still_accepted_after_a_swap_from_it_was_rolled_back(store, make_script):
+    seed = store.install(make_script("v1-good"))
+    store.put_in_service(seed, "initial_binary")
+    store.activate(seed)
+    target = ScriptedSupervisor(store, ["gpu0"])
+    target.broken.add(seed.id)  # not yet healthy when the operator swaps
+    target.running["gpu0"] = seed.id
+    coord = SwapCoordinator(store, target, keep_releases=3)
+    accepting = asyncio.create_task(coord.accept_when_healthy(settle=0, retry=0))
+
+    assert (await coord.swap(make_script("v2-bad"), settle=0)).result == "rolled_back"
+    assert not accepting.done() and store.verdict(seed).verdict == "pending"
+    target.broken.clear()
+    await asyncio.wait_for(accepting, 5)
+
+    assert store.verdict(seed).verdict == "accepted"
+
+
 async def test_acceptance_leaves_a_judged_release_alone(store, make_script, v1):
     target = ScriptedSupervisor(store, ["gpu0"])
     coord = SwapCoordinator(store, target, keep_releases=3)
