@@ -65,7 +65,7 @@ class LimitedLog:
     def __init__(self, limiter: RateLimiter | None = None) -> None:
         self.limiter = limiter if limiter is not None else RateLimiter()
 
-    def log(self, logger: Any, level: str, event: str, *, key: Hashable = (),
+    def log(self, logger: Any, level: str, event: str, /, *, key: Hashable = (),
             **fields: Any) -> bool:
         """Log ``event`` at ``level`` on ``logger`` unless rate-limited; True when written."""
         repeated = self.limiter.hit((event, key))

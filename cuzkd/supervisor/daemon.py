@@ -34,12 +34,14 @@ from cuzkd.config import (
 )
 from cuzkd.httperrors import JsonErrorsRunner
 from cuzkd.metrics.sample import SupervisorSample
-from cuzkd.supervisor import demo, procs
+from cuzkd.ratelimit import LimitedLog, errno_name
+from cuzkd.supervisor import demo, errorlog, procs
 from cuzkd.supervisor.binaries import EngineBinaries
 from cuzkd.supervisor.configread import OffLoopReader
 from cuzkd.supervisor.control import RouteHook, bind_control_socket, build_control_app
 from cuzkd.supervisor.leftovers import Records, leftovers
 from cuzkd.supervisor.lifecycle import State
+from cuzkd.supervisor.listener import IDLE_TIMEOUT, GatedListener, connection_limit
 from cuzkd.supervisor.notify import Notifier
 from cuzkd.supervisor.process import EngineProcess, exit_cause, set_child_subreaper
 from cuzkd.supervisor.reaper import Reaper
@@ -90,6 +92,9 @@ class Supervisor:
         self._web_runners: list[web.AppRunner] = []
         self.metrics_address: str | None = None
         self._metrics_bound = ("", 0)
+        self._metrics_listener: GatedListener | None = None
+        #: repeated errors (accept failing, refused connections) log once per 10 s per kind
+        self._limited = LimitedLog()
         self._last_status_line = ""
         self._config_reader = OffLoopReader(load_config)
         #: the last reload's outcome; the config read at start counts as the first success
@@ -104,6 +109,7 @@ class Supervisor:
     async def run(self) -> int:
         """Run until SIGTERM/SIGINT (or :meth:`request_stop`); the exit code."""
         loop = asyncio.get_running_loop()
+        errorlog.install(loop, self._limited)
         lock = StateDirLock(self.config.state_dir)
         control_lock = ControlSocketLock(self.config.control_socket)
         try:
@@ -165,7 +171,8 @@ class Supervisor:
     async def _start_servers(self) -> None:
         control = JsonErrorsRunner(build_control_app(self, self._control_routes),
                                 handle_signals=False, access_log=None)
-        metrics = JsonErrorsRunner(build_metrics_app(self), handle_signals=False, access_log=None)
+        metrics = JsonErrorsRunner(build_metrics_app(self), handle_signals=False, access_log=None,
+                                   keepalive_timeout=IDLE_TIMEOUT)
         for runner in (control, metrics):
             await runner.setup()
             self._web_runners.append(runner)
@@ -176,14 +183,26 @@ class Supervisor:
                                f"{exc.strerror}") from None
         await web.SockSite(control, sock).start()
         address = parse_listen(self.config.metrics.listen, allow_unix=False)
+        assert metrics.server is not None  # set up above
+        self._metrics_listener = GatedListener(
+            metrics.server, limit=lambda: connection_limit(len(self._runners)),
+            on_accept_error=self._on_metrics_accept_error, on_limit=self._on_metrics_limit)
         try:
-            await web.TCPSite(metrics, address.host, address.port, reuse_address=True).start()
+            host, port = (await self._metrics_listener.start(address.host, address.port))[0]
         except OSError as exc:
             raise StartupError(f"cannot listen on metrics.listen {self.config.metrics.listen}: "
                                f"{exc.strerror}") from None
-        host, port = metrics.addresses[0][:2]
         self._metrics_bound = (str(host), int(port))
         self.metrics_address = f"{host}:{port}"
+
+    def _on_metrics_limit(self, limit: int) -> None:
+        self._limited.log(log, "warning", "metrics_connection_refused", limit=limit,
+                          detail="at the connection limit (descriptor limit less a reserve); "
+                                 "silent connections are closed after 10 s")
+
+    def _on_metrics_accept_error(self, exc: OSError) -> None:
+        self._limited.log(log, "error", "metrics_accept_failed", key=errno_name(exc),
+                          error=str(exc), errno=errno_name(exc))
 
     async def _stop_all(self) -> None:
         """Stop every engine in parallel; after shutdown_grace, SIGKILL whatever is left."""
@@ -260,6 +279,8 @@ class Supervisor:
         await self._cancel_tasks()
         for runner in self._runners.values():
             await runner.close()
+        if self._metrics_listener is not None:
+            self._metrics_listener.close()
         for web_runner in self._web_runners:
             await web_runner.cleanup()
         self.config.control_socket.unlink(missing_ok=True)

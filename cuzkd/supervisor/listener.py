@@ -1,0 +1,216 @@
+"""The metrics listener: a bounded number of connections, idle ones closed.
+
+Every TCP connection to ``/metrics`` holds a descriptor. Without a bound, 100 idle connections
+under ``ulimit -n 64`` took every descriptor the supervisor had: the control socket could not
+accept, status fetches and engine spawns failed with ``EMFILE``. asyncio's own server accepts
+as many connections as are pending, so the listener accepts by itself: only while fewer than
+``limit()`` connections are open (the descriptor limit less a reserve for everything else the
+supervisor does); a client connecting at the limit is accepted and closed at once (reset), so
+it fails fast and tries again, rather than queueing behind the idle connections that fill the
+limit (it would wait in the backlog while each batch of them idles out). A connection that
+sends nothing for ``idle`` seconds is closed
+(aiohttp's keep-alive timeout only covers the time after a response; no handler here runs
+anywhere near that long). ``/metrics`` thus answers again as soon as connections go, and the
+rest of the supervisor never runs out of descriptors because of this port.
+
+The HTTP side is aiohttp's: each accepted socket is handed to ``loop.connect_accepted_socket``
+with the runner's protocol factory, wrapped to count the connection and watch its silence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import resource
+import socket
+import struct
+from collections.abc import Callable
+from typing import Any, cast
+
+#: Seconds a connection may stay silent before it is closed.
+IDLE_TIMEOUT = 10.0
+#: Descriptors always left to the rest of the supervisor, and more per engine (its output
+#: pipes, status connections, a spawn's transient pipes).
+RESERVE_BASE = 32
+RESERVE_PER_ENGINE = 8
+#: Connections allowed whatever the limit (Prometheus needs one or two).
+MIN_CONNECTIONS = 4
+#: After ``accept`` failed (descriptors short elsewhere), wait this long before accepting again.
+ACCEPT_RETRY = 1.0
+BACKLOG = 128
+
+
+def connection_limit(engines: int) -> int:
+    """Connections the listener may hold: the soft descriptor limit less the reserve."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY:
+        soft = 1 << 20
+    return max(MIN_CONNECTIONS, soft - RESERVE_BASE - RESERVE_PER_ENGINE * engines)
+
+
+class GatedListener:
+    """Listens on HOST:PORT and serves ``factory``'s protocol on at most ``limit()`` connections.
+
+    ``on_accept_error(exc)`` is told of every failed ``accept``, ``on_limit(limit)`` of every
+    connection refused at the limit (the caller rate-limits its logs).
+    """
+
+    def __init__(self, factory: Callable[[], asyncio.BaseProtocol], *,
+                 limit: Callable[[], int], idle: float = IDLE_TIMEOUT,
+                 on_accept_error: Callable[[OSError], None] = lambda exc: None,
+                 on_limit: Callable[[int], None] = lambda limit: None) -> None:
+        self._factory = factory
+        self._limit = limit
+        self.idle = idle
+        self._on_accept_error = on_accept_error
+        self._on_limit = on_limit
+        self._socks: list[socket.socket] = []
+        self._accepting = False
+        self._retry: asyncio.TimerHandle | None = None
+        self._handshakes: set[asyncio.Task[Any]] = set()
+        #: connections open now (accepted, not yet closed)
+        self.open = 0
+        self.idle_closed_total = 0
+        self.refused_total = 0
+
+    async def start(self, host: str, port: int) -> list[tuple[str, int]]:
+        """Bind every address ``host`` resolves to (like ``loop.create_server``); the bound
+        (host, port) pairs. Raises OSError when one cannot be bound."""
+        loop = asyncio.get_running_loop()
+        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                       flags=socket.AI_PASSIVE)
+        unique = dict.fromkeys((family, kind, proto, address)
+                               for family, kind, proto, _, address in infos)
+        try:
+            for family, kind, proto, address in unique:
+                sock = socket.socket(family, kind, proto)
+                self._socks.append(sock)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                sock.bind(address)
+                sock.listen(BACKLOG)
+                sock.setblocking(False)
+        except OSError:
+            self.close()
+            raise
+        self._resume()
+        return [cast(tuple[str, int], s.getsockname()[:2]) for s in self._socks]
+
+    def close(self) -> None:
+        """Stop listening (open connections are the HTTP runner's to close)."""
+        self._pause()
+        if self._retry is not None:
+            self._retry.cancel()
+            self._retry = None
+        for sock in self._socks:
+            sock.close()
+        self._socks = []
+        for task in self._handshakes:
+            task.cancel()
+
+    # -- accepting -------------------------------------------------------------------------
+
+    def _resume(self) -> None:
+        if self._accepting or self._retry is not None or not self._socks:
+            return
+        loop = asyncio.get_running_loop()
+        for sock in self._socks:
+            loop.add_reader(sock, self._accept, sock)
+        self._accepting = True
+
+    def _pause(self) -> None:
+        if not self._accepting:
+            return
+        loop = asyncio.get_running_loop()
+        for sock in self._socks:
+            loop.remove_reader(sock)
+        self._accepting = False
+
+    def _accept(self, listening: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        for _ in range(BACKLOG):  # then let the loop run other callbacks
+            try:
+                conn, _ = listening.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # EMFILE, ENFILE, ENOBUFS...: try again a little later
+                self._on_accept_error(exc)
+                self._pause()
+                self._retry = loop.call_later(ACCEPT_RETRY, self._retry_elapsed)
+                return
+            limit = self._limit()
+            if self.open >= limit:
+                self.refused_total += 1
+                self._on_limit(limit)
+                # RST rather than FIN: no TIME_WAIT, and the client knows at once
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                conn.close()
+                continue
+            conn.setblocking(False)
+            self.open += 1
+            task = loop.create_task(self._serve(conn))
+            self._handshakes.add(task)
+            task.add_done_callback(self._handshakes.discard)
+
+    def _retry_elapsed(self) -> None:
+        self._retry = None
+        self._resume()
+
+    async def _serve(self, conn: socket.socket) -> None:
+        try:
+            await asyncio.get_running_loop().connect_accepted_socket(
+                lambda: _Counted(self), conn)
+        except BaseException:
+            conn.close()
+            self._released()
+            raise
+
+    def _released(self) -> None:
+        self.open -= 1
+
+
+class _Counted(asyncio.Protocol):
+    """One connection: counted, closed after ``idle`` seconds of silence, everything else
+    passed to the HTTP server's protocol."""
+
+    def __init__(self, listener: GatedListener) -> None:
+        self._listener = listener
+        self._inner: Any = listener._factory()  # aiohttp's RequestHandler
+        self._transport: asyncio.Transport | None = None
+        self._idle: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)
+        self._inner.connection_made(transport)
+        self._arm()
+
+    def _arm(self) -> None:
+        if self._idle is not None:
+            self._idle.cancel()
+        self._idle = asyncio.get_running_loop().call_later(self._listener.idle, self._idle_out)
+
+    def _idle_out(self) -> None:
+        self._idle = None
+        if self._transport is not None and not self._transport.is_closing():
+            self._listener.idle_closed_total += 1
+            self._transport.abort()
+
+    def data_received(self, data: bytes) -> None:
+        self._arm()
+        self._inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return cast(bool | None, self._inner.eof_received())
+
+    def pause_writing(self) -> None:
+        self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._inner.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._idle is not None:
+            self._idle.cancel()
+            self._idle = None
+        self._inner.connection_lost(exc)
+        self._listener._released()
