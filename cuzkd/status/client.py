@@ -1,14 +1,24 @@
 """Fetching an engine's ``/status`` document, shared by health polls and metric scrapes.
 
-One :class:`StatusSource` per engine. Health polls ask for a fresh document
-(``fetch(max_age=0)``); scrapes accept one up to a second old (``fetch(max_age=1.0)``), so
-several Prometheus servers scraping at once cost the engine one request, and concurrent callers
-are coalesced into a single request in flight. Every failure -- refused, timed out, HTTP error,
-garbage, wrong schema -- is one ``None`` and one ``fetch_errors_total`` increment: an engine
-serving garbage is unhealthy, it never breaks the caller.
+One :class:`StatusSource` per engine. A busy cuzk serves 0.25-1 MB, written in many small
+pieces; the body is read to its end whatever the framing (Content-Length, chunked, or until
+the connection closes), over TCP or a Unix socket, with a running cap (:data:`MAX_BODY_BYTES`).
 
-Engines that serve cuzk's plain document get their cumulative ``Extensions`` derived here by an
-:class:`~cuzkd.status.derive.ExtensionDeriver` fed with every successful poll.
+Health polls (:meth:`StatusSource.poll`) fetch a fresh document every ``health_interval`` and
+decode only what they use: a document carrying ``cuzkd_extensions`` is checked at its top level
+(well-formed JSON, every cuzk field present) and kept as bytes; a plain cuzk document is decoded
+whole, because the :class:`~cuzkd.status.derive.ExtensionDeriver` must see every poll to
+rebuild cumulative counters. Scrapes (:meth:`StatusSource.fetch`) accept a document up to a
+second old, so they mostly decode the body the last health poll kept (once per body), and
+several Prometheus servers scraping at once cost the engine one request; concurrent requests are
+coalesced into one in flight.
+
+Every failure -- refused, timed out, HTTP error, too large, garbage, wrong schema -- is one
+``fetch_errors_total`` increment and one :attr:`StatusSource.last_error` that says why, never an
+exception: an engine serving garbage is unhealthy, it never breaks the caller. A body whose top
+level passed a health poll but whose deeper fields fail to decode at a scrape turns later health
+polls strict (full decode) until a document decodes again, so such an engine turns unhealthy
+too instead of answering "healthy" to polls and "broken" to scrapes.
 """
 
 from __future__ import annotations
@@ -19,10 +29,19 @@ import time
 import aiohttp
 
 from cuzkd.status.derive import ExtensionDeriver
-from cuzkd.status.document import Extensions, StatusDecodeError, StatusDocument, decode_status
+from cuzkd.status.document import (
+    Extensions,
+    StatusDecodeError,
+    StatusDocument,
+    check_top_level,
+    decode_status,
+)
 
-#: Cap on a status body: cuzk's document is a few hundred KiB with many pipelines.
+#: Default cap on a status body. cuzk's document is at most a few MB even with thousands of
+#: jobs listed; the cap only stops an engine streaming without end from eating our memory.
 MAX_BODY_BYTES = 16 * 2**20
+#: Bytes of a bad body quoted in an error message.
+EXCERPT_BYTES = 64
 
 
 def split_address(address: str) -> tuple[str | None, str]:
@@ -32,43 +51,110 @@ def split_address(address: str) -> tuple[str | None, str]:
     return None, address
 
 
+class StatusFetchError(Exception):
+    """A fetch failed; the message says why (never empty). ``kind`` is a short, bounded key
+    (``timeout``, ``connect``, ``http_500``, ``too_large``, ``invalid``, ...) for rate-limited
+    logging."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+async def read_body(resp: aiohttp.ClientResponse, limit: int) -> bytes:
+    """The whole body however it is framed, or StatusFetchError once it exceeds ``limit``.
+
+    ``resp.content.read(n)`` returns what has arrived so far, which for a document written in
+    small pieces is a fraction of it; this reads until the end of the body.
+    """
+    declared = resp.content_length
+    if declared is not None and declared > limit:
+        raise too_large(limit)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in resp.content.iter_any():
+        size += len(chunk)
+        if size > limit:
+            raise too_large(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def too_large(limit: int) -> StatusFetchError:
+    return StatusFetchError("too_large", f"status document larger than {limit} bytes")
+
+
+def excerpt(body: bytes) -> str:
+    """The start of a body, printable and short, for an error message."""
+    head = body[:EXCERPT_BYTES].decode("utf-8", errors="replace")
+    return repr(head) + ("..." if len(body) > EXCERPT_BYTES else "")
+
+
+def invalid_document(exc: StatusDecodeError, body: bytes) -> StatusFetchError:
+    return StatusFetchError(
+        "invalid", f"invalid status document: {exc} (body starts {excerpt(body)})")
+
+
+def describe_exception(exc: BaseException, *, address: str, timeout: float) -> StatusFetchError:
+    """A transport-level failure as a message that always says something."""
+    if isinstance(exc, TimeoutError):  # str() of a TimeoutError is usually empty
+        return StatusFetchError("timeout", f"no answer from {address} within {timeout:g}s")
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        reason = exc.os_error.strerror or str(exc.os_error) or type(exc.os_error).__name__
+        return StatusFetchError("connect", f"cannot connect to {address}: {reason}")
+    text = str(exc)
+    name = type(exc).__name__
+    return StatusFetchError(name, f"{name}: {text}" if text else name)
+
+
 class StatusSource:
-    def __init__(self, address: str, *, timeout: float) -> None:
+    def __init__(self, address: str, *, timeout: float, max_bytes: int = MAX_BODY_BYTES) -> None:
         self.address = address
         self._socket_path, self._url = split_address(address)
+        self._timeout_secs = timeout
         self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._max_bytes = max_bytes
         self._session: aiohttp.ClientSession | None = None
-        self._inflight: asyncio.Task[StatusDocument | None] | None = None
+        self._inflight: asyncio.Task[bool] | None = None
         self._deriver = ExtensionDeriver()
-        self.last_document: StatusDocument | None = None
+        #: the last body that passed its check, and its decoded form (None until decoded)
+        self._body: bytes | None = None
+        self._document: StatusDocument | None = None
+        #: decode every poll whole: set when a body that passed the top-level check failed
+        #: to decode, cleared by the next document that decodes
+        self._strict = False
         #: monotonic time of the last successful fetch
         self.last_success: float | None = None
         self.last_fetch_duration_seconds: float | None = None
         self.fetch_errors_total = 0
         #: why the last fetch failed (for logs and the control API); None after a success
         self.last_error: str | None = None
+        #: the bounded kind of ``last_error`` (see StatusFetchError.kind)
+        self.last_error_kind: str | None = None
+
+    async def poll(self) -> bool:
+        """Health poll: True when a fresh document answered (see the module doc)."""
+        return await self._refresh()
 
     async def fetch(self, max_age: float) -> StatusDocument | None:
         """A document at most ``max_age`` seconds old, or None if the engine did not answer."""
-        if (
-            max_age > 0
-            and self.last_success is not None
-            and time.monotonic() - self.last_success < max_age
-        ):
-            return self.last_document
-        if self._inflight is None:
-            self._inflight = asyncio.get_running_loop().create_task(self._fetch_once())
-            self._inflight.add_done_callback(self._clear_inflight)
-        # shield: one caller giving up (e.g. a scrape timing out) must not cancel the request
-        # the other callers are waiting for.
-        return await asyncio.shield(self._inflight)
+        recent = (max_age > 0 and self.last_success is not None
+                  and time.monotonic() - self.last_success < max_age)
+        if not recent and not await self._refresh():
+            return None
+        return self._decoded()
+
+    def latest(self) -> StatusDocument | None:
+        """The last good document, decoded now if a poll only checked it; no request."""
+        return self._decoded()
 
     def extensions(self) -> Extensions | None:
         """The last document's own extensions, else the derived ones (None before any)."""
-        if self.last_document is None:
+        document = self._decoded()
+        if document is None:
             return None
-        if self.last_document.cuzkd_extensions is not None:
-            return self.last_document.cuzkd_extensions
+        if document.cuzkd_extensions is not None:
+            return document.cuzkd_extensions
         return self._deriver.extensions()
 
     async def close(self) -> None:
@@ -79,7 +165,15 @@ class StatusSource:
             await self._session.close()
             self._session = None
 
-    def _clear_inflight(self, task: asyncio.Task[StatusDocument | None]) -> None:
+    async def _refresh(self) -> bool:
+        if self._inflight is None:
+            self._inflight = asyncio.get_running_loop().create_task(self._fetch_once())
+            self._inflight.add_done_callback(self._clear_inflight)
+        # shield: one caller giving up (e.g. a scrape timing out) must not cancel the request
+        # the other callers are waiting for.
+        return await asyncio.shield(self._inflight)
+
+    def _clear_inflight(self, task: asyncio.Task[bool]) -> None:
         if self._inflight is task:
             self._inflight = None
 
@@ -93,35 +187,67 @@ class StatusSource:
             self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
         return self._session
 
-    async def _fetch_once(self) -> StatusDocument | None:
+    async def _fetch_once(self) -> bool:
         started = time.monotonic()
+        try:
+            body = await self._get()
+            document = self._check(body)
+        except StatusFetchError as exc:
+            self._failed(started, exc)
+            return False
+        self.last_fetch_duration_seconds = time.monotonic() - started
+        self._body, self._document = body, document
+        self.last_success = time.monotonic()
+        self.last_error = self.last_error_kind = None
+        return True
+
+    async def _get(self) -> bytes:
         try:
             async with self._session_for_loop().get(self._url) as resp:
                 if resp.status != 200:
-                    raise _FetchError(f"HTTP {resp.status}")
-                body = await resp.content.read(MAX_BODY_BYTES + 1)
-            if len(body) > MAX_BODY_BYTES:
-                raise _FetchError(f"body larger than {MAX_BODY_BYTES} bytes")
-            doc = decode_status(body)
-        except (aiohttp.ClientError, TimeoutError, OSError, _FetchError) as exc:
-            self._failed(started, f"{type(exc).__name__}: {exc}")
-            return None
-        except StatusDecodeError as exc:
-            self._failed(started, f"invalid status document: {exc}")
-            return None
-        self.last_fetch_duration_seconds = time.monotonic() - started
-        self.last_document = doc
-        self.last_success = time.monotonic()
-        self.last_error = None
-        if doc.cuzkd_extensions is None:
-            self._deriver.observe(doc)
-        return doc
+                    head = await resp.content.read(EXCERPT_BYTES + 1)
+                    raise StatusFetchError(
+                        f"http_{resp.status}",
+                        f"HTTP {resp.status} {resp.reason or ''}".rstrip()
+                        + (f": {excerpt(head)}" if head else ""))
+                return await read_body(resp, self._max_bytes)
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise describe_exception(exc, address=self.address,
+                                     timeout=self._timeout_secs) from exc
 
-    def _failed(self, started: float, error: str) -> None:
+    def _check(self, body: bytes) -> StatusDocument | None:
+        """Validate a fresh body for a poll; the decoded document when it had to be decoded."""
+        try:
+            if check_top_level(body) and not self._strict:
+                return None  # decoded when a scrape uses it
+            document = decode_status(body)
+        except StatusDecodeError as exc:
+            raise invalid_document(exc, body) from exc
+        self._strict = False
+        if document.cuzkd_extensions is None:
+            self._deriver.observe(document)
+        return document
+
+    def _decoded(self) -> StatusDocument | None:
+        """The last good body, decoded once; None (and an error) when it does not decode."""
+        if self._document is not None:
+            return self._document
+        body = self._body
+        if body is None:
+            return None
+        try:
+            self._document = decode_status(body)
+        except StatusDecodeError as exc:
+            self._body = None
+            self.last_success = None  # nothing usable is cached any more
+            self._strict = True
+            self.fetch_errors_total += 1
+            error = invalid_document(exc, body)
+            self.last_error, self.last_error_kind = str(error), error.kind
+            return None
+        return self._document
+
+    def _failed(self, started: float, error: StatusFetchError) -> None:
         self.last_fetch_duration_seconds = time.monotonic() - started
         self.fetch_errors_total += 1
-        self.last_error = error
-
-
-class _FetchError(Exception):
-    pass
+        self.last_error, self.last_error_kind = str(error), error.kind

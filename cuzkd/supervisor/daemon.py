@@ -474,7 +474,8 @@ class Supervisor:
         timeout = runner.spec.start_timeout
         if not await runner.wait_for(lambda: gone() or runner.machine.state is not State.STARTING,
                                      within=timeout):
-            return f"status did not answer within start_timeout ({timeout:g}s)"
+            why = f" (last error: {runner.machine.last_error})" if runner.machine.last_error else ""
+            return f"status did not answer within start_timeout ({timeout:g}s){why}"
         if gone() or runner.machine.state is not State.RUNNING:
             return f"process {pid} ended before its status answered: {_not_up(runner)}"
         if await runner.wait_for(lambda: gone() or runner.machine.state is not State.RUNNING,
@@ -603,5 +604,9 @@ class Supervisor:
 
 
 def _not_up(runner: EngineRunner) -> str:
+    """Why an engine is not up, naming only what is known (never "error: None")."""
     m = runner.machine
-    return f"engine is {m.state} (last exit: {m.last_exit_cause}, error: {m.last_error})"
+    known = [f"last exit: {m.last_exit_cause}" if m.last_exit_cause else "",
+             f"error: {m.last_error}" if m.last_error else ""]
+    detail = ", ".join(part for part in known if part)
+    return f"engine is {m.state}" + (f" ({detail})" if detail else "")

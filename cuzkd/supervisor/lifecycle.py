@@ -171,7 +171,8 @@ class Lifecycle:
         self.healthy_since = None
         self.last_ok = None
         self.next_start_at = None
-        self.last_error = None
+        # last_error is kept: while the new process starts, it still says why the last one
+        # was stopped (the first successful poll clears it)
         self._intent = None
         self._move(State.STARTING, "spawned")
 
@@ -191,23 +192,29 @@ class Lifecycle:
         self._move(State.BACKOFF, f"spawn failed: {error}, retrying in {delay:.3f}s")
         return [ScheduleStart(delay)]
 
-    def poll(self, now: float, ok: bool) -> list[Action]:
-        """A status poll finished (``ok``: a valid document came back)."""
+    def poll(self, now: float, ok: bool, error: str | None = None) -> list[Action]:
+        """A status poll finished (``ok``: a valid document came back; else ``error`` says
+        why). The error is kept as ``last_error`` until a poll succeeds, and a kill for
+        silence names it, so an engine killed for its status never reports only "silent"."""
         if self.state not in (State.STARTING, State.RUNNING):
             return []
         if ok:
             self.last_ok = now
+            self.last_error = None
             if self.state is State.STARTING:
                 self.healthy_since = now
                 self._move(State.RUNNING, "status answered")
             return []
+        if error:
+            self.last_error = error
+        why = f" (last error: {self.last_error})" if self.last_error else ""
         if self.state is State.STARTING:
             assert self.spawned_at is not None
             if now - self.spawned_at >= self.policy.start_timeout:
-                return self._kill(_Intent.START_TIMEOUT, "status did not answer within "
-                                                         "start_timeout")
+                return self._kill(_Intent.START_TIMEOUT,
+                                  f"status did not answer within start_timeout{why}")
         elif self.last_ok is not None and now - self.last_ok >= self.policy.unhealthy_after:
-            return self._kill(_Intent.UNHEALTHY, "status silent for unhealthy_after")
+            return self._kill(_Intent.UNHEALTHY, f"status silent for unhealthy_after{why}")
         return []
 
     def settled(self, now: float) -> None:

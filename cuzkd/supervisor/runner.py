@@ -64,6 +64,11 @@ STDERR_TAIL_LINE_CHARS = 500
 #: How long an exit report waits for the rest of a dead engine's stderr to be read.
 STDERR_DRAIN_TIMEOUT = 1.0
 
+#: The stall watch is fed at most this many documents per ``stall_after`` (and at most one per
+#: health poll): decoding and walking a busy engine's 1 MB document at every 1 s poll only for
+#: a decision on a scale of minutes would be most of the supervisor's CPU.
+STALL_SAMPLES = 60
+
 #: Gives argv[0] for ``{binary}`` at every spawn; raises SpawnError when there is none.
 BinaryResolver = Callable[[], str]
 
@@ -113,6 +118,7 @@ class EngineRunner:
         self._health_task: asyncio.Task[None] | None = None
         self._changed = asyncio.Event()
         self.stall = StallWatch(spec.stall_after)
+        self._next_stall_sample = 0.0
         self._oom: OomCounters | None = None
         #: the current process's last stderr lines; the dead one's, once it exited
         self._stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
@@ -380,6 +386,7 @@ class EngineRunner:
         self._killed = False
         self._oom = OomCounters(proc.pid)
         self.stall.started(now)
+        self._next_stall_sample = 0.0
         self.machine.spawned(proc.pid, now)
         self._log.info("engine_spawned", pid=proc.pid, argv=argv)
         self._track(log_lines(proc.stdout, self._log, "stdout", proc.pid))
@@ -437,19 +444,34 @@ class EngineRunner:
             starting = self.machine.state is State.STARTING
             await asyncio.sleep(min(STARTING_POLL, self.spec.health_interval) if starting
                                 else self.spec.health_interval)
-            doc = await self.status.fetch(max_age=0)
-            ok = doc is not None
+            ok = await self.status.poll()
             self._note_descendants()
-            if not ok and self.machine.state is State.RUNNING:
-                self._log.warning("engine_status_failed", error=self.status.last_error)
+            error = None if ok else self.status.last_error
+            if error is not None:
+                # polled every 100 ms while starting: one line per 10 s per kind of error
+                self._limited.log(self._log, "warning", "engine_status_failed",
+                                  key=self.status.last_error_kind,
+                                  state=str(self.machine.state), error=error)
             now = time.monotonic()
-            self._apply(self.machine.poll(now, ok))
-            if doc is not None and self.machine.state is State.RUNNING:
+            self._apply(self.machine.poll(now, ok, error))
+            if ok and self.machine.state is State.RUNNING:
                 if self._oom is not None:
                     self._oom.refresh()
-                evidence = self.stall.observe(now, doc, self.status.extensions())
-                if evidence is not None:
-                    self._on_stall(now, evidence)
+                self._watch_stall(self.status, now)
+
+    def _watch_stall(self, status: StatusSource, now: float) -> None:
+        """Feed the stall watch a decoded document, at most STALL_SAMPLES times per
+        ``stall_after`` (it decides on a scale of minutes; any change between two samples is
+        progress, so sampling loses none)."""
+        if self.stall.after <= 0 or now < self._next_stall_sample:
+            return
+        doc = status.latest()
+        if doc is None:
+            return
+        self._next_stall_sample = now + self.stall.after / STALL_SAMPLES
+        evidence = self.stall.observe(now, doc, status.extensions())
+        if evidence is not None:
+            self._on_stall(now, evidence)
 
     def _on_stall(self, now: float, evidence: StallEvidence) -> None:
         """One structured event per stall, then the configured action."""

@@ -5,7 +5,9 @@
 
 Modes: ``serve`` (answer GET /status with a valid document), ``hang`` (accept connections,
 never answer), ``garbage`` (answer 200 with non-JSON), ``silent`` (bind nothing),
-``ignore-term`` (serve, but ignore SIGTERM). ``--exit-after`` exits with ``--exit-code`` after
+``ignore-term`` (serve, but ignore SIGTERM), ``big`` (a valid 1 MB pretty-printed document sent
+chunked in 1 KiB writes, as a busy cuzk does), ``http500`` (answer 500 with a short text),
+``wrong-shape`` (valid JSON missing ``memory``). ``--exit-after`` exits with ``--exit-code`` after
 that many seconds; ``--grandchildren`` double-forks that many short-lived grandchildren;
 ``--pidfile`` appends this process's pid (one line per start) so tests can count starts;
 ``--fail-starts N`` makes the first N starts (counted in the pidfile) exit 1 after 50 ms;
@@ -72,16 +74,48 @@ def announce_freeze(after: float) -> None:
     print("fake engine frozen", flush=True)
 
 
+#: ``big``: jobs x 16 pending partitions, pretty-printed, is just over 1 MB.
+BIG_JOBS = 480
+PIECE = 1024
+
+
+def big_status() -> bytes:
+    pipelines = [{"job_id": f"ps-snap-{3644168 + j}-33825-1120793", "proof_kind": "snap",
+                  "started_secs_ago": 1.5, "total_partitions": 16, "partitions_done": 0,
+                  "partitions": [{"index": p, "state": "pending", "synth_ms": None,
+                                  "gpu_ms": None} for p in range(16)]}
+                 for j in range(BIG_JOBS)]
+    return json.dumps({**STATUS, "pipelines": pipelines}, indent=2).encode()
+
+
+def send_chunked(conn: socket.socket, body: bytes) -> None:
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                 b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
+    for start in range(0, len(body), PIECE):
+        piece = body[start:start + PIECE]
+        conn.sendall(b"%x\r\n%s\r\n" % (len(piece), piece))
+    conn.sendall(b"0\r\n\r\n")
+
+
 def respond(conn: socket.socket, mode: str) -> None:
     with conn:
         conn.recv(65536)
         if mode == "hang" or time.monotonic() >= HANG_AT[0]:
             time.sleep(3600)
             return
-        body = b"this is not json" if mode == "garbage" else json.dumps(document()).encode()
-        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+        if mode == "big":
+            send_chunked(conn, BIG_BODY[0])
+            return
+        status = b"500 Internal Server Error" if mode == "http500" else b"200 OK"
+        body = {"garbage": b"this is not json", "http500": b"worker pool gone",
+                "wrong-shape": json.dumps({k: v for k, v in STATUS.items() if k != "memory"})
+                .encode()}.get(mode) or json.dumps(document()).encode()
+        conn.sendall(b"HTTP/1.1 " + status + b"\r\nContent-Type: application/json\r\n"
                      b"Content-Length: " + str(len(body)).encode() + b"\r\n"
                      b"Connection: close\r\n\r\n" + body)
+
+
+BIG_BODY = [b""]
 
 
 def serve(sock: socket.socket, mode: str) -> None:
@@ -160,6 +194,8 @@ def main() -> None:
                 args.exit_after, args.exit_code = 0.05, 1
     if args.hang_after is not None:
         HANG_AT[0] = time.monotonic() + args.hang_after
+    if args.mode == "big":
+        BIG_BODY[0] = big_status()
     if args.mode == "ignore-term":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     print(f"fake engine pid {os.getpid()} mode {args.mode}", flush=True)

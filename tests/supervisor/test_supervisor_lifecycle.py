@@ -98,6 +98,30 @@ def test_never_answering_is_killed_after_start_timeout() -> None:
     assert m.exits == {"start_timeout": 1}
 
 
+def test_status_errors_are_kept_named_in_the_kill_and_cleared_by_an_answer() -> None:
+    m = machine()
+    m.start_requested(0.0)
+    m.spawned(5, 0.0)
+    m.poll(1.0, ok=False, error="HTTP 500 Internal Server Error")
+    assert m.last_error == "HTTP 500 Internal Server Error"
+    assert m.poll(10.0, ok=False, error="no answer from unix:/s within 1s") == [Stop()]
+    assert m.take_transitions()[-1].reason == (
+        "status did not answer within start_timeout (last error: no answer from unix:/s "
+        "within 1s)")
+    m.exited("signal_SIGTERM", clean=False, now=10.1)
+    assert m.last_error == "no answer from unix:/s within 1s"  # still says why in backoff
+    m.backoff_elapsed(11.0)
+    m.spawned(6, 11.0)
+    assert m.last_error == "no answer from unix:/s within 1s"  # and while the next one starts
+    m.poll(11.5, ok=True)
+    assert m.last_error is None
+    m.poll(12.0, ok=False, error="invalid status document: JSON is malformed")
+    assert m.poll(16.5, ok=False) == [Stop()]
+    assert m.take_transitions()[-1].reason == (
+        "status silent for unhealthy_after (last error: invalid status document: JSON is "
+        "malformed)")
+
+
 def test_stop_request_stops_without_restart() -> None:
     m = running(machine())
     assert m.stop_requested(1.0) == [Stop()]

@@ -1,0 +1,153 @@
+"""StatusSource against real servers: 1 MB documents in small pieces, every framing, both
+transports, through health polls and scrapes; and every failure saying why."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+from support.big_status import big_document
+from support.piece_server import Framing, PieceServer
+
+from cuzkd.status.client import StatusSource
+from cuzkd.status.document import decode_status
+
+FRAMINGS: tuple[Framing, ...] = ("length", "chunked", "close")
+
+Serve = Callable[[PieceServer], Awaitable[str]]
+
+
+@pytest.fixture(scope="module")
+def big_with_extensions() -> bytes:
+    return big_document(extensions=True)
+
+
+@pytest.fixture(scope="module")
+def big_plain() -> bytes:
+    return big_document(extensions=False)
+
+
+@pytest.fixture(params=["tcp", "unix"])
+async def serve(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Serve]:
+    """Start a PieceServer on the transport under test; its status address."""
+    servers: list[PieceServer] = []
+
+    async def start(server: PieceServer) -> str:
+        servers.append(server)
+        if request.param == "tcp":
+            return await server.start_tcp()
+        return await server.start_unix(tmp_path / f"s{len(servers)}.sock")
+
+    yield start
+    for server in servers:
+        await server.close()
+
+
+@pytest.mark.parametrize("framing", FRAMINGS)
+async def test_one_megabyte_in_small_pieces_reads_whole_through_polls_and_scrapes(
+        serve: Serve, framing: Framing, big_with_extensions: bytes, big_plain: bytes) -> None:
+    for body in (big_with_extensions, big_plain):
+        assert len(body) > 2**20
+        server = PieceServer(body, framing=framing, piece=1024)
+        source = StatusSource(await serve(server), timeout=10.0)
+        try:
+            expected = decode_status(body)
+            assert await source.poll(), source.last_error  # health poll
+            assert await source.fetch(max_age=5.0) == expected  # scrape from the poll's body
+            assert server.requests == 1
+            assert await source.fetch(max_age=0) == expected  # scrape fetching fresh
+            assert await source.poll(), source.last_error
+            assert server.requests == 3
+            assert source.fetch_errors_total == 0 and source.last_error is None
+            assert source.extensions() is not None
+        finally:
+            await source.close()
+
+
+async def test_plain_document_polls_feed_the_deriver(serve: Serve, big_plain: bytes) -> None:
+    """Health polls of a plain cuzk document are decoded whole: the deriver sees each one."""
+    server = PieceServer(big_plain, framing="chunked")
+    source = StatusSource(await serve(server), timeout=10.0)
+    try:
+        assert await source.poll()
+        ext = source.extensions()
+        assert ext is not None and ext.backend == "cuzk"
+        synthesized = sum(kind.get("synth_done", 0) for kind in ext.phase_transitions.values())
+        assert synthesized > 0
+    finally:
+        await source.close()
+
+
+@pytest.mark.parametrize("framing", ["length", "chunked"])
+async def test_body_over_the_cap_is_refused_naming_the_cap(
+        serve: Serve, framing: Framing, big_with_extensions: bytes) -> None:
+    server = PieceServer(big_with_extensions, framing=framing)
+    source = StatusSource(await serve(server), timeout=10.0, max_bytes=100_000)
+    try:
+        assert not await source.poll()
+        assert source.last_error == "status document larger than 100000 bytes"
+        assert await source.fetch(max_age=0) is None
+        assert source.fetch_errors_total == 2
+    finally:
+        await source.close()
+
+
+async def _poll_error(address: str, timeout: float = 5.0) -> str:
+    source = StatusSource(address, timeout=timeout)
+    try:
+        assert not await source.poll()
+        assert await source.fetch(max_age=10.0) is None
+        assert source.fetch_errors_total == 2
+        assert source.last_error is not None
+        return source.last_error
+    finally:
+        await source.close()
+
+
+def _minimal_document() -> dict[str, object]:
+    raw: dict[str, object] = json.loads(big_document(0, extensions=False))
+    return raw
+
+
+async def test_each_failure_says_why(serve: Serve, tmp_path: Path) -> None:
+    hung = await serve(PieceServer(b"", hang=True))
+    assert await _poll_error(hung, timeout=0.3) == f"no answer from {hung} within 0.3s"
+
+    error = await _poll_error(await serve(PieceServer(b"boom: worker pool gone", status=500)))
+    assert error == "HTTP 500 Internal Server Error: 'boom: worker pool gone'"
+
+    error = await _poll_error(await serve(PieceServer(b"\xff\xfethis is not json")))
+    assert error.startswith("invalid status document: JSON is malformed")
+    assert error.endswith("(body starts '\ufffd\ufffdthis is not json')")
+
+    wrong_shape = _minimal_document()
+    del wrong_shape["memory"]
+    error = await _poll_error(await serve(PieceServer(json.dumps(wrong_shape).encode())))
+    assert error.startswith("invalid status document: Object missing required field `memory`")
+
+
+async def test_refused_names_the_address(tmp_path: Path) -> None:
+    address = f"unix:{tmp_path / 'nobody.sock'}"
+    error = await _poll_error(address)
+    assert error == f"cannot connect to {address}: No such file or directory"
+
+
+async def test_deep_schema_error_fails_the_scrape_then_the_health_polls(serve: Serve) -> None:
+    """The health poll checks the top level only; the scrape's full decode finds the bad field,
+    and from then on polls decode whole, so the engine is unhealthy, not half-healthy."""
+    doc: dict[str, object] = json.loads(big_document(0, extensions=True))
+    pipelines = doc["pipelines"]
+    assert isinstance(pipelines, list)
+    pipelines[0]["partitions"][0]["state"] = "exploded"
+    source = StatusSource(await serve(PieceServer(json.dumps(doc).encode())), timeout=5.0)
+    try:
+        assert await source.poll()
+        assert await source.fetch(max_age=10.0) is None
+        assert source.last_error is not None
+        assert "`$.pipelines[0].partitions[0].state`" in source.last_error
+        assert not await source.poll()
+        assert source.fetch_errors_total == 2
+    finally:
+        await source.close()
