@@ -171,8 +171,7 @@ class Lifecycle:
         self.healthy_since = None
         self.last_ok = None
         self.next_start_at = None
-        # last_error is kept: while the new process starts, it still says why the last one
-        # was stopped (the first successful poll clears it)
+        self.last_error = None
         self._intent = None
         self._move(State.STARTING, "spawned")
 
@@ -194,8 +193,8 @@ class Lifecycle:
 
     def poll(self, now: float, ok: bool, error: str | None = None) -> list[Action]:
         """A status poll finished (``ok``: a valid document came back; else ``error`` says
-        why). The error is kept as ``last_error`` until a poll succeeds, and a kill for
-        silence names it, so an engine killed for its status never reports only "silent"."""
+        why). The error is kept as ``last_error`` until a poll succeeds or the next spawn, and a
+        kill for silence names it: an engine killed for its status never reports only "silent"."""
         if self.state not in (State.STARTING, State.RUNNING):
             return []
         if ok:
