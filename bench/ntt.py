@@ -23,12 +23,13 @@ from cuzkd.engine.ntt import NttPlan
 from cuzkd.engine.prover import quotient
 
 
-def backends() -> list[Backend]:
-    found = [select_backend("numpy")]
-    try:
-        found.append(select_backend("cupy"))
-    except BackendError:
-        print("cupy: not available (no CuPy or no CUDA device); NumPy only")
+def backends(which: str) -> list[Backend]:
+    found = [select_backend("numpy")] if which in ("all", "numpy") else []
+    if which in ("all", "cupy"):
+        try:
+            found.append(select_backend("cupy"))
+        except BackendError:
+            print("cupy: not available (no CuPy or no CUDA device)")
     return found
 
 
@@ -50,10 +51,12 @@ def main() -> None:
     parser.add_argument("--min-log2", type=int, default=12)
     parser.add_argument("--max-log2", type=int, default=20)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--backend", choices=("all", "numpy", "cupy"), default="all",
+                        help="cupy alone keeps large sizes quick on a GPU machine")
     args = parser.parse_args()
     print(f"{'backend':8} {'log2 n':>6} {'ntt ms':>9} {'ntt Melem/s':>12} "
           f"{'quotient ms':>12} {'quotient Melem/s':>17}")
-    for backend in backends():
+    for backend in backends(args.backend):
         xp = backend.xp
         sync: Callable[[], None] = (
             xp.cuda.Stream.null.synchronize if backend.name == "cupy" else lambda: None)
