@@ -179,7 +179,8 @@ def test_every_status_failure_says_why(tmp_path: Path) -> None:
             # for the late one's running phase)
             assert 1 <= len(logged) <= 2, logged
             assert all(e["repeated"] >= 1 and e["error"] for e in logged)
-        assert {e["state"] for e in failures if e["engine"] == "late-hang"} == {"running"}
+        # (a poll before it listened may have failed too, while it was starting)
+        assert "running" in {e["state"] for e in failures if e["engine"] == "late-hang"}
         kills = [e["reason"] for e in sup.events("engine_state", new="stopping")]
         assert len(kills) == len(FAILING) and all("(last error: " in r for r in kills), kills
         log = sup.log_text()
