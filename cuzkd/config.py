@@ -79,10 +79,24 @@ class SupervisorConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     release_settle: Seconds = Seconds(10)
 
 
+#: Chain deadlines the proof-latency alert compares each kind's p99 job duration with: a
+#: WinningPoSt later than ~20 s loses the block; a WindowPoSt must land within its 30-minute
+#: deadline window. ``[metrics] proof_deadlines`` overrides or adds kinds ("0s" drops one).
+DEFAULT_PROOF_DEADLINES: dict[str, float] = {"winning": 20.0, "wpost": 1200.0}
+_PROOF_KIND = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+
+
 class MetricsConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """``[metrics]``: the TCP listener for /metrics, /status and /healthz (read-only)."""
 
     listen: str = DEFAULT_METRICS_LISTEN
+    #: proof kind -> latency deadline, exported as ``cuzkd_proof_deadline_seconds``
+    proof_deadlines: dict[_PROOF_KIND, Seconds] = msgspec.field(default_factory=dict)
+
+    def deadlines(self) -> dict[str, float]:
+        """The defaults with the file's overrides; kinds set to 0 are left out."""
+        merged = {**DEFAULT_PROOF_DEADLINES, **self.proof_deadlines}
+        return {kind: float(limit) for kind, limit in merged.items() if limit > 0}
 
 
 class EngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):

@@ -85,6 +85,10 @@ class EngineFamilies:
         self.gpu_duration = HistogramMetricFamily(
             "cuzk_partition_gpu_duration_seconds",
             "Duration of finished partition GPU phases.", labels=_KIND)
+        self.job_duration = HistogramMetricFamily(
+            "cuzk_job_duration_seconds",
+            "End-to-end duration of finished jobs, accepted to finished (approximate for a "
+            "plain cuzk: first seen to done or gone).", labels=_KIND)
         self.jobs_completed = c("cuzk_jobs_completed_total", "Jobs that completed successfully.",
                                 labels=_KIND)
         self.jobs_failed = c("cuzk_jobs_failed_total", "Jobs that failed.", labels=_KIND)
@@ -173,6 +177,7 @@ class EngineFamilies:
                 self.transitions.add_metric([engine, kind, phase], entered.get(phase, 0))
         _add_histograms(self.synth_duration, engine, ext.synth_duration_seconds)
         _add_histograms(self.gpu_duration, engine, ext.gpu_duration_seconds)
+        _add_histograms(self.job_duration, engine, ext.job_duration_seconds)
         for device in first_by(ext.gpu_devices, lambda d: d.gpu_ordinal):
             labels = [engine, str(device.gpu_ordinal)]
             self.gpu_used.add_metric(labels, device.used_bytes)

@@ -64,3 +64,5 @@ class SupervisorSample:
     config_reload_ok: bool = True
     #: Unix time of the last successful config load; None when not known
     config_reload_success_time: float | None = None
+    #: proof kind -> latency deadline in seconds (``[metrics] proof_deadlines``)
+    proof_deadlines: Mapping[str, float] = field(default_factory=dict)

@@ -99,10 +99,16 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
                     "Unix time of the last successful config load (start or reload).")
     if sample.config_reload_success_time is not None:
         reload_time.add_metric([], sample.config_reload_success_time)
+    deadlines = g("cuzkd_proof_deadline_seconds",
+                  "Job latency deadline per proof kind ([metrics] proof_deadlines); the "
+                  "proof-latency alert compares each kind's p99 job duration with it.",
+                  labels=["proof_kind"])
+    for kind, limit in sorted(sample.proof_deadlines.items()):
+        deadlines.add_metric([kind], limit)
     build = InfoMetricFamily("cuzkd_build", "cuzkd version.", value={"version": __version__})
     return [build, up, state, restarts, exits, stalls, stalled, start, rss, cpu,
             fetch_duration, fetch_errors, descendants_killed, release, swaps, rollbacks, active,
-            zombies, reload_ok, reload_time]
+            zombies, reload_ok, reload_time, deadlines]
 
 
 def _by_result(family: CounterMetricFamily, always: Sequence[str],

@@ -13,27 +13,33 @@ from __future__ import annotations
 
 from bisect import bisect_left
 
-from cuzkd.status.document import COUNTED_PHASES, DURATION_BUCKETS, Histogram
+from cuzkd.status.document import (
+    COUNTED_PHASES,
+    DURATION_BUCKETS,
+    JOB_DURATION_BUCKETS,
+    Histogram,
+)
 
 
 class HistogramAccumulator:
-    """A fixed-bucket histogram over :data:`DURATION_BUCKETS`.
+    """A fixed-bucket histogram over ``bounds`` (phase durations by default).
 
     Counts are kept per bucket (not cumulative) so an observation is one increment; the
     cumulative ``le`` form Prometheus wants is built only when a snapshot is taken.
     """
 
-    __slots__ = ("_counts", "_sum")
+    __slots__ = ("_bounds", "_counts", "_sum")
 
-    def __init__(self) -> None:
+    def __init__(self, bounds: tuple[float, ...] = DURATION_BUCKETS) -> None:
+        self._bounds = bounds
         # one slot per bound plus the +Inf overflow bucket
-        self._counts = [0] * (len(DURATION_BUCKETS) + 1)
+        self._counts = [0] * (len(bounds) + 1)
         self._sum = 0.0
 
     def observe(self, seconds: float) -> None:
         value = max(0.0, seconds)
         # bisect_left: a value equal to a bound belongs to that bound's bucket (``le``)
-        self._counts[bisect_left(DURATION_BUCKETS, value)] += 1
+        self._counts[bisect_left(self._bounds, value)] += 1
         self._sum += value
 
     def freeze(self) -> Histogram:
@@ -43,7 +49,7 @@ class HistogramAccumulator:
             running += count
             cumulative.append(running)
         return Histogram(
-            bounds=list(DURATION_BUCKETS),
+            bounds=list(self._bounds),
             bucket_counts=cumulative,
             count=running + self._counts[-1],
             sum=self._sum,
@@ -51,24 +57,26 @@ class HistogramAccumulator:
 
 
 class KindCounters:
-    """Phase-entry counters and phase-duration histograms, keyed by proof kind.
+    """Phase-entry counters, phase-duration and job-duration histograms, keyed by proof kind.
 
     A kind gets all its series (zeros included) the first time it is seen, so a consumer's
     ``rate()`` has a starting point before the first increment.
     """
 
-    __slots__ = ("_gpu", "_phases", "_synth")
+    __slots__ = ("_gpu", "_jobs", "_phases", "_synth")
 
     def __init__(self) -> None:
         self._phases: dict[str, dict[str, int]] = {}
         self._synth: dict[str, HistogramAccumulator] = {}
         self._gpu: dict[str, HistogramAccumulator] = {}
+        self._jobs: dict[str, HistogramAccumulator] = {}
 
     def ensure_kind(self, kind: str) -> None:
         if kind not in self._phases:
             self._phases[kind] = dict.fromkeys(COUNTED_PHASES, 0)
             self._synth[kind] = HistogramAccumulator()
             self._gpu[kind] = HistogramAccumulator()
+            self._jobs[kind] = HistogramAccumulator(JOB_DURATION_BUCKETS)
 
     def entered(self, kind: str, phase: str) -> None:
         """Count one partition entering ``phase`` (one of COUNTED_PHASES)."""
@@ -83,6 +91,11 @@ class KindCounters:
         self.ensure_kind(kind)
         self._gpu[kind].observe(seconds)
 
+    def observe_job(self, kind: str, seconds: float) -> None:
+        """One finished job's end-to-end duration."""
+        self.ensure_kind(kind)
+        self._jobs[kind].observe(seconds)
+
     def phase_transitions(self) -> dict[str, dict[str, int]]:
         return {kind: dict(phases) for kind, phases in self._phases.items()}
 
@@ -91,3 +104,6 @@ class KindCounters:
 
     def gpu_histograms(self) -> dict[str, Histogram]:
         return {kind: acc.freeze() for kind, acc in self._gpu.items()}
+
+    def job_histograms(self) -> dict[str, Histogram]:
+        return {kind: acc.freeze() for kind, acc in self._jobs.items()}

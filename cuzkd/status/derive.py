@@ -14,6 +14,10 @@ observations into the same :class:`~cuzkd.status.document.Extensions` our own en
   to the finished total. The part of a span after its last poll is lost (an undercount of at
   most one poll interval per span).
 * **Histograms** -- a partition seen with a finished phase records that phase's duration once.
+* **Job durations** -- a job first seen in flight started ``started_secs_ago`` before that
+  observation; it ends at the first observation that shows it finished (every partition done or
+  failed) or no longer lists it. The end is late by up to one poll interval; a job first seen
+  already finished is not timed (its end is unknown).
 
 Jobs that leave the document are forgotten (bounded memory); the counters stay. An engine
 restart (uptime went down, or the engine's start time jumped forward by more than
@@ -84,6 +88,15 @@ class _SeenPartition:
         self.gpu_recorded = False
 
 
+class _JobClock:
+    __slots__ = ("kind", "started")
+
+    def __init__(self, kind: str, started: float | None) -> None:
+        self.kind = kind
+        #: estimated start (clock time); None once timed, or when first seen finished
+        self.started = started
+
+
 class _WorkerSpans:
     __slots__ = ("current", "current_secs", "finished_secs", "gpu_ordinal")
 
@@ -123,6 +136,7 @@ class ExtensionDeriver:
         self._jobs: dict[str, dict[int, _SeenPartition]] = {}
         self._workers: dict[int, _WorkerSpans] = {}
         self._jobs_in_flight = 0
+        self._job_clocks: dict[str, _JobClock] = {}
         self._last_uptime: float | None = None
         self._engine_start: float | None = None
 
@@ -138,13 +152,21 @@ class ExtensionDeriver:
         self._last_uptime = doc.uptime_secs
 
         jobs: dict[str, dict[int, _SeenPartition]] = {}
+        clocks: dict[str, _JobClock] = {}
         in_flight = 0
+        now = self._clock()
         for pipeline in doc.pipelines:
             if pipeline.job_id in jobs:
                 continue  # listed twice: the first entry counts (a second would recount it)
             jobs[pipeline.job_id] = self._observe_pipeline(pipeline)
-            in_flight += pipeline_in_flight(pipeline)
+            running = pipeline_in_flight(pipeline)
+            in_flight += running
+            clocks[pipeline.job_id] = self._time_job(pipeline, running, now)
+        for job_id, clock in self._job_clocks.items():
+            if job_id not in clocks and clock.started is not None:  # gone before seen finished
+                self._kinds.observe_job(clock.kind, now - clock.started)
         self._jobs = jobs
+        self._job_clocks = clocks
         seen_workers: set[int] = set()
         for worker in doc.gpu_workers:
             if worker.worker_id in seen_workers:
@@ -172,7 +194,19 @@ class ExtensionDeriver:
             jobs_in_flight=self._jobs_in_flight,
             gpu_devices=[],
             backend="cuzk",
+            job_duration_seconds=self._kinds.job_histograms(),
         )
+
+    def _time_job(self, pipeline: Pipeline, running: bool, now: float) -> _JobClock:
+        """The job's clock after this observation; its duration is recorded when it finishes."""
+        clock = self._job_clocks.get(pipeline.job_id)
+        if clock is None:
+            started = now - pipeline.started_secs_ago if running else None
+            clock = _JobClock(pipeline.proof_kind, started)
+        if not running and clock.started is not None:
+            self._kinds.observe_job(clock.kind, now - clock.started)
+            clock.started = None
+        return clock
 
     def _restarted(self, uptime: float, engine_start: float) -> bool:
         if self._last_uptime is None or self._engine_start is None:

@@ -50,6 +50,14 @@ DURATION_BUCKETS: tuple[float, ...] = (
     10.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0, 300.0, 600.0,
 )
 
+#: Upper bounds (seconds) of the end-to-end job-latency histogram: from a WinningPoSt (seconds;
+#: its chain deadline is about 20 s) to a 32 GiB PoRep or a late WindowPoSt (tens of minutes;
+#: a WindowPoSt deadline window is 30 minutes).
+JOB_DURATION_BUCKETS: tuple[float, ...] = (
+    1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0, 300.0, 600.0,
+    900.0, 1200.0, 1800.0, 2700.0, 3600.0,
+)
+
 
 class Memory(msgspec.Struct, frozen=True):
     total_bytes: NonNegInt
@@ -160,6 +168,9 @@ class Extensions(msgspec.Struct, frozen=True):
     jobs_in_flight: NonNegInt
     gpu_devices: list[GpuDevice] = msgspec.field(default_factory=list)
     backend: str = "unknown"
+    #: proof_kind -> histogram of finished jobs' end-to-end durations (accepted -> finished,
+    #: successful or not) over JOB_DURATION_BUCKETS.
+    job_duration_seconds: dict[str, Histogram] = msgspec.field(default_factory=dict)
 
 
 class StatusDocument(msgspec.Struct, frozen=True):

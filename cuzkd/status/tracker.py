@@ -253,6 +253,7 @@ class StatusTracker:
                     return
                 job.completed_at = now
                 self._jobs_in_flight -= 1
+                self._kinds.observe_job(job.proof_kind, now - job.registered_at)
                 self._finished.append((now, job_id))
             by_kind = self._completed_by_kind if success else self._failed_by_kind
             by_kind[proof_kind] = by_kind.get(proof_kind, 0) + 1
@@ -329,6 +330,7 @@ class StatusTracker:
                     jobs_in_flight=self._jobs_in_flight,
                     gpu_devices=list(self._gpu_devices),
                     backend=self._backend,
+                    job_duration_seconds=self._kinds.job_histograms(),
                 ),
             )
 

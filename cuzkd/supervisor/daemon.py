@@ -537,6 +537,7 @@ class Supervisor:
             active_release=self.binaries.active_release(),
             config_reload_ok=self.last_reload_ok,
             config_reload_success_time=self.last_reload_success_at,
+            proof_deadlines=self.config.metrics.deadlines(),
         )
 
     def engines_info(self) -> list[dict[str, Any]]:

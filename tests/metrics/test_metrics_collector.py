@@ -7,7 +7,13 @@ import pytest
 
 from cuzkd import __version__
 from cuzkd.metrics.sample import ENGINE_STATES, SupervisorSample
-from cuzkd.status.document import COUNTED_PHASES, PARTITION_STATES, GpuWorker
+from cuzkd.status.document import (
+    COUNTED_PHASES,
+    JOB_DURATION_BUCKETS,
+    PARTITION_STATES,
+    GpuWorker,
+    Histogram,
+)
 
 
 def one(engines, **fields):
@@ -213,3 +219,33 @@ def test_an_engine_without_status_url_is_up_while_running(make_engine, scrape):
                     make_engine("q", state="starting", status=None, status_polled=False)]))
     assert s.get_value("cuzkd_engine_up", engine="p") == 1
     assert s.get_value("cuzkd_engine_up", engine="q") == 0
+
+
+def test_job_duration_histogram_per_proof_kind(example_status, example_extensions, make_engine,
+                                               scrape):
+    jobs = Histogram(bounds=list(JOB_DURATION_BUCKETS),
+                     bucket_counts=[0, 0, 0, 0, 1, 2] + [3] * 13, count=3, sum=49.5)
+    ext = msgspec.structs.replace(example_extensions, job_duration_seconds={"winning": jobs})
+    s = scrape(one([make_engine("e0", status=example_status, extensions=ext)]))
+    assert s.get_value("cuzk_job_duration_seconds_bucket", engine="e0", proof_kind="winning",
+                       le="20.0") == 2
+    assert s.get_value("cuzk_job_duration_seconds_bucket", engine="e0", proof_kind="winning",
+                       le="3600.0") == 3
+    assert s.get_value("cuzk_job_duration_seconds_count", engine="e0",
+                       proof_kind="winning") == 3
+    assert s.get_value("cuzk_job_duration_seconds_sum", engine="e0",
+                       proof_kind="winning") == 49.5
+
+
+def test_stall_families(make_engine, scrape):
+    s = scrape(one([make_engine("e0", stalls_total=2, stalled=True), make_engine("e1")]))
+    assert s.get_value("cuzkd_engine_stalls_total", engine="e0") == 2
+    assert s.get_value("cuzkd_engine_stalled", engine="e0") == 1
+    assert s.get_value("cuzkd_engine_stalls_total", engine="e1") == 0
+    assert s.get_value("cuzkd_engine_stalled", engine="e1") == 0
+
+
+def test_proof_deadlines_family(make_engine, scrape):
+    s = scrape(one([make_engine("e0")], proof_deadlines={"winning": 20.0, "wpost": 1200.0}))
+    assert s.named("cuzkd_proof_deadline_seconds") == {
+        (("proof_kind", "winning"),): 20.0, (("proof_kind", "wpost"),): 1200.0}

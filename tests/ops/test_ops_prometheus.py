@@ -25,6 +25,7 @@ ALERTS = {
     "CuzkdEngineDown", "CuzkdEngineCrashLooping", "CuzkdGpuWorkersIdleWithQueuedWork",
     "CuzkdMemoryBudgetExhausted", "CuzkdSwapRolledBack", "CuzkdStatusFetchFailing",
     "CuzkdTargetDown", "CuzkdConfigReloadFailed", "CuzkdEngineOomKilled", "CuzkdEngineStalled",
+    "CuzkdProofSlowerThanDeadline", "CuzkdDeadlineProofFailed",
 }
 
 

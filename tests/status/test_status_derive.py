@@ -251,3 +251,37 @@ def test_duplicate_jobs_and_workers_in_a_document_count_once(
     assert ext.phase_transitions == clean.phase_transitions
     assert ext.jobs_in_flight == clean.jobs_in_flight
     assert busy(ext) == {0: pytest.approx(1.21), 1: 0.0}
+
+
+def finish_all(raw: dict[str, Any], job: str) -> None:
+    pipeline = next(p for p in raw["pipelines"] if p["job_id"] == job)
+    for part in pipeline["partitions"]:
+        part.update(state="done", synth_ms=part["synth_ms"] or 1, gpu_ms=part["gpu_ms"] or 1)
+    pipeline["partitions_done"] = pipeline["total_partitions"]
+
+
+def test_job_duration_runs_from_started_secs_ago_to_the_poll_showing_it_finished(
+        example: dict[str, Any], clock: Clock) -> None:
+    deriver = ExtensionDeriver(clock=clock)
+    deriver.observe(decode(example))  # porep in flight, started 41.2 s ago; winning done
+    raw = poll(clock, example, 10.0)
+    deriver.observe(decode(raw))
+    raw = poll(clock, raw, 5.0)
+    finish_all(raw, "ps-porep-1201-77-4411")
+    deriver.observe(decode(raw))
+    deriver.observe(decode(poll(clock, raw, 1.0)))  # still listed, finished: not timed again
+    jobs = deriver.extensions().job_duration_seconds
+    assert (jobs["porep"].count, jobs["porep"].sum) == (1, pytest.approx(41.2 + 15.0))
+    assert jobs["winning"].count == 0  # first seen already finished: its end is unknown
+
+
+def test_a_job_gone_unfinished_ends_when_it_leaves_the_list(example: dict[str, Any],
+                                                            clock: Clock) -> None:
+    deriver = ExtensionDeriver(clock=clock)
+    deriver.observe(decode(example))
+    raw = poll(clock, example, 20.0)
+    raw["pipelines"] = [p for p in raw["pipelines"] if p["job_id"] != "ps-porep-1201-77-4411"]
+    deriver.observe(decode(raw))
+    deriver.observe(decode(poll(clock, raw, 1.0)))
+    jobs = deriver.extensions().job_duration_seconds
+    assert (jobs["porep"].count, jobs["porep"].sum) == (1, pytest.approx(41.2 + 20.0))

@@ -6,7 +6,13 @@ import threading
 
 import pytest
 
-from cuzkd.status.document import DURATION_BUCKETS, Allocation, GpuDevice, StatusDocument
+from cuzkd.status.document import (
+    DURATION_BUCKETS,
+    JOB_DURATION_BUCKETS,
+    Allocation,
+    GpuDevice,
+    StatusDocument,
+)
 from cuzkd.status.tracker import StatusTracker
 
 JOB_A = "ps-porep-1201-77-4411"
@@ -301,3 +307,22 @@ def test_concurrent_threads_keep_counts_exact() -> None:
     assert doc.cuzkd_extensions.phase_transitions["porep"] == dict.fromkeys(
         ("synthesizing", "synth_done", "gpu", "done"), total) | {"failed": 0}
     assert all(w.state == "idle" for w in doc.gpu_workers)
+
+
+def test_job_durations_from_registration_to_completion(tracker: StatusTracker,
+                                                      clock: Clock) -> None:
+    tracker.register_job("w1", "winning", 1)
+    clock.advance(7)
+    tracker.job_completed("w1", "winning", True)
+    tracker.register_job("w2", "winning", 1)
+    clock.advance(25)
+    tracker.job_completed("w2", "winning", False)  # failed jobs are timed too
+    tracker.job_completed("w2", "winning", False)  # a second completion is not
+    tracker.job_completed("never-registered", "winning", True)
+    ext = tracker.snapshot().cuzkd_extensions
+    assert ext is not None
+    h = ext.job_duration_seconds["winning"]
+    assert h.bounds == list(JOB_DURATION_BUCKETS)
+    assert (h.count, h.sum) == (2, 32.0)
+    by_bound = dict(zip(h.bounds, h.bucket_counts, strict=True))
+    assert (by_bound[5.0], by_bound[10.0], by_bound[20.0], by_bound[30.0]) == (0, 1, 1, 2)

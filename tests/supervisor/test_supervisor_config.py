@@ -194,3 +194,15 @@ def test_stall_watchdog_keys(tmp_path: Path) -> None:
     default, off = load_config(path).engine
     assert (default.stall_after, default.stall_action) == (600.0, "restart")
     assert (off.stall_after, off.stall_action) == (0.0, "alert")
+
+
+def test_proof_deadlines_default_override_and_drop(tmp_path: Path) -> None:
+    path = tmp_path / "d.toml"
+    path.write_text('[metrics]\nproof_deadlines = { winning = "15s", porep = "1h", '
+                    'wpost = "0s" }\n' + GOOD_ENGINE)
+    assert load_config(path).metrics.deadlines() == {"winning": 15.0, "porep": 3600.0}
+    path.write_text(GOOD_ENGINE)
+    assert load_config(path).metrics.deadlines() == {"winning": 20.0, "wpost": 1200.0}
+    path.write_text('[metrics]\nproof_deadlines = { winning = "soon" }\n' + GOOD_ENGINE)
+    with pytest.raises(ConfigError, match=r"key `metrics\.proof_deadlines.*soon"):
+        load_config(path)
