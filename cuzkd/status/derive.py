@@ -97,6 +97,17 @@ class _JobClock:
         self.started = started
 
 
+class _SeenJob:
+    """A listed job: its partitions as last listed, and what was recorded for each."""
+
+    __slots__ = ("kind", "listed", "partitions")
+
+    def __init__(self, kind: str, listed: list[Partition]) -> None:
+        self.kind = kind
+        self.listed = listed
+        self.partitions: dict[int, _SeenPartition] = {}
+
+
 class _WorkerSpans:
     __slots__ = ("current", "current_secs", "finished_secs", "gpu_ordinal")
 
@@ -133,7 +144,7 @@ class ExtensionDeriver:
 
     def _reset(self) -> None:
         self._kinds = KindCounters()
-        self._jobs: dict[str, dict[int, _SeenPartition]] = {}
+        self._jobs: dict[str, _SeenJob] = {}
         self._workers: dict[int, _WorkerSpans] = {}
         self._jobs_in_flight = 0
         self._job_clocks: dict[str, _JobClock] = {}
@@ -151,7 +162,7 @@ class ExtensionDeriver:
             self._engine_start = engine_start
         self._last_uptime = doc.uptime_secs
 
-        jobs: dict[str, dict[int, _SeenPartition]] = {}
+        jobs: dict[str, _SeenJob] = {}
         clocks: dict[str, _JobClock] = {}
         in_flight = 0
         now = self._clock()
@@ -214,10 +225,18 @@ class ExtensionDeriver:
         return (uptime < self._last_uptime
                 or engine_start > self._engine_start + RESTART_SLACK_SECS)
 
-    def _observe_pipeline(self, pipeline: Pipeline) -> dict[int, _SeenPartition]:
+    def _observe_pipeline(self, pipeline: Pipeline) -> _SeenJob:
         kind = pipeline.proof_kind
+        job = self._jobs.get(pipeline.job_id)
+        if job is not None and job.kind == kind and job.listed == pipeline.partitions:
+            # Listed exactly as last time (most jobs of a busy engine between two polls): the
+            # walk below would change nothing, as it already ran on these very partitions.
+            return job
         self._kinds.ensure_kind(kind)
-        seen = self._jobs.get(pipeline.job_id, {})
+        if job is None:
+            job = _SeenJob(kind, pipeline.partitions)
+        job.kind, job.listed = kind, pipeline.partitions
+        seen = job.partitions
         for part in pipeline.partitions:
             record = seen.get(part.index)
             for phase in entered_phases(None if record is None else record.last, part):
@@ -231,7 +250,7 @@ class ExtensionDeriver:
                 # seen at, and left unrecorded would count ``failed`` again at every poll.
                 record.last = part
             self._record_durations(kind, part, record)
-        return seen
+        return job
 
     def _record_durations(self, kind: str, part: Partition, record: _SeenPartition) -> None:
         synth_finished = part.state in _PAST_SYNTHESIS or (

@@ -285,3 +285,30 @@ def test_a_job_gone_unfinished_ends_when_it_leaves_the_list(example: dict[str, A
     deriver.observe(decode(poll(clock, raw, 1.0)))
     jobs = deriver.extensions().job_duration_seconds
     assert (jobs["porep"].count, jobs["porep"].sum) == (1, pytest.approx(41.2 + 20.0))
+
+
+def test_unchanged_jobs_between_polls_count_nothing_and_a_later_change_counts_once(
+    example: dict[str, Any], clock: Clock
+) -> None:
+    """Most jobs of a busy engine are listed identically poll after poll (the deriver skips
+    them); a partition moving after many such polls is still counted exactly once."""
+    deriver = ExtensionDeriver(clock=clock)
+    deriver.observe(decode(example))
+    first = deriver.extensions()
+    doc = example
+    for _ in range(3):
+        doc = poll(clock, doc)
+        deriver.observe(decode(doc))
+    assert deriver.extensions() == first
+    pending = next(i for i, p in enumerate(
+        next(p for p in doc["pipelines"] if p["job_id"] == POREP)["partitions"])
+        if p["state"] == "pending")
+    set_partition(doc, POREP, pending, "synth_done", 40, None)
+    for _ in range(3):
+        doc = poll(clock, doc)
+        deriver.observe(decode(doc))
+    synthesizing, synth_done, *_ = counts(deriver.extensions(), "porep")
+    assert (synthesizing, synth_done) == (counts(first, "porep")[0] + 1,
+                                          counts(first, "porep")[1] + 1)
+    assert deriver.extensions().synth_duration_seconds["porep"].count == \
+        first.synth_duration_seconds["porep"].count + 1
