@@ -13,7 +13,6 @@ shows them as ``key=value`` -- never as a JSON string escaped inside another lin
 from __future__ import annotations
 
 import json
-import logging
 import sys
 from typing import TYPE_CHECKING, Any, Literal, TextIO, get_args
 
@@ -33,7 +32,9 @@ _RESERVED = frozenset({"engine", "stream", "pid", "self"})
 def configure_logging(*, level: str = "info", log_format: LogFormat = "auto",
                       stream: TextIO | None = None) -> None:
     """Configure structlog for this process (``auto``: JSON unless ``stream`` is a TTY)."""
-    import structlog  # here: the config (and so `cuzkd status`) imports this module's types
+    import logging  # here: the config (and so `cuzkd status`) imports this module's types
+
+    import structlog
 
     out = stream if stream is not None else sys.stderr
     use_json = log_format == "json" or (log_format == "auto" and not out.isatty())

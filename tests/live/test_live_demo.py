@@ -16,8 +16,10 @@ from live_stack import LiveStack
 
 #: The dashboards whose panels show the load (the fleet dashboard shows engine lifecycles).
 LOAD_DASHBOARDS = ("cuzkd / GPU workers", "cuzkd / Pipeline", "cuzkd / Memory")
-#: Panels constant by nature under any load: tables built once per circuit and kept.
-STEADY_PANELS = {("cuzkd / Memory", "SRS and PCE allocations")}
+#: Panels constant by nature under a healthy load: tables built once per circuit and kept,
+#: and the stall watchdog's (0 unless an engine hangs).
+STEADY_PANELS = {("cuzkd / Memory", "SRS and PCE allocations"),
+                 ("cuzkd / GPU workers", "Stalled engines"), ("cuzkd / GPU workers", "Stalls")}
 #: The Grafana variables of tests/live/test_live_panels.py.
 VARIABLES = {"rate_interval": "4s", "interval": "1s", "range_": "30s"}
 WITHIN = 120.0
