@@ -35,7 +35,8 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     run.add_argument("--config", metavar="PATH", help="TOML config (default: one bundled engine "
                                                       "per GPU, or one CPU engine)")
     run.add_argument("--demo", action="store_true",
-                     help="drive a steady synthetic job load into the bundled engines")
+                     help="drive bursts of jobs of every proof kind, with idle gaps, into the "
+                          "bundled engines (run as demo engines)")
     run.add_argument("--log-format", choices=LOG_FORMATS,
                      help="console lines, JSON lines, or auto: console on a terminal, else "
                           "JSON (default: the config's supervisor.log_format, auto)")

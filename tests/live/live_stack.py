@@ -6,7 +6,7 @@ the stack is session-scoped and every live test reads it; tests that disturb an 
 
 Engines (one ``cuzkd run --demo`` with ``[metrics] listen`` on port 0):
 
-* ``b0``, ``b1``: bundled reference engines (default config) kept busy by the demo load;
+* ``b0``, ``b1``: bundled reference engines (demo engines) driven by the demo's bursts;
 * ``example``: serves cuzk's reference document byte for byte (``status_url``);
 * ``garbage``, ``badschema``: serve non-JSON and a wrong-schema document. ``start_timeout`` is
   long so they stay ``starting`` (down, fetch errors counting) for the whole session instead of

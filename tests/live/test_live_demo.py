@@ -1,4 +1,5 @@
-"""Issue 16 on the live stack: the demo load makes every load panel move.
+"""Issue 16 on the live stack: the demo load makes every load panel move, and
+``cuzkd status NAME`` reads a plain cuzk document.
 
 A steady demo load once left the GPU-worker, pipeline and memory dashboards flat (both busy
 gauges 1 in every sample, synthesis always 0, the budget at 0.1 %). Here every panel of those
@@ -8,7 +9,10 @@ two minutes of the demo's start; the test ends as soon as they all do.
 
 from __future__ import annotations
 
+import json
 import math
+import subprocess
+import sys
 import time
 
 import ops_support as ops
@@ -54,3 +58,24 @@ def test_every_load_panel_moves_within_two_minutes_of_the_demo(live: LiveStack) 
         time.sleep(1.0)  # the scrape interval: new samples arrive once a second
     assert not flat, "flat after 2 minutes of demo:\n" + "\n".join(
         f"{d} / {p}" for d, p in sorted(flat))
+
+
+def test_status_name_shows_a_plain_cuzk_document_whole(live: LiveStack) -> None:
+    """The `example` engine serves cuzk's reference document: its workers' and jobs' full
+    ids, each job's phases and the budget, as `cuzkd status example` prints them."""
+    doc = json.loads(live.example_document.read_text())
+    out = subprocess.run([sys.executable, "-m", "cuzkd", "status", "example", "--config",
+                          str(live.supervisor.config)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("example  running  pid ")
+    assert f"synthesis {doc['synthesis']['active']} / {doc['synthesis']['max_concurrent']}" \
+        in out.stdout and "jobs in flight" not in out.stdout  # a plain document has no count
+    for pipeline in doc["pipelines"]:
+        (row,) = [ln.split() for ln in lines if ln.startswith(pipeline["job_id"] + " ")]
+        assert row[1] == pipeline["proof_kind"]
+        assert row[3] == f"{pipeline['partitions_done']}/{pipeline['total_partitions']}"
+    for worker in doc["gpu_workers"]:
+        (row,) = [ln.split() for ln in lines
+                  if ln.split()[:2] == [str(worker["worker_id"]), str(worker["gpu_ordinal"])]]
+        assert row[2] == worker["state"] and row[-1] == (worker["current_job"] or "-")
