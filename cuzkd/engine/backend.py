@@ -42,6 +42,11 @@ class Backend:
         return contextlib.nullcontext()
 
     @property
+    def computes_on_host(self) -> bool:
+        """True for NumPy: the device phase's working set and tables are host memory."""
+        return self.name == "numpy"
+
+    @property
     def to_host(self) -> Callable[[Any], Any]:
         return self.xp.asnumpy if self.name == "cupy" else np.asarray
 

@@ -31,6 +31,7 @@ from cuzkd.engine.config import (
     demo_config,
     load_config,
 )
+from cuzkd.engine.heap import return_large_frees
 from cuzkd.engine.loadgen import BenchError, run_bench
 from cuzkd.engine.pipeline import Engine
 from cuzkd.engine.server import (
@@ -70,9 +71,10 @@ def run_engine(args: argparse.Namespace) -> int:
 
 async def serve(config: EngineConfig, listen: str) -> int:
     """Run the engine until a signal, then drain. Returns the exit code."""
+    return_large_frees()  # resident memory follows the budget (see engine/heap.py)
     backend = select_backend(config.backend, config.devices)
-    budget = MemoryBudget(config.memory_budget_bytes,
-                          nominal_request=sum(prover.partition_bytes(config.size_log2("snap"))))
+    budget = MemoryBudget(config.memory_budget_bytes, nominal_request=sum(
+        prover.partition_bytes(config.size_log2("snap"), backend.computes_on_host)))
     tracker = StatusTracker(budget=budget)
     engine = Engine(config, backend, tracker, budget)
     runner = JsonErrorsRunner(build_app(engine), handle_signals=False)

@@ -7,7 +7,7 @@ error is a :class:`ConfigError` naming the file and the key; the CLI turns it in
 Example::
 
     memory_budget = "auto"        # or "8GiB": total of the host-memory budget
-    safety_margin = "5GiB"        # "auto" budget = physical RAM minus this
+    safety_margin = "5GiB"        # "auto" budget = RAM (or the cgroup's limit) minus this
     workers_per_gpu = 2
     devices = [0, 1]              # GPU ordinals; empty = every device CuPy sees
     backend = "auto"              # "auto" | "numpy" | "cupy"
@@ -23,13 +23,14 @@ from __future__ import annotations
 import os
 import re
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Literal
 
 import msgspec
-import psutil
 
+from cuzkd.engine.memlimit import usable_memory_bytes
 from cuzkd.status.document import PARTITIONS as PARTITIONS
 from cuzkd.units import parse_duration, parse_size
 
@@ -97,7 +98,9 @@ def _msgspec_message(exc: msgspec.DecodeError) -> tuple[str, str]:
     return match.group("key"), text[: match.start()]
 
 
-def resolve(raw: _RawConfig, source: str) -> EngineConfig:
+def resolve(raw: _RawConfig, source: str, *,
+            usable_memory: Callable[[], int] = usable_memory_bytes) -> EngineConfig:
+    """Sizes and durations resolved; ``usable_memory`` gives what "auto" budgets from."""
     def fail(key: str, message: str) -> ConfigError:
         return ConfigError(f"{source}: key '{key}': {message}")
 
@@ -106,10 +109,11 @@ def resolve(raw: _RawConfig, source: str) -> EngineConfig:
     except ValueError as exc:
         raise fail("safety_margin", str(exc)) from exc
     if raw.memory_budget == "auto":
-        physical = psutil.virtual_memory().total
-        budget = physical - margin
+        usable = usable_memory()
+        budget = usable - margin
         if budget <= 0:
-            raise fail("safety_margin", f"{margin} bytes leaves nothing of {physical} bytes RAM")
+            raise fail("safety_margin", f"{margin} bytes leaves nothing of the {usable} bytes "
+                                        "this process may use (RAM, or its cgroup's limit)")
     else:
         try:
             budget = parse_size(raw.memory_budget)

@@ -120,6 +120,8 @@ class Engine:
         self._synth_done: asyncio.Queue[tuple[Job, int, prover.Witness]] = asyncio.Queue()
         self._device_locks = {ordinal: asyncio.Lock() for ordinal, _ in backend.devices}
         self._plans: dict[tuple[int, int], _PlanUse] = {}
+        #: (device, log2 size) of the NTT plans whose tables the budget holds
+        self._tables_reserved: set[tuple[int, int]] = set()
         workers = [ordinal for ordinal, _ in backend.devices
                    for _ in range(config.workers_per_gpu)]
         self.workers: list[tuple[int, int]] = list(enumerate(workers))
@@ -207,8 +209,9 @@ class Engine:
         self.jobs[job_id] = job
         self.tracker.register_job(job_id, proof_kind, count)
         self._open_jobs += 1
+        synth_bytes, rest_bytes = self._partition_bytes(log_n)
         try:
-            self.budget.check(*prover.partition_bytes(log_n))
+            self.budget.check(synth_bytes, rest_bytes + self._missing_table_bytes(log_n))
         except BudgetExceededError as exc:
             self._fail_unadmitted(job, f"size_log2 {log_n}: {exc}")
         else:
@@ -221,19 +224,47 @@ class Engine:
             job = await self._intake.get()
             self._admitting = job
             self._publish()
-            synth_bytes, rest_bytes = prover.partition_bytes(job.size_log2)
-            for index in range(job.partitions):
-                if job.failed:
-                    break
-                await self.budget.acquire((job.job_id, index), synth_bytes, rest_bytes)
-                if job.failed:  # a partition failed while we waited: hand the grant back
-                    self.budget.release((job.job_id, index))
-                    break
-                self._admit(job, index)
+            synth_bytes, rest_bytes = self._partition_bytes(job.size_log2)
+            try:
+                await self._reserve_tables(job.size_log2)
+                for index in range(job.partitions):
+                    if job.failed:
+                        break
+                    await self.budget.acquire((job.job_id, index), synth_bytes, rest_bytes)
+                    if job.failed:  # a partition failed while we waited: hand the grant back
+                        self.budget.release((job.job_id, index))
+                        break
+                    self._admit(job, index)
+            except BudgetExceededError as exc:  # cached tables left too little for it
+                if job.error is None:
+                    job.error = f"size_log2 {job.size_log2}: {exc}"
             if job.error is not None:  # a partition failed: the rest never start
                 self._fail_unadmitted(job, job.error)
             self._admitting = None
             self._publish()
+
+    def _partition_bytes(self, log_n: int) -> tuple[int, int]:
+        return prover.partition_bytes(log_n, self.backend.computes_on_host)
+
+    def _missing_tables(self, log_n: int) -> list[tuple[int, int]]:
+        """(device, size) of the NTT plans a partition of 2^log_n needs that are not
+        reserved yet: sizes n and 2n, on every device (any worker may prove it)."""
+        return [(ordinal, size) for ordinal, _ in self.backend.devices
+                for size in (log_n, log_n + 1) if (ordinal, size) not in self._tables_reserved]
+
+    def _missing_table_bytes(self, log_n: int) -> int:
+        return sum(prover.table_bytes(size, self.backend.computes_on_host)
+                   for _, size in self._missing_tables(log_n))
+
+    async def _reserve_tables(self, log_n: int) -> None:
+        """Pin the budget for NTT tables before the first partition that builds them is
+        admitted: they are cached for the engine's life. Reserved by the scheduler, in line
+        with the partitions, so a GPU worker never waits for memory while holding a device."""
+        for ordinal, size in self._missing_tables(log_n):
+            await self.budget.acquire(("ntt-tables", ordinal, size), 0,
+                                      prover.table_bytes(size, self.backend.computes_on_host),
+                                      pinned=True)
+            self._tables_reserved.add((ordinal, size))
 
     def _admit(self, job: Job, index: int) -> None:
         if job.started_at is None:
@@ -275,27 +306,32 @@ class Engine:
         return witness, self._clock() - started
 
     async def _gpu_worker(self, worker_id: int, ordinal: int) -> None:
-        lock = self._device_locks[ordinal]
         while True:
-            job, index, witness = await self._synth_done.get()
-            self.tracker.partition_gpu_start(job.job_id, index, worker_id)
-            self._provers += 1
-            self._publish()
-            started = self._clock()
-            try:
-                small, large = self._plans_for(ordinal, job)
-                abc = await self._run(self._device_pool, self._on_device, ordinal,
-                                      small.xp.asarray, witness.abc)
-                async with lock:
-                    result = await self._run(
-                        self._device_pool, self._on_device, ordinal, prover.prove_device,
-                        witness, abc, small, large, self.backend.to_host)
-            except Exception as exc:
-                self._partition_failed(job, index, f"GPU phase failed: {exc!r}")
-                continue
-            finally:
-                self._provers -= 1
-            self._spawn(self._finalize(job, index, worker_id, result, started))
+            await self._prove_next(worker_id, ordinal)
+
+    async def _prove_next(self, worker_id: int, ordinal: int) -> None:
+        """One partition's device phase. A function of its own so that the witness, the
+        uploaded copy and the result die with it: kept alive by an idle worker's loop they
+        would be memory the budget no longer counts."""
+        job, index, witness = await self._synth_done.get()
+        self.tracker.partition_gpu_start(job.job_id, index, worker_id)
+        self._provers += 1
+        self._publish()
+        started = self._clock()
+        try:
+            small, large = self._plans_for(ordinal, job)
+            abc = await self._run(self._device_pool, self._on_device, ordinal,
+                                  small.xp.asarray, witness.abc)
+            async with self._device_locks[ordinal]:
+                result = await self._run(
+                    self._device_pool, self._on_device, ordinal, prover.prove_device,
+                    witness, abc, small, large, self.backend.to_host)
+        except Exception as exc:
+            self._partition_failed(job, index, f"GPU phase failed: {exc!r}")
+            return
+        finally:
+            self._provers -= 1
+        self._spawn(self._finalize(job, index, worker_id, result, started))
 
     async def _finalize(self, job: Job, index: int, worker_id: int,
                         result: prover.DeviceResult, started: float) -> None:

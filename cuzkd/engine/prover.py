@@ -29,12 +29,26 @@ from cuzkd.engine import field
 from cuzkd.engine.field import Array
 from cuzkd.engine.ntt import NttPlan
 
-#: Host bytes per witness element: a, b, c (uint64 each).
+# Host memory per element of a partition of n elements, phase by phase. Measured with
+# tracemalloc (NumPy reports its buffers to it) and kept honest by a test that measures again:
+# tests/engine/test_engine_prover.py::test_reservations_cover_the_measured_working_sets.
+
+#: The witness: a, b, c (uint64 each), from synthesis until the device phase ends.
 WITNESS_BYTES_PER_ELEMENT = 3 * 8
-#: Extra host bytes per element while synthesizing (the random-number buffer).
-SYNTH_SCRATCH_BYTES_PER_ELEMENT = 8
-#: Host bytes per element of the device phase's results: coefficients of A, B, C, H.
+#: Extra while synthesizing (x, the random-number buffers and the layers' temporaries),
+#: returned when synthesis ends.
+SYNTH_SCRATCH_BYTES_PER_ELEMENT = 40
+#: The device phase's results: coefficients of A, B, C, H, until finalized.
 RESULT_BYTES_PER_ELEMENT = 4 * 8
+#: Peak of prove_device on the host backend (NumPy) beyond the witness: the interpolated
+#: coefficients, the 2n coset evaluations and every temporary of the transforms, results
+#: included (NTT tables excluded: they are counted once, as cached tables).
+HOST_DEVICE_PHASE_BYTES_PER_ELEMENT = 288
+#: Peak of finalize beyond the results: the powers of r and the products summed.
+FINALIZE_BYTES_PER_ELEMENT = 72
+#: Most an NTT plan of m elements caches: bit-reversal (8m), twiddles and their inverses (4m
+#: each), coset powers and their inverses (8m each). On the host backend only.
+TABLE_BYTES_PER_ELEMENT = 32
 
 
 @dataclass(frozen=True)
@@ -92,13 +106,23 @@ def synthesize(job_id: str, partition: int, log_n: int, rounds: int = 1) -> Witn
     return Witness(job_id=job_id, partition=partition, log_n=log_n, abc=abc)
 
 
-def partition_bytes(log_n: int) -> tuple[int, int]:
-    """Host reservation of one partition as (released after synthesis, released after GPU)."""
+def partition_bytes(log_n: int, host_device: bool = True) -> tuple[int, int]:
+    """Host reservation of one partition as (released after synthesis, released once
+    finalized): the whole working set of every phase, so the budget bounds the process.
+
+    ``host_device``: the device phase computes in host memory (NumPy); on a GPU only its
+    results come back to the host.
+    """
     n = 1 << log_n
-    return (
-        SYNTH_SCRATCH_BYTES_PER_ELEMENT * n,
-        (WITNESS_BYTES_PER_ELEMENT + RESULT_BYTES_PER_ELEMENT) * n,
-    )
+    device = HOST_DEVICE_PHASE_BYTES_PER_ELEMENT if host_device else RESULT_BYTES_PER_ELEMENT
+    after_synthesis = WITNESS_BYTES_PER_ELEMENT + max(
+        device, RESULT_BYTES_PER_ELEMENT + FINALIZE_BYTES_PER_ELEMENT)
+    return SYNTH_SCRATCH_BYTES_PER_ELEMENT * n, after_synthesis * n
+
+
+def table_bytes(log_n: int, host_device: bool = True) -> int:
+    """Host bytes an NTT plan of 2^log_n caches (none on a GPU: its tables live there)."""
+    return TABLE_BYTES_PER_ELEMENT << log_n if host_device else 0
 
 
 def quotient(abc: Array, small: NttPlan, large: NttPlan) -> Array:

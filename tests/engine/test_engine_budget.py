@@ -90,3 +90,30 @@ async def test_cancelled_waiter_holds_nothing_and_unblocks_others() -> None:
     assert budget.used_bytes() == 100
     with pytest.raises(asyncio.CancelledError):
         await blocked
+
+
+def test_pinned_reservations_stay_and_shrink_what_partitions_may_use() -> None:
+    ledger = Ledger(total_bytes=100, nominal_request=20)
+    ledger.grant(("tables", 0, 10), Reservation(0, 30), pinned=True)
+    assert (ledger.used_bytes, ledger.pinned_bytes) == (30, 30)
+    assert ledger.release(("tables", 0, 10)) == 0  # pins are not released
+    assert ledger.max_concurrent() == 3  # (100 - 30) // 20
+    ledger.check(Reservation(20, 50))
+    with pytest.raises(BudgetExceededError, match=r"71 bytes .* 100 bytes \(30 of it held by "
+                                                  r"cached tables\)"):
+        ledger.check(Reservation(21, 50))
+
+
+async def test_a_waiter_a_pin_made_impossible_fails_instead_of_waiting_forever() -> None:
+    budget = MemoryBudget(100)
+    await budget.acquire("a", 0, 80)
+    pin = asyncio.create_task(budget.acquire("tables", 0, 30, pinned=True))
+    await asyncio.sleep(0)
+    waiter = asyncio.create_task(budget.acquire("b", 0, 80))  # fits in 100: it may wait
+    await asyncio.sleep(0)
+    assert not pin.done() and not waiter.done()
+    budget.release("a")  # the pin is granted; 80 can never fit beside its 30 now
+    await asyncio.wait_for(pin, 1)
+    with pytest.raises(BudgetExceededError, match="held by cached tables"):
+        await asyncio.wait_for(waiter, 1)
+    assert budget.used_bytes() == budget.pinned_bytes() == 30

@@ -9,7 +9,15 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cuzkd.engine.config import ConfigError, default_config, demo_config, load_config
+from cuzkd.engine.config import (
+    ConfigError,
+    _RawConfig,
+    default_config,
+    demo_config,
+    load_config,
+    resolve,
+)
+from cuzkd.engine.memlimit import cgroup_memory_limit, usable_memory_bytes
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -18,9 +26,10 @@ def write(tmp_path: Path, text: str) -> Path:
     return path
 
 
-def test_defaults_use_physical_memory_minus_margin() -> None:
+def test_defaults_use_usable_memory_minus_margin() -> None:
     config = default_config()
-    assert config.memory_budget_bytes == psutil.virtual_memory().total - 5 * 2**30
+    assert config.memory_budget_bytes == usable_memory_bytes() - 5 * 2**30
+    assert usable_memory_bytes() <= psutil.virtual_memory().total
     assert config.workers_per_gpu == 2
     assert config.size_log2("snap") >= 10
 
@@ -91,3 +100,50 @@ def test_demo_preset_is_small_with_costly_synthesis() -> None:
     demo, default = demo_config(), default_config()
     assert demo.memory_budget_bytes <= 2 * 2**30
     assert demo.synthesis_rounds > default.synthesis_rounds == 1
+
+
+def cgroup_tree(tmp_path: Path, membership: str, files: dict[str, str]) -> tuple[Path, Path]:
+    """A fake /proc/self/cgroup and /sys/fs/cgroup: ``files`` maps paths under the root to
+    their content."""
+    proc = tmp_path / "cgroup"
+    proc.write_text(membership)
+    root = tmp_path / "sys-fs-cgroup"
+    for rel, content in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(content + "\n")
+    return proc, root
+
+
+@pytest.mark.parametrize(("membership", "files", "limit"), [
+    # cgroup v2, a systemd unit with MemoryMax=, its slice unlimited
+    ("0::/system.slice/cuzkd.service\n",
+     {"system.slice/cuzkd.service/memory.max": str(6 * 2**30),
+      "system.slice/memory.max": "max"}, 6 * 2**30),
+    # v2: a parent's lower limit binds the child
+    ("0::/a/b\n", {"a/b/memory.max": str(8 * 2**30), "a/memory.max": str(3 * 2**30)},
+     3 * 2**30),
+    # v2 inside a container: the mount's root is the container's own cgroup
+    ("0::/kubepods/pod1/c1\n", {"memory.max": str(2 * 2**30)}, 2 * 2**30),
+    ("0::/\n", {"memory.max": "max"}, None),
+    # cgroup v1 (docker on an older host), and hybrid hosts
+    ("12:cpu,cpuacct:/docker/abc\n4:memory:/docker/abc\n0::/docker/abc\n",
+     {"memory/docker/abc/memory.limit_in_bytes": str(4 * 2**30),
+      "memory/memory.limit_in_bytes": "9223372036854771712"}, 4 * 2**30),
+    ("4:memory:/docker/abc\n", {"memory/memory.limit_in_bytes": str(5 * 2**30)}, 5 * 2**30),
+    ("4:memory:/\n", {}, None),
+])
+def test_cgroup_memory_limit_v1_and_v2(tmp_path: Path, membership: str, files: dict[str, str],
+                                      limit: int | None) -> None:
+    proc, root = cgroup_tree(tmp_path, membership, files)
+    assert cgroup_memory_limit(proc, root) == limit
+
+
+def test_auto_budget_respects_the_cgroup_limit(tmp_path: Path) -> None:
+    proc, root = cgroup_tree(tmp_path, "0::/cuzkd\n", {"cuzkd/memory.max": str(8 * 2**30)})
+    usable = usable_memory_bytes(proc, root)
+    assert usable == min(8 * 2**30, psutil.virtual_memory().total)
+    config = resolve(_RawConfig(safety_margin="1GiB"), "t.toml", usable_memory=lambda: usable)
+    assert config.memory_budget_bytes == usable - 2**30
+    with pytest.raises(ConfigError, match="cgroup"):
+        resolve(_RawConfig(safety_margin="9GiB"), "t.toml",
+                usable_memory=lambda: 8 * 2**30)

@@ -4,8 +4,12 @@ jobs fail alone, draining finishes admitted partitions."""
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +23,16 @@ from cuzkd.status.document import Buffers, StatusDocument, encode_status
 from cuzkd.status.tracker import StatusTracker
 
 K = 10  # partition size used throughout: fast on 2 cores
+RSS_CHILD = Path(__file__).with_name("engine_rss_child.py")
+#: What a busy engine keeps resident beyond its budget: thread stacks, allocator slack, NumPy's
+#: small buffers. Fixed: it does not grow with the partition size.
+RSS_OVERHEAD = 64 * 2**20
+
+
+def budget_for(partitions: int, log_n: int = K) -> int:
+    """Room for ``partitions`` partitions of 2^log_n at once, plus the NTT tables they pin."""
+    return (partitions * sum(prover.partition_bytes(log_n)) + prover.table_bytes(log_n)
+            + prover.table_bytes(log_n + 1))
 
 
 def make_engine(budget_bytes: int, nominal_log2: int = K) -> Engine:
@@ -71,7 +85,9 @@ async def test_jobs_complete_and_every_proof_verifies(
         assert None not in job.synth_secs and None not in job.gpu_secs
     final = engine.tracker.snapshot()
     assert final.counters.completed_by_kind == {"snap": 1, "porep": 1, "winning": 1}
-    assert final.memory.used_bytes == 0
+    # only the cached NTT tables stay held: sizes K-2 .. K+1 on the one CPU device
+    assert final.memory.used_bytes == engine.budget.pinned_bytes() == sum(
+        prover.table_bytes(log_n) for log_n in range(K - 2, K + 2))
     assert final.buffers.pending_handles == 0
     extensions = final.cuzkd_extensions
     assert extensions is not None and extensions.backend == "numpy"
@@ -87,8 +103,7 @@ async def test_jobs_complete_and_every_proof_verifies(
 
 async def test_budget_of_two_partitions_bounds_concurrency(
         engine_factory: Callable[..., Engine]) -> None:
-    per_partition = sum(prover.partition_bytes(K + 2))
-    engine = engine_factory(2 * per_partition, K + 2)
+    engine = engine_factory(budget_for(2, K + 2), K + 2)
     await engine.start()
     idle = engine.tracker.snapshot().memory.used_bytes
     peaks = {"synth": 0, "held": 0}
@@ -107,12 +122,13 @@ async def test_budget_of_two_partitions_bounds_concurrency(
     await wait_jobs(engine, jobs, on_poll=check)
     assert all(job.state == "done" and all(job.verified) for job in jobs)
     assert peaks["held"] == 2  # the budget was the limit, not a lack of work
-    assert engine.tracker.snapshot().memory.used_bytes == idle == 0
+    assert idle == 0
+    assert engine.tracker.snapshot().memory.used_bytes == engine.budget.pinned_bytes() > 0
 
 
 async def test_oversize_job_fails_while_others_complete(
         engine_factory: Callable[..., Engine]) -> None:
-    engine = engine_factory(4 * sum(prover.partition_bytes(K)))
+    engine = engine_factory(budget_for(4))
     await engine.start()
     ok = engine.submit("snap", 4, K)
     huge = engine.submit("snap", 2, K + 4)
@@ -144,7 +160,7 @@ def test_bad_requests_are_rejected_without_side_effects() -> None:
 
 async def test_drain_finishes_admitted_and_fails_queued(
         engine_factory: Callable[..., Engine]) -> None:
-    engine = engine_factory(2 * sum(prover.partition_bytes(K + 2)))
+    engine = engine_factory(budget_for(2, K + 2))
     await engine.start()
     first = engine.submit("porep", 4, K + 2)
     second = engine.submit("porep", 4, K + 2)
@@ -161,7 +177,7 @@ async def test_drain_finishes_admitted_and_fails_queued(
     assert first.state in ("done", "failed")
     done_parts = [p for p in first.proofs if p is not None]
     assert 1 <= len(done_parts) <= 4 and all(prover.verify(p) for p in done_parts)
-    assert engine.budget.used_bytes() == 0
+    assert engine.budget.used_bytes() == engine.budget.pinned_bytes()
     assert admitted == 4  # unadmitted partitions were failed, not left pending
     states = {part.state for p in engine.tracker.snapshot().pipelines for part in p.partitions}
     assert states <= {"done", "failed"}
@@ -193,7 +209,7 @@ async def test_a_failing_phase_fails_the_job_and_leaves_nothing_held(
     """Whatever phase raises, the job fails, the next job still completes, and the engine goes
     back to idle: budget fully returned, every worker idle, every buffer gauge at 0."""
     _fail_partition(monkeypatch, phase, "porep", 1)
-    engine = engine_factory(2 * sum(prover.partition_bytes(K)))  # the scheduler has to wait
+    engine = engine_factory(budget_for(2))  # the scheduler has to wait
     await engine.start()
     bad = engine.submit("porep", 6, K)
     good = engine.submit("snap", 3, K)
@@ -202,7 +218,7 @@ async def test_a_failing_phase_fails_the_job_and_leaves_nothing_held(
     assert bad.error.startswith(f"partition 1: {reported}")
     assert good.state == "done" and all(good.verified)
     doc = engine.tracker.snapshot()
-    assert doc.memory.used_bytes == 0
+    assert doc.memory.used_bytes == engine.budget.pinned_bytes()
     assert all(w.state == "idle" for w in doc.gpu_workers)
     assert doc.buffers == Buffers(synth_in_flight=0, provers_in_flight=0, aux_in_flight=0,
                                   shells_in_flight=0, pending_handles=0)
@@ -219,7 +235,7 @@ async def test_partition_granted_after_its_job_failed_is_not_started(
     partition 0 fails and frees it. The grant must be handed back, not spent proving a partition
     of a job that has already failed."""
     _fail_partition(monkeypatch, "synthesize", "porep", 0)
-    engine = engine_factory(sum(prover.partition_bytes(K)))
+    engine = engine_factory(budget_for(1))
     await engine.start()
     bad = engine.submit("porep", 3, K)
     good = engine.submit("wpost", 1, K)
@@ -228,4 +244,20 @@ async def test_partition_granted_after_its_job_failed_is_not_started(
     porep = next(p for p in engine.tracker.snapshot().pipelines if p.proof_kind == "porep")
     assert [(part.state, part.synth_ms) for part in porep.partitions[1:]] == [
         ("failed", None), ("failed", None)]
-    assert engine.budget.used_bytes() == 0
+    assert engine.budget.used_bytes() == engine.budget.pinned_bytes()
+
+
+def test_peak_resident_memory_stays_within_the_budget_plus_a_fixed_overhead() -> None:
+    """Partitions of 2^19 elements (300+ MiB of working set each) under a budget with room for
+    exactly one and its NTT tables: the process's peak RSS grows by at most the budget plus
+    :data:`RSS_OVERHEAD` -- what the budget does not hold (thread stacks, allocator slack)."""
+    log_n = 19
+    budget = budget_for(1, log_n)
+    out = subprocess.run([sys.executable, str(RSS_CHILD), str(budget), str(log_n), "2"],
+                         capture_output=True, text=True, timeout=300, check=True)
+    report = json.loads(out.stdout.splitlines()[-1])
+    assert report["state"] == "done", report["error"]
+    assert report["used_after"] == report["pinned"] == budget - sum(
+        prover.partition_bytes(log_n))
+    growth = report["peak"] - report["baseline"]
+    assert growth <= budget + RSS_OVERHEAD, (growth / 2**20, budget / 2**20)

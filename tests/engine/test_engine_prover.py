@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -85,5 +86,40 @@ def test_tampered_proof_fails(tamper: object) -> None:
 
 def test_partition_bytes_two_phases() -> None:
     synth, rest = prover.partition_bytes(10)
-    assert synth == 8 * 1024
-    assert rest == (3 + 4) * 8 * 1024
+    assert synth == 40 * 1024  # synthesis scratch
+    assert rest == (24 + 288) * 1024  # witness + the host device phase's working set
+    # On a GPU only the results (and finalize's working set) are host memory.
+    assert prover.partition_bytes(10, host_device=False)[1] == (24 + 32 + 72) * 1024
+    assert prover.table_bytes(10) == 32 * 1024 and prover.table_bytes(10, False) == 0
+
+
+def test_reservations_cover_the_measured_working_sets() -> None:
+    """Each phase's peak host memory (NumPy reports its buffers to tracemalloc) fits what the
+    budget reserves for it, and the reservation is not far above it either."""
+    log_n = 16
+    n = 1 << log_n
+    small, large = NttPlan(log_n, np), NttPlan(log_n + 1, np)
+    warm = prover.synthesize("warm", 0, log_n)
+    prover.prove_device(warm, warm.abc, small, large, np.asarray)  # builds the cached tables
+    assert (small.table_bytes + small.coset_bytes + large.table_bytes + large.coset_bytes
+            <= prover.table_bytes(log_n) + prover.table_bytes(log_n + 1))
+    synth, rest = prover.partition_bytes(log_n)
+    tracemalloc.start()
+    try:
+        witness = prover.synthesize("j", 0, log_n)
+        synth_peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.reset_peak()
+        result = prover.prove_device(witness, witness.abc, small, large, np.asarray)
+        device_peak = tracemalloc.get_traced_memory()[1]
+        del witness, warm
+        tracemalloc.reset_peak()
+        prover.finalize(result)
+        finalize_peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    held = max(device_peak, finalize_peak)  # from synthesis end until finalized
+    during_synthesis = synth + prover.WITNESS_BYTES_PER_ELEMENT * n
+    fixed = 64 * 1024  # per call, not per element: NumPy's Generator and array objects
+    assert synth_peak <= during_synthesis + fixed
+    assert held <= rest + fixed
+    assert 0.95 * during_synthesis <= synth_peak and 0.95 * rest <= held  # not padded either
