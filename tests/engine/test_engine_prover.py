@@ -106,8 +106,13 @@ def test_reservations_cover_the_measured_working_sets() -> None:
     synth, rest = prover.partition_bytes(log_n)
     tracemalloc.start()
     try:
-        witness = prover.synthesize("j", 0, log_n)
-        synth_peak = tracemalloc.get_traced_memory()[1]
+        synth_peaks = []
+        witness = None
+        for rounds in (150, 1):  # the demo's deep synthesis, then the default
+            witness = None  # the previous witness is not part of this synthesis
+            tracemalloc.reset_peak()
+            witness = prover.synthesize("j", 0, log_n, rounds)
+            synth_peaks.append(tracemalloc.get_traced_memory()[1])
         tracemalloc.reset_peak()
         result = prover.prove_device(witness, witness.abc, small, large, np.asarray)
         device_peak = tracemalloc.get_traced_memory()[1]
@@ -120,6 +125,6 @@ def test_reservations_cover_the_measured_working_sets() -> None:
     held = max(device_peak, finalize_peak)  # from synthesis end until finalized
     during_synthesis = synth + prover.WITNESS_BYTES_PER_ELEMENT * n
     fixed = 64 * 1024  # per call, not per element: NumPy's Generator and array objects
-    assert synth_peak <= during_synthesis + fixed
+    assert max(synth_peaks) <= during_synthesis + fixed
     assert held <= rest + fixed
-    assert 0.95 * during_synthesis <= synth_peak and 0.95 * rest <= held  # not padded either
+    assert 0.95 * during_synthesis <= max(synth_peaks) and 0.95 * rest <= held  # not padded
