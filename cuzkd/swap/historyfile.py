@@ -44,6 +44,7 @@ class HistoryFile:
         return list(self._records)
 
     def save(self, records: Sequence[Record]) -> None:
+        """Replace the file with ``records``, durably (all of :data:`SAVE_STEPS`)."""
         for _ in self.save_steps(records):
             pass
 

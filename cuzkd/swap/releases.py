@@ -329,8 +329,7 @@ class ReleaseStore:
             self._save_history(reconciled)
 
     def _save_history(self, records: list[Record]) -> None:
-        for _ in self._history.save_steps(self._trimmed(records)):
-            pass
+        self._history.save(self._trimmed(records))
 
     def _trimmed(self, records: list[Record]) -> list[Record]:
         return history.trim(records, {r.id for r in self.releases()})
