@@ -13,7 +13,9 @@ that many seconds; ``--grandchildren`` double-forks that many short-lived grandc
 ``--fail-starts N`` makes the first N starts (counted in the pidfile) exit 1 after 50 ms;
 ``--hang-after S`` stops answering /status (connections hang) S seconds after start;
 ``--helper PIDFILE`` double-forks a helper into its own session (``setsid``) that appends its
-pid to PIDFILE and sleeps (``--helper-ignores-term``: with SIGTERM ignored).
+pid to PIDFILE and sleeps (``--helper-ignores-term``: with SIGTERM ignored;
+``--helper-clean-env``: as ``sleep`` exec'd with an empty environment, so nothing names its
+engine).
 ``--progress-every S`` lists a job whose first partition moves one phase every S seconds (the
 second stays in ``gpu``); ``--freeze-after S`` stops that movement S seconds after start and
 prints ``fake engine frozen`` (a hung GPU kernel: /status answers, nothing moves);
@@ -134,7 +136,7 @@ def double_fork(count: int) -> None:
         os.waitpid(pid, 0)
 
 
-def setsid_helper(pidfile: str, ignore_term: bool) -> None:
+def setsid_helper(pidfile: str, ignore_term: bool, clean_env: bool) -> None:
     """Double-fork a helper out of our process group and tree, as daemonising tools do.
 
     Returns once the helper is set up (its pid written, SIGTERM ignored if asked)."""
@@ -148,6 +150,8 @@ def setsid_helper(pidfile: str, ignore_term: bool) -> None:
             with open(pidfile, "a") as fh:
                 fh.write(f"{os.getpid()}\n")
             os.write(ready_w, b"x")
+            if clean_env:  # SIG_IGN survives exec
+                os.execve("/bin/sleep", ["sleep", "3600"], {})
             while True:
                 time.sleep(3600)
         os.read(ready_r, 1)
@@ -170,6 +174,7 @@ def main() -> None:
     p.add_argument("--hang-after", type=float)
     p.add_argument("--helper")
     p.add_argument("--helper-ignores-term", action="store_true")
+    p.add_argument("--helper-clean-env", action="store_true")
     p.add_argument("--progress-every", type=float)
     p.add_argument("--freeze-after", type=float)
     p.add_argument("--stderr-lines", type=int, default=0)
@@ -214,7 +219,7 @@ def main() -> None:
     if args.grandchildren:
         double_fork(args.grandchildren)
     if args.helper:
-        setsid_helper(args.helper, args.helper_ignores_term)
+        setsid_helper(args.helper, args.helper_ignores_term, args.helper_clean_env)
     if args.abort_after is not None:
         import resource
 

@@ -108,6 +108,43 @@ def test_shutdown_stops_every_helper_before_exiting(tmp_path: Path) -> None:
                   for pid in e["pids"]) == sorted(helpers)
 
 
+def test_shutdown_stops_an_adopted_child_that_names_no_engine(tmp_path: Path) -> None:
+    pidfile = tmp_path / "helpers"
+    eng = fake_engine(tmp_path, "gpu0", args=["--helper", str(pidfile), "--helper-clean-env",
+                                              "--helper-ignores-term"], **FAST)
+    sup = start_supervisor(write_config(tmp_path, [eng]))
+    try:
+        sup.wait_engine("gpu0", lambda e: e["state"] == "running")
+        [helper] = wait_until(lambda: _helpers(pidfile), 20, "the helper started")
+        wait_until(lambda: Path(f"/proc/{helper}/environ").read_bytes() == b"", 20,
+                   "the helper exec'd without an environment")
+    finally:
+        assert sup.stop() == 0
+    assert not pid_alive(helper)
+    # attributed by a tree walk if one saw it before it escaped, else stopped as adopted
+    stopped = [*sup.events("engine_descendants_stopped"), *sup.events("adopted_stopped")]
+    assert [pid for e in stopped for pid in e["pids"]] == [helper]
+
+
+def test_engine_removed_by_reload_leaves_no_helper(tmp_path: Path) -> None:
+    pidfile = tmp_path / "helpers"
+    keep = fake_engine(tmp_path, "keep", **FAST)
+    gone = fake_engine(tmp_path, "gone", args=["--helper", str(pidfile),
+                                               "--helper-ignores-term"], **FAST)
+    config = write_config(tmp_path, [keep, gone])
+    sup = start_supervisor(config)
+    try:
+        sup.wait_engine("gone", lambda e: e["state"] == "running")
+        [helper] = wait_until(lambda: _helpers(pidfile), 20, "the helper started")
+        write_config(tmp_path, [keep])
+        sup.proc.send_signal(signal.SIGHUP)
+        wait_until(lambda: sup.events("reloaded"), 20, "the reload applied")
+        assert not pid_alive(helper)  # gone before the reload was declared applied
+        assert set(sup.engines()) == {"keep"}
+    finally:
+        assert sup.stop() == 0
+
+
 def _port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
