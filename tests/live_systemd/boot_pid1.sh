@@ -21,8 +21,11 @@ if [ "$stage" = launch ]; then
   [ $# -gt 0 ] && shift  # the "--" before the bind pairs
   for procs in "${cgroup_procs[@]}"; do echo $$ >"$procs"; done
   # --net: only loopback inside, so the unit's port cannot collide with anything on the host.
-  exec unshare --pid --fork --mount --uts --ipc --net --cgroup --propagation private \
-    --kill-child -- /bin/bash "$0" pid1 "$workdir" "$payload" "$console" "$target" "$@"
+  # If the test process dies without cleaning up (SIGKILL), --pdeathsig kills unshare and
+  # --kill-child then kills PID 1, which ends every process of the machine.
+  exec setpriv --pdeathsig KILL -- unshare --pid --fork --mount --uts --ipc --net --cgroup \
+    --propagation private --kill-child -- \
+    /bin/bash "$0" pid1 "$workdir" "$payload" "$console" "$target" "$@"
 fi
 
 [ "$stage" = pid1 ] || { echo "unknown stage $stage" >&2; exit 2; }

@@ -41,7 +41,7 @@ def namespaces_unavailable() -> str | None:
     """Why systemd cannot be booted here (None when it can): the one reason to skip."""
     if os.geteuid() != 0:
         return "needs root to create mount, PID and cgroup namespaces"
-    for tool in ("unshare", "nsenter"):
+    for tool in ("unshare", "nsenter", "setpriv"):
         if shutil.which(tool) is None:
             return f"{tool} is not installed (apt-get install util-linux)"
     if not Path("/lib/systemd/systemd").exists():
