@@ -230,6 +230,11 @@ class Supervisor:
         (a leftover would keep its engine's port or GPU memory); see :mod:`.leftovers`."""
         records = Records(self.config.state_dir / "procs")
         boot = procs.boot_id()
+        if boot is None:
+            log.warning("previous_leftovers_unchecked",
+                        reason="no kernel boot id in /proc: records cannot be trusted")
+            records.clear()
+            return
         found: dict[str, set[procs.Proc]] = {}
         for record in records.load():
             found.setdefault(record.engine, set()).update(leftovers(record, boot))

@@ -91,14 +91,16 @@ class Records:
 
 
 def leftovers(record: GroupRecord, boot_id: str) -> set[Proc]:
-    """The processes of ``record`` still running, by the identity rules above."""
+    """The processes of ``record`` still running, by the identity rules above (never this
+    process or one of its ancestors)."""
     if record.boot_id != boot_id:
         return set()
     found = {proc for pid, start in record.known if procs.alive(proc := Proc(pid, start))}
     leader = procs.stat(record.pgid)
     if leader is None or leader.start == record.start:
         found |= _group_members(record)
-    return procs.with_descendants(found)
+    mine = procs.ancestors()
+    return {p for p in procs.with_descendants(found) if p.pid not in mine}
 
 
 def _group_members(record: GroupRecord) -> set[Proc]:

@@ -76,9 +76,24 @@ def alive(proc: Proc) -> bool:
     return identify(proc.pid) == proc
 
 
-def boot_id() -> str:
-    """The kernel's boot id: start times are only comparable within one boot."""
-    return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+def boot_id() -> str | None:
+    """The kernel's boot id (start times are only comparable within one boot); None where
+    ``/proc`` does not show it."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
+    except OSError:
+        return None
+
+
+def ancestors() -> set[int]:
+    """This process and its ancestors: never to be stopped as anybody's leftovers."""
+    found: set[int] = set()
+    pid = os.getpid()
+    while pid > 0 and pid not in found:
+        found.add(pid)
+        st = stat(pid)
+        pid = st.ppid if st is not None else 0
+    return found
 
 
 def engine_of(pid: int) -> str | None:

@@ -397,7 +397,8 @@ class EngineRunner:
         self._process = proc
         self._pids[proc.pid] = self
         self._next_walk = 0.0
-        self._record_spawn(proc.pid)
+        if self._boot_id is not None:  # without it no record could be trusted later
+            self._record_spawn(proc.pid, self._boot_id)
         self._exited = asyncio.Event()
         self.started_at = time.time()
         self._spawns += 1
@@ -414,10 +415,9 @@ class EngineRunner:
         self._health_task = self._track(self._health_loop())
         return []
 
-    def _record_spawn(self, pid: int) -> None:
+    def _record_spawn(self, pid: int, boot_id: str) -> None:
         st = procs.stat(pid)  # a zombie at worst: the reaper runs on this loop, after us
-        self._record = None if st is None else GroupRecord(self.name, self._boot_id, pid,
-                                                           st.start)
+        self._record = None if st is None else GroupRecord(self.name, boot_id, pid, st.start)
         self._save_record(pid, set())
 
     def _resolve_argv(self) -> list[str]:
