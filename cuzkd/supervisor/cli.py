@@ -138,7 +138,9 @@ def _engine_frame(args: argparse.Namespace) -> str:
         raise ControlRequestFailed(f"no engine named {args.name!r}")
     doc: StatusDocument | None = None
     error: str | None = None
-    if info["state"] in ("starting", "running"):
+    if info["status_address"] is None:  # supervised by its process alone: no document
+        error = "no status_url: supervised by its process alone"
+    elif info["state"] in ("starting", "running"):
         try:
             doc = decode_status(get_status(info["status_address"]))
         except (OSError, http.client.HTTPException, ValueError) as exc:  # incl. decode errors

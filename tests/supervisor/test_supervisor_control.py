@@ -142,6 +142,9 @@ def test_start_and_restart_wait_for_running_and_say_why_not(tmp_path: Path) -> N
         assert not [line for line in metrics.splitlines()
                     if line.startswith("cuzk_") and 'engine="sleeper"' in line]
         assert not sup.events("engine_status_failed", engine="sleeper")
+        out = cli("status", "sleeper", "--config", str(config))
+        assert out.returncode == 0, out.stderr
+        assert "supervised by its process alone" in out.stdout
 
         out = cli("stop", "sleeper", "--config", str(config))
         assert out.returncode == 0 and sup.engine("sleeper")["state"] == "stopped"
