@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-_HERE = str(Path(__file__).resolve().parent)
-if _HERE not in sys.path:
-    sys.path.insert(0, _HERE)
+_TESTS = Path(__file__).resolve().parent.parent
+for _dir in (_TESTS / "gpu", _TESTS / "supervisor"):  # gpu_measure; sv_fake_engine's document
+    if str(_dir) not in sys.path:
+        sys.path.insert(0, str(_dir))
 
 from cuzkd.engine.backend import Backend, BackendError, select_backend  # noqa: E402
 

@@ -6,6 +6,7 @@ from typing import Any
 
 import msgspec
 from gpu_measure import ntt_bytes_moved, synth_done, waiting_busy_fraction
+from sv_fake_engine import STATUS
 
 from cuzkd.status.document import StatusDocument
 
@@ -14,18 +15,10 @@ def _doc(waiting: int, busy: float) -> StatusDocument:
     parts = [{"index": i, "state": "synth_done", "synth_ms": 1, "gpu_ms": None}
              for i in range(waiting)]
     raw: dict[str, Any] = {
-        "uptime_secs": 1.0,
-        "memory": {"total_bytes": 1, "used_bytes": 0, "available_bytes": 1},
-        "synthesis": {"max_concurrent": 1, "active": 0},
+        **STATUS,  # the smallest valid document (the supervisor tests' fake engine serves it)
         "pipelines": [{"job_id": "j", "proof_kind": "snap", "started_secs_ago": 0.0,
                        "total_partitions": max(waiting, 1), "partitions_done": 0,
                        "partitions": parts}],
-        "gpu_workers": [],
-        "allocations": {"srs": [], "pce": []},
-        "counters": {"total_completed": 0, "total_failed": 0, "completed_by_kind": {},
-                     "failed_by_kind": {}, "queue_depth": 0},
-        "buffers": {"synth_in_flight": 0, "provers_in_flight": 0, "aux_in_flight": 0,
-                    "shells_in_flight": 0, "pending_handles": 0},
         "cuzkd_extensions": {
             "phase_transitions": {}, "synth_duration_seconds": {}, "gpu_duration_seconds": {},
             "jobs_in_flight": 1,

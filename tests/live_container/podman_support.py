@@ -52,10 +52,16 @@ def podman(*args: str, check: bool = True, timeout: float = 300
     return result
 
 
+def not_root() -> str | None:
+    """Why these tests cannot run here (None when they can): the one reason to skip."""
+    if os.geteuid() != 0:
+        return ("needs root: debootstrap, and podman with the host's namespaces and cgroups "
+                "(rootless podman would need subordinate IDs and a user namespace)")
+    return None
+
+
 def tools_missing() -> str | None:
     """What is missing to build and run images here (None when nothing is)."""
-    if os.geteuid() != 0:
-        return "needs root (podman build runs RUN steps as root, debootstrap too)"
     for tool in ("podman", "runc", "debootstrap"):
         if shutil.which(tool) is None:
             return (f"{tool} is not installed (./scripts/test.sh installs podman, runc and "

@@ -13,6 +13,7 @@ import contextlib
 import json
 import re
 import subprocess
+import sys
 import tarfile
 import time
 import uuid
@@ -45,6 +46,10 @@ def canary() -> str:
 
 @pytest.fixture(scope="module")
 def image(tmp_path_factory: pytest.TempPathFactory, canary: str) -> str:
+    reason = pm.not_root()
+    if reason is not None:
+        print(f"\nlive container tests skipped: {reason}", file=sys.stderr)
+        pytest.skip(reason)
     missing = pm.tools_missing()
     if missing is not None:
         pytest.fail(missing)

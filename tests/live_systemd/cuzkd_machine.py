@@ -14,7 +14,7 @@ import sysconfig
 from pathlib import Path
 
 from live_support import parse_exposition
-from systemd_harness import BOOT_TARGET, Payload
+from systemd_harness import Payload, boot_payload
 
 REPO = Path(__file__).resolve().parents[2]
 UNIT = REPO / "systemd" / "cuzkd.service"
@@ -45,25 +45,20 @@ def machine_python() -> str:
 def cuzkd_payload() -> Payload:
     python = machine_python()
     site = Path(sysconfig.get_paths()["purelib"])
-    return Payload(
-        files={
-            "/etc/systemd/system/cuzkd.service": UNIT.read_bytes(),  # unmodified
-            f"/etc/systemd/system/{BOOT_TARGET}": (
-                "[Unit]\nDescription=cuzkd live test boot target\n"
-                "Requires=basic.target systemd-journald.socket\n"
-                "After=basic.target systemd-journald.socket\nAllowIsolate=yes\n"),
-            CONFIG_PATH: engines_config("alpha", "beta"),
-            "/usr/local/bin/cuzkd": ("#!/opt/cuzkd/bin/python3\nimport sys\n\n"
-                                     "from cuzkd.cli import main\n\nsys.exit(main())\n"),
-            f"/opt/cuzkd/lib/python{sys.version_info.major}.{sys.version_info.minor}"
-            "/site-packages/cuzkd-live.pth": "/opt/cuzkd-live/src\n/opt/cuzkd-live/site\n",
-        },
-        modes={"/usr/local/bin/cuzkd": 0o755},
-        # timers.target would start the host image's timers (apt, logrotate, ...).
-        symlinks={"/etc/systemd/system/timers.target": "/dev/null"},
-        venvs=[("/opt/cuzkd", python)],
-        binds=[(REPO / "cuzkd", "/opt/cuzkd-live/src/cuzkd"), (site, "/opt/cuzkd-live/site")],
-    )
+    payload = boot_payload()
+    payload.files.update({
+        "/etc/systemd/system/cuzkd.service": UNIT.read_bytes(),  # unmodified
+        CONFIG_PATH: engines_config("alpha", "beta"),
+        "/usr/local/bin/cuzkd": ("#!/opt/cuzkd/bin/python3\nimport sys\n\n"
+                                 "from cuzkd.cli import main\n\nsys.exit(main())\n"),
+        f"/opt/cuzkd/lib/python{sys.version_info.major}.{sys.version_info.minor}"
+        "/site-packages/cuzkd-live.pth": "/opt/cuzkd-live/src\n/opt/cuzkd-live/site\n",
+    })
+    payload.modes["/usr/local/bin/cuzkd"] = 0o755
+    payload.venvs.append(("/opt/cuzkd", python))
+    payload.binds += [(REPO / "cuzkd", "/opt/cuzkd-live/src/cuzkd"),
+                      (site, "/opt/cuzkd-live/site")]
+    return payload
 
 
 def engine_values(text: str, name: str) -> dict[str, float]:

@@ -186,37 +186,29 @@ class Machine:
 
     def host_pid(self, inner_pid: int) -> int:
         """The host PID of the process that has ``inner_pid`` in the machine's PID namespace."""
-        ns = os.readlink(f"/proc/{self.pid1}/ns/pid")
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                if os.readlink(entry / "ns" / "pid") != ns:
-                    continue
-                status = (entry / "status").read_text()
-            except OSError:
-                continue
-            match = re.search(r"^NSpid:\s+(.*)$", status, re.M)
-            if match and int(match.group(1).split()[-1]) == inner_pid:
-                return int(entry.name)
+        for entry in self._entries():
+            with contextlib.suppress(OSError):
+                match = re.search(r"^NSpid:\s+(.*)$", (entry / "status").read_text(), re.M)
+                if match and int(match.group(1).split()[-1]) == inner_pid:
+                    return int(entry.name)
         raise LookupError(f"no process {inner_pid} in the machine")
 
     def processes(self) -> list[tuple[int, str]]:
         """(host PID, command line) of every process in the machine's PID namespace."""
-        ns = os.readlink(f"/proc/{self.pid1}/ns/pid")
         out = []
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                if os.readlink(entry / "ns" / "pid") != ns:
-                    continue
-                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(
-                    errors="replace").strip()
-            except OSError:
-                continue
-            out.append((int(entry.name), cmdline))
+        for entry in self._entries():
+            with contextlib.suppress(OSError):
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
+                out.append((int(entry.name), cmdline.decode(errors="replace").strip()))
         return out
+
+    def _entries(self) -> Iterator[Path]:
+        """/proc/PID of every process in the machine's PID namespace (host view)."""
+        ns = os.readlink(f"/proc/{self.pid1}/ns/pid")
+        for entry in Path("/proc").iterdir():
+            with contextlib.suppress(OSError):
+                if entry.name.isdigit() and os.readlink(entry / "ns" / "pid") == ns:
+                    yield entry
 
     def cgroup_pids(self, control_group: str) -> set[int]:
         """Host PIDs in a unit's cgroup (``ControlGroup=`` as systemd shows it), subtree too."""
@@ -269,9 +261,20 @@ class Payload:
                 path.chmod(0o755)
 
 
+def boot_payload() -> Payload:
+    """The boot target alone: basic.target and journald, the host image's timers masked."""
+    return Payload(
+        files={f"/etc/systemd/system/{BOOT_TARGET}": (
+            "[Unit]\nDescription=cuzkd live test boot target\n"
+            "Requires=basic.target systemd-journald.socket\n"
+            "After=basic.target systemd-journald.socket\nAllowIsolate=yes\n")},
+        # timers.target would start the host image's timers (apt, logrotate, ...).
+        symlinks={"/etc/systemd/system/timers.target": "/dev/null"})
+
+
 @contextlib.contextmanager
-def booted_systemd(workdir: Path, payload: Payload, boot_timeout: float = 60
-                   ) -> Iterator[Machine]:
+def booted_systemd(workdir: Path, payload: Payload, boot_timeout: float = 60,
+                   poweroff_timeout: float = 30) -> Iterator[Machine]:
     """Boot systemd over an overlay of / with ``payload`` on top; power off and clean up on exit."""
     workdir.mkdir(parents=True, exist_ok=True)
     payload_dir = workdir / "payload"
@@ -286,10 +289,11 @@ def booted_systemd(workdir: Path, payload: Payload, boot_timeout: float = 60
     try:
         cgroups.create()
         binds = [str(x) for src, dst in payload.binds for x in (src, dst)]
-        launcher = subprocess.Popen(
-            ["/bin/bash", str(BOOT_SCRIPT), "launch", str(mnt), str(payload_dir), str(console),
-             BOOT_TARGET, *cgroups.procs_files(), "--", *binds],
-            stdin=subprocess.DEVNULL, stdout=console.open("ab"), stderr=subprocess.STDOUT)
+        with console.open("ab") as boot_log:
+            launcher = subprocess.Popen(
+                ["/bin/bash", str(BOOT_SCRIPT), "launch", str(mnt), str(payload_dir),
+                 str(console), BOOT_TARGET, *cgroups.procs_files(), "--", *binds],
+                stdin=subprocess.DEVNULL, stdout=boot_log, stderr=subprocess.STDOUT)
         proc = launcher
 
         def child() -> int | None:
@@ -314,12 +318,12 @@ def booted_systemd(workdir: Path, payload: Payload, boot_timeout: float = 60
                                  + machine.systemctl("--failed", check=False).stdout)
         yield machine
     finally:
-        _power_off(launcher, pid1)
+        _power_off(launcher, pid1, poweroff_timeout)
         if cgroups.dirs:
             cgroups.remove()
 
 
-def _power_off(launcher: subprocess.Popen[bytes] | None, pid1: int) -> None:
+def _power_off(launcher: subprocess.Popen[bytes] | None, pid1: int, timeout: float) -> None:
     """SIGRTMIN+4 (poweroff) to PID 1; SIGKILL it (and so the PID namespace) if that stalls."""
     if launcher is None:
         return
@@ -327,7 +331,7 @@ def _power_off(launcher: subprocess.Popen[bytes] | None, pid1: int) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid1, signal.SIGRTMIN + 4)
         with contextlib.suppress(subprocess.TimeoutExpired):
-            launcher.wait(timeout=30)
+            launcher.wait(timeout=timeout)
     if launcher.poll() is None:
         if pid1:
             with contextlib.suppress(ProcessLookupError):
