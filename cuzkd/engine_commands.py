@@ -8,6 +8,7 @@ handlers in :mod:`cuzkd.engine.cli` are imported when one of these two commands 
 from __future__ import annotations
 
 import argparse
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,12 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     engine.add_argument("--log-format", choices=LOG_FORMATS, default="auto",
                         help="console lines, JSON lines, or auto: console on a terminal, "
                              "else JSON (under a supervisor: JSON, re-logged as fields)")
+    # Test-only switches: a release that proves slower or fails jobs, for exercising swap
+    # analysis and its benchmark (docs/engine.md); never for production.
+    engine.add_argument("--test-slowdown", type=_slowdown, default=1.0, metavar="FACTOR",
+                        help="TEST ONLY: GPU phases take FACTOR times as long (>= 1)")
+    engine.add_argument("--test-failure-rate", type=_rate, default=0.0, metavar="RATE",
+                        help="TEST ONLY: this share of jobs fails (0..1; 1/3: every third)")
     engine.set_defaults(handler=_run_engine)
 
     bench = sub.add_parser("bench", help="submit jobs to an engine and report throughput")
@@ -55,3 +62,18 @@ def _run_bench(args: argparse.Namespace) -> int:
     from cuzkd.engine.cli import run_bench_command
 
     return run_bench_command(args)
+
+
+def _slowdown(text: str) -> float:
+    value = float(text)
+    if not 1.0 <= value <= 100.0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a factor from 1 to 100")
+    return value
+
+
+def _rate(text: str) -> float:
+    """A share as a decimal or a fraction (``1/3``)."""
+    value = float(Fraction(text))
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a share from 0 to 1")
+    return value

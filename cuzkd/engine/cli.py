@@ -6,14 +6,18 @@ The engine's start-up does no heavy work before it binds: config, backend choice
 queues only, so a supervisor's first ``/status`` poll is answered within a fraction of a second.
 NTT tables are built lazily by the first partition of each size.
 
-Signals: the first SIGTERM/SIGINT stops intake (new jobs get 503), lets admitted partitions
-finish within ``shutdown_grace`` and exits 0; a second one exits at once with 128 + signal.
+Draining: the first SIGTERM/SIGINT, or ``POST /v1/drain``, stops intake (new jobs get 503 with
+``Retry-After``), finishes every accepted job within ``drain_timeout`` (jobs still open then
+fail with "drain timeout") and exits 0. A signal during a drain begun over HTTP ends the drain
+at once (the supervisor's drain_timeout elapsed: its stop signal follows); a second signal
+exits at once with 128 + signal.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import os
 import signal
 import sys
@@ -57,6 +61,9 @@ def run_engine(args: argparse.Namespace) -> int:
             config = demo_config()
         else:
             config = default_config() if args.config is None else load_config(args.config)
+        if args.test_slowdown != 1.0 or args.test_failure_rate != 0.0:
+            config = dataclasses.replace(config, test_slowdown=args.test_slowdown,
+                                         test_failure_rate=args.test_failure_rate)
         return asyncio.run(serve(config, args.listen))
     except ConfigError as exc:
         print(f"cuzkd engine: config error: {exc}", file=sys.stderr)
@@ -80,16 +87,19 @@ async def serve(config: EngineConfig, listen: str) -> int:
     runner = JsonErrorsRunner(build_app(engine), handle_signals=False)
     await engine.start()
     await runner.setup()
-    stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    signals = 0
 
     def on_signal(signum: int) -> None:
-        if stop.is_set():
-            _log.warning("engine.killed", signal=signal.Signals(signum).name)
+        nonlocal signals
+        signals += 1
+        name = signal.Signals(signum).name
+        if signals > 1:
+            _log.warning("engine.killed", signal=name)
             os._exit(128 + signum)
-        _log.info("engine.draining", signal=signal.Signals(signum).name,
-                  grace_secs=config.shutdown_grace_secs)
-        stop.set()
+        if not engine.begin_drain(config.drain_timeout_secs, name):
+            _log.warning("engine.drain_cut", signal=name, open_jobs=engine.open_jobs)
+            engine.cut_drain()
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal, signum)
@@ -99,8 +109,7 @@ async def serve(config: EngineConfig, listen: str) -> int:
         _log.info("engine.listening", address=address, backend=backend.name,
                   devices=[name for _, name in backend.devices], workers=len(engine.workers),
                   memory_budget_bytes=config.memory_budget_bytes, pid=os.getpid())
-        await stop.wait()
-        drained = await engine.drain(config.shutdown_grace_secs)
+        drained = await engine.drained()
         _log.info("engine.stopped", drained=drained)
     finally:
         await engine.close()

@@ -13,7 +13,7 @@ Example::
     backend = "auto"              # "auto" | "numpy" | "cupy"
     synthesis_threads = 2         # 0 = one per CPU core
     synthesis_rounds = 1          # a ← a² + x layers per witness element: synthesis CPU cost
-    shutdown_grace = "30s"
+    drain_timeout = "30s"         # SIGTERM / POST /v1/drain: accepted jobs finish within this
     [sizes]                       # log2 of the constraint count per partition
     porep = 14
 """
@@ -60,7 +60,7 @@ class _RawConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     backend: Literal["auto", "numpy", "cupy"] = "auto"
     synthesis_threads: Annotated[int, msgspec.Meta(ge=0, le=1024)] = 0
     synthesis_rounds: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 1
-    shutdown_grace: str | float | int = "30s"
+    drain_timeout: str | float | int = "30s"
     sizes: Sizes = msgspec.field(default_factory=Sizes)
 
 
@@ -74,8 +74,12 @@ class EngineConfig:
     backend: Literal["auto", "numpy", "cupy"] = "auto"
     synthesis_threads: int = 1
     synthesis_rounds: int = 1
-    shutdown_grace_secs: float = 30.0
+    drain_timeout_secs: float = 30.0
     sizes: Sizes = field(default_factory=Sizes)
+    #: test-only (``cuzkd engine --test-slowdown``): GPU phases take this many times as long
+    test_slowdown: float = 1.0
+    #: test-only (``cuzkd engine --test-failure-rate``): this share of jobs fails
+    test_failure_rate: float = 0.0
 
     def size_log2(self, proof_kind: str) -> int:
         value: int = getattr(self.sizes, proof_kind)
@@ -122,9 +126,9 @@ def resolve(raw: _RawConfig, source: str, *,
         if budget <= 0:
             raise fail("memory_budget", "must be positive")
     try:
-        grace = parse_duration(raw.shutdown_grace)
+        grace = parse_duration(raw.drain_timeout)
     except ValueError as exc:
-        raise fail("shutdown_grace", str(exc)) from exc
+        raise fail("drain_timeout", str(exc)) from exc
     return EngineConfig(
         memory_budget_bytes=budget,
         workers_per_gpu=raw.workers_per_gpu,
@@ -132,7 +136,7 @@ def resolve(raw: _RawConfig, source: str, *,
         backend=raw.backend,
         synthesis_threads=raw.synthesis_threads or (os.cpu_count() or 1),
         synthesis_rounds=raw.synthesis_rounds,
-        shutdown_grace_secs=grace,
+        drain_timeout_secs=grace,
         sizes=raw.sizes,
     )
 

@@ -14,9 +14,14 @@ finalizers.
   done and returns the rest of the reservation; by then the worker may be proving the next
   partition -- the tracker's guard keeps the worker's state right.
 
-Every task is owned: long-lived ones in ``_services``, per-partition ones in ``_partition_tasks``;
-:meth:`Engine.drain` waits for admitted partitions, :meth:`Engine.close` cancels and awaits
-everything and shuts the thread pools down.
+Every task is owned: long-lived ones in ``_services``, per-partition ones in ``_partition_tasks``,
+the drain in ``_drain``; :meth:`Engine.drain` finishes every accepted job (queued ones too),
+:meth:`Engine.close` cancels and awaits everything and shuts the thread pools down.
+
+Draining (docs/engine.md): intake closes, and every job already accepted is finished -- a
+client that got 202 must get its proof -- until the drain's deadline or an explicit
+:meth:`Engine.cut_drain`; what is still open then ends ``failed`` with :data:`DRAIN_TIMEOUT`,
+so no accepted job ever vanishes without a state.
 """
 
 from __future__ import annotations
@@ -46,6 +51,10 @@ _log = structlog.get_logger("cuzkd.engine")
 
 JobState = Literal["queued", "running", "done", "failed"]
 MAX_PARTITIONS = 1024
+#: The error of a job still open when a drain ended (its deadline, or a stop signal).
+DRAIN_TIMEOUT = "drain timeout"
+#: The error of the partition a test-only failure rate fails (EngineConfig.test_failure_rate).
+INJECTED_FAILURE = "injected failure (test-only failure rate)"
 _T = TypeVar("_T")
 
 
@@ -76,6 +85,8 @@ class Job:
     gpu_secs: list[float | None] = field(default_factory=list)
     proofs: list[prover.Proof | None] = field(default_factory=list)
     verified: list[bool] = field(default_factory=list)
+    #: chosen by the test-only failure rate: its first finished partition fails
+    doomed: bool = False
 
     def __post_init__(self) -> None:
         self.remaining = self.partitions
@@ -114,6 +125,7 @@ class Engine:
         self._retain_jobs = retain_jobs
         self._finished: deque[str] = deque()
         self._ids = itertools.count(1)
+        self._injection = itertools.count(1)
         self._id_salt = f"{os.getpid()}-{secrets.token_hex(3)}"
         self._intake: asyncio.Queue[Job] = asyncio.Queue()
         self._admitting: Job | None = None
@@ -131,10 +143,14 @@ class Engine:
         self._services: list[asyncio.Task[None]] = []
         self._scheduler: asyncio.Task[None] | None = None
         self._open_jobs = 0
+        #: set while no accepted job is open (what a drain waits for)
+        self._no_open_jobs = asyncio.Event()
+        self._no_open_jobs.set()
+        self._drain: asyncio.Task[bool] | None = None
+        self._drain_requested = asyncio.Event()
+        self._drain_cut = asyncio.Event()
+        self._drain_deadline: float | None = None
         self._partition_tasks: set[asyncio.Task[None]] = set()
-        self._in_flight = 0  # admitted partitions not yet terminal
-        self._quiet = asyncio.Event()
-        self._quiet.set()
         self._synth_active = 0
         self._provers = 0
         self._finalizing = 0
@@ -155,30 +171,92 @@ class Engine:
                 self._gpu_worker(worker_id, ordinal), name=f"gpu-worker-{worker_id}"))
         self._publish()
 
-    async def drain(self, grace_secs: float) -> bool:
-        """Stop accepting, fail jobs not yet admitted, wait up to ``grace_secs`` for admitted
-        partitions to finish. True when they all did."""
+    @property
+    def draining(self) -> bool:
+        return self._drain is not None
+
+    @property
+    def open_jobs(self) -> int:
+        """Accepted jobs not finished yet."""
+        return self._open_jobs
+
+    def begin_drain(self, timeout_secs: float, trigger: str) -> bool:
+        """Close intake and finish every accepted job within ``timeout_secs`` (see the module
+        docstring); False when a drain was already under way (its deadline stands).
+        ``trigger`` (a signal name, ``http``) is logged."""
+        if self._drain is not None:
+            return False
+        _log.info("engine.draining", trigger=trigger, timeout_secs=timeout_secs,
+                  open_jobs=self._open_jobs)
         self.accepting = False
+        self._drain_deadline = self._clock() + timeout_secs
+        self.tracker.set_draining(True)
+        self._drain = asyncio.create_task(self._drain_jobs(timeout_secs), name="drain")
+        self._drain_requested.set()
+        self._publish()
+        return True
+
+    def cut_drain(self) -> None:
+        """End the drain now: what is still open fails with :data:`DRAIN_TIMEOUT`."""
+        self._drain_cut.set()
+
+    def drain_remaining_secs(self) -> float | None:
+        """Seconds left until the drain's deadline; None when not draining."""
+        if self._drain_deadline is None:
+            return None
+        return max(0.0, self._drain_deadline - self._clock())
+
+    async def drained(self) -> bool:
+        """Wait for a drain to be begun and to end; True when every accepted job finished."""
+        await self._drain_requested.wait()
+        assert self._drain is not None
+        return await asyncio.shield(self._drain)
+
+    async def drain(self, timeout_secs: float, trigger: str = "call") -> bool:
+        """:meth:`begin_drain` and :meth:`drained` in one."""
+        self.begin_drain(timeout_secs, trigger)
+        return await self.drained()
+
+    async def _drain_jobs(self, timeout_secs: float) -> bool:
+        idle = asyncio.create_task(self._no_open_jobs.wait())
+        cut = asyncio.create_task(self._drain_cut.wait())
+        try:
+            await asyncio.wait((idle, cut), timeout=timeout_secs,
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (idle, cut):
+                task.cancel()
+        if self._open_jobs == 0:
+            return True
+        self._fail_open_jobs(DRAIN_TIMEOUT)
+        return False
+
+    def _fail_open_jobs(self, error: str) -> None:
+        """Fail every accepted job that is not finished, partitions in flight included (the
+        engine is about to exit: they would never finish)."""
         if self._scheduler is not None:
             self._scheduler.cancel()
-            await asyncio.gather(self._scheduler, return_exceptions=True)
-        waiting = [self._admitting] if self._admitting is not None else []
         while not self._intake.empty():
-            waiting.append(self._intake.get_nowait())
-        for job in waiting:
-            self._fail_unadmitted(job, "engine shutting down before this partition started")
+            self._intake.get_nowait()
         self._admitting = None
+        for job in list(self.jobs.values()):
+            if job.finished_at is not None:
+                continue
+            if job.error is None:
+                job.error = error
+            for index, proof in enumerate(job.proofs):
+                if proof is None:
+                    self.tracker.partition_failed(job.job_id, index)
+            job.admitted = job.partitions
+            job.remaining = 0
+            self._finish_if_done(job)
         self._publish()
-        try:
-            await asyncio.wait_for(self._quiet.wait(), grace_secs)
-        except TimeoutError:
-            return False
-        return True
 
     async def close(self) -> None:
         """Cancel and await every task, then shut the thread pools down."""
         self.accepting = False
-        tasks = [*self._services, *self._partition_tasks]
+        tasks = [*self._services, *self._partition_tasks,
+                 *([self._drain] if self._drain is not None else [])]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -209,6 +287,8 @@ class Engine:
         self.jobs[job_id] = job
         self.tracker.register_job(job_id, proof_kind, count)
         self._open_jobs += 1
+        self._no_open_jobs.clear()
+        job.doomed = injected_failure(next(self._injection), self.config.test_failure_rate)
         synth_bytes, rest_bytes = self._partition_bytes(log_n)
         try:
             self.budget.check(synth_bytes, rest_bytes + self._missing_table_bytes(log_n))
@@ -274,8 +354,6 @@ class Engine:
                       partitions=job.partitions, size_log2=job.size_log2,
                       queued_secs=round(job.started_at - job.submitted_at, 6))
         job.admitted += 1
-        self._in_flight += 1
-        self._quiet.clear()
         self._spawn(self._synthesize(job, index))
 
     # --- partition phases -----------------------------------------------------------------
@@ -326,6 +404,8 @@ class Engine:
                 result = await self._run(
                     self._device_pool, self._on_device, ordinal, prover.prove_device,
                     witness, abc, small, large, self.backend.to_host)
+            if self.config.test_slowdown > 1:  # test-only: a slower build, the worker held
+                await asyncio.sleep((self.config.test_slowdown - 1) * (self._clock() - started))
         except Exception as exc:
             self._partition_failed(job, index, f"GPU phase failed: {exc!r}")
             return
@@ -344,6 +424,9 @@ class Engine:
             return
         finally:
             self._finalizing -= 1
+        if job.doomed and job.error is None:
+            self._partition_failed(job, index, INJECTED_FAILURE)
+            return
         job.gpu_secs[index] = self._clock() - started
         job.proofs[index] = proof
         job.verified[index] = prover.verify(proof)
@@ -375,9 +458,6 @@ class Engine:
     def _partition_terminal(self, job: Job) -> None:
         """An admitted partition is done or failed."""
         job.remaining -= 1
-        self._in_flight -= 1
-        if self._in_flight == 0:
-            self._quiet.set()
         self._finish_if_done(job)
         self._publish()
 
@@ -386,6 +466,8 @@ class Engine:
             return
         job.finished_at = self._clock()
         self._open_jobs -= 1
+        if self._open_jobs == 0:
+            self._no_open_jobs.set()
         job.state = "failed" if job.failed else "done"
         self.tracker.job_completed(job.job_id, job.proof_kind, not job.failed)
         wall = round(job.finished_at - job.submitted_at, 6)
@@ -453,3 +535,7 @@ class Engine:
         task.add_done_callback(self._partition_tasks.discard)
 
 
+def injected_failure(number: int, rate: float) -> bool:
+    """Whether job ``number`` (1, 2, ...) is one a failure ``rate`` fails: deterministic, so
+    exactly ``floor(n * rate)`` of the first n jobs fail (rate 1/3: every third)."""
+    return int(number * rate + 1e-9) > int((number - 1) * rate + 1e-9)

@@ -9,6 +9,7 @@ anything.
 from __future__ import annotations
 
 import errno
+import math
 import os
 import socket
 from collections.abc import Iterator
@@ -40,6 +41,16 @@ class JobRequest(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 _REQUEST_DECODER = msgspec.json.Decoder(JobRequest)
 
 
+class DrainRequest(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    #: the drain's deadline; the engine's ``drain_timeout`` when absent
+    timeout_secs: float | None = None
+
+
+_DRAIN_DECODER = msgspec.json.Decoder(DrainRequest)
+#: Longest drain a request may ask for (a day): a typo must not hold an engine for years.
+MAX_DRAIN_SECS = 86400.0
+
+
 async def _status(request: web.Request) -> web.Response:
     engine = request.app[ENGINE_KEY]
     engine.refresh_status()
@@ -57,7 +68,7 @@ async def _submit(request: web.Request) -> web.Response:
     if request.headers.get("Content-Type") is not None and request.content_type not in JSON_TYPES:
         return error_response(415, f"Content-Type {request.content_type!r}: send application/json")
     if not engine.accepting:
-        return error_response(503, "engine is shutting down and accepts no new jobs")
+        return _draining_response(engine)
     try:
         body = _REQUEST_DECODER.decode(await request.read())
     except msgspec.DecodeError as exc:
@@ -66,9 +77,35 @@ async def _submit(request: web.Request) -> web.Response:
         job = engine.submit(body.proof_kind, body.partitions, body.size_log2)
     except JobRequestError as exc:
         return error_response(400, str(exc))
-    except EngineDrainingError as exc:
-        return error_response(503, str(exc))
+    except EngineDrainingError:
+        return _draining_response(engine)
     return web.json_response({"job_id": job.job_id, "state": job.state}, status=202)
+
+
+def _draining_response(engine: Engine) -> web.Response:
+    """503 for a job offered while draining; ``Retry-After``: the seconds left of the drain
+    (at least 1), after which this engine -- or its replacement -- accepts again."""
+    response = error_response(503, "engine is draining and accepts no new jobs")
+    remaining = engine.drain_remaining_secs() or 0.0
+    response.headers["Retry-After"] = str(max(1, math.ceil(remaining)))
+    return response
+
+
+async def _drain(request: web.Request) -> web.Response:
+    """``POST /v1/drain``: stop accepting, finish every accepted job, then exit 0."""
+    engine = request.app[ENGINE_KEY]
+    raw = await request.read()
+    try:
+        body = _DRAIN_DECODER.decode(raw) if raw.strip() else DrainRequest()
+    except msgspec.DecodeError as exc:
+        return error_response(400, f"invalid drain request: {exc}")
+    timeout = engine.config.drain_timeout_secs if body.timeout_secs is None else body.timeout_secs
+    if not 0 < timeout <= MAX_DRAIN_SECS:
+        return error_response(400, f"timeout_secs must be above 0 and at most {MAX_DRAIN_SECS:g}")
+    started = engine.begin_drain(timeout, "http")
+    return web.json_response({"draining": True, "started": started,
+                              "open_jobs": engine.open_jobs,
+                              "remaining_secs": engine.drain_remaining_secs()}, status=202)
 
 
 async def _job(request: web.Request) -> web.Response:
@@ -109,6 +146,7 @@ def build_app(engine: Engine) -> web.Application:
     app.router.add_get("/status", _status)
     app.router.add_get("/healthz", _healthz)
     app.router.add_post("/v1/jobs", _submit)
+    app.router.add_post("/v1/drain", _drain)
     app.router.add_get("/v1/jobs/{job_id}", _job)
     return app
 

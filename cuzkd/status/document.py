@@ -171,6 +171,8 @@ class Extensions(msgspec.Struct, frozen=True):
     #: proof_kind -> histogram of finished jobs' end-to-end durations (accepted -> finished,
     #: successful or not) over JOB_DURATION_BUCKETS.
     job_duration_seconds: dict[str, Histogram] = msgspec.field(default_factory=dict)
+    #: the engine is draining: accepts no job, finishes those it accepted, then exits
+    draining: bool = False
 
 
 class StatusDocument(msgspec.Struct, frozen=True):

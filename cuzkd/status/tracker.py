@@ -152,6 +152,7 @@ class StatusTracker:
         self._pce: list[Allocation] = []
         self._gpu_devices: list[GpuDevice] = []
         self._backend = "unknown"
+        self._draining = False
 
     # --- registration ---------------------------------------------------------------------
 
@@ -291,6 +292,10 @@ class StatusTracker:
         with self._lock:
             self._backend = backend
 
+    def set_draining(self, draining: bool) -> None:
+        with self._lock:
+            self._draining = draining
+
     # --- the document ---------------------------------------------------------------------
 
     def snapshot(self) -> StatusDocument:
@@ -330,6 +335,7 @@ class StatusTracker:
                     jobs_in_flight=self._jobs_in_flight,
                     gpu_devices=list(self._gpu_devices),
                     backend=self._backend,
+                    draining=self._draining,
                     job_duration_seconds=self._kinds.job_histograms(),
                 ),
             )

@@ -42,7 +42,7 @@ devices = [0, 2]
 backend = "numpy"
 synthesis_threads = 4
 synthesis_rounds = 50
-shutdown_grace = "1m"
+drain_timeout = "1m"
 [sizes]
 snap = 10
 """))
@@ -51,7 +51,7 @@ snap = 10
     assert config.devices == (0, 2)
     assert config.synthesis_threads == 4
     assert config.synthesis_rounds == 50
-    assert config.shutdown_grace_secs == 60.0
+    assert config.drain_timeout_secs == 60.0
     assert config.size_log2("snap") == 10
     assert config.size_log2("porep") == default_config().size_log2("porep")
 
@@ -59,14 +59,14 @@ snap = 10
 @pytest.mark.parametrize(("text", "key"), [
     ("memory_budgt = '8GiB'", "memory_budgt"),
     ("memory_budget = '8 gigs'", "memory_budget"),
-    ("shutdown_grace = 'soon'", "shutdown_grace"),
+    ("drain_timeout = 'soon'", "drain_timeout"),
     ("workers_per_gpu = 0", "workers_per_gpu"),
     ("synthesis_rounds = 0", "synthesis_rounds"),
     ("[sizes]\nsnap = 99", "sizes.snap"),
     ("[sizes]\nsnapp = 10", "snapp"),
     ("safety_margin = '100TiB'", "safety_margin"),
-    ("shutdown_grace = inf", "shutdown_grace"),
-    ("shutdown_grace = '9000h'", "shutdown_grace"),
+    ("drain_timeout = inf", "drain_timeout"),
+    ("drain_timeout = '9000h'", "drain_timeout"),
 ])
 def test_errors_name_file_and_key(tmp_path: Path, text: str, key: str) -> None:
     path = write(tmp_path, text)

@@ -1,9 +1,10 @@
 """The pipeline in-process: jobs complete and verify, the budget bounds concurrency, oversize
-jobs fail alone, draining finishes admitted partitions."""
+jobs fail alone, draining finishes every accepted job or fails it with "drain timeout"."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import subprocess
 import sys
@@ -18,7 +19,15 @@ from cuzkd.engine import prover
 from cuzkd.engine.backend import select_backend
 from cuzkd.engine.budget import MemoryBudget
 from cuzkd.engine.config import EngineConfig
-from cuzkd.engine.pipeline import Engine, EngineDrainingError, Job, JobRequestError
+from cuzkd.engine.pipeline import (
+    DRAIN_TIMEOUT,
+    INJECTED_FAILURE,
+    Engine,
+    EngineDrainingError,
+    Job,
+    JobRequestError,
+    injected_failure,
+)
 from cuzkd.status.document import Buffers, StatusDocument, encode_status
 from cuzkd.status.tracker import StatusTracker
 
@@ -158,29 +167,72 @@ def test_bad_requests_are_rejected_without_side_effects() -> None:
     asyncio.run(scenario())
 
 
-async def test_drain_finishes_admitted_and_fails_queued(
+async def test_drain_finishes_every_accepted_job_queued_ones_too(
         engine_factory: Callable[..., Engine]) -> None:
     engine = engine_factory(budget_for(2, K + 2))
     await engine.start()
     first = engine.submit("porep", 4, K + 2)
-    second = engine.submit("porep", 4, K + 2)
-    deadline = time.monotonic() + 10
-    while first.admitted == 0:
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.001)
-    assert await engine.drain(30.0)
+    second = engine.submit("porep", 4, K + 2)  # queued behind the first: nothing admitted
+    assert second.admitted == 0
+    assert await engine.drain(60.0)
     with pytest.raises(EngineDrainingError):
         engine.submit("snap")
-    assert second.state == "failed" and second.error is not None
-    assert "shutting down" in second.error
-    admitted = first.admitted
-    assert first.state in ("done", "failed")
-    done_parts = [p for p in first.proofs if p is not None]
-    assert 1 <= len(done_parts) <= 4 and all(prover.verify(p) for p in done_parts)
+    assert (first.state, second.state) == ("done", "done")
+    assert all(prover.verify(p) for job in (first, second) for p in job.proofs if p)
     assert engine.budget.used_bytes() == engine.budget.pinned_bytes()
-    assert admitted == 4  # unadmitted partitions were failed, not left pending
-    states = {part.state for p in engine.tracker.snapshot().pipelines for part in p.partitions}
-    assert states <= {"done", "failed"}
+    doc = engine.tracker.snapshot()
+    assert doc.cuzkd_extensions is not None and doc.cuzkd_extensions.draining
+    assert doc.counters.total_completed == 2 and doc.counters.total_failed == 0
+
+
+async def test_drain_timeout_fails_what_is_still_open_and_says_so(
+        engine_factory: Callable[..., Engine]) -> None:
+    engine = engine_factory(budget_for(1, K + 4))
+    await engine.start()
+    jobs = [engine.submit("porep", 8, K + 4) for _ in range(3)]
+    assert not await engine.drain(0.2)
+    assert all(job.finished_at is not None for job in jobs)
+    failed = [job for job in jobs if job.state == "failed"]
+    assert failed and all(job.error == DRAIN_TIMEOUT for job in failed)
+    doc = engine.tracker.snapshot()
+    assert doc.counters.total_failed == len(failed)
+    states = {part.state for p in doc.pipelines for part in p.partitions}
+    assert states <= {"done", "failed"}, "no accepted partition left without an end"
+    assert doc.cuzkd_extensions is not None and doc.cuzkd_extensions.jobs_in_flight == 0
+
+
+async def test_cut_drain_ends_it_at_once(engine_factory: Callable[..., Engine]) -> None:
+    engine = engine_factory(budget_for(1, K + 4))
+    await engine.start()
+    job = engine.submit("porep", 16, K + 4)
+    assert engine.begin_drain(3600.0, "test")
+    assert not engine.begin_drain(1.0, "test"), "a second drain keeps the first's deadline"
+    assert engine.drain_remaining_secs() is not None
+    engine.cut_drain()
+    assert not await asyncio.wait_for(engine.drained(), 10)
+    assert job.state == "failed" and job.error == DRAIN_TIMEOUT
+
+
+@pytest.mark.parametrize(("rate", "first_nine"), [
+    (0.0, [False] * 9),
+    (1 / 3, [False, False, True] * 3),
+    (0.5, [False, True] * 4 + [False]),
+    (1.0, [True] * 9),
+])
+def test_failure_rate_chooses_exactly_its_share(rate: float, first_nine: list[bool]) -> None:
+    assert [injected_failure(n, rate) for n in range(1, 10)] == first_nine
+    assert sum(injected_failure(n, rate) for n in range(1, 3001)) == int(3000 * rate + 1e-9)
+
+
+async def test_test_failure_rate_fails_every_third_job(
+        engine_factory: Callable[..., Engine]) -> None:
+    engine = engine_factory(budget_for(4))
+    engine.config = dataclasses.replace(engine.config, test_failure_rate=1 / 3)
+    await engine.start()
+    jobs = [engine.submit("winning", 2, K) for _ in range(6)]
+    await wait_jobs(engine, jobs)
+    assert [job.state for job in jobs] == ["done", "done", "failed"] * 2
+    assert all(job.error and INJECTED_FAILURE in job.error for job in jobs[2::3])
 
 
 

@@ -321,12 +321,66 @@ async def test_sigterm_drains_in_flight_partitions_and_exits_0(start_engine: Sta
                 break
             assert status == 202 and time.monotonic() < deadline
             await asyncio.sleep(0.01)
-        assert "shutting down" in body["error"]
+        assert "draining" in body["error"]
     assert await asyncio.to_thread(engine.proc.wait, 60) == 0
     events = engine.events()
     finished = [e for e in events if e["event"] == "job.finished" and e["job_id"] == job_id]
     assert finished and finished[0]["verified"] is True and finished[0]["partitions"] == 16
     assert [e["drained"] for e in events if e["event"] == "engine.stopped"] == [True]
+
+
+async def test_http_drain_finishes_queued_jobs_then_exits_0(start_engine: Start) -> None:
+    engine = await start_engine("memory_budget = '64MiB'\n")
+    async with engine.session() as session:
+        accepted = [(await submit(session, engine, proof_kind="porep", partitions=4,
+                                  size_log2=16))[1]["job_id"] for _ in range(3)]
+        async with session.post(f"{engine.base}/v1/drain", json={"timeout_secs": 120}) as r:
+            assert r.status == 202
+            answer = await r.json()
+        assert answer["draining"] is True and answer["started"] is True
+        assert answer["open_jobs"] == 3  # the last two still queued
+        status, body = await submit(session, engine, proof_kind="wpost", size_log2=8)
+        assert status == 503 and "draining" in body["error"]
+        async with session.post(f"{engine.base}/v1/jobs", json={"proof_kind": "snap"}) as r:
+            assert r.status == 503 and 1 <= int(r.headers["Retry-After"]) <= 120
+        async with session.get(f"{engine.base}/healthz") as r:
+            assert (await r.json()) == {"status": "draining"}
+        async with session.get(f"{engine.base}/status") as r:
+            doc = decode_status(await r.read())
+        assert doc.cuzkd_extensions is not None and doc.cuzkd_extensions.draining
+    assert await asyncio.to_thread(engine.proc.wait, 120) == 0
+    events = engine.events()
+    finished = {e["job_id"] for e in events if e["event"] == "job.finished" and e["verified"]}
+    assert finished == set(accepted)
+    assert [e["drained"] for e in events if e["event"] == "engine.stopped"] == [True]
+
+
+async def test_signal_during_http_drain_fails_the_rest_with_drain_timeout(
+        start_engine: Start) -> None:
+    engine = await start_engine("memory_budget = '24MiB'\n")
+    async with engine.session() as session:
+        job_id = (await submit(session, engine, proof_kind="porep", partitions=64,
+                               size_log2=15))[1]["job_id"]
+        async with session.post(f"{engine.base}/v1/drain") as r:
+            assert r.status == 202
+        await engine.wait_event("engine.draining")
+        engine.proc.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(engine.proc.wait, 30) == 0
+    failed = [e for e in engine.events() if e["event"] == "job.failed"]
+    assert [(e["job_id"], e["error"]) for e in failed] == [(job_id, "drain timeout")]
+    assert [e["drained"] for e in engine.events() if e["event"] == "engine.stopped"] == [False]
+
+
+@pytest.mark.parametrize("body", [b"{", b'{"timeout_secs": 0}', b'{"timeout_secs": "x"}',
+                                  b'{"grace": 1}', b'{"timeout_secs": 1e9}'])
+async def test_bad_drain_request_is_a_400_and_changes_nothing(start_engine: Start,
+                                                            body: bytes) -> None:
+    engine = await start_engine()
+    async with engine.session() as session:
+        async with session.post(f"{engine.base}/v1/drain", data=body) as r:
+            assert r.status == 400 and "error" in await r.json()
+        status, _ = await submit(session, engine, proof_kind="wpost", size_log2=8)
+        assert status == 202
 
 
 async def test_second_signal_exits_at_once(start_engine: Start) -> None:
