@@ -6,6 +6,7 @@ while it runs with ``prlimit`` on its pid): connections and spawns then meet ``E
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import signal
@@ -75,7 +76,9 @@ def test_idle_connection_flood_under_ulimit_64(tmp_path: Path) -> None:
         address = sup.about()["metrics_listen"]
         host, port = address.rsplit(":", 1)
         for _ in range(100):  # idle: connect and never send a byte
-            flood.append(socket.create_connection((host, int(port)), timeout=5))
+            # a connection refused over the limit may be reset before connect() returns
+            with contextlib.suppress(ConnectionResetError):
+                flood.append(socket.create_connection((host, int(port)), timeout=5))
         # the control socket answers throughout, and an engine can still be spawned
         assert sup.about()["engines_running"] == 1
         os.kill(first["pid"], signal.SIGKILL)
