@@ -313,3 +313,22 @@ def test_peak_resident_memory_stays_within_the_budget_plus_a_fixed_overhead() ->
         prover.partition_bytes(log_n))
     growth = report["peak"] - report["baseline"]
     assert growth <= budget + RSS_OVERHEAD, (growth / 2**20, budget / 2**20)
+
+
+async def test_a_partition_that_fits_only_without_its_tables_fails_at_submission(
+        engine_factory: Callable[..., Engine]) -> None:
+    """The NTT tables a size needs are pinned in the budget: a budget with room for the
+    partition but not for them would otherwise admit work it cannot hold."""
+    engine = engine_factory(sum(prover.partition_bytes(K)))
+    await engine.start()
+    job = engine.submit("wpost", 1, K)
+    assert job.state == "failed" and job.error is not None
+    assert f"size_log2 {K}: partition needs" in job.error
+    assert engine.budget.used_bytes() == 0
+    # With room for both, the tables are pinned once and stay for later jobs of the size.
+    engine = engine_factory(budget_for(1))
+    await engine.start()
+    jobs = [engine.submit("wpost", 1, K) for _ in range(2)]
+    await wait_jobs(engine, jobs)
+    assert all(j.state == "done" for j in jobs)
+    assert engine.budget.pinned_bytes() == prover.table_bytes(K) + prover.table_bytes(K + 1)
