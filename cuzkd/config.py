@@ -207,13 +207,18 @@ def default_config() -> Config:
     return Config(engine=default_engines(visible_gpu_count()))
 
 
-def load_or_default(path: str | Path | None) -> Config:
+def load_or_default(path: str | Path | None, *, resolve_hosts: bool = True) -> Config:
     """The config at ``path``, or the embedded default when no path is given."""
-    return load_config(path) if path else default_config()
+    return load_config(path, resolve_hosts=resolve_hosts) if path else default_config()
 
 
-def load_config(path: str | Path) -> Config:
-    """Read, validate and resolve a TOML config file; raise ConfigError naming file and key."""
+def load_config(path: str | Path, *, resolve_hosts: bool = True) -> Config:
+    """Read, validate and resolve a TOML config file; raise ConfigError naming file and key.
+
+    ``resolve_hosts=False`` skips what only running the daemon needs (the metrics.listen host
+    resolving): client commands read the file for the control socket alone, and must keep
+    working while DNS does not.
+    """
     where = str(path)
     try:
         with Path(path).open("rb") as fh:
@@ -227,7 +232,14 @@ def load_config(path: str | Path) -> Config:
                           f"offset {exc.start}); TOML files must be UTF-8") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{where}: invalid TOML: {exc}") from None
-    return parse_config(raw, where)
+    config = parse_config(raw, where)
+    if resolve_hosts:
+        try:
+            metrics = parse_listen(config.metrics.listen, allow_unix=False)
+            _resolve(metrics.host, metrics.port)
+        except ValueError as exc:
+            raise ConfigError(f"{where}: key `metrics.listen`: {exc}") from None
+    return config
 
 
 def parse_config(raw: Mapping[str, Any], where: str) -> Config:
@@ -296,8 +308,7 @@ def _check(config: Config, where: str) -> None:
         return ConfigError(f"{where}: key `{key}`: {problem}")
 
     try:
-        metrics = parse_listen(config.metrics.listen, allow_unix=False)
-        _resolve(metrics.host, metrics.port)
+        parse_listen(config.metrics.listen, allow_unix=False)
     except ValueError as exc:
         raise fail("metrics.listen", str(exc)) from None
     control_key = ("supervisor.control_socket" if config.supervisor.control_socket

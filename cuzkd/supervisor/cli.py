@@ -83,7 +83,8 @@ def _check_config(args: argparse.Namespace) -> int:
 
 def _control(args: argparse.Namespace, method: str, path: str,
              timeout: float = DEFAULT_TIMEOUT) -> Any:
-    return call(load_or_default(args.config).control_socket, method, path, timeout=timeout)
+    config = load_or_default(args.config, resolve_hosts=False)
+    return call(config.control_socket, method, path, timeout=timeout)
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -163,7 +164,7 @@ def _last_exit(eng: dict[str, Any]) -> str:
 def _engine_action(args: argparse.Namespace) -> int:
     """start/restart answer once the engine is ``running``, stop once it is stopped; the
     supervisor bounds each wait by the engine's own timeouts, and exit 1 says why it failed."""
-    config = load_or_default(args.config)
+    config = load_or_default(args.config, resolve_hosts=False)
     spec = next((e for e in config.engine if e.name == args.name), None)
     # The supervisor's waits are bounded by the engine's timeouts (as it runs them: the file
     # may have changed since), so wait for its answer at least that long.

@@ -66,7 +66,7 @@ def _swap(args: argparse.Namespace) -> int:
     if args.json and not args.history:
         print("cuzkd swap: --json goes with --history", file=sys.stderr)
         return 2
-    config = load_or_default(args.config)
+    config = load_or_default(args.config, resolve_hosts=False)
     if args.history:
         return _history(config.control_socket, as_json=args.json)
     request: dict[str, Any] = {"settle": args.settle}

@@ -209,3 +209,14 @@ def test_protocol_errors_on_the_control_socket_are_json(tmp_path: Path) -> None:
     head, _, body = asyncio.run(exchange()).partition(b"\r\n\r\n")
     assert head.split()[1] == b"400" and b"Content-Type: application/json" in head
     assert json.loads(body)["error"].startswith("Bad Request: Got more than")
+
+
+def test_client_commands_do_not_need_the_metrics_host_to_resolve(tmp_path: Path) -> None:
+    """DNS down must not take `cuzkd status` with it: only `run` and `check-config` resolve."""
+    config = tmp_path / "c.toml"
+    config.write_text(f'[supervisor]\nstate_dir = "{tmp_path / "state"}"\n'
+                      '[metrics]\nlisten = "no-such-host.invalid:9822"\n[[engine]]\nname = "a"\n')
+    out = cli("status", "--config", str(config))
+    assert out.returncode == 69 and "cannot reach the supervisor" in out.stderr, out.stderr
+    out = cli("check-config", str(config))
+    assert out.returncode == 78 and "does not resolve" in out.stderr, out.stderr
