@@ -26,7 +26,8 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
     g, c = GaugeMetricFamily, CounterMetricFamily
     e = ["engine"]
     up = g("cuzkd_engine_up",
-           "1 when the engine process runs and its status answered for this scrape.", labels=e)
+           "1 when the engine process runs and its status answered for this scrape "
+           "(an engine without status_url: while it is running).", labels=e)
     state = g("cuzkd_engine_state", "1 for the engine's current supervisor state, else 0.",
               labels=["engine", "state"])
     restarts = c("cuzkd_engine_restarts_total", "Times the supervisor restarted the engine.",
