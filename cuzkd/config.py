@@ -17,7 +17,7 @@ import signal
 import socket
 import sys
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 from urllib.parse import urlsplit
@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from cuzkd.logs import LogFormat
-from cuzkd.units import parse_duration, parse_listen
+from cuzkd.units import parse_duration, parse_listen, parse_size
 
 #: sysexits.h EX_CONFIG: what ``cuzkd run``/``check-config`` exit with on a bad config.
 EX_CONFIG = 78
@@ -52,6 +52,10 @@ class ConfigError(Exception):
 
 class Seconds(float):
     """A duration in seconds; the file says ``"250ms"``, ``"30s"``, ``"5m"`` or a number."""
+
+
+class Bytes(int):
+    """A size in bytes; the file says ``"20GiB"``, ``"512MB"`` or a number."""
 
 
 _NAME = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9_-]+$", min_length=1, max_length=64)]
@@ -120,6 +124,13 @@ class EngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     #: stall watchdog: work and no progress for this long is a stall ("0s": off)
     stall_after: Seconds = Seconds(600)
     stall_action: StallAction = "restart"
+    #: GPUs the engine is pinned to: NVML indices ("0") or UUIDs ("GPU-..."); sets
+    #: CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER=PCI_BUS_ID, and each start waits for their
+    #: memory (the previous process's released, gpu_memory_needed free) up to
+    #: gpu_release_timeout
+    gpus: list[str] = msgspec.field(default_factory=list)
+    gpu_memory_needed: Bytes = Bytes(0)
+    gpu_release_timeout: Seconds = Seconds(30)
 
     @property
     def bundled(self) -> bool:
@@ -196,10 +207,11 @@ def visible_gpu_count(proc_root: Path = Path("/proc/driver/nvidia/gpus")) -> int
 
 
 def default_engines(gpus: int) -> list[EngineConfig]:
-    """One bundled engine per GPU pinned with CUDA_VISIBLE_DEVICES, or one CPU engine."""
+    """One bundled engine per GPU pinned with ``gpus`` (NVML index, PCI bus order like
+    /proc/driver/nvidia/gpus), or one CPU engine."""
     if gpus == 0:
         return [EngineConfig(name="cpu0")]
-    return [EngineConfig(name=f"gpu{i}", env={"CUDA_VISIBLE_DEVICES": str(i)}) for i in range(gpus)]
+    return [EngineConfig(name=f"gpu{i}", gpus=[str(i)]) for i in range(gpus)]
 
 
 def default_config() -> Config:
@@ -273,6 +285,10 @@ def _duration_hook(typ: type, obj: Any) -> Any:
         if not isinstance(obj, str | int | float) or isinstance(obj, bool):
             raise ValueError(f"expected a duration such as '30s' or a number, got {obj!r}")
         return Seconds(parse_duration(obj))
+    if typ is Bytes:
+        if not isinstance(obj, str | int) or isinstance(obj, bool):
+            raise ValueError(f"expected a size such as '20GiB' or a number, got {obj!r}")
+        return Bytes(parse_size(obj))
     raise NotImplementedError
 
 
@@ -370,6 +386,7 @@ def _check(config: Config, where: str) -> None:
         if eng.backoff_max < eng.backoff_initial:
             raise fail(f"{key}.backoff_max", f"{eng.backoff_max:g}s is less than "
                                              f"backoff_initial ({eng.backoff_initial:g}s)")
+        _check_gpus(eng, key, fail)
         if 0 < eng.stall_after < eng.health_interval:
             raise fail(f"{key}.stall_after", f"{eng.stall_after:g}s is shorter than "
                                              f"health_interval ({eng.health_interval:g}s); "
@@ -377,6 +394,26 @@ def _check(config: Config, where: str) -> None:
         if eng.unhealthy_after < eng.health_interval:
             raise fail(f"{key}.unhealthy_after", f"{eng.unhealthy_after:g}s is shorter than "
                                                  f"health_interval ({eng.health_interval:g}s)")
+
+
+_GPU_ID = re.compile(r"^(\d+|(GPU|MIG)-[0-9A-Za-z/-]+)$")
+#: Set from ``gpus``; also setting them in ``env`` would be two answers to one question.
+_GPU_ENV = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
+
+
+def _check_gpus(eng: EngineConfig, key: str, fail: Callable[[str, str], ConfigError]) -> None:
+    for j, gpu in enumerate(eng.gpus):
+        if not _GPU_ID.match(gpu):
+            raise fail(f"{key}.gpus[{j}]", f"{gpu!r} is neither an NVML index ('0') nor a GPU "
+                                            "UUID ('GPU-...'; see nvidia-smi -L)")
+    if len(set(eng.gpus)) != len(eng.gpus):
+        raise fail(f"{key}.gpus", "lists a GPU twice")
+    if eng.gpus:
+        for var in _GPU_ENV:
+            if var in eng.env:
+                raise fail(f"{key}.env", f"{var} is set from `gpus`; remove it from env")
+    elif eng.gpu_memory_needed:
+        raise fail(f"{key}.gpu_memory_needed", "needs `gpus` (the GPUs to check)")
 
 
 def _check_status_url(url: str) -> None:

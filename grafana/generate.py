@@ -572,6 +572,22 @@ def memory() -> Json:
                       f"{LEGEND_ENGINE} gpu {{{{gpu}}}} {part}", event_only=True)
                     for part in ("used", "total")], "bytes"),
     ]
+    panels += [
+        timeseries("GPU memory by device (NVML)", "Device memory in use on each GPU of each "
+                   "host, all processes, as the supervisor reads it from NVML (empty without "
+                   "NVML: pip install 'cuzkd[nvml]'). Unlike the engine's view this includes "
+                   "other processes and a dead engine whose memory is not released yet. Bad: "
+                   "used near total before an engine starts (the GPU memory gate waits).",
+                   [Q(agg("instance, gpu", sel(f"cuzkd_gpu_memory_{part}_bytes", engine=False),
+                          op="max"), f"{{{{instance}}}} gpu {{{{gpu}}}} {part}",
+                      event_only=True) for part in ("used", "total")], "bytes"),
+        timeseries("GPU utilization (NVML)", "Share of time a kernel ran on each GPU, from "
+                   "NVML. Bad: low while the GPU workers report busy (the GPU waits on "
+                   "transfers), or high with no engine busy (another process uses the GPU).",
+                   [Q(agg("instance, gpu", sel("cuzkd_gpu_utilization_ratio", engine=False),
+                          op="max"), "{{instance}} gpu {{gpu}}", event_only=True)],
+                   "percentunit"),
+    ]
     return dashboard("cuzkd-memory", "cuzkd / Memory",
                      "Host-memory budget, synthesis concurrency, allocations and GPU memory.",
                      ["memory"], panels)

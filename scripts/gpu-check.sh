@@ -49,12 +49,13 @@ venv=.gpu-venv
 pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
 [ -d gpu-wheels ] && pip+=(--no-index --find-links gpu-wheels)
 deps=(numpy aiohttp structlog msgspec psutil prometheus-client pytest pytest-timeout
-      pytest-asyncio)
+      pytest-asyncio nvidia-ml-py)
 [ "$need_cupy" = 1 ] && deps+=(cupy-cuda12x)
 missing=()
 for dep in "${deps[@]}"; do
   module=${dep//-/_}
-  case $dep in prometheus-client) module=prometheus_client ;; cupy-cuda12x) module=cupy ;; esac
+  case $dep in prometheus-client) module=prometheus_client ;; cupy-cuda12x) module=cupy ;;
+                nvidia-ml-py) module=pynvml ;; esac
   "$venv/bin/python" -c "import $module" >/dev/null 2>&1 || missing+=("$dep")
 done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
@@ -33,6 +33,8 @@ class Backend:
     xp: ArrayModule
     #: (ordinal, name) of every device the engine proves on
     devices: tuple[tuple[int, str], ...]
+    #: ordinal -> NVML-style UUID ("GPU-..."), where the driver reports one
+    uuids: Mapping[int, str] = field(default_factory=dict)
 
     def device(self, ordinal: int) -> AbstractContextManager[Any]:
         """Context making ``ordinal`` the current device (a no-op on NumPy)."""
@@ -59,7 +61,8 @@ class Backend:
                     free, total = self.xp.cuda.runtime.memGetInfo()
                     pool = int(self.xp.get_default_memory_pool().total_bytes())
                 out.append(GpuDevice(gpu_ordinal=ordinal, name=name, used_bytes=total - free,
-                                     total_bytes=total, pool_bytes=pool))
+                                     total_bytes=total, pool_bytes=pool,
+                                     uuid=self.uuids.get(ordinal, "")))
             else:
                 out.append(GpuDevice(gpu_ordinal=ordinal, name=name, used_bytes=0,
                                      total_bytes=0, pool_bytes=0))
@@ -73,6 +76,24 @@ def _cupy_devices(cupy: Any) -> list[tuple[int, str]]:
         raw = cupy.cuda.runtime.getDeviceProperties(ordinal)["name"]
         names.append((ordinal, raw.decode() if isinstance(raw, bytes) else str(raw)))
     return names
+
+
+def format_gpu_uuid(raw: bytes | str) -> str:
+    """CUDA's 16-byte device UUID as NVML and ``nvidia-smi -L`` print it, so the engine's
+    ``cuzk_gpu_info`` joins the supervisor's ``cuzkd_gpu_info`` on ``uuid``."""
+    if isinstance(raw, str):
+        return raw if raw.startswith(("GPU-", "MIG-")) or not raw else f"GPU-{raw}"
+    h = raw.hex()
+    return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}" if len(raw) == 16 else ""
+
+
+def _cupy_uuids(cupy: Any, ordinals: Sequence[int]) -> dict[int, str]:
+    uuids: dict[int, str] = {}
+    for ordinal in ordinals:
+        raw = cupy.cuda.runtime.getDeviceProperties(ordinal).get("uuid")
+        if isinstance(raw, bytes | str) and (uuid := format_gpu_uuid(raw)):
+            uuids[ordinal] = uuid
+    return uuids
 
 
 def _try_cupy() -> tuple[Any, list[tuple[int, str]]] | None:
@@ -99,4 +120,5 @@ def select_backend(prefer: Literal["auto", "numpy", "cupy"] = "auto",
         if missing:
             raise BackendError(f"GPU ordinals {missing} not present (found {sorted(known)})")
         available = [(d, known[d]) for d in devices]
-    return Backend(name="cupy", xp=cupy, devices=tuple(available))
+    return Backend(name="cupy", xp=cupy, devices=tuple(available),
+                   uuids=_cupy_uuids(cupy, [ordinal for ordinal, _ in available]))

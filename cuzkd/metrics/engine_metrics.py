@@ -119,7 +119,8 @@ class EngineFamilies:
         self.gpu_total = g("cuzk_gpu_memory_total_bytes", "Device memory size.", labels=_GPU)
         self.gpu_pool = g("cuzk_gpu_memory_pool_bytes",
                           "Device memory held by the engine's allocator pool.", labels=_GPU)
-        self.gpu_info = InfoMetricFamily("cuzk_gpu", "Device name of each GPU ordinal.",
+        self.gpu_info = InfoMetricFamily("cuzk_gpu", "Device name and UUID of each GPU ordinal "
+                                         "(join cuzkd_gpu_info on uuid).",
                                          labels=_GPU)
 
     def add(self, engine: str, status: StatusDocument, extensions: Extensions | None) -> None:
@@ -183,7 +184,7 @@ class EngineFamilies:
             self.gpu_used.add_metric(labels, device.used_bytes)
             self.gpu_total.add_metric(labels, device.total_bytes)
             self.gpu_pool.add_metric(labels, device.pool_bytes)
-            self.gpu_info.add_metric(labels, {"name": device.name})
+            self.gpu_info.add_metric(labels, {"name": device.name, "uuid": device.uuid})
         self.backend.add_metric([engine], {"backend": ext.backend})
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from cuzkd.gpus import NvmlDevice
 from cuzkd.status.document import Extensions, StatusDocument
 
 #: Every supervisor-side engine state, exported as ``cuzkd_engine_state{state=...}``.
@@ -66,3 +67,5 @@ class SupervisorSample:
     config_reload_success_time: float | None = None
     #: proof kind -> latency deadline in seconds (``[metrics] proof_deadlines``)
     proof_deadlines: Mapping[str, float] = field(default_factory=dict)
+    #: the host's GPUs as NVML reports them (empty without NVML)
+    gpus: Sequence[NvmlDevice] = ()

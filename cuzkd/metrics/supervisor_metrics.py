@@ -13,7 +13,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from prometheus_client.metrics_core import Metric
 
 from cuzkd import __version__
+from cuzkd.gpus import NvmlDevice
 from cuzkd.metrics.sample import ENGINE_STATES, EngineSample, SupervisorSample
+from cuzkd.metrics.tally import first_by
 
 #: Swap results always exported (at 0 before the first), so alerts on ``increase()`` work.
 SWAP_RESULTS: tuple[str, ...] = ("ok", "rolled_back", "refused")
@@ -109,7 +111,27 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
     build = InfoMetricFamily("cuzkd_build", "cuzkd version.", value={"version": __version__})
     return [build, up, state, restarts, exits, stalls, stalled, start, rss, cpu,
             fetch_duration, fetch_errors, descendants_killed, release, swaps, rollbacks, active,
-            zombies, reload_ok, reload_time, deadlines]
+            zombies, reload_ok, reload_time, deadlines, *_gpu_families(sample.gpus)]
+
+
+def _gpu_families(gpus: Sequence[NvmlDevice]) -> list[Metric]:
+    """``cuzkd_gpu_*``: the host's GPUs from NVML, ``gpu`` = NVML index (PCI bus order)."""
+    g = GaugeMetricFamily
+    used = g("cuzkd_gpu_memory_used_bytes", "Device memory in use, all processes (NVML).",
+             labels=["gpu"])
+    total = g("cuzkd_gpu_memory_total_bytes", "Device memory size (NVML).", labels=["gpu"])
+    busy = g("cuzkd_gpu_utilization_ratio",
+             "Share of the last sample period a kernel ran on the GPU (NVML).", labels=["gpu"])
+    info = InfoMetricFamily("cuzkd_gpu", "Name and UUID of each GPU by NVML index; joins "
+                            "cuzk_gpu_info on uuid.", labels=["gpu"])
+    for device in first_by(gpus, lambda d: d.index):
+        gpu = [str(device.index)]
+        used.add_metric(gpu, device.memory_used_bytes)
+        total.add_metric(gpu, device.memory_total_bytes)
+        if device.utilization_ratio is not None:
+            busy.add_metric(gpu, device.utilization_ratio)
+        info.add_metric(gpu, {"name": device.name, "uuid": device.uuid})
+    return [used, total, busy, info]
 
 
 def _by_result(family: CounterMetricFamily, always: Sequence[str],

@@ -152,6 +152,8 @@ class GpuDevice(msgspec.Struct, frozen=True):
     used_bytes: NonNegInt
     total_bytes: NonNegInt
     pool_bytes: NonNegInt
+    #: NVML-style UUID ("GPU-..."), "" when unknown (CPU, older engines)
+    uuid: str = ""
 
 
 class Extensions(msgspec.Struct, frozen=True):

@@ -32,6 +32,7 @@ from cuzkd.config import (
     default_config,
     load_config,
 )
+from cuzkd.gpus import GpuView, GpuViewError, NvmlDevice, load_gpu_view
 from cuzkd.httperrors import JsonErrorsRunner
 from cuzkd.metrics.sample import SupervisorSample
 from cuzkd.ratelimit import LimitedLog, errno_name
@@ -71,9 +72,13 @@ class Supervisor:
         *,
         control_routes: Sequence[RouteHook] = (),
         demo: bool = False,
+        gpu_view: GpuView | None = None,
     ) -> None:
         # --demo: bundled engines start as demo engines (Config.engine_command), reloads too.
         self.config = msgspec.structs.replace(config, demo=True) if demo else config
+        #: NVML for the GPU memory gate and cuzkd_gpu_*; loaded by run() unless given (tests)
+        self.gpu_view = gpu_view
+        self._gpu_view_given = gpu_view is not None
         # Built once, from the config at start: a reload keeps the store and the coordinator.
         self.binaries = EngineBinaries(config.supervisor, config.state_dir, self)
         self._control_routes = [*control_routes, self.binaries.routes()]
@@ -126,6 +131,7 @@ class Supervisor:
             loop.add_signal_handler(signum, self._on_stop_signal, signum)
         loop.add_signal_handler(signal.SIGHUP, self._on_reload_signal)
         try:
+            await self._load_gpu_view()
             await self._stop_previous_leftovers()
             await asyncio.to_thread(self.binaries.prepare)
             await self._start_servers()
@@ -386,10 +392,30 @@ class Supervisor:
 
     # -- engines -------------------------------------------------------------------------
 
+    async def _load_gpu_view(self) -> None:
+        """NVML, once; without it the GPU memory gate is off, said once here."""
+        if self._gpu_view_given:
+            return
+        self.gpu_view, reason = await asyncio.to_thread(load_gpu_view)
+        if self.gpu_view is None:
+            gated = [e.name for e in self.config.engine if e.gpus]
+            getattr(log, "warning" if gated else "info")(
+                "nvml_unavailable", reason=reason, gated_engines=gated,
+                effect="no GPU memory gate before starts, no cuzkd_gpu_* metrics")
+
+    async def _gpu_devices(self) -> list[NvmlDevice]:
+        if self.gpu_view is None:
+            return []
+        try:
+            return list(await asyncio.to_thread(self.gpu_view.devices))
+        except GpuViewError as exc:
+            self._limited.log(log, "warning", "nvml_read_failed", error=str(exc))
+            return []
+
     def _add_runner(self, spec: EngineConfig) -> EngineRunner:
         runner = EngineRunner(spec, self.config, pids=self._pids,
                               binary_resolver=self.binaries.resolve,
-                              on_change=self._notify_status)
+                              on_change=self._notify_status, gpu_view=self.gpu_view)
         runner.descendants_killed = self._inherited_kills.pop(spec.name, 0)
         self._runners[spec.name] = runner
         return runner
@@ -543,6 +569,7 @@ class Supervisor:
             config_reload_ok=self.last_reload_ok,
             config_reload_success_time=self.last_reload_success_at,
             proof_deadlines=self.config.metrics.deadlines(),
+            gpus=await self._gpu_devices(),
         )
 
     def engines_info(self) -> list[dict[str, Any]]:

@@ -224,6 +224,15 @@ class Lifecycle:
             self.healthy_since = self.last_ok = now
             self._move(State.RUNNING, "process alive through its settle time")
 
+    def spawn_abandoned(self, now: float) -> None:
+        """A spawn still waiting (for GPU memory) was given up because a stop came."""
+        del now
+        self.pid = None
+        self.next_start_at = None
+        self._intent = None
+        if self.state is not State.STOPPED:
+            self._move(State.STOPPED, "stop requested while waiting for GPU memory")
+
     def stalled(self, now: float) -> list[Action]:
         """The stall watchdog fired with ``stall_action = "restart"``: SIGKILL, then spawn."""
         del now

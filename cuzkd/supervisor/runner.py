@@ -22,6 +22,7 @@ import msgspec
 import structlog
 
 from cuzkd.config import BINARY_PLACEHOLDER, Config, EngineConfig
+from cuzkd.gpus import GpuView
 from cuzkd.logs import engine_line_fields
 from cuzkd.metrics.sample import EngineSample
 from cuzkd.ratelimit import LimitedLog, errno_name
@@ -29,6 +30,7 @@ from cuzkd.status.client import StatusSource
 from cuzkd.supervisor import procs
 from cuzkd.supervisor.backoff import Backoff
 from cuzkd.supervisor.exitcause import INTENT_CAUSES, process_cause
+from cuzkd.supervisor.gpugate import cuda_env, wait_for_gpus
 from cuzkd.supervisor.leftovers import GroupRecord, Records
 from cuzkd.supervisor.lifecycle import (
     Action,
@@ -90,6 +92,7 @@ class EngineRunner:
         pids: dict[int, EngineRunner],
         binary_resolver: BinaryResolver,
         on_change: Callable[[], None],
+        gpu_view: GpuView | None = None,
     ) -> None:
         self.spec = spec
         self.argv = config.engine_command(spec)
@@ -120,6 +123,13 @@ class EngineRunner:
         self._health_task: asyncio.Task[None] | None = None
         self._changed = asyncio.Event()
         self.stall = StallWatch(spec.stall_after)
+        #: NVML, for the GPU memory gate of an engine with ``gpus`` (None: no gate)
+        self._gpu_view = gpu_view if spec.gpus else None
+        #: the spawn waiting for GPU memory, if any
+        self._gate: asyncio.Task[None] | None = None
+        #: pids of the previous process and its descendants (must release GPU memory first)
+        self._dead_pids: set[int] = set()
+        self._gpu_env = cuda_env(spec.gpus) if spec.gpus else {}
         self._next_stall_sample = 0.0
         self._oom: OomCounters | None = None
         #: the current process's last stderr lines; the dead one's, once it exited
@@ -172,6 +182,11 @@ class EngineRunner:
 
     def request_stop(self) -> None:
         """Send the stop (or cancel a pending restart) now, without waiting."""
+        if self._gate is not None:  # nothing runs yet: the spawn waiting for GPUs is dropped
+            self._gate.cancel()
+            self._gate = None
+            self._log.info("gpu_gate_abandoned", reason="stop requested")
+            self.machine.spawn_abandoned(time.monotonic())
         self._apply(self.machine.stop_requested(time.monotonic()))
 
     async def wait_stopped(self) -> None:
@@ -234,7 +249,9 @@ class EngineRunner:
         assert proc is not None
         proc.reaped(wait_status)
         self._pids.pop(proc.pid, None)
+        known = {p.pid for p in self._known}
         leftovers = self._leftovers(proc.pid)
+        self._dead_pids = {proc.pid, *known, *(p.pid for p in leftovers)}
         # Leftover helpers of a dead engine would hold GPU memory (or its port) from its
         # replacement: its group dies at once, escaped descendants get stop_timeout.
         if proc.signal_group(signal.SIGKILL):
@@ -279,7 +296,12 @@ class EngineRunner:
         while pending:
             match pending.pop(0):
                 case Spawn():
-                    pending.extend(self._spawn())
+                    if self._gate is not None:
+                        continue  # the spawn waiting for GPU memory is the one asked for
+                    if self._gpu_view is not None:
+                        self._gate = self._track(self._spawn_when_gpus_ready(self._gpu_view))
+                    else:
+                        pending.extend(self._spawn())
                 case Stop(kill=kill):
                     self._track(self._stop_process(kill=kill))
                 case ScheduleStart(delay=delay):
@@ -377,6 +399,21 @@ class EngineRunner:
         self._timer = None
         self._apply(self.machine.backoff_elapsed(time.monotonic()))
 
+    async def _spawn_when_gpus_ready(self, view: GpuView) -> None:
+        """Spawn once the pinned GPUs hold nothing of the previous process and have
+        ``gpu_memory_needed`` free, or after ``gpu_release_timeout`` (then say why)."""
+        spec = self.spec
+        result = await wait_for_gpus(view, spec.gpus, self._dead_pids, spec.gpu_memory_needed,
+                                     spec.gpu_release_timeout)
+        self._gate = None
+        if not result.ready:
+            self._log.warning("gpu_gate_timeout", gpus=spec.gpus, reason=result.reason,
+                              waited_seconds=round(result.waited_seconds, 3))
+        elif result.reads > 1:
+            self._log.info("gpu_gate_passed", gpus=spec.gpus,
+                           waited_seconds=round(result.waited_seconds, 3))
+        self._apply(self._spawn())
+
     def _spawn(self) -> list[Action]:
         """Spawn the process; what the lifecycle wants next if that failed."""
         now = time.monotonic()
@@ -385,7 +422,7 @@ class EngineRunner:
             if self._socket_path is not None:
                 self._socket_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
                 self._socket_path.unlink(missing_ok=True)  # a stale one would look alive
-            proc = EngineProcess(argv, {**os.environ, **self.spec.env,
+            proc = EngineProcess(argv, {**os.environ, **self.spec.env, **self._gpu_env,
                                         procs.ENGINE_ENV: self.name})
         except (OSError, ValueError, SpawnError, subprocess.SubprocessError) as exc:
             # ValueError: execve's argument rules (NUL bytes); raised, it would escape the reaper.
@@ -528,6 +565,7 @@ class EngineRunner:
             "exits": dict(m.exits),
             "next_restart_at": _wall(m.next_start_at) if m.state is State.BACKOFF else None,
             "last_error": m.last_error,
+            "waiting_for_gpu": self._gate is not None,
             "stalled": self.stall.stalled,
             "stalls_total": self.stall.stalls_total,
             "last_exit_stderr": list(self.last_exit_stderr),

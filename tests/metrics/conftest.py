@@ -65,7 +65,8 @@ def example_extensions() -> Extensions:
         gpu_duration_seconds={"porep": histogram([2.15, 2.2]), "winning": histogram([0.4])},
         jobs_in_flight=3,
         gpu_devices=[GpuDevice(gpu_ordinal=0, name="NVIDIA H100", used_bytes=60 * 2**30,
-                               total_bytes=80 * 2**30, pool_bytes=50 * 2**30)],
+                               total_bytes=80 * 2**30, pool_bytes=50 * 2**30,
+                               uuid="GPU-5f1c7a2e-0b3d-4c8e-9a61-2d4f8e6b1c03")],
         backend="cupy",
     )
 

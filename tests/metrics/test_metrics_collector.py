@@ -6,6 +6,7 @@ import msgspec
 import pytest
 
 from cuzkd import __version__
+from cuzkd.gpus import NvmlDevice
 from cuzkd.metrics.sample import ENGINE_STATES, SupervisorSample
 from cuzkd.status.document import (
     COUNTED_PHASES,
@@ -92,7 +93,8 @@ def test_extensions_values(example_status, example_extensions, make_engine, scra
     assert s.get_value("cuzk_gpu_memory_used_bytes", engine="e0", gpu="0") == 60 * 2**30
     assert s.get_value("cuzk_gpu_memory_total_bytes", engine="e0", gpu="0") == 80 * 2**30
     assert s.get_value("cuzk_gpu_memory_pool_bytes", engine="e0", gpu="0") == 50 * 2**30
-    assert s.get_value("cuzk_gpu_info", engine="e0", gpu="0", name="NVIDIA H100") == 1
+    assert s.get_value("cuzk_gpu_info", engine="e0", gpu="0", name="NVIDIA H100",
+                       uuid="GPU-5f1c7a2e-0b3d-4c8e-9a61-2d4f8e6b1c03") == 1
     assert s.get_value("cuzk_engine_backend_info", engine="e0", backend="cupy") == 1
 
 
@@ -249,3 +251,17 @@ def test_proof_deadlines_family(make_engine, scrape):
     s = scrape(one([make_engine("e0")], proof_deadlines={"winning": 20.0, "wpost": 1200.0}))
     assert s.named("cuzkd_proof_deadline_seconds") == {
         (("proof_kind", "winning"),): 20.0, (("proof_kind", "wpost"),): 1200.0}
+
+
+def test_nvml_gpu_families(make_engine, scrape):
+    gpus = [NvmlDevice(index=1, uuid="GPU-bbbb", name="NVIDIA H200", memory_used_bytes=5 * 2**30,
+                       memory_total_bytes=141 * 2**30, utilization_ratio=0.75, processes={}),
+            NvmlDevice(index=0, uuid="GPU-aaaa", name="NVIDIA H200", memory_used_bytes=0,
+                       memory_total_bytes=141 * 2**30, utilization_ratio=None,
+                       processes={123: None})]
+    s = scrape(one([make_engine("e0")], gpus=gpus))
+    assert s.get_value("cuzkd_gpu_memory_used_bytes", gpu="1") == 5 * 2**30
+    assert s.get_value("cuzkd_gpu_memory_total_bytes", gpu="0") == 141 * 2**30
+    assert s.named("cuzkd_gpu_utilization_ratio") == {(("gpu", "1"),): 0.75}
+    assert s.get_value("cuzkd_gpu_info", gpu="0", name="NVIDIA H200", uuid="GPU-aaaa") == 1
+    assert not scrape(one([make_engine("e0")])).named("cuzkd_gpu_memory_used_bytes")

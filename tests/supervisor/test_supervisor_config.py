@@ -65,6 +65,13 @@ MISTAKES = [
     (GOOD_ENGINE + 'listen = "unix:"\n', "engine[0].listen", "socket path"),
     (GOOD_ENGINE + 'status_url = "unix:"\n', "engine[0].status_url", "socket path"),
     (GOOD_ENGINE + 'stall_after = "50ms"\n', "engine[0].stall_after", "shorter than"),
+    (GOOD_ENGINE + 'gpus = ["first"]\n', "engine[0].gpus[0]", "NVML index"),
+    (GOOD_ENGINE + 'gpus = ["0", "0"]\n', "engine[0].gpus", "twice"),
+    (GOOD_ENGINE + 'gpus = ["0"]\nenv = { CUDA_VISIBLE_DEVICES = "1" }\n', "engine[0].env",
+     "set from `gpus`"),
+    (GOOD_ENGINE + 'gpu_memory_needed = "20GiB"\n', "engine[0].gpu_memory_needed", "needs `gpus`"),
+    (GOOD_ENGINE + 'gpus = ["0"]\ngpu_memory_needed = "lots"\n', "engine[0].gpu_memory_needed",
+     "invalid size"),
     (GOOD_ENGINE + 'stall_action = "panic"\n', "engine[0].stall_action", "panic"),
 ]
 
@@ -107,8 +114,7 @@ def test_engines_omitted_means_the_embedded_default(tmp_path: Path) -> None:
     config = load_config(path)
     assert config.engine == default_engines(visible_gpu_count())
     assert default_engines(0)[0].name == "cpu0"
-    assert [e.env for e in default_engines(2)] == [{"CUDA_VISIBLE_DEVICES": "0"},
-                                                   {"CUDA_VISIBLE_DEVICES": "1"}]
+    assert [e.gpus for e in default_engines(2)] == [["0"], ["1"]]
 
 
 def test_example_config_is_valid() -> None:
