@@ -11,6 +11,8 @@
 #   2. cuzkd's own dependencies missing from it are installed from ./gpu-wheels (wheels carried
 #      with the tree) when that directory exists, else from the package index;
 #   3. cuzkd itself runs from this checkout (PYTHONPATH), so nothing of it is installed.
+# PYTEST_ADDOPTS narrows the test run (e.g. -k); CUZKD_GPU_CHECK_SIZE_LOG2 / _JOBS size the
+# busy-fraction load (tests/gpu/test_gpu_engine.py).
 # The first lines of summary.txt say what the machine offered (driver, devices, Pythons, CuPy):
 # read them first when a run fails early.
 set -uo pipefail
@@ -68,7 +70,7 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 status=0
 say "-- GPU tests (tests/gpu, -m gpu)"
 timeout 210 "$py" -m pytest tests/gpu -m gpu -p no:cacheprovider -q -rs -s \
-  --junitxml="$results/gpu-tests.xml" >"$results/gpu-tests.log" 2>&1 || status=1
+  -o junit_family=legacy --junitxml="$results/gpu-tests.xml" >"$results/gpu-tests.log" 2>&1 || status=1
 tail -n 25 "$results/gpu-tests.log" | tee -a "$summary"
 if grep -q "skipped" "$results/gpu-tests.log" && ! grep -q " passed" "$results/gpu-tests.log"; then
   say "FAIL: every GPU test skipped (see the reasons above)"; status=1

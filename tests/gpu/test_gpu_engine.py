@@ -28,7 +28,7 @@ from cuzkd.status.document import StatusDocument, decode_status
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(240)]
 WORKERS = 2
 SIZE_LOG2 = int(os.environ.get("CUZKD_GPU_CHECK_SIZE_LOG2", "16"))
-JOBS = int(os.environ.get("CUZKD_GPU_CHECK_JOBS", "24"))
+JOBS = int(os.environ.get("CUZKD_GPU_CHECK_JOBS", "96"))
 LOAD_SECS = 90.0
 MIN_BUSY = 0.95
 

@@ -22,7 +22,7 @@ def _prove(witness: prover.Witness, xp: Any, to_host: Any) -> prover.Proof:
 
 @pytest.mark.parametrize("log_n", [10, 14, 18, 20])
 def test_gpu_proofs_verify_and_match_numpy(cupy_backend: Backend, log_n: int) -> None:
-    for partition in range(3):
+    for partition in range(2):
         witness = prover.synthesize("gpu-check", partition, log_n)
         with cupy_backend.device(0):
             on_gpu = _prove(witness, cupy_backend.xp, cupy_backend.to_host)
