@@ -35,11 +35,13 @@ def render_engine(info: dict[str, Any], doc: StatusDocument | None, error: str |
 
 
 def _trouble_lines(info: dict[str, Any]) -> list[str]:
-    """Last exit cause with the count per cause, and the stall watchdog's view."""
+    """Last exit cause with the count per cause, the stall watchdog's view, and a start
+    held by the GPU memory gate."""
     exits = ", ".join(f"{cause} {n}" for cause, n in sorted(info.get("exits", {}).items()))
     stalled = "   STALLED now" if info.get("stalled") else ""
+    gate = "   waiting for GPU memory" if info.get("waiting_for_gpu") else ""
     return [f"last exit {info.get('last_exit_cause') or '-'}   exits {exits or '-'}   "
-            f"stalls {info.get('stalls_total', 0)}{stalled}"]
+            f"stalls {info.get('stalls_total', 0)}{stalled}{gate}"]
 
 
 def _stderr_lines(info: dict[str, Any]) -> list[str]:

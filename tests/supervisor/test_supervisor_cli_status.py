@@ -136,6 +136,22 @@ def test_engine_view_when_the_status_is_unavailable() -> None:
     assert "status: unavailable (engine not running)" in text
 
 
+def test_engine_view_shows_exit_causes_stalls_the_gpu_gate_and_the_stderr_tail() -> None:
+    info = {"name": "gpu0", "state": "backoff", "pid": None, "started_at": None, "restarts": 2,
+            "status_address": "unix:/run/x.sock", "last_exit_cause": "oom_killed",
+            "exits": {"oom_killed": 1, "stalled": 1}, "stalls_total": 1, "stalled": False,
+            "waiting_for_gpu": True, "last_exit_stderr": ["allocating 40 GiB", "Killed"]}
+    lines = render_engine(info, None, None, now=0.0).splitlines()
+    assert lines[1] == ("last exit oom_killed   exits oom_killed 1, stalled 1   stalls 1   "
+                        "waiting for GPU memory")
+    assert lines[-3:] == ["stderr of the last exited process (last 2 lines):",
+                          "  | allocating 40 GiB", "  | Killed"]
+    quiet = render_engine({**info, "waiting_for_gpu": False, "last_exit_stderr": [],
+                           "stalled": True}, None, None, now=0.0)
+    assert quiet.splitlines()[1].endswith("stalls 1   STALLED now")
+    assert "stderr of the last" not in quiet
+
+
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "cuzkd", *args], capture_output=True,
                           text=True, timeout=60)
