@@ -3,7 +3,8 @@
     python engine_rss_child.py BUDGET_BYTES SIZE_LOG2 PARTITIONS
 
 Prints one JSON line: ``baseline`` (resident bytes once everything is imported and the engine
-built), ``peak`` (``ru_maxrss`` at the end, bytes), ``used_after`` and ``pinned`` (the
+built), ``peak`` (``ru_maxrss`` at the end, bytes), ``idle`` (resident bytes once the job is
+done, the engine still up), ``used_after`` and ``pinned`` (the
 budget's view once the job is done) and the job's ``state``. Run as its own process so the
 peak belongs to the engine alone.
 """
@@ -45,10 +46,11 @@ async def main(budget_bytes: int, log_n: int, partitions: int) -> dict[str, obje
         while job.finished_at is None:
             assert time.monotonic() < deadline, "the job did not finish"
             await asyncio.sleep(0.01)  # polled: the engine has no completion event to await
+        idle = resident_bytes()
     finally:
         await engine.close()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # ru_maxrss is in KiB
-    return {"baseline": baseline, "peak": peak,
+    return {"baseline": baseline, "peak": peak, "idle": idle,
             "used_after": budget.used_bytes(), "pinned": budget.pinned_bytes(),
             "state": job.state, "error": job.error}
 

@@ -302,7 +302,8 @@ async def test_partition_granted_after_its_job_failed_is_not_started(
 def test_peak_resident_memory_stays_within_the_budget_plus_a_fixed_overhead() -> None:
     """Partitions of 2^19 elements (300+ MiB of working set each) under a budget with room for
     exactly one and its NTT tables: the process's peak RSS grows by at most the budget plus
-    :data:`RSS_OVERHEAD` -- what the budget does not hold (thread stacks, allocator slack)."""
+    :data:`RSS_OVERHEAD` -- what the budget does not hold (thread stacks, allocator slack) --
+    and once idle it keeps no more than the pinned tables plus that overhead."""
     log_n = 19
     budget = budget_for(1, log_n)
     out = subprocess.run([sys.executable, str(RSS_CHILD), str(budget), str(log_n), "2"],
@@ -313,6 +314,9 @@ def test_peak_resident_memory_stays_within_the_budget_plus_a_fixed_overhead() ->
         prover.partition_bytes(log_n))
     growth = report["peak"] - report["baseline"]
     assert growth <= budget + RSS_OVERHEAD, (growth / 2**20, budget / 2**20)
+    # Idle again, it keeps what the budget still holds (the pinned tables), not the peak.
+    kept = report["idle"] - report["baseline"]
+    assert kept <= report["pinned"] + RSS_OVERHEAD, (kept / 2**20, report["pinned"] / 2**20)
 
 
 async def test_a_partition_that_fits_only_without_its_tables_fails_at_submission(
