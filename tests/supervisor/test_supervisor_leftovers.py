@@ -184,3 +184,34 @@ def test_wrapped_engine_left_by_a_killed_supervisor_is_ended_at_next_start(
     finally:
         assert second.stop() == 0
     assert [pid for pid in _helpers(pidfile) if pid_alive(pid)] == []
+
+
+def test_escaped_helper_left_by_a_killed_supervisor_is_ended_at_next_start(
+        tmp_path: Path) -> None:
+    # The helper left the engine's group and tree (setsid + double fork): only the record of
+    # what the supervisor saw names it after the supervisor is gone.
+    pidfile = tmp_path / "helpers"
+    config = write_config(tmp_path, [fake_engine(tmp_path, "gpu0", args=["--helper", str(pidfile)],
+                                                 **FAST)])
+    first = start_supervisor(config)
+    try:
+        first.wait_engine("gpu0", lambda e: e["state"] == "running")
+        [helper] = wait_until(lambda: _helpers(pidfile), 20, "the helper started")
+
+        def recorded() -> bool:
+            return any(str(helper) in p.read_text()
+                       for p in (first.state_dir / "procs").glob("gpu0-*.json"))
+
+        wait_until(recorded, 20, "the helper in the state dir record")
+        os.kill(first.proc.pid, signal.SIGKILL)
+        first.proc.wait(10)
+    finally:
+        first.close()
+    assert pid_alive(helper)
+    second = start_supervisor(config)
+    try:
+        [ended] = second.events("previous_leftovers_stopped", engine="gpu0")
+        assert ended["pids"] == [helper]
+        assert not pid_alive(helper)
+    finally:
+        assert second.stop() == 0
