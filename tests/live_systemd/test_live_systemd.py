@@ -25,6 +25,14 @@ DYNAMIC_UIDS = range(61184, 65520)  # systemd's DynamicUser= range
 
 pytestmark = pytest.mark.timeout(240)
 
+STUBBORN_MARK = "cuzkd-live-stubborn"
+# One line of Python: ignore SIGTERM, fork a child that starts its own session, sleep.
+_STUBBORN = ("import os, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+             "os.fork() or (os.setsid(), time.sleep(3600)); time.sleep(3600)")
+STUBBORN_ENGINE = (f'\n[[engine]]\nname = "stubborn"\n'
+                   f'command = ["/opt/cuzkd/bin/python3", "-c", {json.dumps(_STUBBORN)}, '
+                   f'"{STUBBORN_MARK}"]\nstop_timeout = "1s"\n')
+
 
 def _main_pid(machine: Machine) -> int:
     return int(machine.show(UNIT, "MainPID")["MainPID"])
@@ -186,8 +194,14 @@ def test_sigkill_of_the_whole_unit_is_followed_by_a_clean_restart(machine: Machi
 
 def test_stop_ends_every_process_of_the_unit_within_the_stop_timeout(machine: Machine) -> None:
     _ensure_active(machine)
+    # A hostile engine as well: it ignores SIGTERM and leaves a child in a session of its own.
+    (machine.root / CONFIG_PATH.lstrip("/")).write_text(
+        engines_config("alpha", "gamma") + STUBBORN_ENGINE)
+    machine.systemctl("reload", UNIT)
+    wait_until(lambda: len([c for _p, c in machine.processes() if STUBBORN_MARK in c]) == 2,
+               30, "the stubborn engine and its setsid child", interval=0.2)
     control_group = machine.show(UNIT, "ControlGroup")["ControlGroup"]
-    assert len(machine.cgroup_pids(control_group)) >= 3
+    assert len(machine.cgroup_pids(control_group)) >= 5
     timeout = parse_duration(machine.show(UNIT, "TimeoutStopUSec")["TimeoutStopUSec"])
     started = time.monotonic()
     machine.systemctl("stop", UNIT)
@@ -198,4 +212,4 @@ def test_stop_ends_every_process_of_the_unit_within_the_stop_timeout(machine: Ma
     assert props["ExecMainStatus"] == "0", "cuzkd exits 0 after stopping its engines"
     assert not machine.cgroup_pids(control_group)
     assert not [cmd for _pid, cmd in machine.processes()
-                if "/usr/local/bin/cuzkd" in cmd or "-m cuzkd" in cmd]
+                if "/usr/local/bin/cuzkd" in cmd or "-m cuzkd" in cmd or STUBBORN_MARK in cmd]
