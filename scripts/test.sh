@@ -26,6 +26,6 @@ fi
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 .venv/bin/python -m pip install -q -e '.[dev]'
-.venv/bin/ruff check cuzkd tests bench grafana
+.venv/bin/ruff check cuzkd tests bench grafana deploy
 .venv/bin/mypy --strict cuzkd
 exec .venv/bin/python -m pytest "$@"
