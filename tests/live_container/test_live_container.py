@@ -193,9 +193,9 @@ def _search_image(image: str, needles: dict[bytes, str]) -> dict[str, str]:
                 handle = tar.extractfile(member)
                 assert handle is not None
                 data = handle.read()
-                for needle, what in needles.items():
-                    if needle in data:
-                        found[member.name] = what
+                hits = [what for needle, what in needles.items() if needle in data]
+                if hits:
+                    found[member.name] = ", ".join(hits)
         assert export.wait(timeout=120) == 0
     finally:
         pm.podman("rm", "--force", name, check=False)
