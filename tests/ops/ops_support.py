@@ -122,6 +122,11 @@ _SUPERVISOR_METRICS = {
     "python_gc_collections_total": _m("counter", "generation"),
 }
 
+#: Series only a supervisor that loaded NVML (a GPU host with nvidia-ml-py) exports.
+NVML_SERIES: frozenset[str] = frozenset({
+    "cuzkd_gpu_memory_used_bytes", "cuzkd_gpu_memory_total_bytes", "cuzkd_gpu_utilization_ratio",
+    "cuzkd_gpu_info"})
+
 #: Metric families as the exporter declares them (histograms by base name).
 CONTRACT: dict[str, Metric] = {**_SUPERVISOR_METRICS, **_ENGINE_METRICS}
 #: Series Prometheus itself creates for every target (not in the exporter's output).

@@ -168,14 +168,16 @@ def memory_cgroup() -> Iterator[Path]:
         pytest.skip("no memory cgroup is visible to this process")
     path = own.parent / f"cuzkd-oom-{uuid.uuid4().hex[:8]}"
     try:
-        path.mkdir()
-        limit = "memory.max" if own.name == "memory.events" else "memory.limit_in_bytes"
-        (path / limit).write_text(str(64 << 20))
-        if (path / "memory.memsw.limit_in_bytes").exists():
-            (path / "memory.memsw.limit_in_bytes").write_text(str(64 << 20))
-    except OSError as exc:
-        pytest.skip(f"cannot create a memory-limited cgroup here: {exc}")
-    try:
+        try:
+            path.mkdir()
+            # v2 needs the memory controller enabled for children (cgroup.subtree_control),
+            # which a cgroup holding processes cannot do: then there is no memory.max to write
+            limit = "memory.max" if own.name == "memory.events" else "memory.limit_in_bytes"
+            (path / limit).write_text(str(64 << 20))
+            if (path / "memory.memsw.limit_in_bytes").exists():
+                (path / "memory.memsw.limit_in_bytes").write_text(str(64 << 20))
+        except OSError as exc:
+            pytest.skip(f"cannot create a memory-limited cgroup here: {exc}")
         yield path
     finally:
         with contextlib.suppress(OSError):

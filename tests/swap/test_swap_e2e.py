@@ -216,6 +216,9 @@ def test_swap_rolls_binary_engines_one_at_a_time_onto_the_new_release(fleet: Fle
     metrics = metrics_text(fleet.sup)
     assert 'cuzkd_binary_swaps_total{result="ok"} 1' in metrics
     assert f'cuzkd_binary_release_info{{release="{v2}"}} 1' in metrics
+    for name in BINARY_ENGINES:  # the swap's restarts are counted as its own exit cause
+        assert f'cuzkd_engine_exits_total{{cause="swap",engine="{name}"}} 1.0' in metrics
+    assert 'cause="swap",engine="py"' not in metrics
     status = subprocess.run([sys.executable, "-m", "cuzkd", "status", "--config",
                              str(fleet.sup.config)], capture_output=True, text=True, check=True)
     lines = {line.split()[0]: line for line in status.stdout.splitlines()}
