@@ -14,9 +14,14 @@ from typing import Any
 
 from cuzkd.config import Config
 
+#: A listener on every address is reached from the host itself on loopback (also through a
+#: container's published port): that is the URL a person can open.
+_WILDCARDS = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
+
 
 def http_base(host: str, port: int) -> str:
-    """``http://HOST:PORT`` for a bound address; IPv6 hosts in brackets."""
+    """``http://HOST:PORT`` for a bound address; IPv6 hosts in brackets, wildcards as loopback."""
+    host = _WILDCARDS.get(host, host)
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 

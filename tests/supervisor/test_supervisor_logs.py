@@ -21,7 +21,9 @@ from typing import Any
 import pytest
 from sv_harness import write_config
 
+from cuzkd.config import parse_config
 from cuzkd.logs import engine_line_fields
+from cuzkd.supervisor.startup import startup_fields
 
 #: What the talking engine prints: a structlog-style JSON line (with fields named like the
 #: ones the supervisor adds) and a plain one.
@@ -99,6 +101,27 @@ def test_engine_line_fields() -> None:
         "info", "engine_output", {"msg": "no event", "engine_self": 1})
     for text in ("plain words", "[1, 2]", '"a string"', "{not json", "", "  42"):
         assert engine_line_fields(text) is None
+
+
+@pytest.mark.parametrize(("host", "base"), [
+    ("127.0.0.1", "http://127.0.0.1:9822"), ("0.0.0.0", "http://127.0.0.1:9822"),
+    ("::", "http://[::1]:9822"), ("::1", "http://[::1]:9822"),
+    ("10.1.2.3", "http://10.1.2.3:9822"),
+])
+def test_startup_urls_are_ones_a_person_can_open(host: str, base: str) -> None:
+    config = parse_config({"engine": [{"name": "a"}]}, "x.toml")
+    fields = startup_fields(config, host, 9822, None)
+    assert (fields["metrics_url"], fields["status_url"]) == (f"{base}/metrics", f"{base}/status")
+
+
+def test_startup_line_names_the_release_only_for_binary_engines() -> None:
+    plain = parse_config({"engine": [{"name": "a"}]}, "x.toml")
+    assert "release" not in startup_fields(plain, "127.0.0.1", 1, "r1")
+    swapped = parse_config({"engine": [{"name": "a"}, {"name": "b", "command": ["{binary}"],
+                                                      "status_url": "unix:/s"}]}, "x.toml")
+    assert startup_fields(swapped, "127.0.0.1", 1, "r1")["release"] == "r1"
+    assert "cuzkd swap" in startup_fields(swapped, "127.0.0.1", 1, None)["release"]
+    assert startup_fields(plain, "127.0.0.1", 1, None)["config"].endswith("/x.toml")
 
 
 def test_json_when_not_a_terminal_with_the_startup_line_and_engine_fields(
