@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
+import pty
+import select
 import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
+import aiohttp
 import pytest
-from sv_harness import start_supervisor, wait_until, write_config
+from sv_harness import start_supervisor, write_config
 
 from cuzkd.status.document import (
     Allocations,
@@ -157,35 +165,81 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=60)
 
 
-def test_status_name_and_watch_on_a_bundled_engine(tmp_path: Path) -> None:
-    """Against a real bundled engine with a job in it: the view, --json, a piped --watch
-    (frames one blank line apart, no terminal escapes, Ctrl-C exits 0), an unknown name."""
+def _submit(socket_path: str, kind: str) -> str:
+    """POST a job to a bundled engine's socket; its id."""
+    async def post() -> str:
+        connector = aiohttp.UnixConnector(path=socket_path)
+        async with aiohttp.ClientSession(connector=connector) as session, \
+                session.post("http://engine/v1/jobs", json={"proof_kind": kind}) as resp:
+            assert resp.status < 300, await resp.text()
+            return str((await resp.json())["job_id"])
+
+    return asyncio.run(post())
+
+
+def _read_pty_until(fd: int, predicate: Callable[[str], bool], timeout: float) -> str:
+    text = ""
+    deadline = time.monotonic() + timeout
+    while not predicate(text):
+        assert time.monotonic() < deadline, text[-2000:]
+        if select.select([fd], [], [], 0.5)[0]:
+            text += os.read(fd, 65536).decode(errors="replace")
+    return text
+
+
+def test_status_name_json_and_watch_on_a_bundled_engine(tmp_path: Path) -> None:
+    """Against a real bundled engine with a job in it: the view with the job's full id,
+    --json, --watch redrawing in place on a terminal and in frames when piped (Ctrl-C exits
+    0 both ways), an unknown name."""
     config = write_config(tmp_path, [{"name": "b0", "health_interval": "100ms"}])
     sup = start_supervisor(config, timeout=60)
     try:
-        sup.wait_engine("b0", lambda e: e["state"] == "running", timeout=60)
-        text = wait_until(lambda: (out := _cli("status", "b0", "--config", str(config)).stdout)
-                          and "WORKER" in out and out, 30, "the engine view")
+        engine = sup.wait_engine("b0", lambda e: e["state"] == "running", timeout=60)
+        job_id = _submit(engine["status_address"].removeprefix("unix:"), "porep")
+        # A finished job stays listed for 30 s: the view shows it whatever its progress.
+        text = _cli("status", "b0", "--config", str(config)).stdout
         assert text.startswith("b0  running  pid ")
-        assert "budget " in text and "jobs in flight 0" in text and "no jobs" in text
-        assert _row(text, "0")[2] == "idle"
+        assert "budget " in text and "jobs in flight" in text
+        assert _row(text, job_id)[:2] == [job_id, "porep"]
+        assert _row(text, job_id)[3].endswith("/10")
+        assert {_row(text, w)[2] for w in ("0", "1")} <= {"idle", "proving"}
+
+        body = json.loads(_cli("status", "b0", "--json", "--config", str(config)).stdout)
+        assert body["engine"]["name"] == "b0" and body["error"] is None
+        assert [p["job_id"] for p in body["status"]["pipelines"]] == [job_id]
 
         missing = _cli("status", "nope", "--config", str(config))
         assert missing.returncode == 1 and "no engine named 'nope'" in missing.stderr
 
-        watch = subprocess.Popen([sys.executable, "-m", "cuzkd", "status", "b0", "--watch",
-                                  "0.1", "--config", str(config)],
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        assert watch.stdout is not None
+        argv = [sys.executable, "-m", "cuzkd", "status", "b0", "--watch", "0.1", "--config",
+                str(config)]
+        piped = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True)
+        assert piped.stdout is not None
         headlines = 0
         while headlines < 2:
-            line = watch.stdout.readline()
-            assert line, watch.stderr.read() if watch.stderr else ""
+            line = piped.stdout.readline()
+            assert line, piped.stderr.read() if piped.stderr else ""
             headlines += line.startswith("b0  running")
-        watch.send_signal(signal.SIGINT)
-        rest, err = watch.communicate(timeout=30)
-        assert watch.returncode == 0, err
+        piped.send_signal(signal.SIGINT)
+        rest, err = piped.communicate(timeout=30)
+        assert piped.returncode == 0, err
         assert "\x1b" not in rest and "Traceback" not in err
+
+        terminal, tty = pty.openpty()
+        on_tty = subprocess.Popen(argv, stdout=tty, stderr=tty)
+        os.close(tty)
+        try:
+            clear = "\x1b[H\x1b[2J"  # cursor home, clear screen: each frame replaces the last
+            screen = _read_pty_until(terminal, lambda t: t.count(clear) >= 2, 30)
+            assert screen.startswith(clear) and job_id in screen
+            on_tty.send_signal(signal.SIGINT)
+            assert on_tty.wait(30) == 0
+        finally:
+            if on_tty.poll() is None:
+                on_tty.kill()
+                on_tty.wait()
+            os.close(terminal)
     finally:
         sup.stop()
 
