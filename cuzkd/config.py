@@ -63,6 +63,11 @@ _POSITIVE_INT = Annotated[int, msgspec.Meta(ge=1)]
 Restart = Literal["always", "on-failure", "never"]
 LogLevel = Literal["debug", "info", "warning", "error"]
 StallAction = Literal["restart", "alert"]
+#: How a supervisor-initiated stop lets in-flight work end first (docs/supervisor.md, the stop
+#: sequence): ``http`` asks the engine to drain (``POST /v1/drain``, the bundled engine's),
+#: ``quiet`` waits for a moment with no partition synthesizing or on a GPU (any engine with a
+#: status), ``none`` sends the stop signal at once.
+DrainMode = Literal["http", "quiet", "none"]
 
 
 class SupervisorConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -120,7 +125,10 @@ class EngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     health_interval: Seconds = Seconds(1)
     unhealthy_after: Seconds = Seconds(15)
     stop_signal: str = "SIGTERM"
-    stop_timeout: Seconds = Seconds(30)
+    stop_timeout: Seconds = Seconds(10)
+    #: unset: ``http`` for the bundled engine, ``quiet`` with a status_url, else ``none``
+    drain: DrainMode | None = None
+    drain_timeout: Seconds = Seconds(20)
     #: stall watchdog: work and no progress for this long is a stall ("0s": off)
     stall_after: Seconds = Seconds(600)
     stall_action: StallAction = "restart"
@@ -140,6 +148,20 @@ class EngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     def uses_binary(self) -> bool:
         """True when argv[0] is ``{binary}``: the engine runs the active swap release."""
         return self.command is not None and self.command[0] == BINARY_PLACEHOLDER
+
+    @property
+    def drain_mode(self) -> DrainMode:
+        """``drain`` as configured, or its default for this kind of engine."""
+        if self.drain is not None:
+            return self.drain
+        if self.bundled:
+            return "http"
+        return "quiet" if self.status_url else "none"
+
+    @property
+    def stop_budget(self) -> float:
+        """The longest a stop may take before the final SIGKILL: drain, then stop_timeout."""
+        return (self.drain_timeout if self.drain_mode != "none" else 0.0) + self.stop_timeout
 
     @property
     def stop_signum(self) -> signal.Signals:
@@ -375,7 +397,7 @@ def _check(config: Config, where: str) -> None:
             raise fail(f"{key}.stop_signal", f"unknown signal {eng.stop_signal!r} "
                                              "(use a name such as 'SIGTERM')")
         positive = ("backoff_max", "backoff_reset_after", "start_timeout", "unhealthy_after",
-                    "stop_timeout")
+                    "stop_timeout", "drain_timeout")
         for field in positive:
             if getattr(eng, field) <= 0:
                 raise fail(f"{key}.{field}", "must be greater than zero")
@@ -391,6 +413,17 @@ def _check(config: Config, where: str) -> None:
             raise fail(f"{key}.stall_after", f"{eng.stall_after:g}s is shorter than "
                                              f"health_interval ({eng.health_interval:g}s); "
                                              "use '0s' to turn the stall watchdog off")
+        if eng.drain_mode != "none" and address is None:
+            raise fail(f"{key}.drain", f"{eng.drain_mode!r} needs the engine's status "
+                                       "(set status_url, or drain = \"none\")")
+        if eng.stop_budget > config.supervisor.shutdown_grace:
+            field = "drain_timeout" if eng.drain_mode != "none" else "stop_timeout"
+            drain = (f"drain_timeout {eng.drain_timeout:g}s + " if eng.drain_mode != "none"
+                     else "")
+            raise fail(f"{key}.{field}", f"{drain}stop_timeout {eng.stop_timeout:g}s is more "
+                                         f"than supervisor.shutdown_grace "
+                                         f"({config.supervisor.shutdown_grace:g}s): a shutdown "
+                                         "would SIGKILL the engine before its stop sequence ends")
         if eng.unhealthy_after < eng.health_interval:
             raise fail(f"{key}.unhealthy_after", f"{eng.unhealthy_after:g}s is shorter than "
                                                  f"health_interval ({eng.health_interval:g}s)")

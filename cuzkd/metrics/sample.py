@@ -9,12 +9,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from cuzkd.gpus import NvmlDevice
 from cuzkd.status.document import Extensions, StatusDocument
 
 #: Every supervisor-side engine state, exported as ``cuzkd_engine_state{state=...}``.
 ENGINE_STATES: tuple[str, ...] = ("starting", "running", "backoff", "stopping", "stopped", "failed")
+#: Why the supervisor stopped an engine: the ``reason`` label of
+#: ``cuzkd_engine_stop_inflight_partitions_total`` (a fixed set).
+StopReason = Literal["operator", "reload", "swap", "stall", "shutdown"]
+STOP_REASONS: tuple[StopReason, ...] = ("operator", "reload", "swap", "stall", "shutdown")
+#: How a stop sequence's drain ended: the ``result`` label of ``cuzkd_engine_drains_total``.
+DRAIN_RESULTS: tuple[str, ...] = ("clean", "timeout")
 
 
 @dataclass(frozen=True)
@@ -49,6 +56,11 @@ class EngineSample:
     #: stalls the watchdog declared, and whether one lasts now
     stalls_total: int = 0
     stalled: bool = False
+    #: stop reason (operator, reload, swap, stall, shutdown) -> partitions in flight when the
+    #: supervisor stopped the engine
+    stop_inflight_partitions_total: Mapping[str, int] = field(default_factory=dict)
+    #: drain result (clean, timeout) -> drains of the stop sequence
+    drains_total: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

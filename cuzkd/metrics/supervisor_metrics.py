@@ -14,7 +14,13 @@ from prometheus_client.metrics_core import Metric
 
 from cuzkd import __version__
 from cuzkd.gpus import NvmlDevice
-from cuzkd.metrics.sample import ENGINE_STATES, EngineSample, SupervisorSample
+from cuzkd.metrics.sample import (
+    DRAIN_RESULTS,
+    ENGINE_STATES,
+    STOP_REASONS,
+    EngineSample,
+    SupervisorSample,
+)
 from cuzkd.metrics.tally import first_by
 
 #: Swap results always exported (at 0 before the first), so alerts on ``increase()`` work.
@@ -56,6 +62,14 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
     descendants_killed = c(
         "cuzkd_engine_descendants_killed_total",
         "Descendants of the engine the supervisor stopped because they outlived it.", labels=e)
+    stop_inflight = c(
+        "cuzkd_engine_stop_inflight_partitions_total",
+        "Partitions in flight (synthesizing, synth_done, gpu) when the supervisor stopped the "
+        "engine, by reason (operator, reload, swap, stall, shutdown): work lost to restarts.",
+        labels=["engine", "reason"])
+    drains = c("cuzkd_engine_drains_total",
+               "Drains of the stop sequence by result: clean (in-flight work ended first) or "
+               "timeout (drain_timeout elapsed).", labels=["engine", "result"])
     release = InfoMetricFamily("cuzkd_engine_release",
                                "Release the engine's running process executes.", labels=e)
     for engine in engines:
@@ -80,6 +94,11 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
             fetch_duration.add_metric(name, engine.fetch_duration_seconds)
         fetch_errors.add_metric(name, engine.fetch_errors_total)
         descendants_killed.add_metric(name, engine.descendants_killed_total)
+        for reason in STOP_REASONS:
+            stop_inflight.add_metric([engine.name, reason],
+                                     engine.stop_inflight_partitions_total.get(reason, 0))
+        for result in DRAIN_RESULTS:
+            drains.add_metric([engine.name, result], engine.drains_total.get(result, 0))
         if engine.release is not None:
             release.add_metric(name, {"release": engine.release})
 
@@ -110,7 +129,8 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
         deadlines.add_metric([kind], limit)
     build = InfoMetricFamily("cuzkd_build", "cuzkd version.", value={"version": __version__})
     return [build, up, state, restarts, exits, stalls, stalled, start, rss, cpu,
-            fetch_duration, fetch_errors, descendants_killed, release, swaps, rollbacks, active,
+            fetch_duration, fetch_errors, descendants_killed, stop_inflight, drains, release,
+            swaps, rollbacks, active,
             zombies, reload_ok, reload_time, deadlines, *_gpu_families(sample.gpus)]
 
 

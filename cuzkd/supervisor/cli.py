@@ -169,7 +169,7 @@ def _engine_action(args: argparse.Namespace) -> int:
     # The supervisor's waits are bounded by the engine's timeouts (as it runs them: the file
     # may have changed since), so wait for its answer at least that long.
     timeout = DEFAULT_TIMEOUT if spec is None else max(
-        DEFAULT_TIMEOUT, spec.stop_timeout + spec.start_timeout + 2 * START_WAIT_SLACK)
+        DEFAULT_TIMEOUT, spec.stop_budget + spec.start_timeout + 2 * START_WAIT_SLACK)
     # Quoted: a name with '/', '?' or '#' must reach the API as a name ("no engine named").
     body = call(config.control_socket, "POST",
                 f"/v1/engines/{quote(args.name, safe='')}/{args.verb}", timeout=timeout)

@@ -211,10 +211,11 @@ class Supervisor:
                           error=str(exc), errno=errno_name(exc))
 
     async def _stop_all(self) -> None:
-        """Stop every engine in parallel; after shutdown_grace, SIGKILL whatever is left."""
+        """Run every engine's stop sequence in parallel; shutdown_grace caps them all: after
+        it, SIGKILL whatever is left."""
         runners = list(self._runners.values())
         for r in runners:
-            r.request_stop()
+            r.request_stop("shutdown")
         if self._stop_signals > 1:  # the second signal came before the stops were sent
             for r in runners:
                 r.kill_now()
@@ -373,7 +374,7 @@ class Supervisor:
         new_specs = {spec.name: spec for spec in new.engine}
         gone = [r for name, r in self._runners.items()
                 if name not in new_specs or new_specs[name] != r.spec]
-        await asyncio.gather(*(r.stop() for r in gone))
+        await asyncio.gather(*(r.stop("reload") for r in gone))
         for runner in gone:
             await runner.close()
             del self._runners[runner.name]
@@ -450,15 +451,15 @@ class Supervisor:
         await self._runner(name).restart(swap=swap)
 
     async def stop_engine(self, name: str) -> str | None:
-        """Stop ``name``; None once it is stopped, else why not (still running
-        ``stop_timeout`` + :data:`KILL_SETTLE` seconds later: even SIGKILL did not end it)."""
+        """Stop ``name``; None once it is stopped, else why not (still running after its
+        stop sequence + :data:`KILL_SETTLE` seconds: even SIGKILL did not end it)."""
         runner = self._runner(name)
-        runner.request_stop()
-        within = runner.spec.stop_timeout + KILL_SETTLE
+        runner.request_stop("operator")
+        within = runner.spec.stop_budget + KILL_SETTLE
         if await runner.wait_for(lambda: runner.machine.state in (State.STOPPED, State.FAILED),
                                  within=within):
             return None
-        return (f"not stopped {within:g}s after the stop request (stop_timeout "
+        return (f"not stopped {within:g}s after the stop request (drain, stop_timeout "
                 f"{runner.spec.stop_timeout:g}s, then SIGKILL): engine is {runner.machine.state}")
 
     async def start_engine(self, name: str) -> None:

@@ -37,10 +37,13 @@ class Spawn:
 
 @dataclass(frozen=True)
 class Stop:
-    """Send the stop signal; SIGKILL the process group after stop_timeout; report ``exited``.
-    ``kill``: SIGKILL at once (a stalled engine has nothing left to drain)."""
+    """The stop sequence: drain (``drain``: the engine answered and was asked to stop, so its
+    in-flight work may end first), the stop signal, SIGKILL of the process group after
+    stop_timeout; report ``exited``. ``kill``: SIGKILL at once (a stalled engine has nothing
+    left to drain)."""
 
     kill: bool = False
+    drain: bool = False
 
 
 @dataclass(frozen=True)
@@ -137,8 +140,7 @@ class Lifecycle:
         del now
         if self.state in (State.STARTING, State.RUNNING):
             self._intent = _Intent.STOP
-            self._move(State.STOPPING, "stop requested")
-            return [Stop()]
+            return self._stop("stop requested")
         if self.state is State.BACKOFF:
             self.next_start_at = None
             self._move(State.STOPPED, "stop requested")
@@ -153,8 +155,7 @@ class Lifecycle:
         intent = _Intent.SWAP if swap else _Intent.RESTART
         if self.state in (State.STARTING, State.RUNNING):
             self._intent = intent
-            self._move(State.STOPPING, "swap restart" if swap else "restart requested")
-            return [Stop()]
+            return self._stop("swap restart" if swap else "restart requested")
         if self.state is State.STOPPING:
             self._intent = intent
             return []
@@ -285,6 +286,12 @@ class Lifecycle:
         return taken
 
     # -- internals ---------------------------------------------------------------------
+
+    def _stop(self, reason: str) -> list[Action]:
+        """A requested stop: drained when the engine is up (a starting one has no work)."""
+        drain = self.state is State.RUNNING
+        self._move(State.STOPPING, reason)
+        return [Stop(drain=drain)]
 
     def _kill(self, intent: _Intent, reason: str) -> list[Action]:
         self._intent = intent

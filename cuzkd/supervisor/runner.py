@@ -9,11 +9,12 @@ two output readers -- and :meth:`EngineRunner.close` cancels and awaits them all
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
@@ -24,11 +25,18 @@ import structlog
 from cuzkd.config import BINARY_PLACEHOLDER, Config, EngineConfig
 from cuzkd.gpus import GpuView
 from cuzkd.logs import engine_line_fields
-from cuzkd.metrics.sample import EngineSample
+from cuzkd.metrics.sample import EngineSample, StopReason
 from cuzkd.ratelimit import LimitedLog, errno_name
 from cuzkd.status.client import StatusSource
 from cuzkd.supervisor import procs
 from cuzkd.supervisor.backoff import Backoff
+from cuzkd.supervisor.drain import (
+    ENGINE_DEADLINE_SLACK,
+    IN_FLIGHT_STATES,
+    count_partitions,
+    is_quiet,
+    request_drain,
+)
 from cuzkd.supervisor.exitcause import INTENT_CAUSES, process_cause
 from cuzkd.supervisor.gpugate import cuda_env, wait_for_gpus
 from cuzkd.supervisor.leftovers import GroupRecord, Records
@@ -67,6 +75,9 @@ STDERR_TAIL_LINES = 20
 STDERR_TAIL_LINE_CHARS = 500
 #: How long an exit report waits for the rest of a dead engine's stderr to be read.
 STDERR_DRAIN_TIMEOUT = 1.0
+
+#: Longest pause between two status reads while a stop waits for a drain.
+DRAIN_POLL = 0.5
 
 #: The stall watch is fed at most this many documents per ``stall_after`` (and at most one per
 #: health poll): decoding and walking a busy engine's 1 MB document at every 1 s poll only for
@@ -153,6 +164,12 @@ class EngineRunner:
         self._records = Records(config.state_dir / "procs")
         self._record: GroupRecord | None = None
         self._boot_id = procs.boot_id()
+        #: why the next stop is made (None: a health kill, not counted)
+        self._stop_reason: StopReason | None = None
+        #: reason -> partitions in flight when the supervisor stopped the engine
+        self.stop_inflight: Counter[str] = Counter()
+        #: drain result (clean, timeout) -> drains
+        self.drains: Counter[str] = Counter()
 
     # -- requests ------------------------------------------------------------------------
 
@@ -175,13 +192,14 @@ class EngineRunner:
             await self.wait_for(lambda: self._spawns != spawns or self.machine.state is
                                 State.FAILED)
 
-    async def stop(self) -> None:
-        """Stop and return once no process is left (stop_timeout then SIGKILL bound it)."""
-        self.request_stop()
+    async def stop(self, reason: StopReason = "operator") -> None:
+        """Stop and return once no process is left (the stop sequence bounds it)."""
+        self.request_stop(reason)
         await self.wait_stopped()
 
-    def request_stop(self) -> None:
-        """Send the stop (or cancel a pending restart) now, without waiting."""
+    def request_stop(self, reason: StopReason = "operator") -> None:
+        """Begin the stop sequence (or cancel a pending restart) now, without waiting."""
+        self._stop_reason = reason
         if self._gate is not None:  # nothing runs yet: the spawn waiting for GPUs is dropped
             self._gate.cancel()
             self._gate = None
@@ -196,12 +214,13 @@ class EngineRunner:
         """Graceful stop then start; returns once the new process is spawned (or failed).
         ``swap``: a binary swap's restart (exit cause ``swap`` instead of ``stopped``)."""
         spawns = self._spawns
+        self._stop_reason = "swap" if swap else "operator"
         self._apply(self.machine.restart_requested(time.monotonic(), swap=swap))
         await self.wait_for(lambda: self._spawns != spawns or self.machine.state is State.FAILED)
 
     def kill_now(self) -> None:
-        """Skip the rest of stop_timeout: SIGKILL the group of a stopping engine, and the
-        leftovers of exited ones still being stopped."""
+        """Skip the rest of the stop sequence (drain, stop_timeout): SIGKILL the group of a
+        stopping engine, and the leftovers of exited ones still being stopped."""
         if self.machine.state is State.STOPPING and self._process is not None:
             self._log.warning("engine_kill", pid=self._process.pid, reason="stop hurried")
             self._kill(self._process)
@@ -302,14 +321,16 @@ class EngineRunner:
                         self._gate = self._track(self._spawn_when_gpus_ready(self._gpu_view))
                     else:
                         pending.extend(self._spawn())
-                case Stop(kill=kill):
-                    self._track(self._stop_process(kill=kill))
+                case Stop(kill=kill, drain=drain):
+                    reason, self._stop_reason = self._stop_reason, None
+                    self._track(self._stop_process(kill=kill, drain=drain, reason=reason))
                 case ScheduleStart(delay=delay):
                     self._timer = asyncio.get_running_loop().call_later(delay, self._elapsed)
                 case CancelScheduledStart():
                     if self._timer is not None:
                         self._timer.cancel()
                         self._timer = None
+        self._stop_reason = None  # a reason belongs to the request that set it
         for t in self.machine.take_transitions():
             self._log.info("engine_state", old=str(t.old), new=str(t.new), reason=t.reason,
                            pid=self.machine.pid, cause=self.machine.last_exit_cause,
@@ -463,15 +484,24 @@ class EngineRunner:
             argv[0] = self._binary_resolver()
         return argv
 
-    async def _stop_process(self, *, kill: bool = False) -> None:
+    async def _stop_process(self, *, kill: bool, drain: bool,
+                            reason: StopReason | None) -> None:
+        """The stop sequence (docs/supervisor.md): drain (at most drain_timeout), the stop
+        signal, SIGKILL of the group after stop_timeout; ``kill`` skips to SIGKILL."""
         proc = self._process
         if proc is None:
             return
         exited = self._exited
         if kill:
+            self._count_inflight(reason)
             self._log.warning("engine_kill", pid=proc.pid, reason="stalled")
             self._kill(proc)
             return
+        if drain and self.spec.drain_mode != "none":
+            await self._drain(proc, exited)
+            if exited.is_set():
+                return
+        self._count_inflight(reason)
         self._log.info("engine_stop", pid=proc.pid, signal=self.spec.stop_signal)
         proc.signal_group(self.spec.stop_signum)
         try:
@@ -479,6 +509,52 @@ class EngineRunner:
         except TimeoutError:
             self._log.warning("engine_kill", pid=proc.pid, reason="stop_timeout elapsed")
             self._kill(proc)
+
+    async def _drain(self, proc: EngineProcess, exited: asyncio.Event) -> None:
+        """Let in-flight work end before the stop signal, within drain_timeout: ``http`` asks
+        the engine to drain and waits for it to exit; ``quiet`` waits for a status with no
+        partition synthesizing or on a GPU. Counted in ``drains`` as clean or timeout."""
+        mode, timeout = self.spec.drain_mode, self.spec.drain_timeout
+        started = time.monotonic()
+        self._log.info("engine_drain", pid=proc.pid, mode=mode, timeout=timeout)
+        if mode == "http":
+            assert self.status_address is not None  # config: http needs the engine's address
+            error = await request_drain(self.status_address, timeout + ENGINE_DEADLINE_SLACK)
+            if error is not None:
+                self._log.warning("engine_drain_refused", pid=proc.pid, error=error)
+                return
+        clean = await self._drained(mode == "quiet", exited, started + timeout)
+        result = "clean" if clean else "timeout"
+        self.drains[result] += 1
+        (self._log.info if clean else self._log.warning)(
+            "engine_drained", pid=proc.pid, mode=mode, result=result,
+            seconds=round(time.monotonic() - started, 3))
+
+    async def _drained(self, quiet: bool, exited: asyncio.Event, deadline: float) -> bool:
+        """Poll the status until the drain is over: the process exited by itself, or (``quiet``)
+        a document shows a quiet moment; False at the deadline or when it was killed."""
+        every = min(self.spec.health_interval, DRAIN_POLL)
+        while not exited.is_set():
+            if self.status is not None and await self.status.poll() and quiet:
+                doc = self.status.latest()
+                if doc is not None and is_quiet(doc):
+                    return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(exited.wait(), min(every, remaining))
+        return not self._killed
+
+    def _count_inflight(self, reason: StopReason | None) -> None:
+        """Count the partitions in flight, by the last status read, as the engine is stopped
+        (what this stop throws away); health kills (reason None) are not counted."""
+        if reason is None or self.status is None:
+            return
+        lost = count_partitions(self.status.latest(), IN_FLIGHT_STATES)
+        self.stop_inflight[reason] += lost
+        if lost:
+            self._log.warning("engine_stop_inflight", reason=reason, partitions=lost)
 
     def _kill(self, proc: EngineProcess) -> None:
         """SIGKILL the group, remembering it so the death is not blamed on the OOM killer."""
@@ -541,6 +617,7 @@ class EngineRunner:
                 "worker": busy.worker, "job": busy.job, "partition": busy.partition,
                 "proof_kind": busy.proof_kind, "busy_seconds": busy.busy_seconds})
         if self.spec.stall_action == "restart":
+            self._stop_reason = "stall"
             self._apply(self.machine.stalled(now))
 
     def _track(self, coro: Any) -> asyncio.Task[None]:
@@ -594,6 +671,8 @@ class EngineRunner:
             descendants_killed_total=self.descendants_killed,
             stalls_total=self.stall.stalls_total,
             stalled=self.stall.stalled,
+            stop_inflight_partitions_total=dict(self.stop_inflight),
+            drains_total=dict(self.drains),
         )
 
 

@@ -123,5 +123,16 @@ def test_stop_timeout_exceeds_shutdown_grace_of_the_shipped_config() -> None:
     d = _directives(UNIT.read_text(encoding="utf-8"))
     config = load_config(UNIT_CONFIG)
     assert parse_duration(d["Service.TimeoutStopSec"][0]) > config.supervisor.shutdown_grace
+    # shutdown_grace caps every engine's stop sequence (drain + stop_timeout), which
+    # check-config keeps within it: so systemd's SIGKILL never cuts a stop sequence short.
+    assert all(e.stop_budget <= config.supervisor.shutdown_grace for e in config.engine)
     assert config.state_dir == Path("/var/lib/cuzkd"), "the unit's StateDirectory"
     assert config.metrics.listen.startswith("127.0.0.1:")
+
+
+def test_docs_show_the_shipped_units_stop_timeout() -> None:
+    """docs/supervisor.md quotes the unit: its TimeoutStopSec must be the shipped one."""
+    shipped = _directives(UNIT.read_text(encoding="utf-8"))["Service.TimeoutStopSec"]
+    docs = (ops.REPO / "docs" / "supervisor.md").read_text(encoding="utf-8")
+    quoted = re.findall(r"^TimeoutStopSec=(\S+)$", docs, flags=re.MULTILINE)
+    assert quoted and all(parse_duration(q) == parse_duration(shipped[0]) for q in quoted)

@@ -19,6 +19,8 @@ engine).
 ``--progress-every S`` lists a job whose first partition moves one phase every S seconds (the
 second stays in ``gpu``); ``--freeze-after S`` stops that movement S seconds after start and
 prints ``fake engine frozen`` (a hung GPU kernel: /status answers, nothing moves);
+``--quiet-after S`` lists no job from S seconds after start on (the work is over: a quiet
+moment for the supervisor's stop sequence);
 ``--stderr-lines N`` writes N numbered lines to stderr at start; ``--abort-after S`` calls
 abort() with core dumps allowed (core file in ``--core-dir``); ``--oom-cgroup DIR`` moves the
 engine into that memory cgroup at start and ``--oom-after S`` then allocates until killed.
@@ -53,14 +55,16 @@ HANG_AT = [float("inf")]
 START = time.monotonic()
 #: (progress step seconds, freeze after seconds) when the document shows a moving job
 PIPELINE: list[float | None] = [None, None]
+#: seconds after start from which no job is listed
+QUIET_AT = [float("inf")]
 CYCLE = ("pending", "synthesizing", "synth_done", "gpu")
 
 
 def document() -> dict[str, object]:
     every, freeze = PIPELINE
-    if every is None:
-        return STATUS
     elapsed = time.monotonic() - START
+    if every is None or elapsed >= QUIET_AT[0]:
+        return STATUS
     step = int(min(elapsed, freeze if freeze is not None else elapsed) / every)
     states = [CYCLE[step % len(CYCLE)], "gpu"]
     partitions = [{"index": i, "state": st, "synth_ms": None, "gpu_ms": None}
@@ -177,6 +181,7 @@ def main() -> None:
     p.add_argument("--helper-clean-env", action="store_true")
     p.add_argument("--progress-every", type=float)
     p.add_argument("--freeze-after", type=float)
+    p.add_argument("--quiet-after", type=float)
     p.add_argument("--stderr-lines", type=int, default=0)
     p.add_argument("--abort-after", type=float)
     p.add_argument("--core-dir")
@@ -187,6 +192,8 @@ def main() -> None:
         with open(os.path.join(args.oom_cgroup, "cgroup.procs"), "w") as fh:
             fh.write(str(os.getpid()))
     PIPELINE[:] = [args.progress_every, args.freeze_after]
+    if args.quiet_after is not None:
+        QUIET_AT[0] = args.quiet_after
     if args.freeze_after is not None:
         threading.Thread(target=announce_freeze, args=(args.freeze_after,), daemon=True).start()
     for i in range(args.stderr_lines):

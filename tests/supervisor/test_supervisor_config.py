@@ -73,7 +73,28 @@ MISTAKES = [
     (GOOD_ENGINE + 'gpus = ["0"]\ngpu_memory_needed = "lots"\n', "engine[0].gpu_memory_needed",
      "invalid size"),
     (GOOD_ENGINE + 'stall_action = "panic"\n', "engine[0].stall_action", "panic"),
+    # The stop sequence must fit in the shutdown: drain_timeout + stop_timeout <= grace.
+    (GOOD_ENGINE + 'drain_timeout = "25s"\n', "engine[0].drain_timeout",
+     "drain_timeout 25s + stop_timeout 10s is more than supervisor.shutdown_grace (30s)"),
+    ('[supervisor]\nshutdown_grace = "5s"\n' + GOOD_ENGINE + 'drain = "none"\n',
+     "engine[0].stop_timeout", "stop_timeout 10s is more than supervisor.shutdown_grace (5s)"),
+    (GOOD_ENGINE + 'drain = "slow"\n', "engine[0].drain", "slow"),
+    (GOOD_ENGINE + 'drain_timeout = 0\n', "engine[0].drain_timeout", "greater than zero"),
+    ('[[engine]]\nname = "c"\ncommand = ["cuzk"]\ndrain = "quiet"\n', "engine[0].drain",
+     "needs the engine's status"),
 ]
+
+
+def test_drain_defaults_follow_the_kind_of_engine(tmp_path: Path) -> None:
+    path = tmp_path / "ok.toml"
+    path.write_text(GOOD_ENGINE + '[[engine]]\nname = "cuzk"\ncommand = ["cuzk"]\n'
+                    'status_url = "http://127.0.0.1:9821/status"\n'
+                    '[[engine]]\nname = "bare"\ncommand = ["cuzk"]\n'
+                    '[[engine]]\nname = "mine"\ncommand = ["cuzk"]\ndrain = "http"\n'
+                    'status_url = "unix:/run/x.sock"\n')
+    modes = {e.name: (e.drain_mode, e.stop_budget) for e in load_config(path).engine}
+    assert modes == {"gpu0": ("http", 30.0), "cuzk": ("quiet", 30.0), "bare": ("none", 10.0),
+                     "mine": ("http", 30.0)}
 
 
 @pytest.mark.parametrize(("text", "key", "problem"), MISTAKES)
@@ -92,6 +113,7 @@ def test_defaults_durations_and_placeholders(tmp_path: Path) -> None:
     path = tmp_path / "ok.toml"
     path.write_text(
         '[supervisor]\nstate_dir = "/srv/cuzkd"\ninitial_binary = "/opt/cuzk"\n'
+        'shutdown_grace = "6m"\n'
         '[engine_defaults]\nstop_timeout = "250ms"\nunhealthy_after = 20\n'
         '[[engine]]\nname = "gpu0"\nenv = { CUDA_VISIBLE_DEVICES = "0" }\n'
         '[[engine]]\nname = "real"\ncommand = ["{binary}", "--config", "/etc/c.toml"]\n'

@@ -125,7 +125,7 @@ def test_status_errors_are_kept_named_in_the_kill_and_cleared_by_an_answer() -> 
 
 def test_stop_request_stops_without_restart() -> None:
     m = running(machine())
-    assert m.stop_requested(1.0) == [Stop()]
+    assert m.stop_requested(1.0) == [Stop(drain=True)]
     assert m.exited("signal_SIGTERM", clean=False, now=1.1) == []
     assert m.state is State.STOPPED
     assert m.poll(2.0, ok=False) == []
@@ -144,7 +144,7 @@ def test_stop_during_backoff_cancels_the_timer() -> None:
 
 def test_restart_request_respawns_immediately_after_exit() -> None:
     m = running(machine())
-    assert m.restart_requested(1.0) == [Stop()]
+    assert m.restart_requested(1.0) == [Stop(drain=True)]
     assert m.exited("signal_SIGTERM", clean=False, now=1.2) == [Spawn()]
     m.spawned(200, 1.2)
     assert m.restarts == 1
@@ -235,15 +235,15 @@ def test_a_stall_outside_running_does_nothing() -> None:
 
 def test_intent_causes_stopped_and_swap_override_the_process_cause() -> None:
     m = running(machine())
-    assert m.restart_requested(1.0, swap=True) == [Stop()]
+    assert m.restart_requested(1.0, swap=True) == [Stop(drain=True)]
     assert m.exited("signal_SIGTERM", clean=False, now=1.1) == [Spawn()]
     m.spawned(2, 1.2)
     m.poll(1.3, ok=True)
-    assert m.restart_requested(2.0) == [Stop()]
+    assert m.restart_requested(2.0) == [Stop(drain=True)]
     assert m.exited("exit_0", clean=True, now=2.1) == [Spawn()]
     m.spawned(3, 2.2)
     m.poll(2.3, ok=True)
-    assert m.stop_requested(3.0) == [Stop()]
+    assert m.stop_requested(3.0) == [Stop(drain=True)]
     assert m.exited("signal_SIGKILL", clean=False, now=3.1) == []
     assert m.exits == {"swap": 1, "stopped": 2}
 
@@ -252,3 +252,15 @@ def test_process_causes_count_as_given_without_intent() -> None:
     m = running(machine())
     m.exited("oom_killed", clean=False, now=1.0)
     assert m.last_exit_cause == "oom_killed"
+
+
+def test_a_requested_stop_drains_only_an_engine_that_answered() -> None:
+    m = machine()
+    m.start_requested(0.0)
+    m.spawned(1, 0.0)
+    assert m.stop_requested(0.5) == [Stop(drain=False)]  # starting: no work to let end
+    m.exited("signal_SIGTERM", clean=False, now=0.6)
+    m.start_requested(1.0)
+    m.spawned(2, 1.0)
+    m.poll(1.1, ok=True)
+    assert m.restart_requested(2.0) == [Stop(drain=True)]

@@ -63,6 +63,11 @@ def test_frozen_engine_is_restarted_idle_and_steady_ones_never_stall(tmp_path: P
         assert 'cuzkd_engine_stalled{engine="idle"} 0.0' in text
         assert 'cuzkd_engine_stalls_total{engine="frozen"} 2.0' in text
         assert 'cuzkd_engine_exits_total{cause="stalled",engine="frozen"}' in text
+        # A stall restart skips the drain (a hung kernel finishes nothing) and counts what it
+        # threw away: the frozen job's two partitions (one synthesizing or gpu, one gpu) x 2.
+        assert not sup.events("engine_drain", engine="frozen")
+        lost = 'cuzkd_engine_stop_inflight_partitions_total{engine="frozen",reason="stall"}'
+        assert f"{lost} 4.0" in text or f"{lost} 3.0" in text, text
         wait_until(lambda: sup.engine("watched")["pid"] == watched["pid"], 1, "same pid")
     finally:
         assert sup.stop() == 0

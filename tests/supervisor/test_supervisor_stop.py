@@ -9,6 +9,9 @@ from pathlib import Path
 
 from sv_harness import fake_engine, pid_alive, start_supervisor, wait_until, write_config
 
+#: Room for a 60 s stop_timeout after the (default, quiet) drain: check-config insists.
+LONG_GRACE = {"shutdown_grace": "90s"}
+
 
 def test_sigterm_stops_gracefully_and_escalates_for_a_stubborn_engine(tmp_path: Path) -> None:
     engines = [fake_engine(tmp_path, "polite", stop_timeout="1s"),
@@ -29,7 +32,7 @@ def test_sigterm_stops_gracefully_and_escalates_for_a_stubborn_engine(tmp_path: 
 
 def test_second_sigterm_skips_the_wait(tmp_path: Path) -> None:
     engines = [fake_engine(tmp_path, "stubborn", "ignore-term", stop_timeout="60s")]
-    sup = start_supervisor(write_config(tmp_path, engines))
+    sup = start_supervisor(write_config(tmp_path, engines, supervisor=LONG_GRACE))
     pid = sup.wait_engine("stubborn", lambda e: e["state"] == "running")["pid"]
     sup.proc.send_signal(signal.SIGTERM)
     wait_until(lambda: sup.events("engine_stop"), 10, "the stop signal to the engine")
@@ -57,7 +60,7 @@ def test_second_signal_before_the_stops_went_out_still_hurries(tmp_path: Path) -
     # TERM and INT back to back (different signals, so the kernel does not merge them) are
     # handled before the shutdown has sent any stop: the second must still skip stop_timeout.
     engines = [fake_engine(tmp_path, "stubborn", "ignore-term", stop_timeout="60s")]
-    sup = start_supervisor(write_config(tmp_path, engines))
+    sup = start_supervisor(write_config(tmp_path, engines, supervisor=LONG_GRACE))
     pid = sup.wait_engine("stubborn", lambda e: e["state"] == "running")["pid"]
     started = time.monotonic()
     sup.proc.send_signal(signal.SIGTERM)
@@ -70,7 +73,7 @@ def test_second_signal_before_the_stops_went_out_still_hurries(tmp_path: Path) -
 
 def test_start_and_restart_are_refused_while_stopping(tmp_path: Path) -> None:
     engines = [fake_engine(tmp_path, "stubborn", "ignore-term", stop_timeout="60s")]
-    sup = start_supervisor(write_config(tmp_path, engines))
+    sup = start_supervisor(write_config(tmp_path, engines, supervisor=LONG_GRACE))
     try:
         sup.wait_engine("stubborn", lambda e: e["state"] == "running")
         sup.proc.send_signal(signal.SIGTERM)

@@ -1,0 +1,63 @@
+"""What the stop sequence's drain needs: the engine's drain request and the reading of its
+status document.
+
+Every supervisor-initiated stop (operator, reload, swap, shutdown) first lets in-flight work end
+(docs/supervisor.md, the stop sequence): ``http`` asks the engine itself to drain -- the bundled
+engine's ``POST /v1/drain`` on the address its status is served on (a 0600 Unix socket for
+bundled engines) -- and ``quiet`` waits for a moment with no partition synthesizing or on a GPU,
+read from the engine's status. The decisions are pure functions of a status document; the one
+request is the only I/O here.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urljoin
+
+import aiohttp
+
+from cuzkd.status.client import describe_exception, split_address
+from cuzkd.status.document import StatusDocument
+
+#: Partition states of work started and not finished: what a stop now would throw away.
+IN_FLIGHT_STATES = frozenset(("synthesizing", "synth_done", "gpu"))
+#: Partition states a quiet moment has none of (the issue's "synthesizing or gpu").
+BUSY_STATES = frozenset(("synthesizing", "gpu"))
+#: Beyond the supervisor's own drain_timeout, the deadline given to an engine asked to drain:
+#: the supervisor's clock decides (its stop signal ends the engine's drain), never a race
+#: between two deadlines.
+ENGINE_DEADLINE_SLACK = 5.0
+#: How long the drain request itself may take.
+REQUEST_TIMEOUT = 5.0
+
+
+def count_partitions(doc: StatusDocument | None, states: frozenset[str]) -> int:
+    """Partitions of the listed jobs in one of ``states`` (0 without a document)."""
+    if doc is None:
+        return 0
+    return sum(part.state in states for pipe in doc.pipelines for part in pipe.partitions)
+
+
+def is_quiet(doc: StatusDocument) -> bool:
+    """No partition synthesizing or on a GPU: stopping now loses no compute in progress."""
+    return count_partitions(doc, BUSY_STATES) == 0
+
+
+def drain_target(status_address: str) -> tuple[str | None, str]:
+    """(Unix socket or None, URL) of ``POST /v1/drain`` next to the engine's status."""
+    socket_path, status_url = split_address(status_address)
+    return socket_path, urljoin(status_url, "/v1/drain")
+
+
+async def request_drain(status_address: str, timeout_secs: float) -> str | None:
+    """Ask the engine to drain within ``timeout_secs``; None once it accepted, else why not."""
+    socket_path, url = drain_target(status_address)
+    connector: aiohttp.BaseConnector = (aiohttp.UnixConnector(path=socket_path)
+                                        if socket_path is not None else aiohttp.TCPConnector())
+    try:
+        async with (aiohttp.ClientSession(
+                connector=connector, timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT))
+                    as session,
+                    session.post(url, json={"timeout_secs": timeout_secs}) as resp):
+            return None if resp.status == 202 else f"POST {url}: HTTP {resp.status}"
+    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        return str(describe_exception(exc, address=status_address, timeout=REQUEST_TIMEOUT))
