@@ -15,7 +15,6 @@ import asyncio
 import dataclasses
 import os
 import signal
-import subprocess
 import time
 from collections.abc import Coroutine, Sequence
 from typing import Any
@@ -38,17 +37,18 @@ from cuzkd.metrics.sample import SupervisorSample
 from cuzkd.ratelimit import LimitedLog, errno_name
 from cuzkd.supervisor import demo, errorlog, procs
 from cuzkd.supervisor.binaries import EngineBinaries
+from cuzkd.supervisor.children import ChildTable
 from cuzkd.supervisor.configread import OffLoopReader
 from cuzkd.supervisor.control import RouteHook, bind_control_socket, build_control_app
 from cuzkd.supervisor.leftovers import Records, leftovers
 from cuzkd.supervisor.lifecycle import State
 from cuzkd.supervisor.listener import IDLE_TIMEOUT, GatedListener, connection_limit
 from cuzkd.supervisor.notify import Notifier
-from cuzkd.supervisor.process import EngineProcess, exit_cause, set_child_subreaper
-from cuzkd.supervisor.reaper import Reaper
-from cuzkd.supervisor.runner import EngineRunner, log_lines, log_task_failure
+from cuzkd.supervisor.process import set_child_subreaper
+from cuzkd.supervisor.runner import EngineRunner
 from cuzkd.supervisor.startup import startup_fields
 from cuzkd.supervisor.statedir import ControlSocketLock, StateDirBusy, StateDirLock
+from cuzkd.supervisor.tasks import TaskSet
 from cuzkd.supervisor.web import build_metrics_app
 from cuzkd.units import parse_listen
 
@@ -56,9 +56,6 @@ log = structlog.get_logger("cuzkd.supervisor")
 
 #: After shutdown_grace and a SIGKILL, how long to wait for the kernel to deliver the exits.
 KILL_SETTLE = 5.0
-#: After a one-shot process exited, how long its output may still drain (a leftover that
-#: escaped its process group could hold the pipes open forever).
-ONESHOT_DRAIN = 2.0
 
 
 class StartupError(Exception):
@@ -82,17 +79,15 @@ class Supervisor:
         # Built once, from the config at start: a reload keeps the store and the coordinator.
         self.binaries = EngineBinaries(config.supervisor, config.state_dir, self)
         self._control_routes = [*control_routes, self.binaries.routes()]
-        self._pids: dict[int, EngineRunner] = {}
-        #: one-shot children (smoke tests): pid → (process, future of its wait status)
-        self._oneshots: dict[int, tuple[EngineProcess, asyncio.Future[int]]] = {}
+        #: every child's spawn and exit goes through here (see cuzkd.supervisor.children)
+        self.children = ChildTable()
         self._runners: dict[str, EngineRunner] = {}
-        self._reaper = Reaper(self._on_child_exit)
         self._notifier = Notifier()
         self._stop_event = asyncio.Event()
         self._stop_signals = 0
         self._phase = "starting"
         self._started_at = time.time()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = TaskSet()
         self._reload_lock = asyncio.Lock()
         self._web_runners: list[web.AppRunner] = []
         self.metrics_address: str | None = None
@@ -126,7 +121,7 @@ class Supervisor:
             return 1
         if not set_child_subreaper():
             log.warning("subreaper_refused", detail="orphaned grandchildren will not be reaped")
-        self._reaper.install(loop)
+        self.children.install(loop)
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self._on_stop_signal, signum)
         loop.add_signal_handler(signal.SIGHUP, self._on_reload_signal)
@@ -270,7 +265,7 @@ class Supervisor:
         """
         runners = list(self._runners.values())
         await asyncio.gather(*(r.wait_swept() for r in runners))
-        left = procs.adopted([*self._pids, *self._oneshots])
+        left = procs.adopted(self.children.pids())
         if not left:
             return
         unknown: set[procs.Proc] = set()
@@ -298,9 +293,9 @@ class Supervisor:
         self.config.control_socket.unlink(missing_ok=True)
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(signum)
-        self._reaper.uninstall()
-        self._reaper.reap()
-        log.info("supervisor_stopped", orphans_reaped=self._reaper.orphans_reaped)
+        self.children.uninstall()
+        self.children.reap()
+        log.info("supervisor_stopped", zombies_reaped=self.children.zombies_reaped)
 
     # -- signals and children ----------------------------------------------------------
 
@@ -320,21 +315,6 @@ class Supervisor:
         # starting (the engines are being spawned from the file just read) or stopping.
         if self._phase in ("running", "reloading"):
             self._track(self.reload())
-
-    def _on_child_exit(self, pid: int, wait_status: int) -> bool:
-        oneshot = self._oneshots.pop(pid, None)
-        if oneshot is not None:
-            proc, exited = oneshot
-            proc.reaped(wait_status)
-            if not exited.done():
-                exited.set_result(wait_status)
-            return True
-        runner = self._pids.get(pid)
-        if runner is None:
-            log.debug("orphan_reaped", pid=pid, status=os.waitstatus_to_exitcode(wait_status))
-            return False
-        runner.on_exit(wait_status)
-        return True
 
     async def _watchdog(self, interval: float) -> None:
         while True:
@@ -414,7 +394,7 @@ class Supervisor:
             return []
 
     def _add_runner(self, spec: EngineConfig) -> EngineRunner:
-        runner = EngineRunner(spec, self.config, pids=self._pids,
+        runner = EngineRunner(spec, self.config, children=self.children,
                               binary_resolver=self.binaries.resolve,
                               on_change=self._notify_status, gpu_view=self.gpu_view)
         runner.descendants_killed = self._inherited_kills.pop(spec.name, 0)
@@ -517,43 +497,8 @@ class Supervisor:
         return None
 
     async def run_oneshot(self, argv: Sequence[str], timeout: float) -> str:
-        """Run ``argv`` to its end (a smoke test); its exit cause, or ``timeout``.
-
-        Spawned like an engine (own process group, die with us) and collected by our reaper:
-        ``subprocess.run`` or asyncio's child watcher would race the reaper's ``waitpid(-1)``
-        for the status. On timeout the whole group is killed. Output goes to the log.
-        """
-        try:
-            proc = EngineProcess(argv, os.environ)
-        except (OSError, ValueError, subprocess.SubprocessError) as exc:  # ValueError: NUL byte
-            log.error("oneshot_spawn_failed", argv=list(argv), error=str(exc))
-            return f"spawn_failed ({exc})"
-        exited: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._oneshots[proc.pid] = (proc, exited)
-        oneshot_log = log.bind(oneshot=argv[0])
-        readers = [asyncio.create_task(log_lines(pipe, oneshot_log, stream, proc.pid))
-                   for pipe, stream in ((proc.stdout, "stdout"), (proc.stderr, "stderr"))]
-        oneshot_log.info("oneshot_spawned", pid=proc.pid, argv=list(argv))
-        try:
-            try:
-                cause = exit_cause(await asyncio.wait_for(asyncio.shield(exited), timeout))[0]
-            except TimeoutError:
-                oneshot_log.warning("oneshot_kill", pid=proc.pid, reason=f"{timeout:g}s elapsed")
-                proc.signal_group(signal.SIGKILL)
-                await exited
-                cause = "timeout"
-        except BaseException:  # cancelled: kill it all, and do not wait for output
-            proc.signal_group(signal.SIGKILL)
-            for reader in readers:
-                reader.cancel()
-            raise
-        proc.signal_group(signal.SIGKILL)  # leftovers of its group
-        _, pending = await asyncio.wait(readers, timeout=ONESHOT_DRAIN)
-        for reader in pending:
-            reader.cancel()
-        await asyncio.gather(*readers, return_exceptions=True)
-        oneshot_log.info("oneshot_exited", pid=proc.pid, cause=cause)
-        return cause
+        """A swap's smoke run, through the child table (see :meth:`ChildTable.run_oneshot`)."""
+        return await self.children.run_oneshot(argv, timeout)
 
     # -- views ---------------------------------------------------------------------------
 
@@ -563,7 +508,7 @@ class Supervisor:
         return SupervisorSample(
             engines=[dataclasses.replace(eng, release=self._release_of(r))
                      for r, eng in zip(runners, engines, strict=True)],
-            zombies_reaped_total=self._reaper.orphans_reaped,
+            zombies_reaped_total=self.children.zombies_reaped,
             swaps_total=dict(self.binaries.coordinator.counts),
             rollbacks_total=dict(self.binaries.coordinator.rollback_counts),
             active_release=self.binaries.active_release(),
@@ -600,7 +545,7 @@ class Supervisor:
             "metrics_listen": self.metrics_address,
             "engines_running": running,
             "engines_total": len(self._runners),
-            "orphans_reaped_total": self._reaper.orphans_reaped,
+            "zombies_reaped_total": self.children.zombies_reaped,
             "active_release": self.binaries.active_release(),
         }
 
@@ -625,16 +570,10 @@ class Supervisor:
     # -- task ownership --------------------------------------------------------------------
 
     def _track(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        task.add_done_callback(log_task_failure)
+        self._tasks.start(coro)
 
     async def _cancel_tasks(self) -> None:
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._tasks.cancel_all()
 
 
 def _not_up(runner: EngineRunner) -> str:

@@ -3,7 +3,8 @@
 Engines and orphans re-parented to us (we are a child subreaper, or PID 1 in a container) are
 collected by the same loop, so no zombie ever accumulates and nothing else in the process may
 wait for children: asyncio's child watchers are never used (no ``create_subprocess_*``).
-Exits of known pids go to ``on_exit``; the rest are counted as orphans reaped.
+Every collected exit goes to ``on_exit``; the
+:class:`~cuzkd.supervisor.children.ChildTable` decides whose it was.
 """
 
 from __future__ import annotations
@@ -15,11 +16,10 @@ from collections.abc import Callable
 
 
 class Reaper:
-    def __init__(self, on_exit: Callable[[int, int], bool]) -> None:
-        """``on_exit(pid, wait_status)`` returns True when the pid was one of ours."""
+    def __init__(self, on_exit: Callable[[int, int], object]) -> None:
+        """``on_exit(pid, wait_status)`` is called for every child collected."""
         self._on_exit = on_exit
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.orphans_reaped = 0
 
     def install(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -40,5 +40,4 @@ class Reaper:
                 return
             if pid == 0:
                 return
-            if not self._on_exit(pid, status):
-                self.orphans_reaped += 1
+            self._on_exit(pid, status)

@@ -12,24 +12,23 @@ import asyncio
 import contextlib
 import os
 import signal
-import subprocess
 import time
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import msgspec
 import structlog
 
 from cuzkd.config import BINARY_PLACEHOLDER, Config, EngineConfig
 from cuzkd.gpus import GpuView
-from cuzkd.logs import engine_line_fields
 from cuzkd.metrics.sample import EngineSample, StopReason
 from cuzkd.ratelimit import LimitedLog, errno_name
 from cuzkd.status.client import StatusSource
 from cuzkd.supervisor import procs
 from cuzkd.supervisor.backoff import Backoff
+from cuzkd.supervisor.children import SPAWN_ERRORS, ChildProcess, ChildTable
 from cuzkd.supervisor.drain import (
     ENGINE_DEADLINE_SLACK,
     IN_FLIGHT_STATES,
@@ -51,15 +50,15 @@ from cuzkd.supervisor.lifecycle import (
     Stop,
 )
 from cuzkd.supervisor.oom import OomCounters
-from cuzkd.supervisor.process import EngineProcess, spawn_error_is_transient
+from cuzkd.supervisor.output import log_lines
+from cuzkd.supervisor.process import spawn_error_is_transient
 from cuzkd.supervisor.procs import Proc
 from cuzkd.supervisor.proctree import descendants, tree_usage
 from cuzkd.supervisor.stall import StallEvidence, StallWatch
+from cuzkd.supervisor.tasks import TaskSet
 
 log = structlog.get_logger("cuzkd.supervisor")
 
-#: Longest engine output line kept whole; longer ones are dropped with a note.
-MAX_LINE_BYTES = 1 << 20
 #: Status fetch timeout for scrapes (health polls use at most health_interval).
 SAMPLE_TIMEOUT = 2.0
 #: Poll period while waiting for the first answer, so "running" is noticed quickly.
@@ -71,8 +70,6 @@ PROCESS_SETTLE = 1.0
 DESCENDANT_WALK = 10.0
 #: Lines of an engine's stderr kept for the exit log and ``cuzkd status NAME``.
 STDERR_TAIL_LINES = 20
-#: Longest stderr line kept in the tail (characters; the log has the whole line).
-STDERR_TAIL_LINE_CHARS = 500
 #: How long an exit report waits for the rest of a dead engine's stderr to be read.
 STDERR_DRAIN_TIMEOUT = 1.0
 
@@ -93,14 +90,14 @@ class SpawnError(Exception):
 
 
 class EngineRunner:
-    """Runs one configured engine; ``pids`` is the supervisor's pid → runner table."""
+    """Runs one configured engine; its processes are spawned through the ``children`` table."""
 
     def __init__(
         self,
         spec: EngineConfig,
         config: Config,
         *,
-        pids: dict[int, EngineRunner],
+        children: ChildTable,
         binary_resolver: BinaryResolver,
         on_change: Callable[[], None],
         gpu_view: GpuView | None = None,
@@ -113,7 +110,7 @@ class EngineRunner:
             if spec.bundled and self.status_address and self.status_address.startswith("unix:")
             else None
         )
-        self._pids = pids
+        self._children = children
         self._binary_resolver = binary_resolver
         self._on_change = on_change
         self.machine = Lifecycle(
@@ -125,12 +122,12 @@ class EngineRunner:
         self.status = StatusSource(
             self.status_address, timeout=min(SAMPLE_TIMEOUT, max(spec.health_interval, 0.5))
         ) if self.status_address is not None else None
-        self._process: EngineProcess | None = None
+        self._process: ChildProcess | None = None
         self._exited: asyncio.Event = asyncio.Event()
         self.started_at: float | None = None  # unix time of the current spawn
         self._spawns = 0
         self._timer: asyncio.TimerHandle | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = TaskSet()
         self._health_task: asyncio.Task[None] | None = None
         self._changed = asyncio.Event()
         self.stall = StallWatch(spec.stall_after)
@@ -254,20 +251,16 @@ class EngineRunner:
         await self.wait_swept()
         if self._timer is not None:
             self._timer.cancel()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._tasks.cancel_all()
         if self.status is not None:
             await self.status.close()
 
     # -- events from the supervisor --------------------------------------------------------
 
     def on_exit(self, wait_status: int) -> None:
-        """The reaper collected our process."""
+        """The reaper collected our process (the child table routed its exit here)."""
         proc = self._process
         assert proc is not None
-        proc.reaped(wait_status)
-        self._pids.pop(proc.pid, None)
         known = {p.pid for p in self._known}
         leftovers = self._leftovers(proc.pid)
         self._dead_pids = {proc.pid, *known, *(p.pid for p in leftovers)}
@@ -342,7 +335,7 @@ class EngineRunner:
     def _adopted(self) -> set[Proc]:
         """The supervisor's adopted children started for this engine (double-forked helpers),
         except those of earlier processes already being stopped."""
-        return {p for p, engine in procs.adopted(self._pids).items()
+        return {p for p, engine in procs.adopted(self._children.pids()).items()
                 if engine == self.name} - self._sweeping
 
     def _note_descendants(self) -> None:
@@ -443,9 +436,9 @@ class EngineRunner:
             if self._socket_path is not None:
                 self._socket_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
                 self._socket_path.unlink(missing_ok=True)  # a stale one would look alive
-            proc = EngineProcess(argv, {**os.environ, **self.spec.env, **self._gpu_env,
-                                        procs.ENGINE_ENV: self.name})
-        except (OSError, ValueError, SpawnError, subprocess.SubprocessError) as exc:
+            proc = self._children.spawn(argv, {**os.environ, **self.spec.env, **self._gpu_env,
+                                               procs.ENGINE_ENV: self.name}, self.on_exit)
+        except (*SPAWN_ERRORS, SpawnError) as exc:
             # ValueError: execve's argument rules (NUL bytes); raised, it would escape the reaper.
             transient = spawn_error_is_transient(exc)
             self._limited.log(self._log, "error", "engine_spawn_failed", key=errno_name(exc),
@@ -453,7 +446,6 @@ class EngineRunner:
                               argv=self.argv)
             return self.machine.spawn_failed(str(exc), now, transient=transient)
         self._process = proc
-        self._pids[proc.pid] = self
         self._next_walk = 0.0
         if self._boot_id is not None:  # without it no record could be trusted later
             self._record_spawn(proc.pid, self._boot_id)
@@ -510,7 +502,7 @@ class EngineRunner:
             self._log.warning("engine_kill", pid=proc.pid, reason="stop_timeout elapsed")
             self._kill(proc)
 
-    async def _drain(self, proc: EngineProcess, exited: asyncio.Event) -> None:
+    async def _drain(self, proc: ChildProcess, exited: asyncio.Event) -> None:
         """Let in-flight work end before the stop signal, within drain_timeout: ``http`` asks
         the engine to drain and waits for it to exit; ``quiet`` waits for a status with no
         partition synthesizing or on a GPU. Counted in ``drains`` as clean or timeout."""
@@ -556,7 +548,7 @@ class EngineRunner:
         if lost:
             self._log.warning("engine_stop_inflight", reason=reason, partitions=lost)
 
-    def _kill(self, proc: EngineProcess) -> None:
+    def _kill(self, proc: ChildProcess) -> None:
         """SIGKILL the group, remembering it so the death is not blamed on the OOM killer."""
         if proc is self._process:
             self._killed = True
@@ -620,12 +612,8 @@ class EngineRunner:
             self._stop_reason = "stall"
             self._apply(self.machine.stalled(now))
 
-    def _track(self, coro: Any) -> asyncio.Task[None]:
-        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        task.add_done_callback(log_task_failure)
-        return task
+    def _track(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        return self._tasks.start(coro)
 
     # -- views ---------------------------------------------------------------------------
 
@@ -674,46 +662,6 @@ class EngineRunner:
             stop_inflight_partitions_total=dict(self.stop_inflight),
             drains_total=dict(self.drains),
         )
-
-
-async def log_lines(pipe: IO[bytes], logger: Any, stream: str, pid: int, *,
-                    tail: deque[str] | None = None) -> None:
-    """Log each line a child writes to ``pipe``, until EOF: a JSON object as its own event and
-    fields (:func:`~cuzkd.logs.engine_line_fields`), any other line as an ``engine_output``
-    event with ``line``. ``tail`` (a bounded deque) keeps the last lines, each cut to
-    STDERR_TAIL_LINE_CHARS."""
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=MAX_LINE_BYTES)
-    transport, _ = await loop.connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(reader), pipe)
-    try:
-        while True:
-            try:
-                line = await reader.readline()
-            except ValueError:
-                logger.warning("engine_output_dropped", stream=stream, pid=pid,
-                               reason=f"line longer than {MAX_LINE_BYTES} bytes")
-                continue
-            if not line:
-                return
-            text = line.decode(errors="replace").rstrip("\n")
-            parsed = engine_line_fields(text)
-            if parsed is None:
-                logger.info("engine_output", stream=stream, pid=pid, line=text)
-            else:
-                level, event, fields = parsed
-                getattr(logger, level)(event, stream=stream, pid=pid, **fields)
-            if tail is not None:
-                tail.append(text[:STDERR_TAIL_LINE_CHARS])
-    finally:
-        transport.close()
-
-
-def log_task_failure(task: asyncio.Task[Any]) -> None:
-    """Done callback: log a task that died of an exception (else it would vanish unseen)."""
-    if not task.cancelled() and (exc := task.exception()) is not None:
-        log.error("task_failed", task=task.get_coro().__qualname__,  # type: ignore[union-attr]
-                  error=repr(exc), exc_info=exc)
 
 
 def _delay(at: float | None) -> float | None:

@@ -161,13 +161,13 @@ def environ(pid: int) -> dict[str, str]:
 
 
 async def run_runner(sup: Supervisor, runner: EngineRunner, body: Any) -> None:
-    sup._reaper.install(asyncio.get_running_loop())
+    sup.children.install(asyncio.get_running_loop())
     try:
         await body()
     finally:
         await runner.stop()
         await runner.close()
-        sup._reaper.uninstall()
+        sup.children.uninstall()
 
 
 async def test_restart_waits_until_the_dead_engine_releases_its_gpu(sup: Supervisor,

@@ -13,8 +13,8 @@ from sv_harness import fake_engine, start_supervisor, wait_until, write_config, 
 GRANDCHILDREN = 100
 
 
-def _orphans_reaped(sup: object) -> int:
-    return int(sup.about()["orphans_reaped_total"])  # type: ignore[attr-defined]
+def _zombies_reaped(sup: object) -> int:
+    return int(sup.about()["zombies_reaped_total"])  # type: ignore[attr-defined]
 
 
 def _config(tmp_path: Path) -> Path:
@@ -25,7 +25,7 @@ def _config(tmp_path: Path) -> Path:
 def test_double_forked_grandchildren_are_reaped(tmp_path: Path) -> None:
     sup = start_supervisor(_config(tmp_path))
     try:
-        wait_until(lambda: _orphans_reaped(sup) >= GRANDCHILDREN, 30, "orphans reaped")
+        wait_until(lambda: _zombies_reaped(sup) >= GRANDCHILDREN, 30, "orphans reaped")
         assert zombie_children(sup.proc.pid) == []
         assert sup.engine("forker")["state"] == "running"
     finally:
@@ -49,7 +49,7 @@ def test_as_pid_1_in_a_pid_namespace(tmp_path: Path) -> None:
                            prefix=["unshare", "--pid", "--fork", "--mount-proc"])
     try:
         assert sup.about()["pid"] == 1
-        wait_until(lambda: _orphans_reaped(sup) >= GRANDCHILDREN, 30, "orphans reaped")
+        wait_until(lambda: _zombies_reaped(sup) >= GRANDCHILDREN, 30, "orphans reaped")
         children = Path(f"/proc/{sup.proc.pid}/task/{sup.proc.pid}/children").read_text().split()
         [pid1] = [int(c) for c in children]  # the supervisor, seen from outside
         assert zombie_children(pid1) == []
