@@ -16,6 +16,9 @@ Two processes, so the figures are the supervisor's alone:
 ``--max-age 0`` (default) fetches every document on every scrape, which is what a 15 s scrape
 interval sees; ``--max-age 1`` shows the cost behind the supervisor's 1 s cache. ``--plain``
 serves cuzk's plain document (no ``cuzkd_extensions``), so the supervisor-side deriver runs too.
+``--pretty`` pretty-prints the documents as cuzk does (``--jobs 480 --pretty``: 1 MB each, a busy
+cuzk's size); ``--piece N`` has the engines write them chunked in N-byte pieces (default: one
+write with a Content-Length, as cuzk's HTTP server does).
 
 ``--supervisor`` measures the real thing instead: ``cuzkd run`` with a config of ``--engines``
 engines whose ``command`` is this script in ``--serve-document`` mode (an aiohttp server on a
@@ -35,6 +38,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -54,9 +58,11 @@ from cuzkd.status.document import encode_status
 from cuzkd.status.tracker import StatusTracker
 
 KINDS = ("porep", "snap", "wpost", "winning")
+EXTRA = os.environ.get("BENCH_EXTRA", "").replace("|", "\n")
 
 
-def busy_document(jobs: int, partitions: int, workers: int, plain: bool) -> bytes:
+def busy_document(jobs: int, partitions: int, workers: int, plain: bool,
+                  pretty: bool = False) -> bytes:
     """An engine's document with every job in flight and partitions spread over all phases."""
     tracker = StatusTracker()
     tracker.register_workers((w, w // 2) for w in range(workers))
@@ -80,16 +86,34 @@ def busy_document(jobs: int, partitions: int, workers: int, plain: bool) -> byte
     if plain:
         doc = type(doc)(**{f: getattr(doc, f) for f in doc.__struct_fields__
                            if f != "cuzkd_extensions"})
-    return encode_status(doc)
+    body = encode_status(doc)
+    return json.dumps(json.loads(body), indent=2).encode() if pretty else body
 
 
 # --- child: engines + Prometheus ---------------------------------------------------------------
 
 
-async def serve_document(body: bytes, socket_path: str) -> web.AppRunner:
-    """An engine stand-in: ``GET /status`` on a unix socket answers ``body`` (already encoded)."""
-    async def status(_: web.Request) -> web.Response:
-        return web.Response(body=body, content_type="application/json")
+async def serve_document(body: bytes, socket_path: str, piece: int = 0) -> web.AppRunner:
+    """An engine stand-in: ``GET /status`` on a unix socket answers ``body`` (already encoded)
+    with its ``uptime_secs`` advanced to the time since start (so the supervisor's deriver
+    folds every document in, as with a live engine), in one write, or chunked in
+    ``piece``-byte writes."""
+    uptime = re.search(rb'"uptime_secs": ?([0-9.eE+-]+)', body)
+    assert uptime is not None
+    head, tail = body[:uptime.start(1)], body[uptime.end(1):]
+    started = time.monotonic() - float(uptime.group(1))
+
+    async def status(request: web.Request) -> web.StreamResponse:
+        body = b"%s%.6f%s" % (head, time.monotonic() - started, tail)
+        if not piece:
+            return web.Response(body=body, content_type="application/json")
+        resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        for start in range(0, len(body), piece):
+            await resp.write(body[start:start + piece])
+        await resp.write_eof()
+        return resp
 
     app = web.Application()
     app.router.add_get("/status", status)
@@ -128,8 +152,8 @@ async def timed_scrapes(url: str, args: argparse.Namespace, *,
 
 
 async def child(args: argparse.Namespace) -> None:
-    body = busy_document(args.jobs, args.partitions, args.workers, args.plain)
-    runners = [await serve_document(body, str(Path(args.sockets) / f"e{e}.sock"))
+    body = busy_document(args.jobs, args.partitions, args.workers, args.plain, args.pretty)
+    runners = [await serve_document(body, str(Path(args.sockets) / f"e{e}.sock"), args.piece)
                for e in range(args.engines)]
     latencies, _, size = await timed_scrapes(f"http://127.0.0.1:{args.port}/metrics", args)
     for runner in runners:
@@ -203,24 +227,24 @@ async def parent(args: argparse.Namespace) -> None:
 # --- --supervisor: the real `cuzkd run` ----------------------------------------------------------
 
 
-async def engine_main(body: bytes, socket_path: str) -> None:
+async def engine_main(body: bytes, socket_path: str, piece: int) -> None:
     """``--serve-document FILE --socket PATH``: one engine for the supervisor, until SIGTERM."""
-    await serve_document(body, socket_path)
+    await serve_document(body, socket_path, piece)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     await stop.wait()
 
 
-def supervisor_config(tmp: Path, document: Path, engines: int) -> Path:
+def supervisor_config(tmp: Path, document: Path, engines: int, piece: int) -> Path:
     """A cuzkd.toml: ``engines`` engines running this script in --serve-document mode."""
     lines = [f"[supervisor]\nstate_dir = {json.dumps(str(tmp / 'state'))}\n",
              '[metrics]\nlisten = "127.0.0.1:0"\n']
     for e in range(engines):
         sock = tmp / f"e{e}.sock"
         command = [sys.executable, __file__, "--serve-document", str(document),
-                   "--socket", str(sock)]
+                   "--socket", str(sock), "--piece", str(piece)]
         lines.append(f'[[engine]]\nname = "e{e}"\ncommand = {json.dumps(command)}\n'
-                     f'status_url = "unix:{sock}"\n')
+                     f'status_url = "unix:{sock}"\n{EXTRA}')
     path = tmp / "cuzkd.toml"
     path.write_text("\n".join(lines))
     return path
@@ -286,19 +310,20 @@ async def scrape_supervisor(args: argparse.Namespace, proc: subprocess.Popen[byt
           f"p99 {1000 * lat[int(0.99 * (len(lat) - 1))]:.1f} ms")
     print(f"supervisor CPU per scrape (schedstat): p50 {statistics.median(cpu):.1f} ms  "
           f"mean {statistics.fmean(cpu):.1f} ms")
-    print(f"supervisor CPU idle (health polls only): {idle_rate:.1f} ms/s; during the scrape "
+    print(f"supervisor CPU idle (health polls only): {idle_rate:.1f} ms/s "
+          f"({idle_rate / 10:.2f} % of one core); during the scrape "
           f"loop (psutil): {psutil_ms / loop_secs:.1f} ms/s, "
           f"{(psutil_ms - idle_rate * loop_secs) / n:.1f} ms per scrape net of idle")
 
 
 def measure_supervisor(args: argparse.Namespace) -> None:
     """``--supervisor``: run ``cuzkd run`` over ``--engines`` document engines and scrape it."""
-    body = busy_document(args.jobs, args.partitions, args.workers, args.plain)
+    body = busy_document(args.jobs, args.partitions, args.workers, args.plain, args.pretty)
     print(f"status document: {len(body) / 1024:.0f} KiB per engine")
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         (tmp / "status.json").write_bytes(body)
-        config = supervisor_config(tmp, tmp / "status.json", args.engines)
+        config = supervisor_config(tmp, tmp / "status.json", args.engines, args.piece)
         with (tmp / "cuzkd.log").open("wb") as log:
             proc = subprocess.Popen([sys.executable, "-m", "cuzkd", "run", "--config",
                                      str(config)], stdout=log, stderr=subprocess.STDOUT)
@@ -319,6 +344,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--max-age", type=float, default=0.0)
     parser.add_argument("--plain", action="store_true")
+    parser.add_argument("--pretty", action="store_true", help="pretty-print documents as cuzk")
+    parser.add_argument("--piece", type=int, default=0,
+                        help="engines write the document chunked in pieces of this many bytes")
     parser.add_argument("--supervisor", action="store_true",
                         help="measure a real `cuzkd run` (engines via status_url)")
     parser.add_argument("--pause", type=float, default=0.05,
@@ -332,7 +360,7 @@ def main() -> None:
     parser.add_argument("--sockets", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_document:
-        asyncio.run(engine_main(Path(args.serve_document).read_bytes(), args.socket))
+        asyncio.run(engine_main(Path(args.serve_document).read_bytes(), args.socket, args.piece))
     elif args.supervisor:
         measure_supervisor(args)
     else:

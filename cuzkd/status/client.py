@@ -5,20 +5,21 @@ pieces; the body is read to its end whatever the framing (Content-Length, chunke
 the connection closes), over TCP or a Unix socket, with a running cap (:data:`MAX_BODY_BYTES`).
 
 Health polls (:meth:`StatusSource.poll`) fetch a fresh document every ``health_interval`` and
-decode only what they use: a document carrying ``cuzkd_extensions`` is checked at its top level
-(well-formed JSON, every cuzk field present) and kept as bytes; a plain cuzk document is decoded
-whole, because the :class:`~cuzkd.status.derive.ExtensionDeriver` must see every poll to
-rebuild cumulative counters. Scrapes (:meth:`StatusSource.fetch`) accept a document up to a
-second old, so they mostly decode the body the last health poll kept (once per body), and
-several Prometheus servers scraping at once cost the engine one request; concurrent requests are
-coalesced into one in flight.
+decode only what is used. A plain cuzk document is decoded whole at every poll, because the
+:class:`~cuzkd.status.derive.ExtensionDeriver` must see each one to rebuild cumulative counters.
+An engine whose last decoded document carried ``cuzkd_extensions`` uses nothing of a poll's
+document but its arrival: the poll checks that a whole JSON object came back and keeps the
+bytes, and whoever reads them -- a scrape, the stall watch -- decodes them once. Every
+:data:`DECODE_EVERY`-th poll decodes anyway. Scrapes (:meth:`StatusSource.fetch`) accept a
+document up to a second old, so several Prometheus servers scraping at once cost the engine one
+request; concurrent requests are coalesced into one in flight.
 
 Every failure -- refused, timed out, HTTP error, too large, garbage, wrong schema -- is one
 ``fetch_errors_total`` increment and one :attr:`StatusSource.last_error` that says why, never an
-exception: an engine serving garbage is unhealthy, it never breaks the caller. A body whose top
-level passed a health poll but whose deeper fields fail to decode at a scrape turns later health
-polls strict (full decode) until a document decodes again, so such an engine turns unhealthy
-too instead of answering "healthy" to polls and "broken" to scrapes.
+exception: an engine serving garbage is unhealthy, it never breaks the caller. A kept body that
+fails to decode when it is read makes the following polls decode whole, so such an engine turns
+unhealthy (at the latest after ``DECODE_EVERY`` polls when nothing reads its documents) instead
+of answering "healthy" to polls and "broken" to scrapes.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ from cuzkd.status.document import (
     Extensions,
     StatusDecodeError,
     StatusDocument,
-    check_top_level,
     decode_status,
 )
 
@@ -42,6 +42,8 @@ from cuzkd.status.document import (
 MAX_BODY_BYTES = 16 * 2**20
 #: Bytes of a bad body quoted in an error message.
 EXCERPT_BYTES = 64
+#: A poll of an engine serving documents with extensions decodes one document in this many.
+DECODE_EVERY = 10
 
 
 def split_address(address: str) -> tuple[str | None, str]:
@@ -90,6 +92,13 @@ def excerpt(body: bytes) -> str:
     return repr(head) + ("..." if len(body) > EXCERPT_BYTES else "")
 
 
+def looks_like_object(body: bytes) -> bool:
+    """Starts with ``{`` and ends with ``}`` (whitespace aside): the framing check of a poll
+    whose document is not decoded. Only the ends are looked at; a 1 MB body is not copied."""
+    return (body[:EXCERPT_BYTES].lstrip()[:1] == b"{"
+            and body[-EXCERPT_BYTES:].rstrip()[-1:] == b"}")
+
+
 def invalid_document(exc: StatusDecodeError, body: bytes) -> StatusFetchError:
     return StatusFetchError(
         "invalid", f"invalid status document: {exc} (body starts {excerpt(body)})")
@@ -120,9 +129,12 @@ class StatusSource:
         #: the last body that passed its check, and its decoded form (None until decoded)
         self._body: bytes | None = None
         self._document: StatusDocument | None = None
-        #: decode every poll whole: set when a body that passed the top-level check failed
-        #: to decode, cleared by the next document that decodes
-        self._strict = False
+        #: polls check only that an object came back: set while the documents carry
+        #: extensions and decode (not for plain ones, which the deriver reads whole; cleared by
+        #: a kept body that failed to decode, set again once one with extensions decodes)
+        self._light = False
+        #: light polls since the last one that decoded
+        self._light_polls = 0
         #: monotonic time of the last successful fetch
         self.last_success: float | None = None
         self.last_fetch_duration_seconds: float | None = None
@@ -217,13 +229,20 @@ class StatusSource:
 
     def _check(self, body: bytes) -> StatusDocument | None:
         """Validate a fresh body for a poll; the decoded document when it had to be decoded."""
+        if self._light and self._light_polls < DECODE_EVERY - 1:
+            if looks_like_object(body):
+                self._light_polls += 1
+                return None  # decoded by whoever reads it
+            self._light = False
+            raise StatusFetchError("invalid", "invalid status document: not a JSON object "
+                                              f"(body starts {excerpt(body)})")
+        self._light_polls = 0
         try:
-            if check_top_level(body) and not self._strict:
-                return None  # decoded when a scrape uses it
             document = decode_status(body)
         except StatusDecodeError as exc:
+            self._light = False
             raise invalid_document(exc, body) from exc
-        self._strict = False
+        self._light = document.cuzkd_extensions is not None
         if document.cuzkd_extensions is None:
             self._deriver.observe(document)
         return document
@@ -240,7 +259,7 @@ class StatusSource:
         except StatusDecodeError as exc:
             self._body = None
             self.last_success = None  # nothing usable is cached any more
-            self._strict = True
+            self._light = False
             self.fetch_errors_total += 1
             error = invalid_document(exc, body)
             self.last_error, self.last_error_kind = str(error), error.kind

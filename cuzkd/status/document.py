@@ -27,6 +27,10 @@ NonNegFloat = Annotated[float, msgspec.Meta(ge=0)]
 #: splits jobs), ``cuzkd bench`` (its ``--kind`` choices) and the demo load.
 PARTITIONS: dict[str, int] = {"porep": 10, "snap": 16, "wpost": 1, "winning": 1}
 
+# Every struct below is ``gc=False``: a document is a tree (frozen, never referring back to
+# itself), so the cycle collector need not track its thousands of partitions -- tracking them
+# doubled the cost of decoding a busy engine's 1 MB document.
+
 PartitionState = Literal["pending", "synthesizing", "synth_done", "gpu", "done", "failed"]
 WorkerState = Literal["idle", "proving"]
 
@@ -59,25 +63,25 @@ JOB_DURATION_BUCKETS: tuple[float, ...] = (
 )
 
 
-class Memory(msgspec.Struct, frozen=True):
+class Memory(msgspec.Struct, frozen=True, gc=False):
     total_bytes: NonNegInt
     used_bytes: NonNegInt
     available_bytes: NonNegInt
 
 
-class Synthesis(msgspec.Struct, frozen=True):
+class Synthesis(msgspec.Struct, frozen=True, gc=False):
     max_concurrent: NonNegInt
     active: NonNegInt
 
 
-class Partition(msgspec.Struct, frozen=True):
+class Partition(msgspec.Struct, frozen=True, gc=False):
     index: NonNegInt
     state: PartitionState
     synth_ms: NonNegInt | None
     gpu_ms: NonNegInt | None
 
 
-class Pipeline(msgspec.Struct, frozen=True):
+class Pipeline(msgspec.Struct, frozen=True, gc=False):
     job_id: str
     proof_kind: str
     started_secs_ago: NonNegFloat
@@ -86,7 +90,7 @@ class Pipeline(msgspec.Struct, frozen=True):
     partitions: list[Partition]
 
 
-class GpuWorker(msgspec.Struct, frozen=True):
+class GpuWorker(msgspec.Struct, frozen=True, gc=False):
     worker_id: NonNegInt
     gpu_ordinal: NonNegInt
     state: WorkerState
@@ -95,19 +99,19 @@ class GpuWorker(msgspec.Struct, frozen=True):
     busy_secs: NonNegFloat | None
 
 
-class Allocation(msgspec.Struct, frozen=True):
+class Allocation(msgspec.Struct, frozen=True, gc=False):
     circuit_id: str
     bytes: NonNegInt
     last_used_secs_ago: NonNegFloat
     evictable: bool
 
 
-class Allocations(msgspec.Struct, frozen=True):
+class Allocations(msgspec.Struct, frozen=True, gc=False):
     srs: list[Allocation]
     pce: list[Allocation]
 
 
-class Counters(msgspec.Struct, frozen=True):
+class Counters(msgspec.Struct, frozen=True, gc=False):
     total_completed: NonNegInt
     total_failed: NonNegInt
     completed_by_kind: dict[str, NonNegInt]
@@ -115,7 +119,7 @@ class Counters(msgspec.Struct, frozen=True):
     queue_depth: NonNegInt
 
 
-class Buffers(msgspec.Struct, frozen=True):
+class Buffers(msgspec.Struct, frozen=True, gc=False):
     synth_in_flight: NonNegInt
     provers_in_flight: NonNegInt
     aux_in_flight: NonNegInt
@@ -126,7 +130,7 @@ class Buffers(msgspec.Struct, frozen=True):
 # --- cuzkd extensions -------------------------------------------------------------------------
 
 
-class Histogram(msgspec.Struct, frozen=True):
+class Histogram(msgspec.Struct, frozen=True, gc=False):
     """A fixed-bucket histogram: ``bucket_counts[i]`` observations were ``<= bounds[i]``
     (cumulative, like Prometheus ``le`` buckets); ``count`` includes the ``+Inf`` bucket."""
 
@@ -136,13 +140,13 @@ class Histogram(msgspec.Struct, frozen=True):
     sum: NonNegFloat
 
 
-class WorkerBusyTotal(msgspec.Struct, frozen=True):
+class WorkerBusyTotal(msgspec.Struct, frozen=True, gc=False):
     worker_id: NonNegInt
     gpu_ordinal: NonNegInt
     busy_seconds_total: NonNegFloat
 
 
-class GpuDevice(msgspec.Struct, frozen=True):
+class GpuDevice(msgspec.Struct, frozen=True, gc=False):
     """One device as the engine sees it. ``total_bytes``/``used_bytes`` come from the driver
     (CuPy ``memGetInfo``), ``pool_bytes`` from the engine's allocator pool; the CPU
     pseudo-device reports zeros."""
@@ -156,7 +160,7 @@ class GpuDevice(msgspec.Struct, frozen=True):
     uuid: str = ""
 
 
-class Extensions(msgspec.Struct, frozen=True):
+class Extensions(msgspec.Struct, frozen=True, gc=False):
     """Cumulative figures cuzk does not serve; the exporter needs them for exact counters."""
 
     #: proof_kind -> phase (one of COUNTED_PHASES) -> partitions that entered it since start.
@@ -177,7 +181,7 @@ class Extensions(msgspec.Struct, frozen=True):
     draining: bool = False
 
 
-class StatusDocument(msgspec.Struct, frozen=True):
+class StatusDocument(msgspec.Struct, frozen=True, gc=False):
     """cuzk's ``GET /status`` document (all fields required) plus optional extensions."""
 
     uptime_secs: NonNegFloat
@@ -205,36 +209,6 @@ def decode_status(data: bytes | str) -> StatusDocument:
         return _DECODER.decode(data)
     except msgspec.DecodeError as exc:  # ValidationError is a subclass
         raise StatusDecodeError(str(exc)) from exc
-
-
-#: The top level of a status document with every value but ``uptime_secs`` left undecoded
-#: (``msgspec.Raw``: syntax-checked, never turned into objects). Built from StatusDocument's
-#: own field list, so the two cannot drift apart.
-_TopLevel = msgspec.defstruct(
-    "_TopLevel",
-    [("uptime_secs", NonNegFloat)]
-    + [(name, msgspec.Raw) for name in StatusDocument.__struct_fields__
-       if name not in ("uptime_secs", "cuzkd_extensions")]
-    + [("cuzkd_extensions", msgspec.Raw, msgspec.field(default_factory=msgspec.Raw))],
-    frozen=True,
-)
-_TOP_LEVEL_DECODER = msgspec.json.Decoder(_TopLevel)
-
-
-def check_top_level(data: bytes) -> bool:
-    """Validate what a health poll needs, cheaply; True when the document carries extensions.
-
-    The whole body must be well-formed JSON and every top-level field of cuzk's document must
-    be present with a non-negative ``uptime_secs``, but nothing below the top level is turned
-    into objects: for a 1 MB document this costs about half of :func:`decode_status`. The
-    deeper types are checked by :func:`decode_status` when the document is used.
-    """
-    try:
-        top = _TOP_LEVEL_DECODER.decode(data)
-    except msgspec.DecodeError as exc:
-        raise StatusDecodeError(str(exc)) from exc
-    extensions: msgspec.Raw = getattr(top, "cuzkd_extensions")  # noqa: B009 (built type)
-    return len(extensions) > 0 and bytes(extensions) != b"null"
 
 
 def encode_status(doc: StatusDocument) -> bytes:

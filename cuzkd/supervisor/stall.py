@@ -27,7 +27,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from cuzkd.status.document import PARTITION_STATES, Extensions, Histogram, StatusDocument
+from cuzkd.status.document import (
+    PARTITION_STATES,
+    Extensions,
+    Histogram,
+    Partition,
+    StatusDocument,
+)
 
 #: Limit multiplier before the first progress after a (re)start.
 STARTUP_FACTOR = 3.0
@@ -98,7 +104,8 @@ class StallWatch:
         self.stalls_total = 0
         self.stalled = False
         self._started_at = 0.0
-        self._seen: dict[tuple[str, int], str] | None = None
+        #: job id -> its partitions as last listed (None before the first document)
+        self._listed: dict[str, list[Partition]] | None = None
         self._spans: dict[int, tuple[str, int] | None] = {}
         self._transitions: int | None = None
         self._last_progress: float | None = None
@@ -108,7 +115,7 @@ class StallWatch:
         """A new process: forget the old one's pipeline; the startup grace begins."""
         self.stalled = False
         self._started_at = now
-        self._seen = None
+        self._listed = None
         self._spans = {}
         self._transitions = None
         self._last_progress = None
@@ -140,27 +147,41 @@ class StallWatch:
     # -- internals -----------------------------------------------------------------------
 
     def _progressed(self, doc: StatusDocument, ext: Extensions | None) -> bool:
-        seen: dict[tuple[str, int], str] = {
-            (p.job_id, part.index): part.state for p in doc.pipelines
-                for part in p.partitions}
+        listed: dict[str, list[Partition]] = {}
+        for p in doc.pipelines:  # a job listed twice: its entries together, the later wins
+            listed[p.job_id] = [*listed[p.job_id], *p.partitions] if p.job_id in listed \
+                else p.partitions
         spans = {w.worker_id: (w.current_job, w.current_partition)
                  if w.state == "proving" and w.current_job is not None
                  and w.current_partition is not None else None
                  for w in doc.gpu_workers}
         transitions = (None if ext is None else
                        sum(sum(phases.values()) for phases in ext.phase_transitions.values()))
-        previous, previous_spans, previous_transitions = self._seen, self._spans, self._transitions
-        self._seen, self._spans, self._transitions = seen, spans, transitions
+        previous, previous_spans = self._listed, self._spans
+        previous_transitions = self._transitions
+        self._listed, self._spans, self._transitions = listed, spans, transitions
         if previous is None:
             return False  # the first document after a start is the baseline
         if (transitions is not None and previous_transitions is not None
                 and transitions > previous_transitions):
             return True
-        for key, state in seen.items():
-            if previous.get(key, "pending") != state:
-                return True
-        if any(key not in seen and state not in _TERMINAL for key, state in previous.items()):
-            return True
+        # A job listed exactly as last time (most jobs of a busy engine) changed nothing; only
+        # the others are compared partition by partition.
+        for job, parts in listed.items():
+            before = previous.get(job)
+            if before == parts:
+                continue
+            was = {} if before is None else _states(before)
+            if any(was.get(index, "pending") != state for index, state in _states(parts).items()):
+                return True  # a partition in a new phase, or first seen past pending
+        for job, before in previous.items():
+            still = listed.get(job)
+            if still == before:
+                continue
+            now = {} if still is None else _states(still)
+            if any(index not in now and state not in _TERMINAL
+                   for index, state in _states(before).items()):
+                return True  # a partition left the list unfinished
         return any(span is not None and spans.get(worker) != span
                    for worker, span in previous_spans.items())
 
@@ -193,6 +214,11 @@ class StallWatch:
         return StallEvidence(reason=reason, limit_seconds=limit, since_progress_seconds=since,
                              phases=phases, queue_depth=doc.counters.queue_depth,
                              oldest_busy=oldest)
+
+
+def _states(parts: list[Partition]) -> dict[int, str]:
+    """Partition index -> phase (a partition listed twice: the later entry)."""
+    return {part.index: part.state for part in parts}
 
 
 def _oldest_busy(doc: StatusDocument) -> BusySpan | None:

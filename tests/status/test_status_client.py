@@ -11,7 +11,7 @@ import pytest
 from support.big_status import big_document
 from support.piece_server import Framing, PieceServer
 
-from cuzkd.status.client import StatusSource
+from cuzkd.status.client import DECODE_EVERY, StatusSource
 from cuzkd.status.document import decode_status
 
 FRAMINGS: tuple[Framing, ...] = ("length", "chunked", "close")
@@ -135,19 +135,48 @@ async def test_refused_names_the_address(tmp_path: Path) -> None:
 
 
 async def test_deep_schema_error_fails_the_scrape_then_the_health_polls(serve: Serve) -> None:
-    """The health poll checks the top level only; the scrape's full decode finds the bad field,
-    and from then on polls decode whole, so the engine is unhealthy, not half-healthy."""
-    doc: dict[str, object] = json.loads(big_document(0, extensions=True))
+    """Once an engine serves documents with extensions, a poll checks only that an object came
+    back; the scrape's decode finds the bad field, and from then on polls decode whole, so the
+    engine is unhealthy, not half-healthy."""
+    good = big_document(0, extensions=True)
+    doc: dict[str, object] = json.loads(good)
     pipelines = doc["pipelines"]
     assert isinstance(pipelines, list)
     pipelines[0]["partitions"][0]["state"] = "exploded"
-    source = StatusSource(await serve(PieceServer(json.dumps(doc).encode())), timeout=5.0)
+    server = PieceServer(good)
+    source = StatusSource(await serve(server), timeout=5.0)
     try:
-        assert await source.poll()
+        assert await source.poll()  # the first poll decodes: documents with extensions
+        server.body = json.dumps(doc).encode()
+        assert await source.poll()  # not decoded
         assert await source.fetch(max_age=10.0) is None
         assert source.last_error is not None
         assert "`$.pipelines[0].partitions[0].state`" in source.last_error
         assert not await source.poll()
         assert source.fetch_errors_total == 2
+    finally:
+        await source.close()
+
+
+async def test_undecoded_polls_still_find_garbage(serve: Serve) -> None:
+    """Without scrapes, an engine that starts serving garbage is unhealthy within
+    DECODE_EVERY polls (at once when the body is not even an object)."""
+    server = PieceServer(big_document(0, extensions=True))
+    source = StatusSource(await serve(server), timeout=5.0)
+    try:
+        assert await source.poll()
+        server.body = b"{ truncated by a broken proxy"
+        assert not await source.poll()
+        assert source.last_error == ("invalid status document: not a JSON object "
+                                     "(body starts '{ truncated by a broken proxy')")
+        server.body = big_document(0, extensions=True)
+        assert await source.poll()  # decoded (after a failure), light again
+        server.body = b'{"uptime_secs": "soon"}'
+        results = [await source.poll() for _ in range(DECODE_EVERY + 2)]
+        first_failure = results.index(False)
+        assert 0 < first_failure < DECODE_EVERY
+        assert not any(results[first_failure:])  # from then on every poll decodes
+        assert source.last_error is not None
+        assert source.last_error.startswith("invalid status document: Expected `float`")
     finally:
         await source.close()

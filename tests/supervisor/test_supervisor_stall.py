@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import pytest
 
 from cuzkd.status.document import (
@@ -221,3 +222,29 @@ def test_queued_jobs_alone_are_work(queue: int) -> None:
     watch.started(0.0)
     onsets = run(watch, [(float(t), doc(queue=queue)) for t in range(100)])
     assert [t for t, _ in onsets] == [STARTUP_FACTOR * AFTER]
+
+
+def synthesizing_for(ms: int, *, listed: int = 2) -> StatusDocument:
+    """Job j1: partition 0 synthesizing for ``ms`` so far, then pending ones (``listed`` in all)."""
+    base = doc(["synthesizing", *["pending"] * (listed - 1)])
+    first, *rest = base.pipelines[0].partitions
+    pipeline = msgspec.structs.replace(
+        base.pipelines[0], partitions=[msgspec.structs.replace(first, synth_ms=ms), *rest])
+    return msgspec.structs.replace(base, pipelines=[pipeline, *base.pipelines[1:]])
+
+
+def test_a_running_phase_growing_is_no_progress_but_a_partition_leaving_unfinished_is() -> None:
+    """Unchanged jobs are skipped whole; a changed one is compared phase by phase: elapsed
+    milliseconds growing are not progress, an unfinished partition dropped from a job still
+    listed is."""
+    watch = StallWatch(AFTER)
+    watch.started(0.0)
+    polls = [(float(t), synthesizing_for(1000 * t)) for t in range(60)]
+    assert [t for t, _ in run(watch, polls)] == [STARTUP_FACTOR * AFTER]
+
+    watch = StallWatch(AFTER)
+    watch.started(0.0)
+    polls = [(0.0, doc(["pending", "pending"]))]  # baseline, then progress at t=1
+    polls += [(float(t), synthesizing_for(1000 * t)) for t in range(1, 5)]
+    polls += [(float(t), synthesizing_for(1000 * t, listed=1)) for t in range(5, 60)]
+    assert [t for t, _ in run(watch, polls)] == [5.0 + AFTER]
