@@ -61,6 +61,8 @@ log = structlog.get_logger("cuzkd.supervisor")
 
 #: Status fetch timeout for scrapes (health polls use at most health_interval).
 SAMPLE_TIMEOUT = 2.0
+#: Seconds of a start during which failed status polls are not logged (see _failure_expected).
+STARTING_QUIET = 5.0
 #: Poll period while waiting for the first answer, so "running" is noticed quickly.
 STARTING_POLL = 0.1
 #: How long an engine without ``status_url`` must stay alive to count as running
@@ -570,17 +572,28 @@ class EngineRunner:
             ok = await self.status.poll()
             self._note_descendants()
             error = None if ok else self.status.last_error
-            if error is not None:
+            now = time.monotonic()
+            if error is not None and not self._failure_expected(now):
                 # polled every 100 ms while starting: one line per 10 s per kind of error
                 self._limited.log(self._log, "warning", "engine_status_failed",
                                   key=self.status.last_error_kind,
                                   state=str(self.machine.state), error=error)
-            now = time.monotonic()
             self._apply(self.machine.poll(now, ok, error))
             if ok and self.machine.state is State.RUNNING:
                 if self._oom is not None:
                     self._oom.refresh()
                 self._watch_stall(self.status, now)
+
+    def _failure_expected(self, now: float) -> bool:
+        """A failed poll nobody needs a warning for: the engine is being stopped, or it is
+        still in the first moments of starting (importing, binding: every engine fails its
+        first polls, and a warning on each start is what a newcomer would read first). One
+        that keeps failing is logged once past STARTING_QUIET (or half its start_timeout), and
+        a start_timeout kill names the last error anyway."""
+        state, spawned = self.machine.state, self.machine.spawned_at
+        if state is State.STARTING and spawned is not None:
+            return now - spawned < min(STARTING_QUIET, self.spec.start_timeout / 2)
+        return state is not State.RUNNING
 
     def _watch_stall(self, status: StatusSource, now: float) -> None:
         """Feed the stall watch a decoded document, at most STALL_SAMPLES times per

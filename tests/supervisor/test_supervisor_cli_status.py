@@ -190,7 +190,7 @@ def _read_pty_until(fd: int, predicate: Callable[[str], bool], timeout: float) -
 def test_status_name_json_and_watch_on_a_bundled_engine(tmp_path: Path) -> None:
     """Against a real bundled engine with a job in it: the view with the job's full id,
     --json, --watch redrawing in place on a terminal and in frames when piped (Ctrl-C exits
-    0 both ways), an unknown name."""
+    0 both ways), an unknown name; and a log without warnings."""
     config = write_config(tmp_path, [{"name": "b0", "health_interval": "100ms"}])
     sup = start_supervisor(config, timeout=60)
     try:
@@ -242,6 +242,9 @@ def test_status_name_json_and_watch_on_a_bundled_engine(tmp_path: Path) -> None:
             os.close(terminal)
     finally:
         sup.stop()
+    # An ordinary start and stop (polls failing until the engine binds, and while it goes
+    # away) is nothing to warn a newcomer about.
+    assert not sup.events("engine_status_failed")
 
 
 def test_watch_needs_a_name(tmp_path: Path) -> None:
