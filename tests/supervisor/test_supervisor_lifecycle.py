@@ -264,3 +264,12 @@ def test_a_requested_stop_drains_only_an_engine_that_answered() -> None:
     m.spawned(2, 1.0)
     m.poll(1.1, ok=True)
     assert m.restart_requested(2.0) == [Stop(drain=True)]
+
+
+def test_a_spawn_abandoned_while_waiting_for_gpus_leaves_it_stopped() -> None:
+    m = running(machine())
+    assert m.exited("exit_1", clean=False, now=100.0) == [Spawn()]  # healthy long: at once
+    m.spawn_abandoned(100.5)  # the runner's gate was waiting; a stop came
+    assert (m.state, m.pid) == (State.STOPPED, None)
+    assert m.stop_requested(100.6) == []
+    assert m.start_requested(101.0) == [Spawn()]
