@@ -49,7 +49,6 @@ from typing import Any
 
 import numpy as np
 import psutil
-import yaml
 from aiohttp import web
 
 BENCH = Path(__file__).resolve().parent
@@ -94,7 +93,7 @@ def record() -> None:
 
 
 _SAMPLE = re.compile(r"([a-zA-Z_:][\w:]*)(\{.*\})? (\S+)")
-_LE = re.compile(r'le="([^"]+)"')
+_LE = re.compile(r'le="([^"]+)",?')
 _RARE = ("failed", "restarts", "exits", "errors", "killed", "zombies", "swaps")
 _CONSTANT = ("_info", "cuzkd_engine_state", "cuzkd_engine_up", "_start_time_seconds",
              "_total_bytes", "max_concurrent", "max_fds")
@@ -151,12 +150,15 @@ def parse_template(text: str) -> Template:
         template.initial.append(float(match.group(3)))
         template.kinds.append(_kind(name, family_type))
         if family_type == "histogram":
-            key = family + _LE.sub("", labels)
+            key = family + _LE.sub("", labels).replace(",}", "}")
             group = template.histograms.setdefault(key, {"buckets": [], "sum": -1, "count": -1})
-            if name.endswith("_bucket"):
-                group["buckets"].append((index, float(_LE.search(labels).group(1))))  # type: ignore[union-attr]
+            le = _LE.search(labels)
+            if name.endswith("_bucket") and le:
+                group["buckets"].append((index, float(le.group(1))))
             else:
                 group[name.rsplit("_", 1)[1]] = index
+    for key, group in template.histograms.items():
+        assert group["buckets"] and min(group["sum"], group["count"]) >= 0, key
     return template
 
 
@@ -262,33 +264,15 @@ def _query(base: str, expr: str, **params: Any) -> float:
     return elapsed
 
 
-def inline_records(expr: str, records: dict[str, str]) -> str:
-    """``expr`` with every recorded series replaced by the expression that records it.
-
-    The dashboard's matchers on a recorded series are dropped: with "All" selected they are
-    ``=~".+"``, which every raw series matches too.
-    """
-    pattern = re.compile(r"(?<![\w:])(" + "|".join(map(re.escape, records))
-                         + r")(\{[^}]*\})?(?![\w:])")
-    while True:
-        replaced = pattern.sub(lambda m: f"({records[m.group(1)]})", expr)
-        if replaced == expr:
-            return expr
-        expr = replaced
-
-
 def dashboard_queries() -> list[tuple[str, str, str]]:
     """(panel, as shipped, without recording rules) for every Fleet summary query."""
-    doc = yaml.safe_load(RULE_FILES[1].read_text())
-    records = {r["record"]: " ".join(r["expr"].split()) for g in doc["groups"]
-               for r in g["rules"]}
     dash = json.loads(DASHBOARD.read_text())
     out = []
     for panel in dash["panels"]:
         for target in panel["targets"]:
             expr = ops_support.substitute(target["expr"], rate_interval="1m", range_="5m")
             title = panel["title"] + (f" {target['refId']}" if len(panel["targets"]) > 1 else "")
-            out.append((title, expr, inline_records(expr, records)))
+            out.append((title, expr, ops_support.inline_records(expr)))
     return out
 
 

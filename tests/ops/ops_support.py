@@ -163,6 +163,30 @@ def recorded_series() -> dict[str, Metric]:
     return out
 
 
+def recording_rule_exprs() -> dict[str, str]:
+    """Record name → its expression on one line, in rule-file order."""
+    doc = yaml.safe_load(RECORDING_RULES.read_text(encoding="utf-8"))
+    return {rule["record"]: " ".join(rule["expr"].split())
+            for group in doc["groups"] for rule in group["rules"]}
+
+
+def inline_records(expr: str, records: dict[str, str] | None = None) -> str:
+    """``expr`` with every recorded series replaced by the expression that records it.
+
+    What a query costs without the recording rules (bench/fleet_scale.py), and what it must
+    equal (the live tests compare both). Matchers on a recorded series are dropped: with
+    "All" selected they are ``=~".+"``, which every raw series matches too.
+    """
+    records = recording_rule_exprs() if records is None else records
+    pattern = re.compile(r"(?<![\w:])(" + "|".join(map(re.escape, records))
+                         + r")(\{[^}]*\})?(?![\w:])")
+    while True:
+        replaced = pattern.sub(lambda m: f"({records[m.group(1)]})", expr)
+        if replaced == expr:
+            return expr
+        expr = replaced
+
+
 # ---------------------------------------------------------------------------------------------
 # Grafana variable substitution and the shipped dashboards' queries.
 
