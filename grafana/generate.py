@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Generate cuzkd's Grafana dashboards into ``grafana/dashboards/*.json``.
 
-Why generate: four dashboards share one set of template variables, one label-selector shape and
+Why generate: the dashboards share one set of template variables, one label-selector shape and
 a handful of panel kinds. Writing each JSON by hand lets them drift (a query without
 ``instance=~"$instance"``, a panel without a unit); here every selector comes from :func:`sel`
 and every panel from one builder per panel type, so the rules in

@@ -186,6 +186,22 @@ def test_both_scrape_paths_label_series_by_node_only(tmp_path: Path) -> None:
     assert len(data["droppedTargets"]) == 2 * 3
 
 
+def test_plain_config_passes_promtool_as_far_as_this_build_knows_kubernetes_sd() -> None:
+    """A promtool with Kubernetes discovery checks the file as shipped. Debian's is built
+    without it and stops at that one field; everything else in the file is checked by
+    ``test_both_scrape_paths_label_series_by_node_only`` with file_sd in its place."""
+    result = subprocess.run(["promtool", "check", "config", str(PLAIN_CONFIG)],
+                            capture_output=True, text=True, timeout=60, check=False)
+    output = result.stdout + result.stderr
+    if result.returncode == 0:
+        assert "WARNING" not in output and "2 rule files found" in output, output
+    else:
+        errors = [line for line in output.splitlines() if "FAILED" in line or "line " in line]
+        assert errors and all("kubernetes_sd_configs not found" in line or "FAILED: parsing"
+                              in line for line in errors), output
+        assert "field kubernetes_sd_configs not found in type config.ScrapeConfig" in output
+
+
 @pytest.mark.parametrize("path", [PLAIN_CONFIG])
 def test_plain_config_keeps_no_pod_label(path: Path) -> None:
     """No relabelling copies pod, namespace or container metadata into a label."""
