@@ -20,7 +20,6 @@ from types import ModuleType
 from typing import Any
 
 import k8s_support as k8s
-import pytest
 import yaml
 from live_support import Prometheus
 from sv_harness import wait_until
@@ -202,8 +201,7 @@ def test_plain_config_passes_promtool_as_far_as_this_build_knows_kubernetes_sd()
         assert "field kubernetes_sd_configs not found in type config.ScrapeConfig" in output
 
 
-@pytest.mark.parametrize("path", [PLAIN_CONFIG])
-def test_plain_config_keeps_no_pod_label(path: Path) -> None:
+def test_plain_config_keeps_no_pod_label() -> None:
     """No relabelling copies pod, namespace or container metadata into a label."""
     for rule in _plain_job()["relabel_configs"]:
         assert rule.get("action", "replace") in {"keep", "drop", "replace"}, rule
