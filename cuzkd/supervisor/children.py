@@ -115,8 +115,10 @@ class ChildTable:
         """The pids of the registered children (engines and one-shots still running)."""
         return self._children.keys()
 
-    async def run_oneshot(self, argv: Sequence[str], timeout: float) -> str:
-        """Run ``argv`` to its end (a smoke test); its exit cause, or ``timeout``.
+    async def run_oneshot(self, argv: Sequence[str], timeout: float,
+                          env: Mapping[str, str] | None = None) -> str:
+        """Run ``argv`` to its end (a smoke test, a canary check); its exit cause, or
+        ``timeout``. ``env``: its environment (default: ours).
 
         Spawned like an engine (own process group, die with us) and collected by our reaper:
         ``subprocess.run`` or asyncio's child watcher would race the reaper's ``waitpid(-1)``
@@ -129,7 +131,7 @@ class ChildTable:
                 exited.set_result(wait_status)
 
         try:
-            proc = self.spawn(argv, os.environ, on_exit)
+            proc = self.spawn(argv, os.environ if env is None else env, on_exit)
         except SPAWN_ERRORS as exc:
             log.error("oneshot_spawn_failed", argv=list(argv), error=str(exc))
             return f"spawn_failed ({exc})"

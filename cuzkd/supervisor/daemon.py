@@ -16,7 +16,7 @@ import dataclasses
 import os
 import signal
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -35,6 +35,7 @@ from cuzkd.gpus import GpuView, GpuViewError, NvmlDevice, load_gpu_view
 from cuzkd.httperrors import JsonErrorsRunner
 from cuzkd.metrics.sample import SupervisorSample
 from cuzkd.ratelimit import LimitedLog, errno_name
+from cuzkd.status.document import Extensions, StatusDocument
 from cuzkd.supervisor import demo, errorlog, procs
 from cuzkd.supervisor.binaries import EngineBinaries
 from cuzkd.supervisor.children import ChildTable
@@ -496,9 +497,24 @@ class Supervisor:
                     f"{_not_up(runner)}")
         return None
 
-    async def run_oneshot(self, argv: Sequence[str], timeout: float) -> str:
-        """A swap's smoke run, through the child table (see :meth:`ChildTable.run_oneshot`)."""
-        return await self.children.run_oneshot(argv, timeout)
+    async def engine_status(self, name: str) -> tuple[StatusDocument | None,
+                                                      Extensions | None]:
+        """A fresh status document of ``name`` and its cumulative extensions (the engine's
+        own, or derived from the polls for a plain cuzk); (None, None) without an answer."""
+        runner = self._runner(name)
+        if runner.status is None or runner.machine.state is not State.RUNNING:
+            return None, None
+        doc = await runner.status.fetch(max_age=0.0)
+        return doc, runner.status.extensions() if doc is not None else None
+
+    def engine_status_address(self, name: str) -> str | None:
+        return self._runner(name).status_address
+
+    async def run_oneshot(self, argv: Sequence[str], timeout: float,
+                          env: Mapping[str, str] | None = None) -> str:
+        """A swap's smoke run or canary check, through the child table (see
+        :meth:`ChildTable.run_oneshot`)."""
+        return await self.children.run_oneshot(argv, timeout, env)
 
     # -- views ---------------------------------------------------------------------------
 

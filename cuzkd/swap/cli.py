@@ -1,5 +1,5 @@
-"""``cuzkd swap PATH [--smoke ARGS [--smoke-timeout 30s]] [--settle 10s]``, ``--rollback``,
-``--history [--json]``.
+"""``cuzkd swap PATH [--smoke ARGS [--smoke-timeout 30s]] [--settle 10s] [--analysis DURATION
+[--canary N] ...]``, ``--rollback``, ``--history [--json]``.
 
 Talks to ``POST /v1/swap`` on the control socket and prints each step as it streams in.
 Exit 0 when every affected engine ended healthy on the new release, 1 when the swap was refused
@@ -41,8 +41,34 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
                       help="how long the smoke run may take (default 30s)")
     swap.add_argument("--settle", metavar="DURATION", default="10s",
                       help="how long each restarted engine must stay healthy (default 10s)")
+    canary = swap.add_argument_group(
+        "canary analysis", "move --canary engines first, compare them with the engines still "
+        "on the old release (one engine: with its own window before the swap) for --analysis, "
+        "then move the rest or roll back (docs/swap.md)")
+    canary.add_argument("--analysis", metavar="DURATION",
+                        help="compare the canaries this long (e.g. 10m); without it, no analysis")
+    canary.add_argument("--canary", metavar="N", type=int,
+                        help="engines moved first (default 1)")
+    canary.add_argument("--min-throughput-ratio", metavar="R", type=float,
+                        help="partitions per busy GPU second of the canary against the old "
+                             "engines, per proof kind (default 0.8)")
+    canary.add_argument("--min-partitions", metavar="N", type=int,
+                        help="partitions of a kind each side needs for it to count (default 20)")
+    canary.add_argument("--max-failed-jobs", metavar="N", type=int,
+                        help="failed jobs allowed on the canary (default 0)")
+    canary.add_argument("--check", metavar="CMD",
+                        help="your own check, run (no shell) with CUZKD_CANARY_ENGINE and "
+                             "CUZKD_CANARY_STATUS_URL set and --analysis as timeout; exit 0 "
+                             "passes")
+    canary.add_argument("--on-inconclusive", choices=["proceed", "rollback"],
+                        help="too little work to decide: go on or roll back (default rollback)")
     swap.add_argument("--config", metavar="PATH", help="config naming the control socket")
     swap.set_defaults(handler=_swap)
+
+
+#: ``--analysis`` companions: request field -> argparse dest (all None unless given).
+ANALYSIS_OPTIONS = ("canary", "min_throughput_ratio", "min_partitions", "max_failed_jobs",
+                    "check", "on_inconclusive")
 
 
 def join_smoke_value(argv: Sequence[str]) -> list[str]:
@@ -66,6 +92,14 @@ def _swap(args: argparse.Namespace) -> int:
     if args.json and not args.history:
         print("cuzkd swap: --json goes with --history", file=sys.stderr)
         return 2
+    given = [name for name in ANALYSIS_OPTIONS if getattr(args, name) is not None]
+    if (given or args.analysis) and not args.path:
+        print("cuzkd swap: --analysis and its options go with a swap to PATH", file=sys.stderr)
+        return 2
+    if given and args.analysis is None:
+        print(f"cuzkd swap: --{given[0].replace('_', '-')} goes with --analysis",
+              file=sys.stderr)
+        return 2
     config = load_or_default(args.config, resolve_hosts=False)
     if args.history:
         return _history(config.control_socket, as_json=args.json)
@@ -78,6 +112,9 @@ def _swap(args: argparse.Namespace) -> int:
         if args.smoke is not None:
             request["smoke"] = args.smoke
             request["smoke_timeout"] = args.smoke_timeout
+        if args.analysis is not None:
+            request["analysis"] = args.analysis
+            request.update({name: getattr(args, name) for name in given})
     operation = "rollback" if args.rollback else "swap"
     return asyncio.run(_stream(config.control_socket, request, operation))
 
@@ -149,8 +186,26 @@ async def _stream(socket_path: Path, request: dict[str, Any], operation: str) ->
 
 def _describe(event: dict[str, Any]) -> str:
     step = event.pop("event", "?")
+    if step == "analysis":
+        return describe_analysis(event["analysis"])
     details = " ".join(f"{k}={v}" for k, v in event.items() if v is not None)
     return f"  {step:<12} {details}"
+
+
+def describe_analysis(verdict: dict[str, Any]) -> str:
+    """The verdict and its numbers: one line, then one per proof kind."""
+    lines = [f"  {'analysis':<12} {verdict['result']} (baseline: {verdict['baseline']}): "
+             f"{'; '.join(verdict['reasons'])}"]
+    for kind in verdict["kinds"]:
+        ratio = "-" if kind["ratio"] is None else f"{kind['ratio']:.2f}"
+        rates = [("-" if r is None else f"{r:.2f}/s")
+                 for r in (kind["canary_rate"], kind["baseline_rate"])]
+        lines.append(f"  {'':<12} {kind['proof_kind']:<8} canary {kind['canary_partitions']} "
+                     f"partitions at {rates[0]}, baseline {kind['baseline_partitions']} at "
+                     f"{rates[1]}: ratio {ratio}")
+    lines.append(f"  {'':<12} failed jobs on the canary: {verdict['canary_failed_jobs']}"
+                 + ("" if verdict["check"] is None else f"; check: {verdict['check']}"))
+    return "\n".join(lines)
 
 
 def _report(result: dict[str, Any], operation: str) -> int:

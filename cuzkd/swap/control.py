@@ -22,8 +22,15 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
+from cuzkd.swap.analysis import Criteria
 from cuzkd.swap.releases import ReleaseError
-from cuzkd.swap.rolling import SwapCoordinator, SwapInProgress, SwapOutcome
+from cuzkd.swap.rolling import (
+    AnalysisPlan,
+    OnInconclusive,
+    SwapCoordinator,
+    SwapInProgress,
+    SwapOutcome,
+)
 from cuzkd.units import parse_duration
 
 
@@ -35,6 +42,36 @@ class SwapRequest(msgspec.Struct, forbid_unknown_fields=True):
     smoke_timeout: str | float = 30.0
     settle: str | float = 10.0
     rollback: bool = False
+    #: canary analysis (``cuzkd swap --analysis``): absent, every engine moves at once
+    analysis: str | float | None = None
+    canary: int = 1
+    min_throughput_ratio: float = 0.8
+    min_partitions: int = 20
+    max_failed_jobs: int = 0
+    #: the operator's check, a shell-like string split with shlex and run without a shell
+    check: str | None = None
+    on_inconclusive: OnInconclusive = "rollback"
+
+
+def analysis_plan(req: SwapRequest) -> AnalysisPlan | None:
+    """The request's canary analysis; ValueError naming the bad field."""
+    if req.analysis is None:
+        return None
+    seconds = parse_duration(req.analysis)
+    if seconds <= 0:
+        raise ValueError("analysis: must be longer than 0s")
+    if req.canary < 1:
+        raise ValueError("canary: at least 1 engine")
+    if not 0 < req.min_throughput_ratio <= 10:
+        raise ValueError("min_throughput_ratio: above 0 and at most 10")
+    if req.min_partitions < 1 or req.max_failed_jobs < 0:
+        raise ValueError("min_partitions: at least 1; max_failed_jobs: at least 0")
+    check = shlex.split(req.check) if req.check is not None else None
+    if check is not None and not check:
+        raise ValueError("check: an empty command")
+    return AnalysisPlan(seconds, req.canary, Criteria(req.min_throughput_ratio,
+                                                      req.min_partitions, req.max_failed_jobs),
+                        check, req.on_inconclusive)
 
 
 def _error(status: int, message: str, **extra: Any) -> web.Response:
@@ -50,10 +87,13 @@ def swap_routes(coordinator: SwapCoordinator) -> Callable[[web.Application], Non
             settle = parse_duration(req.settle)
             smoke_timeout = parse_duration(req.smoke_timeout)
             smoke = shlex.split(req.smoke) if req.smoke is not None else None
+            plan = analysis_plan(req)
         except (msgspec.DecodeError, ValueError) as exc:
             return _error(400, f"bad swap request: {exc}")
         if req.rollback == (req.path is not None):
             return _error(400, "bad swap request: give either `path` or `rollback: true`")
+        if req.rollback and plan is not None:
+            return _error(400, "bad swap request: `analysis` is for a swap, not a rollback")
         if coordinator.busy:
             return _error(409, "swap in progress: wait for it to finish")
         if req.path is not None:
@@ -67,7 +107,7 @@ def swap_routes(coordinator: SwapCoordinator) -> Callable[[web.Application], Non
         await response.prepare(request)
         events: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         job = asyncio.create_task(
-            _start(coordinator, req, smoke, smoke_timeout, settle, events.put_nowait))
+            _start(coordinator, req, smoke, smoke_timeout, settle, plan, events.put_nowait))
         job.add_done_callback(lambda _: events.put_nowait(None))
         client_gone = False
         while (event := await events.get()) is not None:
@@ -100,13 +140,14 @@ def _start(
     smoke: list[str] | None,
     smoke_timeout: float,
     settle: float,
+    plan: AnalysisPlan | None,
     progress: Callable[[dict[str, Any]], None],
 ) -> Coroutine[Any, Any, SwapOutcome]:
     if req.rollback:
         return coordinator.rollback(settle=settle, progress=progress)
     assert req.path is not None
     return coordinator.swap(Path(req.path), smoke_args=smoke, smoke_timeout=smoke_timeout,
-                            settle=settle, progress=progress)
+                            settle=settle, progress=progress, plan=plan)
 
 
 async def _send(response: web.StreamResponse, event: dict[str, Any]) -> bool:

@@ -16,8 +16,8 @@ second rollback goes further back instead of toggling.
 
 This module is pure (records in, records out, bytes in, bytes out) so every rule is tested
 without a filesystem; :mod:`cuzkd.swap.historyfile` stores it durably. Each record has room for
-an ``analysis`` object (a canary analysis verdict, written by later tooling) that this module
-carries through unchanged.
+an ``analysis`` object: the canary analysis verdict of ``cuzkd swap --analysis``
+(:mod:`cuzkd.swap.analysis`), written with the verdict and carried through unchanged.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class Record(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Fa
     decided_at: float | None = None
     #: why it was rejected, or what accepted it
     reason: str | None = None
-    #: reserved for canary analysis: an object stored and returned unchanged
+    #: the canary analysis verdict (``Verdict.as_json``) when the swap ran one
     analysis: dict[str, Any] | None = None
 
 
@@ -71,13 +71,19 @@ def put_in_service(records: Sequence[Record], release: str, binary: str, origin:
 
 
 def decide(records: Sequence[Record], release: str, verdict: Verdict, reason: str | None,
-           now: float) -> list[Record]:
-    """Record ``verdict`` for ``release``; a release without a record is left alone."""
-    return [_judged(r, verdict, reason, now) if r.release == release else r for r in records]
+           now: float, analysis: dict[str, Any] | None = None) -> list[Record]:
+    """Record ``verdict`` (and a canary ``analysis``, when given) for ``release``; a release
+    without a record is left alone."""
+    return [_judged(r, verdict, reason, now, analysis) if r.release == release else r
+            for r in records]
 
 
-def _judged(record: Record, verdict: Verdict, reason: str | None, now: float) -> Record:
-    return msgspec.structs.replace(record, verdict=verdict, reason=reason, decided_at=now)
+def _judged(record: Record, verdict: Verdict, reason: str | None, now: float,
+            analysis: dict[str, Any] | None = None) -> Record:
+    if analysis is None:
+        analysis = record.analysis
+    return msgspec.structs.replace(record, verdict=verdict, reason=reason, decided_at=now,
+                                   analysis=analysis)
 
 
 def find(records: Sequence[Record], release: str | None) -> Record | None:

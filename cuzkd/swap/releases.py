@@ -24,7 +24,7 @@ import time
 from collections.abc import Generator, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 import structlog
 
@@ -150,14 +150,17 @@ class ReleaseStore:
         self._save_history(history.put_in_service(
             self.history(), release.id, release.binary.name, origin, time.time()))
 
-    def judge(self, release: Release, verdict: Verdict, reason: str | None) -> None:
-        """Record ``verdict`` on ``release`` in the history, durably."""
-        run_steps(self.judge_steps(release, verdict, reason))
+    def judge(self, release: Release, verdict: Verdict, reason: str | None,
+              analysis: dict[str, Any] | None = None) -> None:
+        """Record ``verdict`` (and a canary ``analysis``) on ``release`` in the history,
+        durably."""
+        run_steps(self.judge_steps(release, verdict, reason, analysis))
 
-    def judge_steps(self, release: Release, verdict: Verdict,
-                    reason: str | None) -> Generator[str, None, None]:
+    def judge_steps(self, release: Release, verdict: Verdict, reason: str | None,
+                    analysis: dict[str, Any] | None = None) -> Generator[str, None, None]:
         """:meth:`judge`, yielding each step of the history file's ``SAVE_STEPS``."""
-        records = history.decide(self.history(), release.id, verdict, reason, time.time())
+        records = history.decide(self.history(), release.id, verdict, reason, time.time(),
+                                 analysis)
         yield from self._history.save_steps(self._trimmed(records))
 
     def recover(self) -> None:

@@ -15,7 +15,9 @@ the old release.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+import dataclasses
+import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -23,6 +25,8 @@ from typing import Any, Literal, Protocol
 import msgspec
 import structlog
 
+from cuzkd.status.document import Extensions, StatusDocument
+from cuzkd.swap import analysis
 from cuzkd.swap.history import Verdict
 from cuzkd.swap.releases import Release, ReleaseError, ReleaseStore
 
@@ -51,7 +55,32 @@ class SwapTarget(Protocol):
 
     async def wait_healthy(self, name: str, settle: float) -> str | None: ...
 
-    async def run_oneshot(self, argv: Sequence[str], timeout: float) -> str: ...
+    async def run_oneshot(self, argv: Sequence[str], timeout: float,
+                          env: Mapping[str, str] | None = None) -> str: ...
+
+    async def engine_status(self, name: str) -> tuple[StatusDocument | None,
+                                                      Extensions | None]: ...
+
+    def engine_status_address(self, name: str) -> str | None: ...
+
+
+#: What the operator's ``--check`` command finds in its environment.
+CANARY_ENGINE_ENV = "CUZKD_CANARY_ENGINE"
+CANARY_STATUS_ENV = "CUZKD_CANARY_STATUS_URL"
+OnInconclusive = Literal["proceed", "rollback"]
+
+
+@dataclass(frozen=True)
+class AnalysisPlan:
+    """``cuzkd swap --analysis``: move ``canary`` engines first, compare them for ``seconds``
+    (see :mod:`cuzkd.swap.analysis`), then move the rest or roll back."""
+
+    seconds: float
+    canary: int = 1
+    criteria: analysis.Criteria = field(default_factory=analysis.Criteria)
+    #: the operator's check, already split (run without a shell)
+    check: list[str] | None = None
+    on_inconclusive: OnInconclusive = "rollback"
 
 
 class SwapInProgress(Exception):
@@ -65,6 +94,8 @@ class SwapOutcome:
     previous: str | None
     reason: str | None = None
     engines: list[str] = field(default_factory=list)
+    #: the canary analysis verdict (``Verdict.as_json``) when the swap ran one
+    analysis: dict[str, Any] | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -74,6 +105,7 @@ class SwapOutcome:
             "previous": self.previous,
             "reason": self.reason,
             "engines": self.engines,
+            "analysis": self.analysis,
         }
 
 
@@ -140,8 +172,10 @@ class SwapCoordinator:
         smoke_timeout: float = 30.0,
         settle: float = 10.0,
         progress: Progress = _ignore,
+        plan: AnalysisPlan | None = None,
     ) -> SwapOutcome:
-        """Swap the active release to a copy of ``source`` and roll the engines onto it."""
+        """Swap the active release to a copy of ``source`` and roll the engines onto it; with a
+        ``plan``, the canaries first, judged by the analysis before the rest move."""
         async with self._exclusive():
             try:
                 self.store.validate_source(source)
@@ -160,6 +194,13 @@ class SwapCoordinator:
                     refusal = f"smoke test {list(smoke_args)} ended with {cause}"
                     await self._judge(release, "rejected", refusal, progress, trial=True)
                     return self.refuse(refusal)
+            engines = self.target.engine_names_using_binary()
+            before: analysis.Tally | None = None
+            if plan is not None and engines and len(engines) <= plan.canary:
+                # No engine would stay on the old release to compare with: the canaries'
+                # own window on it, before the swap, is the baseline.
+                self._step(progress, "analysis_baseline", engines=engines, seconds=plan.seconds)
+                before = await self._window(engines, plan.seconds)
             try:
                 await asyncio.to_thread(self.store.put_in_service, release, "swap")
                 previous = await asyncio.to_thread(self.store.activate, release)
@@ -169,18 +210,96 @@ class SwapCoordinator:
                 progress, "activated", release=release.id,
                 previous=previous.id if previous else None,
             )
-            engines = self.target.engine_names_using_binary()
-            moved, reason = await self._roll(engines, settle, progress)
+            verdict: analysis.Verdict | None = None
+            if plan is None or not engines:
+                moved, reason = await self._roll(engines, settle, progress)
+            else:
+                canaries, rest = engines[:plan.canary], engines[plan.canary:]
+                moved, reason = await self._roll(canaries, settle, progress)
+                if reason is None:
+                    verdict = await self._analyse(canaries, rest, before, plan, progress)
+                    reason = _analysis_refusal(verdict, plan)
+                if reason is None:
+                    more, reason = await self._roll(rest, settle, progress)
+                    moved += more
+            found = None if verdict is None else verdict.as_json()
             if reason is None:
                 self._count("ok")
-                await self._judge(release, "accepted", _healthy(engines, settle), progress)
+                accepted = _healthy(engines, settle) + (
+                    "" if verdict is None else f"; {verdict.summary()}")
+                await self._judge(release, "accepted", accepted, progress, analysis=found)
                 _log.info("swap_done", release=release.id, engines=engines)
                 await self._prune(progress)
                 return SwapOutcome("ok", release.id, previous.id if previous else None, None,
-                                   engines)
+                                   engines, found)
             self._count("rolled_back")
-            await self._judge(release, "rejected", reason, progress)
-            return await self._undo(release, previous, moved, reason, settle, progress)
+            await self._judge(release, "rejected", reason, progress, analysis=found)
+            outcome = await self._undo(release, previous, moved, reason, settle, progress)
+            return dataclasses.replace(outcome, analysis=found)
+
+    async def _analyse(self, canaries: Sequence[str], rest: Sequence[str],
+                       before: analysis.Tally | None, plan: AnalysisPlan,
+                       progress: Progress) -> analysis.Verdict:
+        """Compare the canaries over ``plan.seconds`` with the old engines (``rest``), or
+        with their own window before the swap (``before``); the operator's check runs
+        meanwhile. The verdict is streamed, logged and returned."""
+        self._step(progress, "analysing", canaries=list(canaries),
+                   baseline="self" if before is not None else list(rest), seconds=plan.seconds)
+        check = (None if plan.check is None
+                 else asyncio.ensure_future(self._check(canaries[0], plan)))
+        windows = await self._windows([*canaries, *rest], plan.seconds)
+        check_cause = None if check is None else await check
+        ours = [windows.get(name) for name in canaries]
+        kind: analysis.Baseline
+        if before is not None:
+            baseline, kind = before, "self"
+        else:
+            baseline = analysis.combine(w for n in rest if (w := windows.get(n)) is not None)
+            kind = "peers"
+        missing = [name for name, window in zip(canaries, ours, strict=True) if window is None]
+        verdict = analysis.judge(analysis.combine(w for w in ours if w is not None), baseline,
+                                 plan.criteria, baseline_kind=kind, check=check_cause)
+        if missing:  # a canary that restarted or went silent in the window is no pass
+            verdict = analysis.Verdict(
+                "fail", [f"canary {', '.join(missing)}: restarted or no status during the "
+                         "analysis", *(verdict.reasons if verdict.result == "fail" else [])],
+                verdict.kinds, verdict.canary_failed_jobs, verdict.baseline, verdict.criteria,
+                verdict.check)
+        self._step(progress, "analysis", verdict=verdict.result, summary=verdict.summary(),
+                   analysis=verdict.as_json())
+        return verdict
+
+    async def _check(self, canary: str, plan: AnalysisPlan) -> str:
+        """Run the operator's check against ``canary`` (no shell; ``--analysis`` bounds it)."""
+        assert plan.check is not None
+        env = {**os.environ, CANARY_ENGINE_ENV: canary,
+               CANARY_STATUS_ENV: self.target.engine_status_address(canary) or ""}
+        return await self.target.run_oneshot(plan.check, plan.seconds, env)
+
+    async def _window(self, names: Sequence[str], seconds: float) -> analysis.Tally | None:
+        """The engines' counters grown over ``seconds``, combined; None without any reading."""
+        windows = await self._windows(names, seconds)
+        return analysis.combine(windows.values()) if windows else None
+
+    async def _windows(self, names: Sequence[str],
+                       seconds: float) -> dict[str, analysis.Tally]:
+        """Each engine's counters grown over the same ``seconds``; an engine without two
+        readings (no status, restarted in between, removed) is left out."""
+        first = await asyncio.gather(*(self._tally(n) for n in names))
+        await asyncio.sleep(seconds)
+        last = await asyncio.gather(*(self._tally(n) for n in names))
+        grown = {name: analysis.growth(a, b) for name, a, b in zip(names, first, last, strict=True)
+                 if a is not None and b is not None}
+        return {name: window for name, window in grown.items() if window is not None}
+
+    async def _tally(self, name: str) -> analysis.Tally | None:
+        try:
+            doc, extensions = await self.target.engine_status(name)
+        except KeyError:  # removed by a reload meanwhile
+            return None
+        if doc is None or extensions is None:
+            return None
+        return analysis.tally_of(doc, extensions)
 
     async def rollback(self, *, settle: float = 10.0, progress: Progress = _ignore) -> SwapOutcome:
         """Go back to the last accepted release before the active one and roll the engines.
@@ -325,14 +444,14 @@ class SwapCoordinator:
         return None if failure is None else f"after rollback: {failure}"
 
     async def _judge(self, release: Release, verdict: Verdict, reason: str, progress: Progress,
-                     *, trial: bool = False) -> None:
+                     *, trial: bool = False, analysis: dict[str, Any] | None = None) -> None:
         """Record a verdict; a history that cannot be written is reported, never fatal (the
         engines' state is what it is). ``trial`` first records the release as put on trial
         (a release refused before activation)."""
         try:
             if trial:
                 await asyncio.to_thread(self.store.put_in_service, release, "swap")
-            await asyncio.to_thread(self.store.judge, release, verdict, reason)
+            await asyncio.to_thread(self.store.judge, release, verdict, reason, analysis)
         except (ReleaseError, OSError) as exc:
             _log.error("swap_history_write_failed", release=release.id, error=str(exc))
             self._step(progress, "history_not_saved", release=release.id, reason=str(exc))
@@ -385,6 +504,14 @@ class SwapCoordinator:
     def _step(progress: Progress, step: str, **fields: Any) -> None:
         _log.info("swap_step", step=step, **fields)
         progress({"event": step, **fields})
+
+
+def _analysis_refusal(verdict: analysis.Verdict, plan: AnalysisPlan) -> str | None:
+    """Why the swap cannot go on after the analysis; None to move the rest."""
+    if verdict.result == "pass" or (verdict.result == "inconclusive"
+                                    and plan.on_inconclusive == "proceed"):
+        return None
+    return f"canary {verdict.summary()}"
 
 
 def _healthy(engines: Sequence[str], settle: float) -> str:

@@ -301,7 +301,7 @@ async def test_a_history_that_cannot_be_written_does_not_break_the_swap(
     coord = SwapCoordinator(store, target, keep_releases=3)
     events: list[dict] = []
 
-    def disk_full(release, verdict, reason):
+    def disk_full(release, verdict, reason, analysis=None):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(store, "judge", disk_full)
