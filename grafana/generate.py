@@ -367,6 +367,25 @@ def fleet() -> Json:
                    [Q(agg("instance, result",
                           rate("cuzkd_binary_swaps_total", engine=False, fn="increase")),
                       "{{instance}} {{result}}")], "short", bars=True),
+        timeseries("Work lost to restarts", "Partitions in flight (synthesizing, "
+                   "synth_done or on a GPU) when cuzkd stopped an engine, per rate interval, "
+                   "by reason: operator (cuzkd stop/restart), reload, swap, stall, shutdown. "
+                   "Every stop drains first (the bundled engine finishes its accepted jobs; "
+                   "an engine with a status is stopped at a quiet moment), so this stays at 0 "
+                   "unless a drain timed out, drain = \"none\", or a stall killed the engine. "
+                   "Bad: anything but stall — raise drain_timeout (docs/supervisor.md).",
+                   [Q(agg(f"{BY_ENGINE}, reason",
+                          rate("cuzkd_engine_stop_inflight_partitions_total", fn="increase")),
+                      f"{LEGEND_ENGINE} {{{{reason}}}}", event_only=True)], "short",
+                   bars=True),
+        timeseries("Drains by result", "Stop-sequence drains per rate interval: clean (the "
+                   "engine finished its work, or a quiet moment came) or timeout "
+                   "(drain_timeout elapsed and the stop signal went out with work in flight). "
+                   "Bad: any timeout.",
+                   [Q(agg(f"{BY_ENGINE}, result",
+                          rate("cuzkd_engine_drains_total", fn="increase")),
+                      f"{LEGEND_ENGINE} {{{{result}}}}", event_only=True)], "short",
+                   bars=True),
         timeseries("Engine uptime", "Time since each engine process started. Bad: a saw-tooth "
                    "that keeps returning to zero — the engine restarts.",
                    [Q(agg(BY_ENGINE, f"time() - {sel('cuzkd_engine_start_time_seconds')}",
@@ -402,7 +421,8 @@ def fleet() -> Json:
                       "{{instance}}")], "bytes"),
     ]
     return dashboard("cuzkd-fleet", "cuzkd / Fleet overview",
-                     "Engines up, lifecycle states, restarts, exits and binary swaps per host.",
+                     "Engines up, lifecycle states, restarts, exits, binary swaps and the work "
+                     "restarts lost, per host.",
                      ["fleet"], panels)
 
 

@@ -100,6 +100,8 @@ _SUPERVISOR_METRICS = {
     "cuzkd_engine_cpu_seconds_total": _m("counter", "engine"),
     "cuzkd_engine_release_info": _m("gauge", "engine", "release"),
     "cuzkd_engine_descendants_killed_total": _m("counter", "engine"),
+    "cuzkd_engine_stop_inflight_partitions_total": _m("counter", "engine", "reason"),
+    "cuzkd_engine_drains_total": _m("counter", "engine", "result"),
     "cuzkd_zombies_reaped_total": _m("counter"),
     "cuzkd_binary_swaps_total": _m("counter", "result"),
     "cuzkd_binary_rollbacks_total": _m("counter", "result"),
