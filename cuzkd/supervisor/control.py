@@ -3,9 +3,10 @@
 Everything that changes state lives here, so only the socket's owner (root under systemd) can
 stop or restart engines; the TCP metrics listener is read-only. ``start`` and ``restart``
 answer once the engine is ``running`` (200) or could not get there (409 with the reason);
-``stop`` once it is stopped. Other packages add routes
-(``POST /v1/swap``) through the ``control_routes`` hooks the Supervisor is given. Every error
-is a JSON ``{"error": "..."}`` with a 4xx/5xx status.
+``stop`` once it is stopped. Other packages add routes (``POST /v1/swap``) through the
+``control_routes`` hooks the Supervisor is given. The app acts on a
+:class:`~cuzkd.supervisor.interfaces.ControlTarget` (the engine set), never the daemon. Every
+error is a JSON ``{"error": "..."}`` with a 4xx/5xx status.
 """
 
 from __future__ import annotations
@@ -15,36 +16,32 @@ import socket
 import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 import structlog
 from aiohttp import web
 
 from cuzkd.httperrors import json_errors
-
-if TYPE_CHECKING:
-    from cuzkd.supervisor.daemon import Supervisor
+from cuzkd.supervisor.interfaces import ControlTarget
 
 log = structlog.get_logger("cuzkd.supervisor")
 
 RouteHook = Callable[[web.Application], None]
 
-#: The Supervisor an app serves, for route hooks that need it.
-SUPERVISOR_KEY: web.AppKey[Supervisor] = web.AppKey("supervisor")
 
-
-def build_control_app(supervisor: Supervisor, hooks: Sequence[RouteHook]) -> web.Application:
+def build_control_app(supervisor: ControlTarget, describe: Callable[[], dict[str, Any]],
+                      hooks: Sequence[RouteHook]) -> web.Application:
+    """The control app acting on ``supervisor``; ``describe`` answers ``GET /v1/supervisor``."""
     app = web.Application(middlewares=[json_errors])
-    app[SUPERVISOR_KEY] = supervisor
 
     async def engines(request: web.Request) -> web.Response:
         del request
         return web.json_response({"engines": supervisor.engines_info(),
-                                  "release": supervisor.binaries.coordinator.active_verdict()})
+                                  "release": supervisor.release_verdict()})
 
     async def about(request: web.Request) -> web.Response:
         del request
-        return web.json_response(supervisor.about())
+        return web.json_response(describe())
 
     async def engine(request: web.Request) -> web.Response:
         name = request.match_info["name"]

@@ -103,8 +103,12 @@ class EngineRunner:
         binary_resolver: BinaryResolver,
         on_change: Callable[[], None],
         gpu_view: GpuView | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``clock``: the monotonic clock every deadline is read from; tests run the runner on
+        an event loop with virtual time and pass its ``loop.time``."""
         self.spec = spec
+        self._clock = clock
         self.argv = config.engine_command(spec)
         self.status_address = config.status_address(spec)
         self._socket_path = (
@@ -181,7 +185,7 @@ class EngineRunner:
         return self.machine.pid
 
     def start(self) -> None:
-        self._apply(self.machine.start_requested(time.monotonic()))
+        self._apply(self.machine.start_requested(self._clock()))
 
     async def start_and_wait(self) -> None:
         """Start (if not running) and return once a process was spawned or spawning failed."""
@@ -203,8 +207,8 @@ class EngineRunner:
             self._gate.cancel()
             self._gate = None
             self._log.info("gpu_gate_abandoned", reason="stop requested")
-            self.machine.spawn_abandoned(time.monotonic())
-        self._apply(self.machine.stop_requested(time.monotonic()))
+            self.machine.spawn_abandoned(self._clock())
+        self._apply(self.machine.stop_requested(self._clock()))
 
     async def wait_stopped(self) -> None:
         await self.wait_for(lambda: self.machine.state in (State.STOPPED, State.FAILED))
@@ -214,7 +218,7 @@ class EngineRunner:
         ``swap``: a binary swap's restart (exit cause ``swap`` instead of ``stopped``)."""
         spawns = self._spawns
         self._stop_reason = "swap" if swap else "operator"
-        self._apply(self.machine.restart_requested(time.monotonic(), swap=swap))
+        self._apply(self.machine.restart_requested(self._clock(), swap=swap))
         await self.wait_for(lambda: self._spawns != spawns or self.machine.state is State.FAILED)
 
     def kill_now(self) -> None:
@@ -228,9 +232,9 @@ class EngineRunner:
 
     async def wait_for(self, predicate: Callable[[], bool], within: float | None = None) -> bool:
         """Wait until ``predicate()`` holds after some state change; False on timeout."""
-        deadline = None if within is None else time.monotonic() + within
+        deadline = None if within is None else self._clock() + within
         while not predicate():
-            remaining = None if deadline is None else deadline - time.monotonic()
+            remaining = None if deadline is None else deadline - self._clock()
             if remaining is not None and remaining <= 0:
                 return False
             try:
@@ -284,7 +288,7 @@ class EngineRunner:
         tail, reader = self._stderr_tail, self._stderr_task
         self.last_exit_stderr = list(tail)
         self._exit_count += 1
-        self._apply(self.machine.exited(cause, clean, time.monotonic()))
+        self._apply(self.machine.exited(cause, clean, self._clock()))
         counted = self.machine.last_exit_cause
         self._log.info("engine_exited", pid=proc.pid, cause=counted, process_cause=cause)
         if counted not in INTENT_CAUSES:
@@ -329,7 +333,7 @@ class EngineRunner:
         for t in self.machine.take_transitions():
             self._log.info("engine_state", old=str(t.old), new=str(t.new), reason=t.reason,
                            pid=self.machine.pid, cause=self.machine.last_exit_cause,
-                           restart_delay=_delay(self.machine.next_start_at))
+                           restart_delay=_delay(self.machine.next_start_at, self._clock()))
         self._changed.set()
         self._changed = asyncio.Event()
         self._on_change()
@@ -351,7 +355,7 @@ class EngineRunner:
         if self._process is None:
             return
         seen = self._adopted()
-        now = time.monotonic()
+        now = self._clock()
         if now >= self._next_walk:
             self._next_walk = now + DESCENDANT_WALK
             seen |= {p for p in map(procs.identify, descendants(self._process.pid))
@@ -413,7 +417,7 @@ class EngineRunner:
 
     def _elapsed(self) -> None:
         self._timer = None
-        self._apply(self.machine.backoff_elapsed(time.monotonic()))
+        self._apply(self.machine.backoff_elapsed(self._clock()))
 
     async def _spawn_when_gpus_ready(self, view: GpuView) -> None:
         """Spawn once the pinned GPUs hold nothing of the previous process and have
@@ -432,7 +436,7 @@ class EngineRunner:
 
     def _spawn(self) -> list[Action]:
         """Spawn the process; what the lifecycle wants next if that failed."""
-        now = time.monotonic()
+        now = self._clock()
         try:
             argv = self._resolve_argv()
             if self._socket_path is not None:
@@ -509,7 +513,7 @@ class EngineRunner:
         the engine to drain and waits for it to exit; ``quiet`` waits for a status with no
         partition synthesizing or on a GPU. Counted in ``drains`` as clean or timeout."""
         mode, timeout = self.spec.drain_mode, self.spec.drain_timeout
-        started = time.monotonic()
+        started = self._clock()
         self._log.info("engine_drain", pid=proc.pid, mode=mode, timeout=timeout)
         if mode == "http":
             assert self.status_address is not None  # config: http needs the engine's address
@@ -522,7 +526,7 @@ class EngineRunner:
         self.drains[result] += 1
         (self._log.info if clean else self._log.warning)(
             "engine_drained", pid=proc.pid, mode=mode, result=result,
-            seconds=round(time.monotonic() - started, 3))
+            seconds=round(self._clock() - started, 3))
 
     async def _drained(self, quiet: bool, exited: asyncio.Event, deadline: float) -> bool:
         """Poll the status until the drain is over: the process exited by itself, or (``quiet``)
@@ -533,7 +537,7 @@ class EngineRunner:
                 doc = self.status.latest()
                 if doc is not None and is_quiet(doc):
                     return True
-            remaining = deadline - time.monotonic()
+            remaining = deadline - self._clock()
             if remaining <= 0:
                 return False
             with contextlib.suppress(TimeoutError):
@@ -559,7 +563,7 @@ class EngineRunner:
     async def _health_loop(self) -> None:
         if self.status is None:
             await asyncio.sleep(min(PROCESS_SETTLE, self.spec.start_timeout))
-            self.machine.settled(time.monotonic())
+            self.machine.settled(self._clock())
             self._apply([])
             while self.machine.state in (State.STARTING, State.RUNNING):  # no status to poll
                 self._note_descendants()
@@ -572,7 +576,7 @@ class EngineRunner:
             ok = await self.status.poll()
             self._note_descendants()
             error = None if ok else self.status.last_error
-            now = time.monotonic()
+            now = self._clock()
             if error is not None and not self._failure_expected(now):
                 # polled every 100 ms while starting: one line per 10 s per kind of error
                 self._limited.log(self._log, "warning", "engine_status_failed",
@@ -641,7 +645,8 @@ class EngineRunner:
             "restarts": m.restarts,
             "last_exit_cause": m.last_exit_cause,
             "exits": dict(m.exits),
-            "next_restart_at": _wall(m.next_start_at) if m.state is State.BACKOFF else None,
+            "next_restart_at": (_wall(m.next_start_at, self._clock())
+                                if m.state is State.BACKOFF else None),
             "last_error": m.last_error,
             "waiting_for_gpu": self._gate is not None,
             "stalled": self.stall.stalled,
@@ -677,10 +682,10 @@ class EngineRunner:
         )
 
 
-def _delay(at: float | None) -> float | None:
-    return None if at is None else max(0.0, at - time.monotonic())
+def _delay(at: float | None, now: float) -> float | None:
+    return None if at is None else max(0.0, at - now)
 
 
-def _wall(at: float | None) -> float | None:
+def _wall(at: float | None, now: float) -> float | None:
     """Unix time of a monotonic instant."""
-    return None if at is None else time.time() + (at - time.monotonic())
+    return None if at is None else time.time() + (at - now)

@@ -8,18 +8,14 @@ document; ``/metrics`` is the exporter's handler.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from aiohttp import web
 
 from cuzkd.httperrors import json_errors
 from cuzkd.metrics.http import make_metrics_handler
-
-if TYPE_CHECKING:
-    from cuzkd.supervisor.daemon import Supervisor
+from cuzkd.supervisor.interfaces import StatusView
 
 
-def build_metrics_app(supervisor: Supervisor) -> web.Application:
+def build_metrics_app(supervisor: StatusView) -> web.Application:
     app = web.Application(middlewares=[json_errors])
 
     async def healthz(request: web.Request) -> web.Response:

@@ -100,7 +100,7 @@ def test_control_routes_hooks_extend_the_app() -> None:
         app.router.add_post("/v1/swap", swap)
 
     fake: Any = object()
-    app = build_control_app(fake, [hook])
+    app = build_control_app(fake, dict, [hook])
     assert seen == [app]
     assert any(r.resource is not None and r.resource.canonical == "/v1/swap"
                for r in app.router.routes())
@@ -168,7 +168,7 @@ def test_a_failed_stop_answers_409_and_the_cli_exits_1(tmp_path: Path) -> None:
             return {"name": name, "state": "stopping", "pid": 42}
 
     async def serve_and_stop() -> subprocess.CompletedProcess[str]:
-        runner = web.AppRunner(build_control_app(StuckSupervisor(), []))  # type: ignore[arg-type]
+        runner = web.AppRunner(build_control_app(StuckSupervisor(), dict, []))  # type: ignore[arg-type]
         await runner.setup()
         sock = tmp_path / "control.sock"
         await web.UnixSite(runner, str(sock)).start()
@@ -193,7 +193,7 @@ def test_protocol_errors_on_the_control_socket_are_json(tmp_path: Path) -> None:
     """A request line longer than aiohttp's limit never reaches a middleware; still JSON."""
 
     async def exchange() -> bytes:
-        runner = JsonErrorsRunner(build_control_app(object(), []))  # type: ignore[arg-type]
+        runner = JsonErrorsRunner(build_control_app(object(), dict, []))  # type: ignore[arg-type]
         await runner.setup()
         sock = tmp_path / "control.sock"
         await web.UnixSite(runner, str(sock)).start()

@@ -147,7 +147,7 @@ def runner_for(sup: Supervisor, tmp_path: Path, name: str = "e", **keys: Any) ->
            "engine": [fake_engine(tmp_path, name, gpus=["0"], health_interval="100ms",
                                   backoff_initial="50ms", **keys)]}
     [spec] = parse_config(raw, "test").engine
-    return sup._add_runner(spec)
+    return sup.engines.add(spec)
 
 
 def gpus_of(sup: Supervisor) -> FakeGpus:

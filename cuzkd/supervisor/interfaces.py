@@ -1,0 +1,44 @@
+"""What the supervisor's HTTP faces need from it, as small protocols.
+
+The control API (:mod:`.control`) acts on a :class:`ControlTarget`; the read-only listener
+(:mod:`.web`) shows a :class:`StatusView`; a binary swap restarts engines through
+:class:`cuzkd.swap.rolling.SwapTarget`. The engine set and the composition root implement them;
+no module needs the daemon to be typed, so tests serve these faces from small stand-ins.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from cuzkd.metrics.sample import SupervisorSample
+
+
+class ControlTarget(Protocol):
+    """The engines as the control API sees them (implemented by the engine set)."""
+
+    @property
+    def stopping(self) -> bool: ...
+
+    def has_engine(self, name: str) -> bool: ...
+
+    def engines_info(self) -> list[dict[str, Any]]: ...
+
+    def engine_info(self, name: str) -> dict[str, Any]: ...
+
+    def release_verdict(self) -> dict[str, Any]: ...
+
+    async def restart_engine(self, name: str, *, swap: bool = False) -> None: ...
+
+    async def start_engine(self, name: str) -> None: ...
+
+    async def stop_engine(self, name: str) -> str | None: ...
+
+    async def wait_running(self, name: str) -> str | None: ...
+
+
+class StatusView(Protocol):
+    """The supervisor as ``/metrics`` and ``/status`` show it."""
+
+    async def sample(self, max_age: float = 1.0) -> SupervisorSample: ...
+
+    async def status_document(self) -> dict[str, Any]: ...

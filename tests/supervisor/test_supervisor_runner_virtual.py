@@ -1,0 +1,224 @@
+"""EngineRunner and the engine set in-process, on virtual time, with stand-in engines.
+
+Every test here runs a runner through minutes of supervision in milliseconds: the loop's clock
+is virtual (``sv_virtual.run_virtual``), the processes are stand-ins spawned through the real
+child table, and their exits reach the runner through the table's ``dispatch`` as from the
+reaper. Waits are on state transitions (a spawn, a lifecycle state), never on time since spawn.
+What only real processes show (signals, reaping, process groups, PDEATHSIG) stays in the
+end-to-end tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import signal
+from pathlib import Path
+from typing import Any
+
+import structlog
+from sv_virtual import (
+    Script,
+    StandIn,
+    StandInEngines,
+    exited,
+    no_such_file,
+    run_virtual,
+    too_many_files,
+)
+
+from cuzkd.config import Config, parse_config
+from cuzkd.supervisor.engines import EngineSet, plan
+from cuzkd.supervisor.lifecycle import State
+from cuzkd.supervisor.runner import EngineRunner
+
+
+def config_of(tmp_path: Path, *engines: dict[str, Any]) -> Config:
+    raw = {"supervisor": {"state_dir": str(tmp_path / "state")},
+           "engine": [{"command": ["stand-in"], **keys} for keys in engines]}
+    return parse_config(raw, "test")
+
+
+def runner_of(tmp_path: Path, engines: StandInEngines, **keys: Any) -> EngineRunner:
+    config = config_of(tmp_path, {"name": "e", **keys})
+    return EngineRunner(config.engine[0], config, children=engines.table,
+                        binary_resolver=lambda: "unused", on_change=lambda: None,
+                        clock=asyncio.get_running_loop().time)
+
+
+async def in_state(runner: EngineRunner, state: State) -> None:
+    assert await runner.wait_for(lambda: runner.machine.state is state)
+
+
+async def finish(runner: EngineRunner) -> None:
+    await runner.stop()
+    await runner.close()
+
+
+def restart_gaps(spawned: list[StandIn]) -> list[float]:
+    """Seconds from each stand-in's exit (it ran its script) to the next spawn."""
+    return [round(b.spawned_at - (a.spawned_at + (a.script.runs_for or 0)), 6)
+            for a, b in itertools.pairwise(spawned)]
+
+
+CRASH = Script(runs_for=5, status=exited(1))
+BACKOFF = {"backoff_initial": "2s", "backoff_max": "60s", "backoff_multiplier": 2,
+           "backoff_reset_after": "60s", "restart": "always"}
+
+
+def test_first_crash_after_a_healthy_run_restarts_at_once_then_backoff_grows(
+        tmp_path: Path) -> None:
+    async def main() -> list[StandIn]:
+        engines = StandInEngines(CRASH)
+        runner = runner_of(tmp_path, engines, **BACKOFF)
+        runner.start()
+        while len(engines.spawned) < 5:
+            await engines.next_spawn()
+        assert runner.machine.exits["exit_1"] == 4 and runner.machine.restarts == 4
+        await finish(runner)
+        return engines.spawned
+
+    gaps = restart_gaps(run_virtual(main))
+    assert gaps[0] == 0  # the first crash after settling (healthy) restarts immediately
+    for gap, base in zip(gaps[1:], (2, 4, 8), strict=True):
+        assert base * 0.8 <= gap <= base  # jitter only shortens a delay, by at most 20 %
+
+
+def test_a_run_of_reset_after_resets_the_backoff(tmp_path: Path) -> None:
+    long_run = Script(runs_for=120, status=exited(1))
+
+    async def main() -> list[StandIn]:
+        engines = StandInEngines(CRASH, CRASH, CRASH, long_run, CRASH)
+        runner = runner_of(tmp_path, engines, **BACKOFF)
+        runner.start()
+        while len(engines.spawned) < 5:
+            await engines.next_spawn()
+        await finish(runner)
+        return engines.spawned
+
+    gaps = restart_gaps(run_virtual(main))
+    assert gaps[0] == 0 and gaps[1] > 0 and gaps[2] > gaps[1]
+    assert gaps[3] == 0  # 120 s of healthy running >= backoff_reset_after: immediate again
+
+
+def test_stop_escalates_from_the_stop_signal_to_sigkill_after_stop_timeout(
+        tmp_path: Path) -> None:
+    async def main() -> tuple[StandIn, float, EngineRunner]:
+        engines = StandInEngines(Script(ignores_stop=True))
+        runner = runner_of(tmp_path, engines, stop_timeout="10s", stop_signal="SIGINT")
+        runner.start()
+        await in_state(runner, State.RUNNING)
+        asked = asyncio.get_running_loop().time()
+        await runner.stop()
+        await runner.close()
+        return engines.spawned[0], asked, runner
+
+    proc, asked, runner = run_virtual(main)
+    assert proc.signals == [(asked, signal.SIGINT), (asked + 10, signal.SIGKILL)]
+    assert runner.machine.state is State.STOPPED and runner.machine.restarts == 0
+
+
+def test_an_engine_that_ends_on_the_stop_signal_gets_no_sigkill(tmp_path: Path) -> None:
+    async def main() -> StandIn:
+        engines = StandInEngines(Script())
+        runner = runner_of(tmp_path, engines, stop_timeout="10s")
+        runner.start()
+        await in_state(runner, State.RUNNING)
+        await finish(runner)
+        return engines.spawned[0]
+
+    proc = run_virtual(main)
+    assert [signum for _, signum in proc.signals] == [signal.SIGTERM]
+
+
+def test_silent_status_kills_after_start_timeout_and_restarts_with_backoff(
+        tmp_path: Path) -> None:
+    """A status that never answers (nothing listens on its socket): the engine is stopped
+    start_timeout after its spawn and counted; restarted at once the first time (no failure
+    yet), after backoff_initial the second."""
+    silent = f"unix:{tmp_path}/nobody-listens.sock"
+
+    async def main() -> tuple[list[StandIn], EngineRunner]:
+        engines = StandInEngines(Script())
+        runner = runner_of(tmp_path, engines, status_url=silent, start_timeout="30s",
+                           drain="none", stop_timeout="5s", backoff_initial="3s",
+                           backoff_max="3s", restart="always")
+        with structlog.testing.capture_logs():
+            runner.start()
+            await engines.next_spawn()
+            await engines.next_spawn()
+            await finish(runner)
+        return engines.spawned, runner
+
+    spawned, runner = run_virtual(main)
+    kills = [proc.signals[0] for proc in spawned[:2]]
+    assert [signum for _, signum in kills] == [signal.SIGTERM, signal.SIGTERM]
+    for proc, (killed_at, _) in zip(spawned, kills, strict=False):
+        assert 30 <= killed_at - proc.spawned_at <= 30.2  # polled every 100 ms while starting
+    assert spawned[1].spawned_at == kills[0][0]
+    assert 3 * 0.8 <= spawned[2].spawned_at - kills[1][0] <= 3
+    assert runner.machine.exits["start_timeout"] == 2
+
+
+def test_a_spawn_that_cannot_succeed_fails_and_a_transient_one_is_retried(
+        tmp_path: Path) -> None:
+    async def main() -> tuple[EngineRunner, EngineRunner, list[float]]:
+        missing = StandInEngines()
+        missing.failures.append(no_such_file())
+        fails = runner_of(tmp_path, missing)
+        fails.start()
+        await in_state(fails, State.FAILED)
+        await fails.close()
+
+        # Descriptors short for a moment: retried at once (the first failure), then after
+        # backoff_initial, and the third try spawns.
+        short = StandInEngines(Script())
+        short.failures += [too_many_files(), too_many_files()]
+        retried = runner_of(tmp_path, short, backoff_initial="1s")
+        started = asyncio.get_running_loop().time()
+        retried.start()
+        assert retried.machine.state is State.BACKOFF and not short.failures
+        await short.next_spawn()
+        await in_state(retried, State.RUNNING)
+        await finish(retried)
+        return fails, retried, [started, *(p.spawned_at for p in short.spawned)]
+
+    fails, retried, (started, spawned_at) = run_virtual(main)
+    assert "No such file" in str(fails.machine.last_error) and not fails.machine.restarts
+    assert 0.8 <= spawned_at - started <= 1 and retried.machine.state is State.STOPPED
+
+
+def test_reload_restarts_a_changed_running_engine_and_keeps_the_others(tmp_path: Path) -> None:
+    async def main() -> tuple[StandInEngines, Any]:
+        engines = StandInEngines(Script())
+        before = config_of(tmp_path, {"name": "a"}, {"name": "b"})
+        after = config_of(tmp_path, {"name": "a", "command": ["stand-in", "--new"]}, {"name": "b"},
+                          {"name": "c"})
+        group = EngineSet(before, engines.table)
+        group.start_all()
+        await asyncio.gather(*(in_state(group.runner(n), State.RUNNING) for n in ("a", "b")))
+        todo = await group.apply(after)
+        await asyncio.gather(*(in_state(group.runner(n), State.RUNNING) for n in ("a", "c")))
+        assert group.names() == ["a", "b", "c"]
+        await group.stop_all(30)
+        await group.close()
+        return engines, todo
+
+    engines, todo = run_virtual(main)
+    assert (todo.stop, todo.keep, todo.start, todo.change) == ([], ["b"], ["c"], ["a"])
+    old_a, b, new_a, c = engines.spawned
+    assert [s for _, s in old_a.signals] == [signal.SIGTERM] and not old_a.alive
+    assert new_a.argv == ["stand-in", "--new"] and c.env["CUZKD_ENGINE"] == "c"
+    assert [s for _, s in b.signals] == [signal.SIGTERM]  # only by stop_all at the end
+
+
+def test_plan_sorts_every_engine_into_one_bucket(tmp_path: Path) -> None:
+    old = config_of(tmp_path, {"name": "gone"}, {"name": "same"}, {"name": "edited"})
+    new = config_of(tmp_path, {"name": "edited", "stop_timeout": "3s"}, {"name": "added"},
+                    {"name": "same"})
+    todo = plan({s.name: s for s in old.engine}, new.engine)
+    assert todo.stop == ["gone"] and todo.keep == ["same"]
+    assert todo.start == ["added"] and todo.change == ["edited"]
+    assert plan({}, []) == plan({}, [])  # nothing to do is a plan too
+    unchanged = plan({s.name: s for s in old.engine}, old.engine)
+    assert unchanged.keep == ["gone", "same", "edited"] and not unchanged.change
