@@ -58,7 +58,6 @@ from cuzkd.status.document import encode_status
 from cuzkd.status.tracker import StatusTracker
 
 KINDS = ("porep", "snap", "wpost", "winning")
-EXTRA = os.environ.get("BENCH_EXTRA", "").replace("|", "\n")
 
 
 def busy_document(jobs: int, partitions: int, workers: int, plain: bool,
@@ -244,7 +243,7 @@ def supervisor_config(tmp: Path, document: Path, engines: int, piece: int) -> Pa
         command = [sys.executable, __file__, "--serve-document", str(document),
                    "--socket", str(sock), "--piece", str(piece)]
         lines.append(f'[[engine]]\nname = "e{e}"\ncommand = {json.dumps(command)}\n'
-                     f'status_url = "unix:{sock}"\n{EXTRA}')
+                     f'status_url = "unix:{sock}"\n')
     path = tmp / "cuzkd.toml"
     path.write_text("\n".join(lines))
     return path
