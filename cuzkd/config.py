@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from cuzkd import validation
 from cuzkd.logs import LogFormat
 from cuzkd.units import parse_duration, parse_listen, parse_size
 
@@ -314,29 +315,11 @@ def _duration_hook(typ: type, obj: Any) -> Any:
     raise NotImplementedError
 
 
-_PATH_RE = re.compile(r"^(?P<msg>.*) - at `\$\.?(?P<path>[^`]*)`$", re.DOTALL)
-_UNKNOWN_RE = re.compile(r"^Object contains unknown field `(?P<field>[^`]*)`$")
-
-
 def _convert(data: Any, typ: type[_T], where: str, prefix: str) -> _T:
     try:
         return msgspec.convert(data, typ, dec_hook=_duration_hook)
     except msgspec.ValidationError as exc:
-        raise ConfigError(_format_validation(str(exc), where, prefix)) from None
-
-
-def _format_validation(text: str, where: str, prefix: str) -> str:
-    """``Expected `int`, got `str` - at `$.engine[1].x``` → ``FILE: key `engine[1].x`: ...``."""
-    match = _PATH_RE.match(text)
-    msg, path = (match.group("msg"), match.group("path")) if match else (text, "")
-    unknown = _UNKNOWN_RE.match(msg)
-    if unknown:
-        path = f"{path}.{unknown.group('field')}" if path else unknown.group("field")
-        msg = "unknown key"
-    if prefix:
-        path = f"{prefix}.{path}" if path else prefix
-    msg = msg.replace("`", "")
-    return f"{where}: key `{path}`: {msg}" if path else f"{where}: {msg}"
+        raise ConfigError(validation.describe(exc, where, prefix)) from None
 
 
 def _check(config: Config, where: str) -> None:

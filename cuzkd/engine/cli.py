@@ -29,8 +29,8 @@ from cuzkd.engine import prover
 from cuzkd.engine.backend import BackendError, select_backend
 from cuzkd.engine.budget import MemoryBudget
 from cuzkd.engine.config import (
-    ConfigError,
-    EngineConfig,
+    ProverConfig,
+    ProverConfigError,
     default_config,
     demo_config,
     load_config,
@@ -42,12 +42,12 @@ from cuzkd.engine.server import (
     ListenError,
     build_app,
     check_listen,
-    remove_stale_socket,
     start_site,
 )
 from cuzkd.httperrors import JsonErrorsRunner
 from cuzkd.logs import configure_logging
 from cuzkd.status.tracker import StatusTracker
+from cuzkd.unixsock import remove_stale_socket
 
 EX_CONFIG = 78
 _log = structlog.get_logger("cuzkd.engine")
@@ -65,7 +65,7 @@ def run_engine(args: argparse.Namespace) -> int:
             config = dataclasses.replace(config, test_slowdown=args.test_slowdown,
                                          test_failure_rate=args.test_failure_rate)
         return asyncio.run(serve(config, args.listen))
-    except ConfigError as exc:
+    except ProverConfigError as exc:
         print(f"cuzkd engine: config error: {exc}", file=sys.stderr)
         return EX_CONFIG
     except BackendError as exc:
@@ -76,7 +76,7 @@ def run_engine(args: argparse.Namespace) -> int:
         return exc.exit_code
 
 
-async def serve(config: EngineConfig, listen: str) -> int:
+async def serve(config: ProverConfig, listen: str) -> int:
     """Run the engine until a signal, then drain. Returns the exit code."""
     return_large_frees()  # resident memory follows the budget (see engine/heap.py)
     backend = select_backend(config.backend, config.devices)

@@ -1,7 +1,7 @@
 """The engine's TOML configuration, validated with msgspec.
 
 Unknown keys are rejected (a misspelt key silently ignored is a budget silently wrong). Every
-error is a :class:`ConfigError` naming the file and the key; the CLI turns it into exit 78
+error is a :class:`ProverConfigError` naming the file and the key; the CLI turns it into exit 78
 (EX_CONFIG). Without ``--config`` the defaults apply, which is what the supervisor and CI use.
 
 Example::
@@ -21,7 +21,6 @@ Example::
 from __future__ import annotations
 
 import os
-import re
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from cuzkd import validation
 from cuzkd.engine.memlimit import usable_memory_bytes
 from cuzkd.status.document import PARTITIONS as PARTITIONS
 from cuzkd.units import parse_duration, parse_size
@@ -65,7 +65,7 @@ class _RawConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 
 
 @dataclass(frozen=True)
-class EngineConfig:
+class ProverConfig:
     """Resolved configuration: sizes in bytes, durations in seconds."""
 
     memory_budget_bytes: int
@@ -86,27 +86,15 @@ class EngineConfig:
         return value
 
 
-class ConfigError(ValueError):
+class ProverConfigError(ValueError):
     """Invalid configuration; the message names the file and the key."""
 
 
-_PATH_RE = re.compile(r" - at `\$\.?(?P<key>[^`]*)`$")
-
-
-def _msgspec_message(exc: msgspec.DecodeError) -> tuple[str, str]:
-    """Split msgspec's "... - at `$.sizes.snap`" into (key, message)."""
-    text = str(exc)
-    match = _PATH_RE.search(text)
-    if match is None:
-        return "", text
-    return match.group("key"), text[: match.start()]
-
-
 def resolve(raw: _RawConfig, source: str, *,
-            usable_memory: Callable[[], int] = usable_memory_bytes) -> EngineConfig:
+            usable_memory: Callable[[], int] = usable_memory_bytes) -> ProverConfig:
     """Sizes and durations resolved; ``usable_memory`` gives what "auto" budgets from."""
-    def fail(key: str, message: str) -> ConfigError:
-        return ConfigError(f"{source}: key '{key}': {message}")
+    def fail(key: str, message: str) -> ProverConfigError:
+        return ProverConfigError(validation.key_error(source, key, message))
 
     try:
         margin = parse_size(raw.safety_margin)
@@ -129,7 +117,7 @@ def resolve(raw: _RawConfig, source: str, *,
         grace = parse_duration(raw.drain_timeout)
     except ValueError as exc:
         raise fail("drain_timeout", str(exc)) from exc
-    return EngineConfig(
+    return ProverConfig(
         memory_budget_bytes=budget,
         workers_per_gpu=raw.workers_per_gpu,
         devices=tuple(raw.devices),
@@ -141,7 +129,7 @@ def resolve(raw: _RawConfig, source: str, *,
     )
 
 
-def default_config() -> EngineConfig:
+def default_config() -> ProverConfig:
     return resolve(_RawConfig(), "<defaults>")
 
 
@@ -153,27 +141,24 @@ DEMO_MEMORY_BUDGET = "32MiB"
 DEMO_SYNTHESIS_ROUNDS = 150
 
 
-def demo_config() -> EngineConfig:
+def demo_config() -> ProverConfig:
     return resolve(_RawConfig(memory_budget=DEMO_MEMORY_BUDGET,
                               synthesis_rounds=DEMO_SYNTHESIS_ROUNDS), "<demo>")
 
 
-def load_config(path: Path) -> EngineConfig:
-    """Read and validate ``path``; :class:`ConfigError` names the file and the bad key."""
+def load_config(path: Path) -> ProverConfig:
+    """Read and validate ``path``; :class:`ProverConfigError` names the file and the bad key."""
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+        raise ProverConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text (offset {exc.start}); TOML files must be "
+        raise ProverConfigError(f"{path}: not UTF-8 text (offset {exc.start}); TOML files must be "
                           "UTF-8") from exc
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+        raise ProverConfigError(f"{path}: not valid TOML: {exc}") from exc
     try:
         raw = msgspec.convert(data, _RawConfig)
     except msgspec.ValidationError as exc:
-        key, message = _msgspec_message(exc)
-        if key:
-            raise ConfigError(f"{path}: key '{key}': {message}") from exc
-        raise ConfigError(f"{path}: {message}") from exc
+        raise ProverConfigError(validation.describe(exc, str(path))) from exc
     return resolve(raw, str(path))

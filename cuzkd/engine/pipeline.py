@@ -42,7 +42,7 @@ import structlog
 from cuzkd.engine import prover
 from cuzkd.engine.backend import Backend
 from cuzkd.engine.budget import BudgetExceededError, MemoryBudget
-from cuzkd.engine.config import MAX_SIZE_LOG2, MIN_SIZE_LOG2, PARTITIONS, EngineConfig
+from cuzkd.engine.config import MAX_SIZE_LOG2, MIN_SIZE_LOG2, PARTITIONS, ProverConfig
 from cuzkd.engine.ntt import NttPlan
 from cuzkd.status.document import Allocation
 from cuzkd.status.tracker import StatusTracker
@@ -53,7 +53,7 @@ JobState = Literal["queued", "running", "done", "failed"]
 MAX_PARTITIONS = 1024
 #: The error of a job still open when a drain ended (its deadline, or a stop signal).
 DRAIN_TIMEOUT = "drain timeout"
-#: The error of the partition a test-only failure rate fails (EngineConfig.test_failure_rate).
+#: The error of the partition a test-only failure rate fails (ProverConfig.test_failure_rate).
 INJECTED_FAILURE = "injected failure (test-only failure rate)"
 _T = TypeVar("_T")
 
@@ -112,7 +112,7 @@ class Engine:
     """The reference engine's pipeline. Create, :meth:`start`, :meth:`submit` jobs,
     :meth:`drain`, :meth:`close` -- all on one event loop."""
 
-    def __init__(self, config: EngineConfig, backend: Backend, tracker: StatusTracker,
+    def __init__(self, config: ProverConfig, backend: Backend, tracker: StatusTracker,
                  budget: MemoryBudget, *, clock: Callable[[], float] = time.monotonic,
                  retain_jobs: int = 1000) -> None:
         self.config = config

@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import errno
 import math
-import os
 import socket
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +21,7 @@ from cuzkd.engine.pipeline import Engine, EngineDrainingError, Job, JobRequestEr
 from cuzkd.httperrors import error_response, json_errors
 from cuzkd.status.document import encode_status
 from cuzkd.units import ListenAddress, parse_listen
+from cuzkd.unixsock import bind_private_socket
 
 ENGINE_KEY = web.AppKey("engine", Engine)
 #: Largest accepted request body; a job request is a few dozen bytes.
@@ -151,23 +149,6 @@ def build_app(engine: Engine) -> web.Application:
     return app
 
 
-@contextmanager
-def _umask(mask: int) -> Iterator[None]:
-    old = os.umask(mask)
-    try:
-        yield
-    finally:
-        os.umask(old)
-
-
-def remove_stale_socket(path: Path) -> None:
-    """Remove a socket file left by a previous run; refuse to replace anything else."""
-    if path.is_socket():
-        path.unlink()
-    elif path.exists():
-        raise OSError(f"{path} exists and is not a socket; refusing to replace it")
-
-
 class ListenError(Exception):
     """``--listen`` cannot be served; ``exit_code`` is 64 (bad address) or 69 (unusable)."""
 
@@ -194,8 +175,8 @@ def check_listen(listen: str) -> ListenAddress:
 async def start_site(runner: web.AppRunner, listen: str) -> str:
     """Bind ``HOST:PORT`` or ``unix:PATH`` and return the bound address (port 0 resolved).
 
-    A stale socket file is removed first; the socket is created mode 0600 (umask while
-    binding rather than chmod after, so it is never reachable by others even briefly). Every
+    A stale socket file is removed first; the socket is 0600 before it listens
+    (:func:`cuzkd.unixsock.bind_private_socket`). Every
     way of failing is one :class:`ListenError` naming the address and the problem.
     """
     address = check_listen(listen)
@@ -203,10 +184,8 @@ async def start_site(runner: web.AppRunner, listen: str) -> str:
     try:
         if address.is_unix:
             path = Path(address.path)
-            remove_stale_socket(path)
-            site = web.UnixSite(runner, str(path))
-            with _umask(0o177):  # bind creates the file 0777 & ~umask = 0600
-                await site.start()
+            site = web.SockSite(runner, bind_private_socket(path))
+            await site.start()
             return f"unix:{path}"
         site = web.TCPSite(runner, address.host, address.port)
         await site.start()

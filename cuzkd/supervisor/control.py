@@ -11,11 +11,7 @@ error is a JSON ``{"error": "..."}`` with a 4xx/5xx status.
 
 from __future__ import annotations
 
-import os
-import socket
-import stat
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import structlog
@@ -82,28 +78,3 @@ def build_control_app(supervisor: ControlTarget, describe: Callable[[], dict[str
     for hook in hooks:
         hook(app)
     return app
-
-
-def bind_control_socket(path: Path) -> socket.socket:
-    """Bind a 0600 listening Unix socket at ``path``, replacing a stale one.
-
-    The mode is set before ``listen()``, so there is no moment a client could connect to a
-    socket with looser permissions. The caller holds the control socket's lock
-    (:class:`~cuzkd.supervisor.statedir.ControlSocketLock`), so an existing socket belongs to a
-    previous, dead supervisor.
-    """
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    try:
-        if stat.S_ISSOCK(path.lstat().st_mode):
-            path.unlink()
-    except FileNotFoundError:
-        pass
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.bind(os.fspath(path))
-        path.chmod(0o600)
-        sock.listen(64)
-    except OSError:
-        sock.close()
-        raise
-    return sock

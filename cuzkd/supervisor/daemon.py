@@ -35,7 +35,7 @@ from cuzkd.ratelimit import LimitedLog, errno_name
 from cuzkd.supervisor import demo, errorlog
 from cuzkd.supervisor.children import ChildTable
 from cuzkd.supervisor.configread import OffLoopReader
-from cuzkd.supervisor.control import RouteHook, bind_control_socket, build_control_app
+from cuzkd.supervisor.control import RouteHook, build_control_app
 from cuzkd.supervisor.engines import EngineSet
 from cuzkd.supervisor.listener import IDLE_TIMEOUT, GatedListener, connection_limit
 from cuzkd.supervisor.notify import Notifier
@@ -45,6 +45,7 @@ from cuzkd.supervisor.statedir import ControlSocketLock, StateDirBusy, StateDirL
 from cuzkd.supervisor.tasks import TaskSet
 from cuzkd.supervisor.web import build_metrics_app
 from cuzkd.units import parse_listen
+from cuzkd.unixsock import bind_private_socket
 
 log = structlog.get_logger("cuzkd.supervisor")
 
@@ -164,7 +165,7 @@ class Supervisor:
             await runner.setup()
             self._web_runners.append(runner)
         try:
-            sock = bind_control_socket(self.config.control_socket)
+            sock = bind_private_socket(self.config.control_socket, make_parent=True)
         except OSError as exc:
             raise StartupError(f"cannot bind control socket {self.config.control_socket}: "
                                f"{exc.strerror}") from None

@@ -28,6 +28,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from cuzkd import validation
+
 Verdict = Literal["pending", "accepted", "rejected"]
 #: How a release came to be put into service.
 Origin = Literal["swap", "initial_binary", "recovered"]
@@ -164,4 +166,6 @@ def decode(data: bytes) -> list[Record]:
     try:
         return msgspec.convert(raw, _Document).records
     except msgspec.ValidationError as exc:
-        raise HistoryError(f"not a release history ({exc})") from None
+        key, message = validation.key_and_message(exc)
+        raise HistoryError(f"not a release history (key `{key}`: {message})" if key
+                           else f"not a release history ({message})") from None

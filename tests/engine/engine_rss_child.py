@@ -21,7 +21,7 @@ import time
 from cuzkd.engine import prover
 from cuzkd.engine.backend import select_backend
 from cuzkd.engine.budget import MemoryBudget
-from cuzkd.engine.config import EngineConfig
+from cuzkd.engine.config import ProverConfig
 from cuzkd.engine.heap import return_large_frees
 from cuzkd.engine.pipeline import Engine
 from cuzkd.status.tracker import StatusTracker
@@ -34,7 +34,7 @@ def resident_bytes() -> int:
 
 async def main(budget_bytes: int, log_n: int, partitions: int) -> dict[str, object]:
     return_large_frees()  # as `cuzkd engine` does at start
-    config = EngineConfig(memory_budget_bytes=budget_bytes, workers_per_gpu=2,
+    config = ProverConfig(memory_budget_bytes=budget_bytes, workers_per_gpu=2,
                           synthesis_threads=2, backend="numpy")
     budget = MemoryBudget(budget_bytes, nominal_request=sum(prover.partition_bytes(log_n)))
     engine = Engine(config, select_backend("numpy"), StatusTracker(budget=budget), budget)

@@ -9,8 +9,10 @@ from pathlib import Path
 import psutil
 import pytest
 
+from cuzkd.config import ConfigError
+from cuzkd.config import load_config as load_supervisor_config
 from cuzkd.engine.config import (
-    ConfigError,
+    ProverConfigError,
     _RawConfig,
     default_config,
     demo_config,
@@ -70,7 +72,7 @@ snap = 10
 ])
 def test_errors_name_file_and_key(tmp_path: Path, text: str, key: str) -> None:
     path = write(tmp_path, text)
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(ProverConfigError) as info:
         load_config(path)
     assert str(path) in str(info.value)
     assert key in str(info.value)
@@ -144,6 +146,20 @@ def test_auto_budget_respects_the_cgroup_limit(tmp_path: Path) -> None:
     assert usable == min(8 * 2**30, psutil.virtual_memory().total)
     config = resolve(_RawConfig(safety_margin="1GiB"), "t.toml", usable_memory=lambda: usable)
     assert config.memory_budget_bytes == usable - 2**30
-    with pytest.raises(ConfigError, match="cgroup"):
+    with pytest.raises(ProverConfigError, match="cgroup"):
         resolve(_RawConfig(safety_margin="9GiB"), "t.toml",
                 usable_memory=lambda: 8 * 2**30)
+
+
+def test_engine_and_supervisor_configs_word_a_bad_key_alike(tmp_path: Path) -> None:
+    """One formatting of msgspec's errors (cuzkd/validation.py) for both config files."""
+    engine = tmp_path / "engine.toml"
+    engine.write_text("[sizes]\nsnap = 'big'\n")
+    supervisor = tmp_path / "supervisor.toml"
+    supervisor.write_text("[[engine]]\nname = 'a'\nhealth_interval = 'soon'\nrestart = 3\n")
+    with pytest.raises(ProverConfigError) as engine_error:
+        load_config(engine)
+    with pytest.raises(ConfigError) as supervisor_error:
+        load_supervisor_config(supervisor)
+    assert str(engine_error.value) == f"{engine}: key `sizes.snap`: Expected int, got str"
+    assert str(supervisor_error.value).startswith(f"{supervisor}: key `engine[0].")

@@ -18,7 +18,7 @@ import pytest
 from cuzkd.engine import prover
 from cuzkd.engine.backend import select_backend
 from cuzkd.engine.budget import MemoryBudget
-from cuzkd.engine.config import EngineConfig
+from cuzkd.engine.config import ProverConfig
 from cuzkd.engine.pipeline import (
     DRAIN_TIMEOUT,
     INJECTED_FAILURE,
@@ -45,7 +45,7 @@ def budget_for(partitions: int, log_n: int = K) -> int:
 
 
 def make_engine(budget_bytes: int, nominal_log2: int = K) -> Engine:
-    config = EngineConfig(memory_budget_bytes=budget_bytes, workers_per_gpu=2,
+    config = ProverConfig(memory_budget_bytes=budget_bytes, workers_per_gpu=2,
                           synthesis_threads=2, backend="numpy")
     budget = MemoryBudget(budget_bytes,
                           nominal_request=sum(prover.partition_bytes(nominal_log2)))
