@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from cuzkd.errortext import error_text
+
 if TYPE_CHECKING:
     import aiohttp
 
@@ -76,8 +78,7 @@ def call(socket_path: Path, method: str, path: str, *, timeout: float = 120.0) -
                                  f"{exc.strerror} (is `cuzkd run` running with this config?)"
                                  ) from None
     except (OSError, http.client.HTTPException, ValueError) as exc:  # timeouts are OSErrors
-        raise ControlUnavailable(f"control socket {socket_path}: {exc or type(exc).__name__}"
-                                 ) from None
+        raise ControlUnavailable(f"control socket {socket_path}: {error_text(exc)}") from None
     if status >= 400:
         error = body.get("error") if isinstance(body, dict) else None
         raise ControlRequestFailed(str(error or f"HTTP {status}"))
@@ -121,4 +122,4 @@ async def control_session(socket_path: Path,
         raise ControlUnavailable(f"cannot reach the supervisor at {socket_path}: {reason} "
                                  "(is `cuzkd run` running with this config?)") from None
     except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-        raise ControlUnavailable(f"control socket {socket_path}: {exc}") from None
+        raise ControlUnavailable(f"control socket {socket_path}: {error_text(exc)}") from None

@@ -29,6 +29,7 @@ import time
 
 import aiohttp
 
+from cuzkd.errortext import error_text
 from cuzkd.status.derive import ExtensionDeriver
 from cuzkd.status.document import (
     Extensions,
@@ -111,9 +112,7 @@ def describe_exception(exc: BaseException, *, address: str, timeout: float) -> S
     if isinstance(exc, aiohttp.ClientConnectorError):
         reason = exc.os_error.strerror or str(exc.os_error) or type(exc.os_error).__name__
         return StatusFetchError("connect", f"cannot connect to {address}: {reason}")
-    text = str(exc)
-    name = type(exc).__name__
-    return StatusFetchError(name, f"{name}: {text}" if text else name)
+    return StatusFetchError(type(exc).__name__, error_text(exc))
 
 
 class StatusSource:

@@ -19,6 +19,7 @@ import msgspec
 
 from cuzkd.config import START_WAIT_SLACK, load_config, load_or_default
 from cuzkd.control_client import ControlRequestFailed, call, get_status
+from cuzkd.errortext import error_text
 from cuzkd.logs import LOG_FORMATS
 from cuzkd.status.document import StatusDocument, decode_status
 from cuzkd.supervisor.engine_view import render_engine
@@ -145,7 +146,7 @@ def _engine_frame(args: argparse.Namespace) -> str:
         try:
             doc = decode_status(get_status(info["status_address"]))
         except (OSError, http.client.HTTPException, ValueError) as exc:  # incl. decode errors
-            error = str(exc) or type(exc).__name__
+            error = error_text(exc)
     if args.json:
         status = None if doc is None else msgspec.to_builtins(doc)
         return json.dumps({"engine": info, "status": status, "error": error}, indent=2) + "\n"

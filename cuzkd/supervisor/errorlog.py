@@ -17,6 +17,7 @@ from typing import Any
 
 import structlog
 
+from cuzkd.errortext import error_text
 from cuzkd.ratelimit import LimitedLog, errno_name
 
 log = structlog.get_logger("cuzkd.supervisor")
@@ -31,7 +32,7 @@ def loop_exception_handler(limited: LimitedLog) -> Any:
         exc = context.get("exception")
         fields: dict[str, Any] = {"message": message}
         if isinstance(exc, BaseException):
-            fields["error"] = f"{type(exc).__name__}: {exc}"
+            fields["error"] = error_text(exc)
             fields["errno"] = errno_name(exc)
             if not isinstance(exc, OSError):  # a bug: its traceback, inside the JSON line
                 fields["exc_info"] = exc
@@ -53,7 +54,7 @@ class StdlibBridge(logging.Handler):
             exc = record.exc_info[1] if record.exc_info else None
             fields: dict[str, Any] = {"logger": record.name, "message": record.getMessage()}
             if exc is not None:
-                fields["error"] = f"{type(exc).__name__}: {exc}"
+                fields["error"] = error_text(exc)
                 fields["errno"] = errno_name(exc)
             # the unformatted message: one key per kind of report, not per peer address
             key = (record.name, str(record.msg), fields.get("errno"))

@@ -79,3 +79,12 @@ async def test_aiohttp_server_errors_become_structured(
     assert event["message"] == "Error handling request from 10.0.0.0"
     assert event["errno"] == "ECONNRESET" and event["level"] == "error"
     assert capfd.readouterr().err == ""
+
+
+async def test_an_exception_without_a_message_still_names_itself(out: io.StringIO) -> None:
+    """``TimeoutError()`` has an empty message: never logged as ``TimeoutError: ``."""
+    loop = asyncio.get_running_loop()
+    errorlog.install(loop, LimitedLog())
+    loop.call_exception_handler({"message": "read timed out", "exception": TimeoutError()})
+    [event] = _events(out)
+    assert event["error"] == "TimeoutError"
