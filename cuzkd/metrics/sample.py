@@ -14,8 +14,19 @@ from typing import Literal
 from cuzkd.gpus import NvmlDevice
 from cuzkd.status.document import Extensions, StatusDocument
 
-#: Every supervisor-side engine state, exported as ``cuzkd_engine_state{state=...}``.
+#: Every supervisor-side engine state, exported as ``cuzkd_engine_state{state=...}``, in the
+#: order of their codes on the dashboards (grafana/generate.py reads them from here; a test ties
+#: them to ``cuzkd.supervisor.lifecycle.State``).
 ENGINE_STATES: tuple[str, ...] = ("starting", "running", "backoff", "stopping", "stopped", "failed")
+#: A swap's results (what ``cuzkd swap`` reports); ``failed`` is a rollback that could not bring
+#: every engine back.
+SwapResult = Literal["ok", "rolled_back", "refused", "failed"]
+#: The ``result`` label of ``cuzkd_binary_swaps_total``, always exported (0 before the first):
+#: ``failed`` counts as ``rolled_back`` (the store was flipped back).
+SWAP_RESULTS: tuple[SwapResult, ...] = ("ok", "rolled_back", "refused")
+#: The ``result`` label of ``cuzkd_binary_rollbacks_total`` (``cuzkd swap --rollback``): a
+#: rollback refused (no accepted release to go to) or undone (its engines failed) is ``failed``.
+ROLLBACK_RESULTS: tuple[str, ...] = ("ok", "failed")
 #: Why the supervisor stopped an engine: the ``reason`` label of
 #: ``cuzkd_engine_stop_inflight_partitions_total`` (a fixed set).
 StopReason = Literal["operator", "reload", "swap", "stall", "shutdown"]

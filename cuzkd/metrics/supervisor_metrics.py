@@ -17,16 +17,13 @@ from cuzkd.gpus import NvmlDevice
 from cuzkd.metrics.sample import (
     DRAIN_RESULTS,
     ENGINE_STATES,
+    ROLLBACK_RESULTS,
     STOP_REASONS,
+    SWAP_RESULTS,
     EngineSample,
     SupervisorSample,
 )
 from cuzkd.metrics.tally import first_by
-
-#: Swap results always exported (at 0 before the first), so alerts on ``increase()`` work.
-SWAP_RESULTS: tuple[str, ...] = ("ok", "rolled_back", "refused")
-#: Manual rollback results, likewise always exported.
-ROLLBACK_RESULTS: tuple[str, ...] = ("ok", "failed")
 
 
 def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample]) -> list[Metric]:

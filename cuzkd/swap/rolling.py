@@ -25,19 +25,12 @@ from typing import Any, Literal, Protocol
 import msgspec
 import structlog
 
+from cuzkd.metrics.sample import ROLLBACK_RESULTS, SWAP_RESULTS, SwapResult
 from cuzkd.status.document import Extensions, StatusDocument
 from cuzkd.swap import analysis
 from cuzkd.swap.history import Verdict
 from cuzkd.swap.releases import Release, ReleaseError, ReleaseStore
 
-SwapResult = Literal["ok", "rolled_back", "refused", "failed"]
-
-#: Results counted in ``cuzkd_binary_swaps_total``; ``failed`` (a rollback that itself could not
-#: bring every engine back) is counted as ``rolled_back``: the store was flipped back.
-COUNTED_RESULTS: tuple[str, ...] = ("ok", "rolled_back", "refused")
-#: Results counted in ``cuzkd_binary_rollbacks_total`` (``cuzkd swap --rollback``): a rollback
-#: refused (no accepted release to go to) or undone (its engines failed) is ``failed``.
-ROLLBACK_RESULTS: tuple[str, ...] = ("ok", "failed")
 #: Pause between two tries at accepting a release at start while an engine is not yet up.
 ACCEPT_RETRY = 1.0
 
@@ -126,7 +119,7 @@ class SwapCoordinator:
         self.store = store
         self.target = target
         self.keep_releases = keep_releases
-        self.counts: dict[str, int] = dict.fromkeys(COUNTED_RESULTS, 0)
+        self.counts: dict[str, int] = dict.fromkeys(SWAP_RESULTS, 0)
         self.rollback_counts: dict[str, int] = dict.fromkeys(ROLLBACK_RESULTS, 0)
         self._lock = asyncio.Lock()
 

@@ -19,6 +19,8 @@ import ops_support as ops
 import pytest
 import yaml
 
+from cuzkd.metrics.sample import ENGINE_STATES
+from cuzkd.supervisor.lifecycle import State
 from cuzkd.units import parse_duration
 
 GENERATOR = ops.REPO / "grafana" / "generate.py"
@@ -369,3 +371,13 @@ def test_composite_panel_queries_compute_what_they_claim(tmp_path: Path) -> None
     result = subprocess.run(["promtool", "test", "rules", "t.yml"], cwd=tmp_path,
                             capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_engine_state_names_are_one_list_for_lifecycle_metrics_and_dashboards() -> None:
+    """``cuzkd.metrics.sample.ENGINE_STATES`` is the published list (``cuzkd_engine_state``'s
+    ``state`` label); the lifecycle's states and the dashboards' state codes (generator, kept
+    standard-library only) are the same names in the same order."""
+    assert tuple(state.value for state in State) == ENGINE_STATES
+    generator = _load_generator()
+    assert [(code, name) for code, name, _ in generator.ENGINE_STATES] == [
+        (code, name) for code, name in enumerate(ENGINE_STATES, start=1)]
