@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import os
 import re
+import select
 import signal
 import socket
+import stat
 import sys
+import time
 import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -247,17 +250,21 @@ def load_or_default(path: str | Path | None, *, resolve_hosts: bool = True) -> C
     return load_config(path, resolve_hosts=resolve_hosts) if path else default_config()
 
 
-def load_config(path: str | Path, *, resolve_hosts: bool = True) -> Config:
+def load_config(path: str | Path, *, resolve_hosts: bool = True,
+                fifo_wait: float | None = None) -> Config:
     """Read, validate and resolve a TOML config file; raise ConfigError naming file and key.
 
     ``resolve_hosts=False`` skips what only running the daemon needs (the metrics.listen host
     resolving): client commands read the file for the control socket alone, and must keep
-    working while DNS does not.
+    working while DNS does not. ``fifo_wait``: a FIFO is read without blocking in ``open`` and
+    must reach its end within that many seconds (a reload's read must end); None waits for a
+    writer as ``cat`` does (``--config <(...)``).
     """
     where = str(path)
     try:
-        with Path(path).open("rb") as fh:
-            raw = tomllib.load(fh)
+        raw = tomllib.loads(_read_config_bytes(path, fifo_wait).decode())
+    except TimeoutError:  # an OSError: before the handler below
+        raise ConfigError(f"{where}: no writer sent it within {fifo_wait:g}s (a FIFO)") from None
     except FileNotFoundError:
         raise ConfigError(f"{where}: file not found") from None
     except OSError as exc:
@@ -275,6 +282,37 @@ def load_config(path: str | Path, *, resolve_hosts: bool = True) -> Config:
         except ValueError as exc:
             raise ConfigError(f"{where}: key `metrics.listen`: {exc}") from None
     return config
+
+
+def _read_config_bytes(path: str | Path, fifo_wait: float | None) -> bytes:
+    if fifo_wait is None:
+        with Path(path).open("rb") as fh:
+            return fh.read()
+    with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as fh:
+        if stat.S_ISFIFO(os.fstat(fh.fileno()).st_mode):
+            return _read_fifo(fh.fileno(), fifo_wait)
+        return fh.read()
+
+
+def _read_fifo(fd: int, wait: float) -> bytes:
+    """A non-blocking FIFO read to its end (a writer came and closed), or TimeoutError after
+    ``wait`` seconds. Linux reports no hang-up before a writer has come, so "no writer yet" is
+    told apart from "the writer is done"."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    deadline = time.monotonic() + wait
+    chunks: list[bytes] = []
+    while (left := deadline - time.monotonic()) > 0:
+        events = poller.poll(left * 1000)
+        try:
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            continue
+        if chunk:
+            chunks.append(chunk)
+        elif any(mask & select.POLLHUP for _, mask in events):
+            return b"".join(chunks)
+    raise TimeoutError
 
 
 def parse_config(raw: Mapping[str, Any], where: str) -> Config:

@@ -6,6 +6,11 @@ loop, any of these would freeze ``/metrics``, the control socket and every healt
 So the read runs on a daemon thread of its own and the reload waits for it with a timeout; a
 read that never returns is abandoned (a daemon thread does not keep the process alive), and no
 second read starts while it hangs, so repeated SIGHUPs cannot pile up stuck threads.
+
+A FIFO is read by :func:`reload_config` without blocking in ``open``, for at most
+:data:`READ_TIMEOUT`: a read waiting on a FIFO that no writer ever opens (or one removed or
+replaced meanwhile, which no writer can open any more) would otherwise hang for good, and every
+later reload would be refused behind it until the supervisor restarts.
 """
 
 from __future__ import annotations
@@ -16,12 +21,18 @@ import threading
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from cuzkd.config import ConfigError
+from cuzkd.config import Config, ConfigError, load_config
 
 _T = TypeVar("_T")
 
 #: How long a reload waits for the file to be read and validated.
 READ_TIMEOUT = 10.0
+
+
+def reload_config(path: str) -> Config:
+    """:func:`~cuzkd.config.load_config` for a reload: a FIFO is read for at most
+    :data:`READ_TIMEOUT`, so the read always ends."""
+    return load_config(path, fifo_wait=READ_TIMEOUT)
 
 
 class OffLoopReader(Generic[_T]):

@@ -26,7 +26,6 @@ from cuzkd.config import (
     Config,
     ConfigError,
     default_config,
-    load_config,
 )
 from cuzkd.gpus import GpuView, GpuViewError, NvmlDevice, load_gpu_view
 from cuzkd.httperrors import JsonErrorsRunner
@@ -34,7 +33,7 @@ from cuzkd.metrics.sample import SupervisorSample
 from cuzkd.ratelimit import LimitedLog, errno_name
 from cuzkd.supervisor import demo, errorlog
 from cuzkd.supervisor.children import ChildTable
-from cuzkd.supervisor.configread import OffLoopReader
+from cuzkd.supervisor.configread import OffLoopReader, reload_config
 from cuzkd.supervisor.control import RouteHook, build_control_app
 from cuzkd.supervisor.engines import EngineSet
 from cuzkd.supervisor.listener import IDLE_TIMEOUT, GatedListener, connection_limit
@@ -88,7 +87,7 @@ class Supervisor:
         #: repeated errors (accept failing, refused connections) log once per 10 s per kind
         self._limited = LimitedLog()
         self._last_status_line = ""
-        self._config_reader = OffLoopReader(load_config)
+        self._config_reader = OffLoopReader(reload_config)
         #: the last reload's outcome; the config read at start counts as the first success
         self.last_reload_ok = True
         self.last_reload_success_at = time.time()

@@ -23,7 +23,8 @@ from sv_harness import (
 )
 
 from cuzkd.config import ConfigError, load_config
-from cuzkd.supervisor.configread import OffLoopReader
+from cuzkd.supervisor import configread
+from cuzkd.supervisor.configread import OffLoopReader, reload_config
 
 
 def test_reload_applies_the_difference(tmp_path: Path) -> None:
@@ -144,6 +145,43 @@ def test_a_read_that_never_returns_times_out_and_is_not_repeated(tmp_path: Path)
         fifo.unlink()
         fifo.write_text('[[engine]]\nname = "x"\n')
         assert [e.name for e in (await reader.read(str(fifo))).engine] == ["x"]
+
+    asyncio.run(main())
+
+
+def test_a_fifo_no_writer_ever_opens_does_not_block_later_reloads(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reload's read of a FIFO ends by itself: once the FIFO is replaced by a regular file
+    (or gone), the next reload reads it, instead of being refused for good behind a read blocked
+    on a FIFO that no writer can open any more."""
+    monkeypatch.setattr(configread, "READ_TIMEOUT", 0.2)
+    config = tmp_path / "cuzkd.toml"
+    os.mkfifo(config)
+    reader = OffLoopReader(reload_config, timeout=5)
+
+    async def main() -> None:
+        with pytest.raises(ConfigError, match=r"cuzkd.toml: no writer sent it within 0.2s"):
+            await reader.read(str(config))
+        await asyncio.to_thread(lambda: wait_until(lambda: not _thread_alive(), 10, "the read"))
+        config.unlink()
+        config.write_text('[[engine]]\nname = "x"\n')
+        assert [e.name for e in (await reader.read(str(config))).engine] == ["x"]
+
+    asyncio.run(main())
+
+
+def test_a_fifo_a_writer_fills_is_read_whole_by_a_reload(tmp_path: Path) -> None:
+    config = tmp_path / "cuzkd.toml"
+    os.mkfifo(config)
+    body = '[[engine]]\nname = "x"\n' + "# padding\n" * 20_000  # more than a pipe holds
+
+    async def main() -> None:
+        read = asyncio.ensure_future(OffLoopReader(reload_config).read(str(config)))
+        writer = await asyncio.to_thread(
+            lambda: wait_until(lambda: _open_writer(config), 10, "the reload's read"))
+        os.set_blocking(writer, True)
+        await asyncio.to_thread(lambda: (os.write(writer, body.encode()), os.close(writer)))
+        assert [e.name for e in (await read).engine] == ["x"]
 
     asyncio.run(main())
 
