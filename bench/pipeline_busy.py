@@ -29,7 +29,7 @@ def start_engine(config: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]
     while time.monotonic() < deadline:
         for line in log.read_text().splitlines():
             event = json.loads(line) if line.startswith("{") else {}
-            if event.get("event") == "engine.listening":
+            if event.get("event") == "engine_listening":
                 return proc, str(event["address"])
         time.sleep(0.05)
     proc.kill()

@@ -26,7 +26,7 @@ LOG_FORMATS: tuple[str, ...] = get_args(LogFormat)
 _LEVELS = ("debug", "info", "warning", "error", "critical")
 #: Fields the supervisor sets on a re-logged line (and the method's own parameter names): an
 #: engine's field of the same name is kept as ``engine_<name>`` rather than overwriting ours.
-_RESERVED = frozenset({"engine", "stream", "pid", "self"})
+_RESERVED = frozenset({"engine", "stream", "pid", "self", "logger"})
 
 
 def configure_logging(*, level: str = "info", log_format: LogFormat = "auto",
@@ -43,10 +43,18 @@ def configure_logging(*, level: str = "info", log_format: LogFormat = "auto",
         if use_json
         else structlog.dev.ConsoleRenderer(colors=False)
     )
+    def named_logger(*args: Any) -> structlog.PrintLogger:
+        """``structlog.get_logger(NAME)`` → a print logger that knows NAME, so every line says
+        which part of cuzkd wrote it (``logger`` field)."""
+        logger = structlog.PrintLogger(file=out)
+        logger.name = str(args[0]) if args else "cuzkd"  # type: ignore[attr-defined]
+        return logger
+
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
+            structlog.stdlib.add_logger_name,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
             renderer,
@@ -54,7 +62,7 @@ def configure_logging(*, level: str = "info", log_format: LogFormat = "auto",
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelNamesMapping()[level.upper()]
         ),
-        logger_factory=structlog.PrintLoggerFactory(file=out),
+        logger_factory=named_logger,
         cache_logger_on_first_use=False,
     )
 

@@ -95,10 +95,10 @@ async def serve(config: ProverConfig, listen: str) -> int:
         signals += 1
         name = signal.Signals(signum).name
         if signals > 1:
-            _log.warning("engine.killed", signal=name)
+            _log.warning("engine_killed", signal=name)
             os._exit(128 + signum)
         if not engine.begin_drain(config.drain_timeout_secs, name):
-            _log.warning("engine.drain_cut", signal=name, open_jobs=engine.open_jobs)
+            _log.warning("engine_drain_cut", signal=name, open_jobs=engine.open_jobs)
             engine.cut_drain()
 
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -106,11 +106,11 @@ async def serve(config: ProverConfig, listen: str) -> int:
     address = ""
     try:
         address = await start_site(runner, listen)
-        _log.info("engine.listening", address=address, backend=backend.name,
+        _log.info("engine_listening", address=address, backend=backend.name,
                   devices=[name for _, name in backend.devices], workers=len(engine.workers),
                   memory_budget_bytes=config.memory_budget_bytes, pid=os.getpid())
         drained = await engine.drained()
-        _log.info("engine.stopped", drained=drained)
+        _log.info("engine_stopped", drained=drained)
     finally:
         await engine.close()
         await runner.cleanup()

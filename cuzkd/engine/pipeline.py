@@ -186,7 +186,7 @@ class Engine:
         ``trigger`` (a signal name, ``http``) is logged."""
         if self._drain is not None:
             return False
-        _log.info("engine.draining", trigger=trigger, timeout_secs=timeout_secs,
+        _log.info("engine_draining", trigger=trigger, timeout_secs=timeout_secs,
                   open_jobs=self._open_jobs)
         self.accepting = False
         self._drain_deadline = self._clock() + timeout_secs
@@ -350,7 +350,7 @@ class Engine:
         if job.started_at is None:
             job.started_at = self._clock()
             job.state = "running"
-            _log.info("job.started", job_id=job.job_id, proof_kind=job.proof_kind,
+            _log.info("job_started", job_id=job.job_id, proof_kind=job.proof_kind,
                       partitions=job.partitions, size_log2=job.size_log2,
                       queued_secs=round(job.started_at - job.submitted_at, 6))
         job.admitted += 1
@@ -472,10 +472,10 @@ class Engine:
         self.tracker.job_completed(job.job_id, job.proof_kind, not job.failed)
         wall = round(job.finished_at - job.submitted_at, 6)
         if job.failed:
-            _log.warning("job.failed", job_id=job.job_id, proof_kind=job.proof_kind,
+            _log.warning("job_failed", job_id=job.job_id, proof_kind=job.proof_kind,
                          error=job.error, wall_secs=wall)
         else:
-            _log.info("job.finished", job_id=job.job_id, proof_kind=job.proof_kind,
+            _log.info("job_finished", job_id=job.job_id, proof_kind=job.proof_kind,
                       partitions=job.partitions, verified=all(job.verified), wall_secs=wall)
         self._finished.append(job.job_id)
         while len(self._finished) > self._retain_jobs:

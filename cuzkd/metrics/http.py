@@ -82,7 +82,7 @@ def make_metrics_handler(provider: SampleProvider) -> Handler:
                          accept_encoding=request.headers.get(hdrs.ACCEPT_ENCODING, ""),
                          extra=own)
         except Exception as exc:
-            _log.exception("metrics.scrape_failed")
+            _log.exception("metrics_scrape_failed")
             return web.Response(status=500, text=f"metrics unavailable: {type(exc).__name__}\n")
         headers = {hdrs.CONTENT_TYPE: out.content_type, hdrs.VARY: "Accept, Accept-Encoding"}
         if out.gzipped:

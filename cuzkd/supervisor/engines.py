@@ -92,7 +92,7 @@ class EngineSet:
         return list(self._runners)
 
     def running(self) -> int:
-        return sum(r.machine.state is State.RUNNING for r in self._runners.values())
+        return sum(r.lifecycle.state is State.RUNNING for r in self._runners.values())
 
     @property
     def stopping(self) -> bool:
@@ -125,8 +125,8 @@ class EngineSet:
 
     def bundled_status_sources(self) -> list[StatusSource]:
         """The bundled engines' status sources: the demo load's way to each engine."""
-        return [r.status for r in self._runners.values()
-                if r.spec.bundled and r.status is not None]
+        return [r.status_source for r in self._runners.values()
+                if r.spec.bundled and r.status_source is not None]
 
     async def apply(self, new: Config) -> ReloadPlan:
         """Carry out a reload to ``new``'s engines (its other tables are the caller's)."""
@@ -256,7 +256,7 @@ class EngineSet:
         lack of a release, and the swap is what starts it.
         """
         return [name for name, r in self._runners.items()
-                if r.spec.uses_binary and r.machine.state is not State.STOPPED]
+                if r.spec.uses_binary and r.lifecycle.state is not State.STOPPED]
 
     async def restart_engine(self, name: str, *, swap: bool = False) -> None:
         """Restart ``name``; while stopping, log and do nothing (see :meth:`start_engine`).
@@ -271,11 +271,11 @@ class EngineSet:
         runner = self.runner(name)
         runner.request_stop("operator")
         within = runner.spec.stop_budget + procs.KILL_SETTLE
-        if await runner.wait_for(lambda: runner.machine.state in (State.STOPPED, State.FAILED),
+        if await runner.wait_for(lambda: runner.lifecycle.state in (State.STOPPED, State.FAILED),
                                  within=within):
             return None
         return (f"not stopped {within:g}s after the stop request (drain, stop_timeout "
-                f"{runner.spec.stop_timeout:g}s, then SIGKILL): engine is {runner.machine.state}")
+                f"{runner.spec.stop_timeout:g}s, then SIGKILL): engine is {runner.lifecycle.state}")
 
     async def start_engine(self, name: str) -> None:
         """Start ``name``; while stopping, log and do nothing: shutdown owns the engines, and
@@ -291,10 +291,10 @@ class EngineSet:
         runner = self.runner(name)
         within = runner.spec.start_timeout + START_WAIT_SLACK
         settled = (State.RUNNING, State.FAILED, State.BACKOFF, State.STOPPED)
-        if not await runner.wait_for(lambda: runner.machine.state in settled, within=within):
+        if not await runner.wait_for(lambda: runner.lifecycle.state in settled, within=within):
             return (f"not running within start_timeout + {START_WAIT_SLACK:g}s ({within:g}s): "
                     f"{not_up(runner)}")
-        if runner.machine.state is State.RUNNING:
+        if runner.lifecycle.state is State.RUNNING:
             return None
         return f"did not start: {not_up(runner)}"
 
@@ -319,13 +319,14 @@ class EngineSet:
             return runner.pid != pid
 
         timeout = runner.spec.start_timeout
-        if not await runner.wait_for(lambda: gone() or runner.machine.state is not State.STARTING,
+        if not await runner.wait_for(lambda: gone() or runner.lifecycle.state is not State.STARTING,
                                      within=timeout):
-            why = f" (last error: {runner.machine.last_error})" if runner.machine.last_error else ""
+            error = runner.lifecycle.last_error
+            why = f" (last error: {error})" if error else ""
             return f"status did not answer within start_timeout ({timeout:g}s){why}"
-        if gone() or runner.machine.state is not State.RUNNING:
+        if gone() or runner.lifecycle.state is not State.RUNNING:
             return f"process {pid} ended before its status answered: {not_up(runner)}"
-        if await runner.wait_for(lambda: gone() or runner.machine.state is not State.RUNNING,
+        if await runner.wait_for(lambda: gone() or runner.lifecycle.state is not State.RUNNING,
                                  within=settle):
             return (f"process {pid} did not stay up for the {settle:g}s settle period: "
                     f"{not_up(runner)}")
@@ -336,10 +337,10 @@ class EngineSet:
         """A fresh status document of ``name`` and its cumulative extensions (the engine's
         own, or derived from the polls for a plain cuzk); (None, None) without an answer."""
         runner = self.runner(name)
-        if runner.status is None or runner.machine.state is not State.RUNNING:
+        if runner.status_source is None or runner.lifecycle.state is not State.RUNNING:
             return None, None
-        doc = await runner.status.fetch(max_age=0.0)
-        return doc, runner.status.extensions() if doc is not None else None
+        doc = await runner.status_source.fetch(max_age=0.0)
+        return doc, runner.status_source.extensions() if doc is not None else None
 
     def engine_status_address(self, name: str) -> str | None:
         return self.runner(name).status_address
@@ -371,7 +372,7 @@ class EngineSet:
 
 def not_up(runner: EngineRunner) -> str:
     """Why an engine is not up, naming only what is known (never "error: None")."""
-    m = runner.machine
+    m = runner.lifecycle
     known = [f"last exit: {m.last_exit_cause}" if m.last_exit_cause else "",
              f"error: {m.last_error}" if m.last_error else ""]
     detail = ", ".join(part for part in known if part)

@@ -119,13 +119,13 @@ class EngineRunner:
         self._children = children
         self._binary_resolver = binary_resolver
         self._on_change = on_change
-        self.machine = Lifecycle(
+        self.lifecycle = Lifecycle(
             Policy(spec.restart, spec.start_timeout, spec.unhealthy_after),
             Backoff(spec.backoff_initial, spec.backoff_max, spec.backoff_multiplier,
                     spec.backoff_reset_after),
         )
         #: None for an engine without a status URL: supervised by its process alone
-        self.status = StatusSource(
+        self.status_source = StatusSource(
             self.status_address, timeout=min(SAMPLE_TIMEOUT, max(spec.health_interval, 0.5))
         ) if self.status_address is not None else None
         self._process: ChildProcess | None = None
@@ -182,17 +182,17 @@ class EngineRunner:
 
     @property
     def pid(self) -> int | None:
-        return self.machine.pid
+        return self.lifecycle.pid
 
     def start(self) -> None:
-        self._apply(self.machine.start_requested(self._clock()))
+        self._apply(self.lifecycle.start_requested(self._clock()))
 
     async def start_and_wait(self) -> None:
         """Start (if not running) and return once a process was spawned or spawning failed."""
         spawns = self._spawns
         self.start()
-        if self.machine.state in (State.STOPPING, State.BACKOFF):
-            await self.wait_for(lambda: self._spawns != spawns or self.machine.state is
+        if self.lifecycle.state in (State.STOPPING, State.BACKOFF):
+            await self.wait_for(lambda: self._spawns != spawns or self.lifecycle.state is
                                 State.FAILED)
 
     async def stop(self, reason: StopReason = "operator") -> None:
@@ -207,24 +207,24 @@ class EngineRunner:
             self._gate.cancel()
             self._gate = None
             self._log.info("gpu_gate_abandoned", reason="stop requested")
-            self.machine.spawn_abandoned(self._clock())
-        self._apply(self.machine.stop_requested(self._clock()))
+            self.lifecycle.spawn_abandoned(self._clock())
+        self._apply(self.lifecycle.stop_requested(self._clock()))
 
     async def wait_stopped(self) -> None:
-        await self.wait_for(lambda: self.machine.state in (State.STOPPED, State.FAILED))
+        await self.wait_for(lambda: self.lifecycle.state in (State.STOPPED, State.FAILED))
 
     async def restart(self, *, swap: bool = False) -> None:
         """Graceful stop then start; returns once the new process is spawned (or failed).
         ``swap``: a binary swap's restart (exit cause ``swap`` instead of ``stopped``)."""
         spawns = self._spawns
         self._stop_reason = "swap" if swap else "operator"
-        self._apply(self.machine.restart_requested(self._clock(), swap=swap))
-        await self.wait_for(lambda: self._spawns != spawns or self.machine.state is State.FAILED)
+        self._apply(self.lifecycle.restart_requested(self._clock(), swap=swap))
+        await self.wait_for(lambda: self._spawns != spawns or self.lifecycle.state is State.FAILED)
 
     def kill_now(self) -> None:
         """Skip the rest of the stop sequence (drain, stop_timeout): SIGKILL the group of a
         stopping engine, and the leftovers of exited ones still being stopped."""
-        if self.machine.state is State.STOPPING and self._process is not None:
+        if self.lifecycle.state is State.STOPPING and self._process is not None:
             self._log.warning("engine_kill", pid=self._process.pid, reason="stop hurried")
             self._kill(self._process)
         for proc in self._sweeping:
@@ -258,8 +258,8 @@ class EngineRunner:
         if self._timer is not None:
             self._timer.cancel()
         await self._tasks.cancel_all()
-        if self.status is not None:
-            await self.status.close()
+        if self.status_source is not None:
+            await self.status_source.close()
 
     # -- events from the supervisor --------------------------------------------------------
 
@@ -288,8 +288,8 @@ class EngineRunner:
         tail, reader = self._stderr_tail, self._stderr_task
         self.last_exit_stderr = list(tail)
         self._exit_count += 1
-        self._apply(self.machine.exited(cause, clean, self._clock()))
-        counted = self.machine.last_exit_cause
+        self._apply(self.lifecycle.exited(cause, clean, self._clock()))
+        counted = self.lifecycle.last_exit_cause
         self._log.info("engine_exited", pid=proc.pid, cause=counted, process_cause=cause)
         if counted not in INTENT_CAUSES:
             self._track(self._report_unexpected_exit(proc.pid, counted, tail, reader,
@@ -330,10 +330,10 @@ class EngineRunner:
                         self._timer.cancel()
                         self._timer = None
         self._stop_reason = None  # a reason belongs to the request that set it
-        for t in self.machine.take_transitions():
+        for t in self.lifecycle.take_transitions():
             self._log.info("engine_state", old=str(t.old), new=str(t.new), reason=t.reason,
-                           pid=self.machine.pid, cause=self.machine.last_exit_cause,
-                           restart_delay=_delay(self.machine.next_start_at, self._clock()))
+                           pid=self.lifecycle.pid, cause=self.lifecycle.last_exit_cause,
+                           restart_delay=_delay(self.lifecycle.next_start_at, self._clock()))
         self._changed.set()
         self._changed = asyncio.Event()
         self._on_change()
@@ -417,7 +417,7 @@ class EngineRunner:
 
     def _elapsed(self) -> None:
         self._timer = None
-        self._apply(self.machine.backoff_elapsed(self._clock()))
+        self._apply(self.lifecycle.backoff_elapsed(self._clock()))
 
     async def _spawn_when_gpus_ready(self, view: GpuView) -> None:
         """Spawn once the pinned GPUs hold nothing of the previous process and have
@@ -450,7 +450,7 @@ class EngineRunner:
             self._limited.log(self._log, "error", "engine_spawn_failed", key=errno_name(exc),
                               error=str(exc), errno=errno_name(exc), transient=transient,
                               argv=self.argv)
-            return self.machine.spawn_failed(str(exc), now, transient=transient)
+            return self.lifecycle.spawn_failed(str(exc), now, transient=transient)
         self._process = proc
         self._next_walk = 0.0
         if self._boot_id is not None:  # without it no record could be trusted later
@@ -462,7 +462,7 @@ class EngineRunner:
         self._oom = OomCounters(proc.pid)
         self.stall.started(now)
         self._next_stall_sample = 0.0
-        self.machine.spawned(proc.pid, now)
+        self.lifecycle.spawned(proc.pid, now)
         self._log.info("engine_spawned", pid=proc.pid, argv=argv)
         self._track(log_lines(proc.stdout, self._log, "stdout", proc.pid))
         self._stderr_tail = deque(maxlen=STDERR_TAIL_LINES)
@@ -533,8 +533,8 @@ class EngineRunner:
         a document shows a quiet moment; False at the deadline or when it was killed."""
         every = min(self.spec.health_interval, DRAIN_POLL)
         while not exited.is_set():
-            if self.status is not None and await self.status.poll() and quiet:
-                doc = self.status.latest()
+            if self.status_source is not None and await self.status_source.poll() and quiet:
+                doc = self.status_source.latest()
                 if doc is not None and is_quiet(doc):
                     return True
             remaining = deadline - self._clock()
@@ -547,9 +547,9 @@ class EngineRunner:
     def _count_inflight(self, reason: StopReason | None) -> None:
         """Count the partitions in flight, by the last status read, as the engine is stopped
         (what this stop throws away); health kills (reason None) are not counted."""
-        if reason is None or self.status is None:
+        if reason is None or self.status_source is None:
             return
-        lost = count_partitions(self.status.latest(), IN_FLIGHT_STATES)
+        lost = count_partitions(self.status_source.latest(), IN_FLIGHT_STATES)
         self.stop_inflight[reason] += lost
         if lost:
             self._log.warning("engine_stop_inflight", reason=reason, partitions=lost)
@@ -561,32 +561,32 @@ class EngineRunner:
         proc.signal_group(signal.SIGKILL)
 
     async def _health_loop(self) -> None:
-        if self.status is None:
+        if self.status_source is None:
             await asyncio.sleep(min(PROCESS_SETTLE, self.spec.start_timeout))
-            self.machine.settled(self._clock())
+            self.lifecycle.settled(self._clock())
             self._apply([])
-            while self.machine.state in (State.STARTING, State.RUNNING):  # no status to poll
+            while self.lifecycle.state in (State.STARTING, State.RUNNING):  # no status to poll
                 self._note_descendants()
                 await asyncio.sleep(self.spec.health_interval)
             return
-        while self.machine.state in (State.STARTING, State.RUNNING):
-            starting = self.machine.state is State.STARTING
+        while self.lifecycle.state in (State.STARTING, State.RUNNING):
+            starting = self.lifecycle.state is State.STARTING
             await asyncio.sleep(min(STARTING_POLL, self.spec.health_interval) if starting
                                 else self.spec.health_interval)
-            ok = await self.status.poll()
+            ok = await self.status_source.poll()
             self._note_descendants()
-            error = None if ok else self.status.last_error
+            error = None if ok else self.status_source.last_error
             now = self._clock()
             if error is not None and not self._failure_expected(now):
                 # polled every 100 ms while starting: one line per 10 s per kind of error
                 self._limited.log(self._log, "warning", "engine_status_failed",
-                                  key=self.status.last_error_kind,
-                                  state=str(self.machine.state), error=error)
-            self._apply(self.machine.poll(now, ok, error))
-            if ok and self.machine.state is State.RUNNING:
+                                  key=self.status_source.last_error_kind,
+                                  state=str(self.lifecycle.state), error=error)
+            self._apply(self.lifecycle.poll(now, ok, error))
+            if ok and self.lifecycle.state is State.RUNNING:
                 if self._oom is not None:
                     self._oom.refresh()
-                self._watch_stall(self.status, now)
+                self._watch_stall(self.status_source, now)
 
     def _failure_expected(self, now: float) -> bool:
         """A failed poll nobody needs a warning for: the engine is being stopped, or it is
@@ -594,7 +594,7 @@ class EngineRunner:
         first polls, and a warning on each start is what a newcomer would read first). One
         that keeps failing is logged once past STARTING_QUIET (or half its start_timeout), and
         a start_timeout kill names the last error anyway."""
-        state, spawned = self.machine.state, self.machine.spawned_at
+        state, spawned = self.lifecycle.state, self.lifecycle.spawned_at
         if state is State.STARTING and spawned is not None:
             return now - spawned < min(STARTING_QUIET, self.spec.start_timeout / 2)
         return state is not State.RUNNING
@@ -617,7 +617,7 @@ class EngineRunner:
         """One structured event per stall, then the configured action."""
         busy = evidence.oldest_busy
         self._log.warning(
-            "engine_stalled", pid=self.machine.pid, reason=evidence.reason,
+            "engine_stalled", pid=self.lifecycle.pid, reason=evidence.reason,
             action=self.spec.stall_action, limit_seconds=evidence.limit_seconds,
             since_progress_seconds=round(evidence.since_progress_seconds, 3),
             last_progress_at=time.time() - evidence.since_progress_seconds,
@@ -627,7 +627,7 @@ class EngineRunner:
                 "proof_kind": busy.proof_kind, "busy_seconds": busy.busy_seconds})
         if self.spec.stall_action == "restart":
             self._stop_reason = "stall"
-            self._apply(self.machine.stalled(now))
+            self._apply(self.lifecycle.stalled(now))
 
     def _track(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         return self._tasks.start(coro)
@@ -636,7 +636,7 @@ class EngineRunner:
 
     def info(self) -> dict[str, Any]:
         """The control API's view of this engine."""
-        m = self.machine
+        m = self.lifecycle
         return {
             "name": self.name,
             "state": str(m.state),
@@ -657,23 +657,24 @@ class EngineRunner:
         }
 
     async def sample(self, max_age: float) -> EngineSample:
-        alive = self.machine.state in (State.STARTING, State.RUNNING)
-        doc = await self.status.fetch(max_age) if alive and self.status is not None else None
-        pid = self.machine.pid
+        alive = self.lifecycle.state in (State.STARTING, State.RUNNING)
+        source = self.status_source
+        doc = await source.fetch(max_age) if alive and source is not None else None
+        pid = self.lifecycle.pid
         rss, cpu = tree_usage(pid) if pid is not None else (None, None)
         return EngineSample(
             name=self.name,
-            state=str(self.machine.state),
-            restarts_total=self.machine.restarts,
-            exits_total=dict(self.machine.exits),
+            state=str(self.lifecycle.state),
+            restarts_total=self.lifecycle.restarts,
+            exits_total=dict(self.lifecycle.exits),
             start_time_seconds=self.started_at,
             resident_memory_bytes=rss,
             cpu_seconds_total=cpu,
             status=doc,
-            extensions=self.status.extensions() if self.status and doc is not None else None,
-            fetch_duration_seconds=self.status.last_fetch_duration_seconds if self.status else None,
-            fetch_errors_total=self.status.fetch_errors_total if self.status else 0,
-            status_polled=self.status is not None,
+            extensions=source.extensions() if source and doc is not None else None,
+            fetch_duration_seconds=source.last_fetch_duration_seconds if source else None,
+            fetch_errors_total=source.fetch_errors_total if source else 0,
+            status_polled=source is not None,
             descendants_killed_total=self.descendants_killed,
             stalls_total=self.stall.stalls_total,
             stalled=self.stall.stalled,

@@ -82,7 +82,7 @@ async def start_engine(tmp_path: Path) -> AsyncIterator[Start]:
         log = tmp_path / f"engine{len(started)}.log"
         engine = spawn_engine(config_path, log, listen)
         started.append(engine)
-        engine.address = (await engine.wait_event("engine.listening"))["address"]
+        engine.address = (await engine.wait_event("engine_listening"))["address"]
         return engine
 
     yield start
@@ -158,9 +158,9 @@ async def test_bench_completes_20_snap_jobs_while_status_stays_valid(
     final = decode_status(polled[-1])
     assert final.counters.completed_by_kind.get("snap", 0) <= 20
     events = engine.events()
-    finished = [e for e in events if e["event"] == "job.finished"]
+    finished = [e for e in events if e["event"] == "job_finished"]
     assert len(finished) == 20 and all(e["verified"] for e in finished)
-    assert len([e for e in events if e["event"] == "job.started"]) == 20
+    assert len([e for e in events if e["event"] == "job_started"]) == 20
 
 
 def _read_until_closed(fd: int) -> bytes:
@@ -268,7 +268,7 @@ async def test_oversize_job_fails_with_clear_error(start_engine: Start) -> None:
         assert failed["state"] == "failed"
         assert "whole budget is 1048576 bytes" in failed["error"]
         assert (await wait_done(session, engine, small["job_id"]))["verified"] is True
-    assert any(e["event"] == "job.failed" and e["job_id"] == huge["job_id"]
+    assert any(e["event"] == "job_failed" and e["job_id"] == huge["job_id"]
                for e in engine.events())
 
 
@@ -324,9 +324,9 @@ async def test_sigterm_drains_in_flight_partitions_and_exits_0(start_engine: Sta
         assert "draining" in body["error"]
     assert await asyncio.to_thread(engine.proc.wait, 60) == 0
     events = engine.events()
-    finished = [e for e in events if e["event"] == "job.finished" and e["job_id"] == job_id]
+    finished = [e for e in events if e["event"] == "job_finished" and e["job_id"] == job_id]
     assert finished and finished[0]["verified"] is True and finished[0]["partitions"] == 16
-    assert [e["drained"] for e in events if e["event"] == "engine.stopped"] == [True]
+    assert [e["drained"] for e in events if e["event"] == "engine_stopped"] == [True]
 
 
 async def test_http_drain_finishes_queued_jobs_then_exits_0(start_engine: Start) -> None:
@@ -350,9 +350,9 @@ async def test_http_drain_finishes_queued_jobs_then_exits_0(start_engine: Start)
         assert doc.cuzkd_extensions is not None and doc.cuzkd_extensions.draining
     assert await asyncio.to_thread(engine.proc.wait, 120) == 0
     events = engine.events()
-    finished = {e["job_id"] for e in events if e["event"] == "job.finished" and e["verified"]}
+    finished = {e["job_id"] for e in events if e["event"] == "job_finished" and e["verified"]}
     assert finished == set(accepted)
-    assert [e["drained"] for e in events if e["event"] == "engine.stopped"] == [True]
+    assert [e["drained"] for e in events if e["event"] == "engine_stopped"] == [True]
 
 
 async def test_signal_during_http_drain_fails_the_rest_with_drain_timeout(
@@ -363,12 +363,12 @@ async def test_signal_during_http_drain_fails_the_rest_with_drain_timeout(
                                size_log2=15))[1]["job_id"]
         async with session.post(f"{engine.base}/v1/drain") as r:
             assert r.status == 202
-        await engine.wait_event("engine.draining")
+        await engine.wait_event("engine_draining")
         engine.proc.send_signal(signal.SIGTERM)
         assert await asyncio.to_thread(engine.proc.wait, 30) == 0
-    failed = [e for e in engine.events() if e["event"] == "job.failed"]
+    failed = [e for e in engine.events() if e["event"] == "job_failed"]
     assert [(e["job_id"], e["error"]) for e in failed] == [(job_id, "drain timeout")]
-    assert [e["drained"] for e in engine.events() if e["event"] == "engine.stopped"] == [False]
+    assert [e["drained"] for e in engine.events() if e["event"] == "engine_stopped"] == [False]
 
 
 @pytest.mark.parametrize("body", [b"{", b'{"timeout_secs": 0}', b'{"timeout_secs": "x"}',
@@ -388,10 +388,10 @@ async def test_second_signal_exits_at_once(start_engine: Start) -> None:
     async with engine.session() as session:
         await running_job(session, engine, 17)
     engine.proc.send_signal(signal.SIGTERM)
-    await engine.wait_event("engine.draining")
+    await engine.wait_event("engine_draining")
     engine.proc.send_signal(signal.SIGINT)
     assert await asyncio.to_thread(engine.proc.wait, 10) == 128 + signal.SIGINT
-    assert not any(e["event"] == "engine.stopped" for e in engine.events())
+    assert not any(e["event"] == "engine_stopped" for e in engine.events())
 
 
 @pytest.mark.parametrize(("listen", "code", "words"), [

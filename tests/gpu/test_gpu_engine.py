@@ -50,7 +50,7 @@ def _engine(tmp: Path) -> Iterator[str]:
             assert time.monotonic() < deadline, f"engine did not start:\n{log.read_text()}"
             for line in log.read_text().splitlines():
                 event = json.loads(line) if line.startswith("{") else {}
-                if event.get("event") == "engine.listening":
+                if event.get("event") == "engine_listening":
                     address = str(event["address"])
             time.sleep(0.05)
         yield f"http://{address}"

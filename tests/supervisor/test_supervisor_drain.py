@@ -121,10 +121,10 @@ def test_bundled_engine_drains_over_http_and_no_accepted_job_is_lost(tmp_path: P
                 assert ('cuzkd_engine_stop_inflight_partitions_total{engine="ref",'
                         'reason="operator"} 0.0') in text
         assert sup.stop(signal.SIGTERM, timeout=120) == 0
-        finished = {e["job_id"] for e in sup.events("job.finished", engine="ref")
+        finished = {e["job_id"] for e in sup.events("job_finished", engine="ref")
                     if e["verified"]}
         assert finished == set(accepted)
-        assert not sup.events("job.failed")
+        assert not sup.events("job_failed")
         assert [e["result"] for e in sup.events("engine_drained")] == ["clean", "clean"]
         exits = [e["cause"] for e in sup.events("engine_exited", engine="ref")]
         assert exits == ["stopped", "stopped"]

@@ -177,7 +177,7 @@ async def test_restart_waits_until_the_dead_engine_releases_its_gpu(sup: Supervi
 
     async def body() -> None:
         runner.start()
-        assert await runner.wait_for(lambda: runner.machine.state is State.RUNNING, 20)
+        assert await runner.wait_for(lambda: runner.lifecycle.state is State.RUNNING, 20)
         first = runner.pid
         assert first is not None
         assert {k: environ(first)[k] for k in cuda_env(["0"])} == cuda_env(["0"])
@@ -240,7 +240,7 @@ async def test_a_stop_while_waiting_drops_the_spawn(sup: Supervisor, tmp_path: P
         runner.start()
         await gpus.reads_past(1)
         await asyncio.wait_for(runner.stop(), 5)
-        assert runner.machine.state is State.STOPPED and runner.pid is None
+        assert runner.lifecycle.state is State.STOPPED and runner.pid is None
         assert not runner.info()["waiting_for_gpu"]
         reads = gpus.reads
         gpus.set(device())

@@ -27,7 +27,7 @@ from cuzkd.supervisor.startup import startup_fields
 
 #: What the talking engine prints: a structlog-style JSON line (with fields named like the
 #: ones the supervisor adds) and a plain one.
-ENGINE_JSON = {"event": "job.started", "level": "warning", "job_id": "j-1", "partitions": 16,
+ENGINE_JSON = {"event": "job_started", "level": "warning", "job_id": "j-1", "partitions": 16,
                "timestamp": "2026-01-01T00:00:00Z", "engine": "inner", "pid": 1}
 PLAIN = "plain words"
 #: The lines come from the environment so the logged argv does not contain them.
@@ -94,7 +94,7 @@ def _json_events(text: str) -> list[dict[str, Any]]:
 
 def test_engine_line_fields() -> None:
     level, event, fields = engine_line_fields(json.dumps(ENGINE_JSON)) or ("", "", {})
-    assert (level, event) == ("warning", "job.started")
+    assert (level, event) == ("warning", "job_started")
     assert fields == {"job_id": "j-1", "partitions": 16, "engine_engine": "inner",
                       "engine_pid": 1}
     assert engine_line_fields('{"msg": "no event", "level": "LOUD", "self": 1}') == (
@@ -131,6 +131,7 @@ def test_json_when_not_a_terminal_with_the_startup_line_and_engine_fields(
     (started,) = [e for e in events if e["event"] == "supervisor_started"]
     assert started["config"] == str(config)
     assert started["engines"] == "talker"
+    assert started["logger"] == "cuzkd.supervisor"  # every line says which part wrote it
     assert started["control_socket"] == str(tmp_path / "state" / "control.sock")
     port = started["metrics_url"].removeprefix("http://127.0.0.1:").removesuffix("/metrics")
     assert port.isdigit() and started["status_url"] == f"http://127.0.0.1:{port}/status"
@@ -138,11 +139,12 @@ def test_json_when_not_a_terminal_with_the_startup_line_and_engine_fields(
     assert "release" not in started
     assert not [e for e in events if "release" in e["event"]]
     # The engine's JSON line: its own event, level and fields, tagged with the engine's name.
-    (relogged,) = [e for e in events if e["event"] == "job.started"]
+    (relogged,) = [e for e in events if e["event"] == "job_started"]
     assert relogged["level"] == "warning" and relogged["engine"] == "talker"
     assert relogged["job_id"] == "j-1" and relogged["partitions"] == 16
     assert relogged["engine_engine"] == "inner" and relogged["stream"] == "stderr"
     assert relogged["timestamp"] != ENGINE_JSON["timestamp"]  # the supervisor's clock
+    assert relogged["logger"] == "cuzkd.supervisor" and "engine_logger" not in relogged
     (plain,) = [e for e in events if e["event"] == "engine_output"]
     assert plain["line"] == PLAIN and plain["stream"] == "stdout"
 
@@ -152,7 +154,8 @@ def _assert_console(text: str) -> None:
     assert not [ln for ln in lines if ln.lstrip().startswith("{")], text  # no JSON lines
     (started,) = [ln for ln in text.splitlines() if "supervisor_started" in ln]
     assert " metrics_url=http://127.0.0.1:" in started and " engines=talker" in started
-    (relogged,) = [ln for ln in text.splitlines() if "job.started" in ln]
+    assert "[cuzkd.supervisor]" in started
+    (relogged,) = [ln for ln in text.splitlines() if "job_started" in ln]
     assert "[warning" in relogged and "job_id=j-1" in relogged and "engine=talker" in relogged
     assert "{" not in relogged and "\\" not in relogged  # fields, not an escaped document
 
@@ -171,7 +174,7 @@ def test_log_format_key_and_flag(tmp_path: Path, key: str, flag: str | None,
     args = () if flag is None else ("--log-format", flag)
     text = _run(_config(tmp_path, log_format=key), *args)
     if expected == "json":
-        assert [e for e in _json_events(text) if e["event"] == "job.started"]
+        assert [e for e in _json_events(text) if e["event"] == "job_started"]
     else:
         _assert_console(text)
 

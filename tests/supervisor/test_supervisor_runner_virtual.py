@@ -47,7 +47,7 @@ def runner_of(tmp_path: Path, engines: StandInEngines, **keys: Any) -> EngineRun
 
 
 async def in_state(runner: EngineRunner, state: State) -> None:
-    assert await runner.wait_for(lambda: runner.machine.state is state)
+    assert await runner.wait_for(lambda: runner.lifecycle.state is state)
 
 
 async def finish(runner: EngineRunner) -> None:
@@ -74,7 +74,7 @@ def test_first_crash_after_a_healthy_run_restarts_at_once_then_backoff_grows(
         runner.start()
         while len(engines.spawned) < 5:
             await engines.next_spawn()
-        assert runner.machine.exits["exit_1"] == 4 and runner.machine.restarts == 4
+        assert runner.lifecycle.exits["exit_1"] == 4 and runner.lifecycle.restarts == 4
         await finish(runner)
         return engines.spawned
 
@@ -115,7 +115,7 @@ def test_stop_escalates_from_the_stop_signal_to_sigkill_after_stop_timeout(
 
     proc, asked, runner = run_virtual(main)
     assert proc.signals == [(asked, signal.SIGINT), (asked + 10, signal.SIGKILL)]
-    assert runner.machine.state is State.STOPPED and runner.machine.restarts == 0
+    assert runner.lifecycle.state is State.STOPPED and runner.lifecycle.restarts == 0
 
 
 def test_an_engine_that_ends_on_the_stop_signal_gets_no_sigkill(tmp_path: Path) -> None:
@@ -157,7 +157,7 @@ def test_silent_status_kills_after_start_timeout_and_restarts_with_backoff(
         assert 30 <= killed_at - proc.spawned_at <= 30.2  # polled every 100 ms while starting
     assert spawned[1].spawned_at == kills[0][0]
     assert 3 * 0.8 <= spawned[2].spawned_at - kills[1][0] <= 3
-    assert runner.machine.exits["start_timeout"] == 2
+    assert runner.lifecycle.exits["start_timeout"] == 2
 
 
 def test_a_spawn_that_cannot_succeed_fails_and_a_transient_one_is_retried(
@@ -177,15 +177,15 @@ def test_a_spawn_that_cannot_succeed_fails_and_a_transient_one_is_retried(
         retried = runner_of(tmp_path, short, backoff_initial="1s")
         started = asyncio.get_running_loop().time()
         retried.start()
-        assert retried.machine.state is State.BACKOFF and not short.failures
+        assert retried.lifecycle.state is State.BACKOFF and not short.failures
         await short.next_spawn()
         await in_state(retried, State.RUNNING)
         await finish(retried)
         return fails, retried, [started, *(p.spawned_at for p in short.spawned)]
 
     fails, retried, (started, spawned_at) = run_virtual(main)
-    assert "No such file" in str(fails.machine.last_error) and not fails.machine.restarts
-    assert 0.8 <= spawned_at - started <= 1 and retried.machine.state is State.STOPPED
+    assert "No such file" in str(fails.lifecycle.last_error) and not fails.lifecycle.restarts
+    assert 0.8 <= spawned_at - started <= 1 and retried.lifecycle.state is State.STOPPED
 
 
 def test_reload_restarts_a_changed_running_engine_and_keeps_the_others(tmp_path: Path) -> None:

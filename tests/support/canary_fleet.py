@@ -6,7 +6,7 @@ test-only switches (``--test-slowdown``, ``--test-failure-rate``): a good build,
 proves slower, a build that fails jobs. :class:`Loader` keeps every engine busy with a bounded
 number of jobs, round-robin, offering a job to the next engine when one answers 503 or is down
 (restarting); it remembers every job an engine accepted (202), so a test can check that each one
-ended -- from the ``job.finished``/``job.failed`` lines the supervisor relays from its engines.
+ended -- from the ``job_finished``/``job_failed`` lines the supervisor relays from its engines.
 """
 
 from __future__ import annotations
@@ -158,9 +158,9 @@ def job_outcomes(events: Iterable[Mapping[str, Any]]) -> JobOutcomes:
     done: set[str] = set()
     failed: dict[str, str] = {}
     for event in events:
-        if event.get("event") == "job.finished" and event.get("verified"):
+        if event.get("event") == "job_finished" and event.get("verified"):
             done.add(str(event["job_id"]))
-        elif event.get("event") == "job.failed":
+        elif event.get("event") == "job_failed":
             error = str(event.get("error"))
             failed[str(event["job_id"])] = INJECTED if INJECTED in error else error
     return JobOutcomes(done, failed)
