@@ -56,7 +56,7 @@ def _headline(info: dict[str, Any], now: float) -> str:
     started = info.get("started_at")
     up = format_duration(now - started) if started is not None else "-"
     return (f"{info['name']}  {info['state']}  pid {info.get('pid') or '-'}  up {up}  "
-            f"restarts {info.get('restarts', 0)}  status {info.get('status_address', '-')}")
+            f"restarts {info.get('restarts', 0)}  status {info.get('status_address') or '-'}")
 
 
 def _budget_line(doc: StatusDocument) -> str:

@@ -144,6 +144,14 @@ def test_engine_view_when_the_status_is_unavailable() -> None:
     assert "status: unavailable (engine not running)" in text
 
 
+def test_engine_view_without_a_status_url_never_prints_none() -> None:
+    info = {"name": "plain", "state": "running", "pid": 7, "started_at": 0.0, "restarts": 0,
+            "status_address": None}
+    text = render_engine(info, None, "no status_url: supervised by its process alone", now=1.0)
+    assert text.splitlines()[0] == "plain  running  pid 7  up 1s  restarts 0  status -"
+    assert "None" not in text
+
+
 def test_engine_view_shows_exit_causes_stalls_the_gpu_gate_and_the_stderr_tail() -> None:
     info = {"name": "gpu0", "state": "backoff", "pid": None, "started_at": None, "restarts": 2,
             "status_address": "unix:/run/x.sock", "last_exit_cause": "oom_killed",
