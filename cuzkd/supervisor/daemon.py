@@ -27,9 +27,8 @@ from cuzkd.config import (
     ConfigError,
     default_config,
 )
-from cuzkd.gpus import GpuView, GpuViewError, NvmlDevice, load_gpu_view
+from cuzkd.gpus import GpuView, load_gpu_view
 from cuzkd.httperrors import JsonErrorsRunner
-from cuzkd.metrics.sample import SupervisorSample
 from cuzkd.ratelimit import LimitedLog, errno_name
 from cuzkd.supervisor import demo, errorlog
 from cuzkd.supervisor.children import ChildTable
@@ -42,6 +41,7 @@ from cuzkd.supervisor.process import set_child_subreaper
 from cuzkd.supervisor.startup import startup_fields
 from cuzkd.supervisor.statedir import ControlSocketLock, StateDirBusy, StateDirLock
 from cuzkd.supervisor.tasks import TaskSet
+from cuzkd.supervisor.views import SupervisorViews
 from cuzkd.supervisor.web import build_metrics_app
 from cuzkd.units import parse_listen
 from cuzkd.unixsock import bind_private_socket
@@ -65,7 +65,6 @@ class Supervisor:
         # --demo: bundled engines start as demo engines (Config.engine_command), reloads too.
         self.config = msgspec.structs.replace(config, demo=True) if demo else config
         #: NVML for the GPU memory gate and cuzkd_gpu_*; loaded by run() unless given (tests)
-        self.gpu_view = gpu_view
         self._gpu_view_given = gpu_view is not None
         #: every child's spawn and exit goes through here (see cuzkd.supervisor.children)
         self.children = ChildTable()
@@ -76,21 +75,16 @@ class Supervisor:
         self._notifier = Notifier()
         self._stop_event = asyncio.Event()
         self._stop_signals = 0
-        self._phase = "starting"
-        self._started_at = time.time()
         self._tasks = TaskSet()
         self._reload_lock = asyncio.Lock()
         self._web_runners: list[web.AppRunner] = []
-        self.metrics_address: str | None = None
         self._metrics_bound = ("", 0)
         self._metrics_listener: GatedListener | None = None
         #: repeated errors (accept failing, refused connections) log once per 10 s per kind
         self._limited = LimitedLog()
+        self.views = SupervisorViews(self.engines, self.children, self._limited)
         self._last_status_line = ""
         self._config_reader = OffLoopReader(reload_config)
-        #: the last reload's outcome; the config read at start counts as the first success
-        self.last_reload_ok = True
-        self.last_reload_success_at = time.time()
 
     # -- the daemon ----------------------------------------------------------------------
 
@@ -121,15 +115,15 @@ class Supervisor:
             log.info("supervisor_started", pid=os.getpid(), **startup_fields(
                 self.config, *self._metrics_bound, self.binaries.active_release()))
             self.engines.start_all()  # after a stop signal during start-up: none started
-            self._phase = "running"
-            self._notifier.send("READY=1", self._status_line())
+            self.views.phase = "running"
+            self._notifier.send("READY=1", self.views.status_line())
             self._track(self.binaries.accept_when_healthy())
             if self._notifier.watchdog_interval is not None:
                 self._track(self._watchdog(self._notifier.watchdog_interval))
             if self.config.demo:
                 self._track(demo.drive(self.engines.bundled_status_sources))
             await self._stop_event.wait()
-            self._phase = "stopping"
+            self.views.phase = "stopping"
             self._notifier.send("STOPPING=1", "STATUS=stopping engines")
             log.info("supervisor_stopping")
             await self._cancel_tasks()
@@ -156,10 +150,10 @@ class Supervisor:
 
     async def _start_servers(self) -> None:
         control = JsonErrorsRunner(
-            build_control_app(self.engines, self.about, self._control_routes),
+            build_control_app(self.engines, self.views.about, self._control_routes),
             handle_signals=False, access_log=None)
-        metrics = JsonErrorsRunner(build_metrics_app(self), handle_signals=False, access_log=None,
-                                   keepalive_timeout=IDLE_TIMEOUT)
+        metrics = JsonErrorsRunner(build_metrics_app(self.views), handle_signals=False,
+                                   access_log=None, keepalive_timeout=IDLE_TIMEOUT)
         for runner in (control, metrics):
             await runner.setup()
             self._web_runners.append(runner)
@@ -180,7 +174,7 @@ class Supervisor:
             raise StartupError(f"cannot listen on metrics.listen {self.config.metrics.listen}: "
                                f"{exc.strerror}") from None
         self._metrics_bound = (str(host), int(port))
-        self.metrics_address = f"{host}:{port}"
+        self.views.metrics_address = f"{host}:{port}"
 
     def _on_metrics_limit(self, limit: int) -> None:
         self._limited.log(log, "warning", "metrics_connection_refused", limit=limit,
@@ -220,7 +214,7 @@ class Supervisor:
     def _on_reload_signal(self) -> None:
         # While reloading, queue another (the file may have changed again); never while
         # starting (the engines are being spawned from the file just read) or stopping.
-        if self._phase in ("running", "reloading"):
+        if self.views.phase in ("running", "reloading"):
             self._track(self.reload())
 
     async def _watchdog(self, interval: float) -> None:
@@ -235,24 +229,24 @@ class Supervisor:
         async with self._reload_lock:
             if self.stopping:
                 return
-            self._phase = "reloading"
+            self.views.phase = "reloading"
             self._notifier.reloading()
             try:
                 new = (await self._config_reader.read(self.config.path) if self.config.path
                        else default_config())
             except ConfigError as exc:
-                self.last_reload_ok = False
+                self.views.reload_ok = False
                 log.error("reload_refused", error=str(exc), detail="keeping the running config")
             else:
-                self.last_reload_ok = True
-                self.last_reload_success_at = time.time()
+                self.views.reload_ok = True
+                self.views.reload_success_at = time.time()
                 await self._apply_config(new)
             finally:
                 # READY=1 ends the reload for systemd (`systemctl reload` returns): only once
                 # the engines were added, removed and restarted, and never after STOPPING=1.
-                if self._phase == "reloading":
-                    self._phase = "running"
-                    self._notifier.send("READY=1", self._status_line())
+                if self.views.phase == "reloading":
+                    self.views.phase = "running"
+                    self._notifier.send("READY=1", self.views.status_line())
 
     async def _apply_config(self, new: Config) -> None:
         if (new.supervisor, new.metrics) != (self.config.supervisor, self.config.metrics):
@@ -268,67 +262,16 @@ class Supervisor:
         """NVML, once; without it the GPU memory gate is off, said once here."""
         if self._gpu_view_given:
             return
-        self.gpu_view, reason = await asyncio.to_thread(load_gpu_view)
-        self.engines.gpu_view = self.gpu_view
-        if self.gpu_view is None:
+        self.engines.gpu_view, reason = await asyncio.to_thread(load_gpu_view)
+        if self.engines.gpu_view is None:
             gated = [e.name for e in self.config.engine if e.gpus]
             getattr(log, "warning" if gated else "info")(
                 "nvml_unavailable", reason=reason, gated_engines=gated,
                 effect="no GPU memory gate before starts, no cuzkd_gpu_* metrics")
 
-    async def _gpu_devices(self) -> list[NvmlDevice]:
-        if self.gpu_view is None:
-            return []
-        try:
-            return list(await asyncio.to_thread(self.gpu_view.devices))
-        except GpuViewError as exc:
-            self._limited.log(log, "warning", "nvml_read_failed", error=str(exc))
-            return []
-
-    # -- views ---------------------------------------------------------------------------
-
-    async def sample(self, max_age: float = 1.0) -> SupervisorSample:
-        return SupervisorSample(
-            engines=[view.sample for view in await self.engines.views(max_age)],
-            zombies_reaped_total=self.children.zombies_reaped,
-            swaps_total=dict(self.binaries.coordinator.counts),
-            rollbacks_total=dict(self.binaries.coordinator.rollback_counts),
-            active_release=self.binaries.active_release(),
-            config_reload_ok=self.last_reload_ok,
-            config_reload_success_time=self.last_reload_success_at,
-            proof_deadlines=self.config.metrics.deadlines(),
-            gpus=await self._gpu_devices(),
-        )
-
-    def about(self) -> dict[str, Any]:
-        return {
-            "pid": os.getpid(),
-            "state": self._phase,
-            "started_at": self._started_at,
-            "config": self.config.path,
-            "state_dir": str(self.config.state_dir),
-            "control_socket": str(self.config.control_socket),
-            "metrics_listen": self.metrics_address,
-            "engines_running": self.engines.running(),
-            "engines_total": len(self.engines),
-            "zombies_reaped_total": self.children.zombies_reaped,
-            "active_release": self.binaries.active_release(),
-        }
-
-    async def status_document(self) -> dict[str, Any]:
-        """``GET /status``: supervisor state and each engine's last status document."""
-        views = await self.engines.views(max_age=1.0)
-        return {"supervisor": self.about(),
-                "engines": [{**v.info, "status": msgspec.to_builtins(v.sample.status)}
-                            for v in views]}
-
-    def _status_line(self) -> str:
-        about = self.about()
-        return f"STATUS={about['engines_running']}/{about['engines_total']} engines running"
-
     def _notify_status(self) -> None:
-        line = self._status_line()
-        if line != self._last_status_line and self._phase != "stopping":
+        line = self.views.status_line()
+        if line != self._last_status_line and self.views.phase != "stopping":
             self._last_status_line = line
             self._notifier.send(line)
 

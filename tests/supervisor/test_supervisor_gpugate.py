@@ -151,8 +151,8 @@ def runner_for(sup: Supervisor, tmp_path: Path, name: str = "e", **keys: Any) ->
 
 
 def gpus_of(sup: Supervisor) -> FakeGpus:
-    assert isinstance(sup.gpu_view, FakeGpus)
-    return sup.gpu_view
+    assert isinstance(sup.engines.gpu_view, FakeGpus)
+    return sup.engines.gpu_view
 
 
 def environ(pid: int) -> dict[str, str]:
