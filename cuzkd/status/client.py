@@ -182,7 +182,16 @@ class StatusSource:
             self._inflight.add_done_callback(self._clear_inflight)
         # shield: one caller giving up (e.g. a scrape timing out) must not cancel the request
         # the other callers are waiting for.
-        return await asyncio.shield(self._inflight)
+        inflight = self._inflight
+        try:
+            return await asyncio.shield(inflight)
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if not inflight.cancelled() or (current is not None and current.cancelling()):
+                raise
+            # The source was closed under the caller (its engine removed by a reload while a
+            # scrape waited): no document, never a cancellation of a scrape nobody cancelled.
+            return False
 
     def _clear_inflight(self, task: asyncio.Task[bool]) -> None:
         if self._inflight is task:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import structlog
+from support.piece_server import PieceServer
 from sv_virtual import (
     Script,
     StandIn,
@@ -28,7 +29,7 @@ from sv_virtual import (
 )
 
 from cuzkd.config import Config, parse_config
-from cuzkd.supervisor.engines import EngineSet, plan
+from cuzkd.supervisor.engines import EngineSet, EngineView, plan
 from cuzkd.supervisor.lifecycle import State
 from cuzkd.supervisor.runner import EngineRunner
 
@@ -222,3 +223,66 @@ def test_plan_sorts_every_engine_into_one_bucket(tmp_path: Path) -> None:
     assert plan({}, []) == plan({}, [])  # nothing to do is a plan too
     unchanged = plan({s.name: s for s in old.engine}, old.engine)
     assert unchanged.keep == ["gone", "same", "edited"] and not unchanged.change
+
+
+def test_shutdown_grace_caps_every_stop_then_sigkill(tmp_path: Path) -> None:
+    """stop_all: the stop sequences run in parallel; at shutdown_grace whatever is left gets
+    SIGKILL; a hurried stop (second signal) kills at once."""
+    async def main() -> tuple[list[StandIn], float]:
+        engines = StandInEngines(Script(ignores_stop=True), Script())
+        group = EngineSet(config_of(tmp_path, {"name": "stubborn", "stop_timeout": "20s"},
+                                    {"name": "polite", "stop_timeout": "20s"}), engines.table)
+        group.start_all()
+        await asyncio.gather(*(in_state(group.runner(n), State.RUNNING)
+                               for n in ("stubborn", "polite")))
+        asked = asyncio.get_running_loop().time()
+        await group.stop_all(grace=7)
+        await group.close()
+        assert all(group.runner(n).lifecycle.state is State.STOPPED
+                   for n in ("stubborn", "polite"))
+        return engines.spawned, asked
+
+    (stubborn, polite), asked = run_virtual(main)
+    assert stubborn.signals == [(asked, signal.SIGTERM), (asked + 7, signal.SIGKILL)]
+    assert polite.signals == [(asked, signal.SIGTERM)]
+
+    async def hurried() -> tuple[StandIn, float]:
+        engines = StandInEngines(Script(ignores_stop=True))
+        group = EngineSet(config_of(tmp_path, {"name": "stubborn"}), engines.table)
+        group.start_all()
+        await in_state(group.runner("stubborn"), State.RUNNING)
+        asked = asyncio.get_running_loop().time()
+        await group.stop_all(grace=30, hurry=True)
+        await group.close()
+        return engines.spawned[0], asked
+
+    proc, asked = run_virtual(hurried)
+    assert (asked, signal.SIGKILL) in proc.signals  # at once, not after the grace
+    assert {at for at, _ in proc.signals} == {asked}
+
+
+def test_a_reload_while_a_scrape_waits_never_mixes_engines_up(tmp_path: Path) -> None:
+    """/status and /metrics take each engine's entry and sample from one list of runners: a
+    reload that removes and adds engines while the status fetches are still out changes
+    nothing in that answer (the next one shows the new engines)."""
+    async def main() -> tuple[list[EngineView], list[str]]:
+        server = PieceServer(b"", hang=True)  # a status that never answers: fetches wait
+        address = await server.start_unix(tmp_path / "hang.sock")
+        keys = {"status_url": address, "drain": "none", "start_timeout": "10m"}
+        engines = StandInEngines(Script())
+        group = EngineSet(config_of(tmp_path, {"name": "a", **keys}, {"name": "b", **keys}),
+                          engines.table)
+        group.start_all()
+        scrape = asyncio.create_task(group.views(max_age=0))
+        await asyncio.sleep(0)  # the fetches are out
+        await group.apply(config_of(tmp_path, {"name": "c", **keys}, {"name": "b", **keys}))
+        views = await scrape
+        after = group.names()
+        await group.stop_all(30)
+        await group.close()
+        await server.close()
+        return views, after
+
+    views, after = run_virtual(main)
+    assert [(v.info["name"], v.sample.name) for v in views] == [("a", "a"), ("b", "b")]
+    assert after == ["c", "b"]
