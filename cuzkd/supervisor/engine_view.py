@@ -35,13 +35,15 @@ def render_engine(info: dict[str, Any], doc: StatusDocument | None, error: str |
 
 
 def _trouble_lines(info: dict[str, Any]) -> list[str]:
-    """Last exit cause with the count per cause, the stall watchdog's view, and a start
-    held by the GPU memory gate."""
+    """Last exit cause with the count per cause, the stall watchdog's view, a start held by
+    the GPU memory gate, and the supervisor's last error for the engine (why its status or its
+    spawn failed)."""
     exits = ", ".join(f"{cause} {n}" for cause, n in sorted(info.get("exits", {}).items()))
     stalled = "   STALLED now" if info.get("stalled") else ""
     gate = "   waiting for GPU memory" if info.get("waiting_for_gpu") else ""
+    error = [f"last error: {info['last_error']}"] if info.get("last_error") else []
     return [f"last exit {info.get('last_exit_cause') or '-'}   exits {exits or '-'}   "
-            f"stalls {info.get('stalls_total', 0)}{stalled}{gate}"]
+            f"stalls {info.get('stalls_total', 0)}{stalled}{gate}", *error]
 
 
 def _stderr_lines(info: dict[str, Any]) -> list[str]:

@@ -166,6 +166,10 @@ def test_engine_view_shows_exit_causes_stalls_the_gpu_gate_and_the_stderr_tail()
                            "stalled": True}, None, None, now=0.0)
     assert quiet.splitlines()[1].endswith("stalls 1   STALLED now")
     assert "stderr of the last" not in quiet
+    assert "last error" not in quiet
+    failing = render_engine({**info, "last_error": "HTTP 500 Internal Server Error: 'boom'"},
+                            None, None, now=0.0)
+    assert failing.splitlines()[2] == "last error: HTTP 500 Internal Server Error: 'boom'"
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:

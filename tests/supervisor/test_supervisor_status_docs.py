@@ -164,6 +164,8 @@ def test_every_status_failure_says_why(tmp_path: Path) -> None:
         text = subprocess.run(cli, capture_output=True, text=True, check=True).stdout
         as_json = json.loads(subprocess.run([*cli, "--json"], capture_output=True, text=True,
                                             check=True).stdout)
+        one = subprocess.run([*cli, "http500"], capture_output=True, text=True).stdout
+        assert f"last error: {listed['http500']['last_error']}" in one
         web = json.loads(get(f"http://{sup.about()['metrics_listen']}/status"))
         for name, eng in listed.items():
             assert f"error: {eng['last_error']}" in text
@@ -179,6 +181,7 @@ def test_every_status_failure_says_why(tmp_path: Path) -> None:
             # for the late one's running phase)
             assert 1 <= len(logged) <= 2, logged
             assert all(e["repeated"] >= 1 and e["error"] for e in logged)
+        assert {e["state"] for e in failures if e["engine"] != "late-hang"} == {"starting"}
         # (a poll before it listened may have failed too, while it was starting)
         assert "running" in {e["state"] for e in failures if e["engine"] == "late-hang"}
         kills = [e["reason"] for e in sup.events("engine_state", new="stopping")]
