@@ -29,16 +29,27 @@ async def log_lines(pipe: IO[bytes], logger: Any, stream: str, pid: int, *,
     reader = asyncio.StreamReader(limit=MAX_LINE_BYTES)
     transport, _ = await loop.connect_read_pipe(
         lambda: asyncio.StreamReaderProtocol(reader), pipe)
+    dropping = False  # inside a line longer than the limit: discard up to its newline
     try:
         while True:
             try:
-                line = await reader.readline()
-            except ValueError:
-                logger.warning("engine_output_dropped", stream=stream, pid=pid,
-                               reason=f"line longer than {MAX_LINE_BYTES} bytes")
+                line = await reader.readuntil(b"\n")
+            except asyncio.IncompleteReadError as exc:  # EOF: the last line has no newline
+                line = exc.partial
+            except asyncio.LimitOverrunError as exc:
+                # Drop what is buffered of it (up to its newline, if that came with it); the
+                # rest of the line ends at the next newline and is dropped there.
+                await reader.readexactly(exc.consumed)
+                if not dropping:
+                    logger.warning("engine_output_dropped", stream=stream, pid=pid,
+                                   reason=f"line longer than {MAX_LINE_BYTES} bytes")
+                dropping = True
                 continue
             if not line:
                 return
+            if dropping:
+                dropping = False
+                continue
             text = line.decode(errors="replace").rstrip("\n")
             parsed = engine_line_fields(text)
             if parsed is None:
