@@ -161,7 +161,7 @@ class EngineRunner:
         self._next_walk = 0.0  # monotonic time of the next tree walk
         #: descendants of exited processes being stopped now, and the tasks stopping them
         self._sweeping: set[Proc] = set()
-        self._sweeps: set[asyncio.Task[None]] = set()
+        self._sweeps = TaskSet()
         self.descendants_killed = 0
         #: the state dir's record of the current process (see cuzkd.supervisor.leftovers)
         self._records = Records(config.state_dir / "procs")
@@ -245,8 +245,7 @@ class EngineRunner:
 
     async def wait_swept(self) -> None:
         """Return once the leftovers of every exited process are gone (stop_timeout bounds it)."""
-        while self._sweeps:
-            await asyncio.gather(*self._sweeps, return_exceptions=True)
+        await self._sweeps.wait()
 
     async def close(self) -> None:
         """Cancel and await every task; the process must already be gone (or be abandoned).
@@ -257,6 +256,7 @@ class EngineRunner:
         await self.wait_swept()
         if self._timer is not None:
             self._timer.cancel()
+        await self._sweeps.cancel_all()  # none left, unless close() itself was cancelled
         await self._tasks.cancel_all()
         if self.status_source is not None:
             await self.status_source.close()
@@ -398,9 +398,7 @@ class EngineRunner:
         ``descendants_killed``; :meth:`wait_swept` awaits it. ``pgid``: the record to remove
         once they are gone."""
         self._sweeping |= leftovers
-        task = self._track(self._stop_leftovers(leftovers, pgid))
-        self._sweeps.add(task)
-        task.add_done_callback(self._sweeps.discard)
+        self._sweeps.start(self._stop_leftovers(leftovers, pgid))
 
     async def _stop_leftovers(self, leftovers: set[Proc], pgid: int | None) -> None:
         self._log.warning("engine_descendants_stopping", pids=sorted(p.pid for p in leftovers),

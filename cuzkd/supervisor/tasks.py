@@ -43,6 +43,12 @@ class TaskSet:
         task.add_done_callback(log_task_failure)
         return task
 
+    async def wait(self) -> None:
+        """Wait until every task has ended, those started meanwhile too (failures are logged,
+        not raised)."""
+        while self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
     async def cancel_all(self) -> None:
         """Cancel every task and wait until all have ended."""
         tasks = list(self._tasks)

@@ -1,0 +1,47 @@
+"""TaskSet, the one owner of background tasks: strong references, failures logged, wait and
+cancel-and-await."""
+
+from __future__ import annotations
+
+import asyncio
+
+import structlog
+
+from cuzkd.supervisor.tasks import TaskSet
+
+
+async def test_a_failing_task_is_logged_and_dropped() -> None:
+    tasks = TaskSet()
+
+    async def boom() -> None:
+        raise RuntimeError("lost pipe")
+
+    with structlog.testing.capture_logs() as logs:
+        await asyncio.gather(tasks.start(boom()), return_exceptions=True)
+        await asyncio.sleep(0)  # done callbacks run on the next turn of the loop
+    [failed] = [e for e in logs if e["event"] == "task_failed"]
+    assert "lost pipe" in failed["error"] and "boom" in failed["task"]
+    assert len(tasks) == 0
+
+
+async def test_wait_covers_tasks_started_meanwhile_and_cancel_all_ends_the_rest() -> None:
+    tasks = TaskSet()
+    done: list[str] = []
+    release = asyncio.Event()
+
+    async def second() -> None:
+        await release.wait()
+        done.append("second")
+
+    async def first() -> None:
+        tasks.start(second())
+        done.append("first")
+        release.set()
+
+    tasks.start(first())
+    await tasks.wait()
+    assert done == ["first", "second"] and len(tasks) == 0
+
+    forever = tasks.start(asyncio.Event().wait())  # type: ignore[arg-type]
+    await tasks.cancel_all()
+    assert forever.cancelled() and len(tasks) == 0
