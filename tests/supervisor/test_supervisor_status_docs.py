@@ -23,7 +23,9 @@ from sv_harness import (
     write_config,
 )
 
-FAST = {"health_interval": "100ms", "unhealthy_after": "1s", "start_timeout": "5s"}
+#: Production's poll period (so a fetch may take up to 1 s on a loaded CI machine), a short
+#: unhealthy_after so a regression (every fetch failing) restarts the engine within the test.
+POLLS = {"health_interval": "1s", "unhealthy_after": "3s", "start_timeout": "10s"}
 
 
 def free_port() -> int:
@@ -72,11 +74,11 @@ def stays_healthy(sup: RunningSupervisor, names: list[str], secs: float) -> None
 
 def test_one_megabyte_documents_in_small_chunks_over_unix_and_tcp(tmp_path: Path) -> None:
     port = free_port()
-    big_tcp = fake_engine(tmp_path, "big-tcp", "big", **FAST)
+    big_tcp = fake_engine(tmp_path, "big-tcp", "big", **POLLS)
     big_tcp["command"] = [a for a in big_tcp["command"] if a != "--socket"
                           and not a.endswith("big-tcp.sock")] + ["--port", str(port)]
     big_tcp["status_url"] = f"http://127.0.0.1:{port}/status"
-    config = write_config(tmp_path, [fake_engine(tmp_path, "big-unix", "big", **FAST), big_tcp])
+    config = write_config(tmp_path, [fake_engine(tmp_path, "big-unix", "big", **POLLS), big_tcp])
     sup = start_supervisor(config)
     try:
         for name in ("big-unix", "big-tcp"):
@@ -108,8 +110,9 @@ def submit_jobs(socket_path: Path, count: int) -> None:
 
 
 def test_bundled_engine_with_thousands_of_queued_jobs_stays_healthy(tmp_path: Path) -> None:
-    config = write_config(tmp_path, [{"name": "cpu0", **FAST, "start_timeout": "60s",
-                                      "stop_timeout": "2s"}])
+    # no drain at the end: 2,000 queued jobs would take minutes
+    config = write_config(tmp_path, [{"name": "cpu0", **POLLS, "start_timeout": "60s",
+                                      "drain": "none", "stop_timeout": "2s"}])
     sup = start_supervisor(config)
     try:
         eng = sup.wait_engine("cpu0", lambda e: e["state"] == "running", timeout=60)
