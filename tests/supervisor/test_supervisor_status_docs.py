@@ -139,7 +139,7 @@ FAILING: dict[str, tuple[str, list[str], str]] = {
     "http500": ("http500", [], "HTTP 500 Internal Server Error: 'worker pool gone'"),
     "shape": ("wrong-shape", [], "Object missing required field `memory`"),
     "silent": ("silent", [], ": No such file or directory"),
-    "late-hang": ("serve", ["--hang-after", "1"], "no answer from unix:"),
+    "late-hang": ("serve", ["--hang-after", "3"], "no answer from unix:"),
 }
 
 
