@@ -318,6 +318,7 @@ def _read_fifo(fd: int, wait: float) -> bytes:
 def parse_config(raw: Mapping[str, Any], where: str) -> Config:
     """Validate an already-parsed TOML document (``where`` names it in messages)."""
     data = dict(raw)
+    _check_deadlines(data.get("metrics"), where)
     for internal in ("path", "demo"):  # fields of Config no file sets
         if internal in data:
             raise ConfigError(f"{where}: key `{internal}`: unknown key")
@@ -351,6 +352,15 @@ def _duration_hook(typ: type, obj: Any) -> Any:
             raise ValueError(f"expected a size such as '20GiB' or a number, got {obj!r}")
         return Bytes(parse_size(obj))
     raise NotImplementedError
+
+
+def _check_deadlines(metrics: object, where: str) -> None:
+    """Each ``[metrics] proof_deadlines`` value on its own: msgspec names a bad value of a
+    table of arbitrary keys only as ``proof_deadlines[...]``, this names its proof kind."""
+    deadlines = metrics.get("proof_deadlines") if isinstance(metrics, dict) else None
+    if isinstance(deadlines, dict):
+        for kind, value in deadlines.items():
+            _convert(value, Seconds, where, f"metrics.proof_deadlines.{kind}")
 
 
 def _convert(data: Any, typ: type[_T], where: str, prefix: str) -> _T:

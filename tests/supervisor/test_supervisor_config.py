@@ -231,6 +231,11 @@ def test_proof_deadlines_default_override_and_drop(tmp_path: Path) -> None:
     assert load_config(path).metrics.deadlines() == {"winning": 15.0, "porep": 3600.0}
     path.write_text(GOOD_ENGINE)
     assert load_config(path).metrics.deadlines() == {"winning": 20.0, "wpost": 1200.0}
-    path.write_text('[metrics]\nproof_deadlines = { winning = "soon" }\n' + GOOD_ENGINE)
-    with pytest.raises(ConfigError, match=r"key `metrics\.proof_deadlines.*soon"):
+    path.write_text('[metrics]\nproof_deadlines = { wpost = "1m", winning = "soon" }\n'
+                    + GOOD_ENGINE)
+    with pytest.raises(ConfigError,
+                       match=r"key `metrics\.proof_deadlines\.winning`: invalid duration 'soon'"):
+        load_config(path)
+    path.write_text('[metrics]\nproof_deadlines = { wpost = "9000h" }\n' + GOOD_ENGINE)
+    with pytest.raises(ConfigError, match=r"key `metrics\.proof_deadlines\.wpost`: .*365 days"):
         load_config(path)
