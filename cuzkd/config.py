@@ -50,6 +50,10 @@ MAX_SOCKET_PATH_BYTES = 107
 MIN_INTERVAL = 0.01
 
 
+#: Largest config file read: a real one is a few KiB.
+MAX_CONFIG_BYTES = 4 * 2**20
+
+
 class ConfigError(Exception):
     """A configuration mistake; the message is meant for the operator as is."""
 
@@ -285,23 +289,31 @@ def load_config(path: str | Path, *, resolve_hosts: bool = True,
 
 
 def _read_config_bytes(path: str | Path, fifo_wait: float | None) -> bytes:
+    """The file's bytes, at most MAX_CONFIG_BYTES (a path naming /dev/zero must not be read
+    into memory without end)."""
     if fifo_wait is None:
         with Path(path).open("rb") as fh:
-            return fh.read()
-    with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as fh:
-        if stat.S_ISFIFO(os.fstat(fh.fileno()).st_mode):
-            return _read_fifo(fh.fileno(), fifo_wait)
-        return fh.read()
+            data = fh.read(MAX_CONFIG_BYTES + 1)
+    else:
+        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as fh:
+            if stat.S_ISFIFO(os.fstat(fh.fileno()).st_mode):
+                data = _read_fifo(fh.fileno(), fifo_wait)
+            else:
+                data = fh.read(MAX_CONFIG_BYTES + 1)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES} bytes; not a cuzkd config")
+    return data
 
 
 def _read_fifo(fd: int, wait: float) -> bytes:
     """A non-blocking FIFO read to its end (a writer came and closed), or TimeoutError after
     ``wait`` seconds. Linux reports no hang-up before a writer has come, so "no writer yet" is
-    told apart from "the writer is done"."""
+    told apart from "the writer is done". Stops once past MAX_CONFIG_BYTES."""
     poller = select.poll()
     poller.register(fd, select.POLLIN)
     deadline = time.monotonic() + wait
     chunks: list[bytes] = []
+    size = 0
     while (left := deadline - time.monotonic()) > 0:
         events = poller.poll(left * 1000)
         try:
@@ -310,9 +322,14 @@ def _read_fifo(fd: int, wait: float) -> bytes:
             continue
         if chunk:
             chunks.append(chunk)
+            size += len(chunk)
+            if size > MAX_CONFIG_BYTES:
+                break  # refused by the caller
         elif any(mask & select.POLLHUP for _, mask in events):
-            return b"".join(chunks)
-    raise TimeoutError
+            break
+    else:
+        raise TimeoutError
+    return b"".join(chunks)
 
 
 def parse_config(raw: Mapping[str, Any], where: str) -> Config:

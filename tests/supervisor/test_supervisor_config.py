@@ -10,7 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from cuzkd.config import ConfigError, default_engines, load_config, visible_gpu_count
+from cuzkd.config import (
+    MAX_CONFIG_BYTES,
+    ConfigError,
+    default_engines,
+    load_config,
+    visible_gpu_count,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -213,6 +219,20 @@ def test_a_file_that_is_not_utf8_exits_78_naming_it(tmp_path: Path,
     assert proc.returncode == 78, proc.stderr
     assert f"{path}: not UTF-8" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_config_without_end_is_refused_at_the_size_cap(tmp_path: Path) -> None:
+    """A config path that names /dev/zero (or a runaway generated file) must not be read into
+    memory without end, at start nor on a reload."""
+    link = tmp_path / "cuzkd.toml"
+    link.symlink_to("/dev/zero")
+    for fifo_wait in (None, 1.0):
+        with pytest.raises(ConfigError, match=rf"{link}: larger than {MAX_CONFIG_BYTES} bytes"):
+            load_config(link, fifo_wait=fifo_wait)
+    big = tmp_path / "big.toml"
+    big.write_text(GOOD_ENGINE + "#" * MAX_CONFIG_BYTES)
+    with pytest.raises(ConfigError, match="larger than"):
+        load_config(big)
 
 
 def test_stall_watchdog_keys(tmp_path: Path) -> None:
