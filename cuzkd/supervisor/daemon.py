@@ -15,42 +15,34 @@ import asyncio
 import os
 import signal
 import time
-from collections.abc import Coroutine, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import msgspec
 import structlog
-from aiohttp import web
 
 from cuzkd.config import (
     Config,
     ConfigError,
     default_config,
 )
-from cuzkd.gpus import GpuView, load_gpu_view
-from cuzkd.httperrors import JsonErrorsRunner
-from cuzkd.ratelimit import LimitedLog, errno_name
+from cuzkd.gpus import GpuView
+from cuzkd.ratelimit import LimitedLog
 from cuzkd.supervisor import demo, errorlog
 from cuzkd.supervisor.children import ChildTable
 from cuzkd.supervisor.configread import OffLoopReader, reload_config
 from cuzkd.supervisor.control import RouteHook, build_control_app
 from cuzkd.supervisor.engines import EngineSet
-from cuzkd.supervisor.listener import IDLE_TIMEOUT, GatedListener, connection_limit
+from cuzkd.supervisor.listener import connection_limit
 from cuzkd.supervisor.notify import Notifier
 from cuzkd.supervisor.process import set_child_subreaper
+from cuzkd.supervisor.servers import Servers, StartupError
 from cuzkd.supervisor.startup import startup_fields
 from cuzkd.supervisor.statedir import ControlSocketLock, StateDirBusy, StateDirLock
 from cuzkd.supervisor.tasks import TaskSet
 from cuzkd.supervisor.views import SupervisorViews
 from cuzkd.supervisor.web import build_metrics_app
-from cuzkd.units import parse_listen
-from cuzkd.unixsock import bind_private_socket
 
 log = structlog.get_logger("cuzkd.supervisor")
-
-
-class StartupError(Exception):
-    """The daemon cannot start (state dir locked, port taken); the message says why."""
 
 
 class Supervisor:
@@ -65,7 +57,6 @@ class Supervisor:
         # --demo: bundled engines start as demo engines (Config.engine_command), reloads too.
         self.config = msgspec.structs.replace(config, demo=True) if demo else config
         #: NVML for the GPU memory gate and cuzkd_gpu_*; loaded by run() unless given (tests)
-        self._gpu_view_given = gpu_view is not None
         #: every child's spawn and exit goes through here (see cuzkd.supervisor.children)
         self.children = ChildTable()
         self.engines = EngineSet(self.config, self.children, on_change=self._notify_status,
@@ -77,12 +68,11 @@ class Supervisor:
         self._stop_signals = 0
         self._tasks = TaskSet()
         self._reload_lock = asyncio.Lock()
-        self._web_runners: list[web.AppRunner] = []
         self._metrics_bound = ("", 0)
-        self._metrics_listener: GatedListener | None = None
         #: repeated errors (accept failing, refused connections) log once per 10 s per kind
         self._limited = LimitedLog()
         self.views = SupervisorViews(self.engines, self.children, self._limited)
+        self._servers = Servers(self._limited)
         self._last_status_line = ""
         self._config_reader = OffLoopReader(reload_config)
 
@@ -108,7 +98,7 @@ class Supervisor:
             loop.add_signal_handler(signum, self._on_stop_signal, signum)
         loop.add_signal_handler(signal.SIGHUP, self._on_reload_signal)
         try:
-            await self._load_gpu_view()
+            await self.engines.load_gpu_view()
             await self.engines.stop_previous_leftovers()
             await asyncio.to_thread(self.binaries.prepare)
             await self._start_servers()
@@ -117,16 +107,16 @@ class Supervisor:
             self.engines.start_all()  # after a stop signal during start-up: none started
             self.views.phase = "running"
             self._notifier.send("READY=1", self.views.status_line())
-            self._track(self.binaries.accept_when_healthy())
+            self._tasks.start(self.binaries.accept_when_healthy())
             if self._notifier.watchdog_interval is not None:
-                self._track(self._watchdog(self._notifier.watchdog_interval))
+                self._tasks.start(self._watchdog(self._notifier.watchdog_interval))
             if self.config.demo:
-                self._track(demo.drive(self.engines.bundled_status_sources))
+                self._tasks.start(demo.drive(self.engines.bundled_status_sources))
             await self._stop_event.wait()
             self.views.phase = "stopping"
             self._notifier.send("STOPPING=1", "STATUS=stopping engines")
             log.info("supervisor_stopping")
-            await self._cancel_tasks()
+            await self._tasks.cancel_all()
             await self.engines.stop_all(self.config.supervisor.shutdown_grace,
                                         hurry=self._stop_signals > 1)
             await self.engines.stop_adopted()
@@ -149,50 +139,17 @@ class Supervisor:
         return self._stop_event.is_set()
 
     async def _start_servers(self) -> None:
-        control = JsonErrorsRunner(
+        host, port = await self._servers.start(
             build_control_app(self.engines, self.views.about, self._control_routes),
-            handle_signals=False, access_log=None)
-        metrics = JsonErrorsRunner(build_metrics_app(self.views), handle_signals=False,
-                                   access_log=None, keepalive_timeout=IDLE_TIMEOUT)
-        for runner in (control, metrics):
-            await runner.setup()
-            self._web_runners.append(runner)
-        try:
-            sock = bind_private_socket(self.config.control_socket, make_parent=True)
-        except OSError as exc:
-            raise StartupError(f"cannot bind control socket {self.config.control_socket}: "
-                               f"{exc.strerror}") from None
-        await web.SockSite(control, sock).start()
-        address = parse_listen(self.config.metrics.listen, allow_unix=False)
-        assert metrics.server is not None  # set up above
-        self._metrics_listener = GatedListener(
-            metrics.server, limit=lambda: connection_limit(len(self.engines)),
-            on_accept_error=self._on_metrics_accept_error, on_limit=self._on_metrics_limit)
-        try:
-            host, port = (await self._metrics_listener.start(address.host, address.port))[0]
-        except OSError as exc:
-            raise StartupError(f"cannot listen on metrics.listen {self.config.metrics.listen}: "
-                               f"{exc.strerror}") from None
-        self._metrics_bound = (str(host), int(port))
+            self.config.control_socket, build_metrics_app(self.views),
+            self.config.metrics.listen, lambda: connection_limit(len(self.engines)))
+        self._metrics_bound = (host, port)
         self.views.metrics_address = f"{host}:{port}"
 
-    def _on_metrics_limit(self, limit: int) -> None:
-        self._limited.log(log, "warning", "metrics_connection_refused", limit=limit,
-                          detail="at the connection limit (descriptor limit less a reserve); "
-                                 "silent connections are closed after 10 s")
-
-    def _on_metrics_accept_error(self, exc: OSError) -> None:
-        self._limited.log(log, "error", "metrics_accept_failed", key=errno_name(exc),
-                          error=str(exc), errno=errno_name(exc))
-
     async def _shutdown(self, loop: asyncio.AbstractEventLoop) -> None:
-        await self._cancel_tasks()
+        await self._tasks.cancel_all()
         await self.engines.close()
-        if self._metrics_listener is not None:
-            self._metrics_listener.close()
-        for web_runner in self._web_runners:
-            await web_runner.cleanup()
-        self.config.control_socket.unlink(missing_ok=True)
+        await self._servers.close()
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(signum)
         self.children.uninstall()
@@ -215,7 +172,7 @@ class Supervisor:
         # While reloading, queue another (the file may have changed again); never while
         # starting (the engines are being spawned from the file just read) or stopping.
         if self.views.phase in ("running", "reloading"):
-            self._track(self.reload())
+            self._tasks.start(self.reload())
 
     async def _watchdog(self, interval: float) -> None:
         while True:
@@ -256,30 +213,8 @@ class Supervisor:
         self.config = self.engines.config
         self._notify_status()
 
-    # -- engines -------------------------------------------------------------------------
-
-    async def _load_gpu_view(self) -> None:
-        """NVML, once; without it the GPU memory gate is off, said once here."""
-        if self._gpu_view_given:
-            return
-        self.engines.gpu_view, reason = await asyncio.to_thread(load_gpu_view)
-        if self.engines.gpu_view is None:
-            gated = [e.name for e in self.config.engine if e.gpus]
-            getattr(log, "warning" if gated else "info")(
-                "nvml_unavailable", reason=reason, gated_engines=gated,
-                effect="no GPU memory gate before starts, no cuzkd_gpu_* metrics")
-
     def _notify_status(self) -> None:
         line = self.views.status_line()
         if line != self._last_status_line and self.views.phase != "stopping":
             self._last_status_line = line
             self._notifier.send(line)
-
-    # -- task ownership --------------------------------------------------------------------
-
-    def _track(self, coro: Coroutine[Any, Any, None]) -> None:
-        self._tasks.start(coro)
-
-    async def _cancel_tasks(self) -> None:
-        await self._tasks.cancel_all()
-

@@ -21,7 +21,7 @@ import msgspec
 import structlog
 
 from cuzkd.config import START_WAIT_SLACK, Config, EngineConfig
-from cuzkd.gpus import GpuView
+from cuzkd.gpus import GpuView, load_gpu_view
 from cuzkd.metrics.sample import EngineSample
 from cuzkd.status.client import StatusSource
 from cuzkd.status.document import Extensions, StatusDocument
@@ -72,8 +72,9 @@ class EngineSet:
         #: the config the engines run from (a reload replaces its engine tables)
         self.config = config
         self.children = children
-        #: NVML for the GPU memory gate; set before the first start
+        #: NVML for the GPU memory gate (and cuzkd_gpu_*); :meth:`load_gpu_view` unless given
         self.gpu_view = gpu_view
+        self._gpu_view_given = gpu_view is not None
         # Built once, from the config at start: a reload keeps the store and the coordinator.
         self.binaries = EngineBinaries(config.supervisor, config.state_dir, self)
         self._on_change = on_change
@@ -108,6 +109,18 @@ class EngineSet:
             runner = self.add(spec)
             if not self._stopping:
                 runner.start()
+
+    async def load_gpu_view(self) -> None:
+        """NVML, once, before the first start; without it the GPU memory gate is off, said
+        once here."""
+        if self._gpu_view_given:
+            return
+        self.gpu_view, reason = await asyncio.to_thread(load_gpu_view)
+        if self.gpu_view is None:
+            gated = [e.name for e in self.config.engine if e.gpus]
+            getattr(log, "warning" if gated else "info")(
+                "nvml_unavailable", reason=reason, gated_engines=gated,
+                effect="no GPU memory gate before starts, no cuzkd_gpu_* metrics")
 
     def add(self, spec: EngineConfig) -> EngineRunner:
         runner = EngineRunner(spec, self.config, children=self.children,
