@@ -12,14 +12,15 @@ with the canary's own window before the swap):
 - **failures**: at most ``max_failed_jobs`` failed jobs on the canary;
 - **the operator's check** (``--check CMD``): exit 0 passes.
 
-A failure of any of these is ``fail``; otherwise, with no kind that counts, ``inconclusive``;
+A failure of any of these (or a canary that restarted or went silent in the window) is
+``fail``; otherwise, with no kind that counts, ``inconclusive``;
 else ``pass``. This module is pure -- cumulative counters in, a verdict out -- so every rule is
 unit-tested; the swap coordinator reads the counters and runs the check.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -129,9 +130,13 @@ def _rate(tally: Tally, kind: str) -> float | None:
 
 
 def judge(canary: Tally, baseline: Tally, criteria: Criteria, *, baseline_kind: Baseline,
-          check: str | None = None) -> Verdict:
-    """The verdict on the canary's window against the baseline's (see the module docstring)."""
+          check: str | None = None, unread: Sequence[str] = ()) -> Verdict:
+    """The verdict on the canary's window against the baseline's (see the module docstring).
+    ``unread``: canaries without a window (restarted, or no status during it): no pass."""
     failures: list[str] = []
+    if unread:
+        failures.append(f"canary {', '.join(unread)}: restarted or no status during the "
+                        "analysis")
     if canary.failed_jobs > criteria.max_failed_jobs:
         failures.append(f"{canary.failed_jobs} failed job(s) on the canary (at most "
                         f"{criteria.max_failed_jobs} allowed)")

@@ -238,10 +238,8 @@ class SwapCoordinator:
         meanwhile. The verdict is streamed, logged and returned."""
         self._step(progress, "analysing", canaries=list(canaries),
                    baseline="self" if before is not None else list(rest), seconds=plan.seconds)
-        check = (None if plan.check is None
-                 else asyncio.ensure_future(self._check(canaries[0], plan)))
-        windows = await self._windows([*canaries, *rest], plan.seconds)
-        check_cause = None if check is None else await check
+        windows, check_cause = await asyncio.gather(
+            self._windows([*canaries, *rest], plan.seconds), self._check(canaries[0], plan))
         ours = [windows.get(name) for name in canaries]
         kind: analysis.Baseline
         if before is not None:
@@ -251,20 +249,17 @@ class SwapCoordinator:
             kind = "peers"
         missing = [name for name, window in zip(canaries, ours, strict=True) if window is None]
         verdict = analysis.judge(analysis.combine(w for w in ours if w is not None), baseline,
-                                 plan.criteria, baseline_kind=kind, check=check_cause)
-        if missing:  # a canary that restarted or went silent in the window is no pass
-            verdict = analysis.Verdict(
-                "fail", [f"canary {', '.join(missing)}: restarted or no status during the "
-                         "analysis", *(verdict.reasons if verdict.result == "fail" else [])],
-                verdict.kinds, verdict.canary_failed_jobs, verdict.baseline, verdict.criteria,
-                verdict.check)
+                                 plan.criteria, baseline_kind=kind, check=check_cause,
+                                 unread=missing)
         self._step(progress, "analysis", verdict=verdict.result, summary=verdict.summary(),
                    analysis=verdict.as_json())
         return verdict
 
-    async def _check(self, canary: str, plan: AnalysisPlan) -> str:
-        """Run the operator's check against ``canary`` (no shell; ``--analysis`` bounds it)."""
-        assert plan.check is not None
+    async def _check(self, canary: str, plan: AnalysisPlan) -> str | None:
+        """Run the operator's check against ``canary`` (no shell; ``--analysis`` bounds it);
+        its exit cause, None without a check."""
+        if plan.check is None:
+            return None
         env = {**os.environ, CANARY_ENGINE_ENV: canary,
                CANARY_STATUS_ENV: self.target.engine_status_address(canary) or ""}
         return await self.target.run_oneshot(plan.check, plan.seconds, env)

@@ -70,6 +70,13 @@ def test_too_little_work_is_inconclusive(canary: Tally, baseline: Tally) -> None
     assert verdict.result == "inconclusive" and "too little work" in verdict.reasons[0]
 
 
+def test_a_canary_without_a_window_is_no_pass() -> None:
+    verdict = judge(side(40, 10.0), side(40, 10.0), CRITERIA, baseline_kind="peers",
+                    unread=["gpu0"])
+    assert verdict.result == "fail"
+    assert verdict.reasons == ["canary gpu0: restarted or no status during the analysis"]
+
+
 def test_too_little_work_with_a_failure_is_still_a_failure() -> None:
     assert judge(side(1, 1.0, failed=2), Tally(), CRITERIA, baseline_kind="peers").result \
         == "fail"
