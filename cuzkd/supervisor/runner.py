@@ -203,10 +203,11 @@ class EngineRunner:
     def request_stop(self, reason: StopReason = "operator") -> None:
         """Begin the stop sequence (or cancel a pending restart) now, without waiting."""
         self._stop_reason = reason
-        if self._gate is not None:  # nothing runs yet: the spawn waiting for GPUs is dropped
+        if self._gate is not None:  # nothing runs yet: the spawn waiting is dropped
             self._gate.cancel()
             self._gate = None
-            self._log.info("gpu_gate_abandoned", reason="stop requested")
+            self._log.info("gpu_gate_abandoned" if self._gpu_view is not None
+                           else "engine_spawn_abandoned", reason="stop requested")
             self.lifecycle.spawn_abandoned(self._clock())
         self._apply(self.lifecycle.stop_requested(self._clock()))
 
@@ -315,9 +316,9 @@ class EngineRunner:
             match pending.pop(0):
                 case Spawn():
                     if self._gate is not None:
-                        continue  # the spawn waiting for GPU memory is the one asked for
-                    if self._gpu_view is not None:
-                        self._gate = self._track(self._spawn_when_gpus_ready(self._gpu_view))
+                        continue  # the spawn waiting (leftovers, GPU memory) is the one asked for
+                    if self._gpu_view is not None or len(self._sweeps):
+                        self._gate = self._track(self._spawn_when_ready())
                     else:
                         pending.extend(self._spawn())
                 case Stop(kill=kill, drain=drain):
@@ -417,19 +418,27 @@ class EngineRunner:
         self._timer = None
         self._apply(self.lifecycle.backoff_elapsed(self._clock()))
 
-    async def _spawn_when_gpus_ready(self, view: GpuView) -> None:
-        """Spawn once the pinned GPUs hold nothing of the previous process and have
+    async def _spawn_when_ready(self) -> None:
+        """Spawn once the previous process's leftovers are gone -- a helper that ignored
+        SIGTERM holds its port or GPU memory until killed (``stop_timeout`` bounds it), and a
+        replacement spawned meanwhile would fail and count as a crash -- and, for an engine
+        pinned to GPUs, once they hold nothing of the previous process and have
         ``gpu_memory_needed`` free, or after ``gpu_release_timeout`` (then say why)."""
+        if self._sweeping:
+            self._log.info("engine_spawn_waits_for_leftovers",
+                           pids=sorted(p.pid for p in self._sweeping))
+            await self.wait_swept()
         spec = self.spec
-        result = await wait_for_gpus(view, spec.gpus, self._dead_pids, spec.gpu_memory_needed,
-                                     spec.gpu_release_timeout)
+        if self._gpu_view is not None:
+            result = await wait_for_gpus(self._gpu_view, spec.gpus, self._dead_pids,
+                                         spec.gpu_memory_needed, spec.gpu_release_timeout)
+            if not result.ready:
+                self._log.warning("gpu_gate_timeout", gpus=spec.gpus, reason=result.reason,
+                                  waited_seconds=round(result.waited_seconds, 3))
+            elif result.reads > 1:
+                self._log.info("gpu_gate_passed", gpus=spec.gpus,
+                               waited_seconds=round(result.waited_seconds, 3))
         self._gate = None
-        if not result.ready:
-            self._log.warning("gpu_gate_timeout", gpus=spec.gpus, reason=result.reason,
-                              waited_seconds=round(result.waited_seconds, 3))
-        elif result.reads > 1:
-            self._log.info("gpu_gate_passed", gpus=spec.gpus,
-                           waited_seconds=round(result.waited_seconds, 3))
         self._apply(self._spawn())
 
     def _spawn(self) -> list[Action]:
@@ -646,7 +655,7 @@ class EngineRunner:
             "next_restart_at": (_wall(m.next_start_at, self._clock())
                                 if m.state is State.BACKOFF else None),
             "last_error": m.last_error,
-            "waiting_for_gpu": self._gate is not None,
+            "waiting_for_gpu": self._gate is not None and self._gpu_view is not None,
             "stalled": self.stall.stalled,
             "stalls_total": self.stall.stalls_total,
             "last_exit_stderr": list(self.last_exit_stderr),

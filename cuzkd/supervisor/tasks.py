@@ -45,9 +45,10 @@ class TaskSet:
 
     async def wait(self) -> None:
         """Wait until every task has ended, those started meanwhile too (failures are logged,
-        not raised)."""
+        not raised). A waiter cancelled meanwhile leaves the tasks running (``asyncio.wait``;
+        ``gather`` would cancel them with it)."""
         while self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+            await asyncio.wait(set(self._tasks))
 
     async def cancel_all(self) -> None:
         """Cancel every task and wait until all have ended."""

@@ -92,6 +92,25 @@ def test_helpers_ignoring_sigterm_are_killed_after_stop_timeout(tmp_path: Path) 
         assert sup.stop() == 0
 
 
+def test_the_replacement_starts_once_the_previous_helpers_are_gone(tmp_path: Path) -> None:
+    """A helper that ignores SIGTERM may hold the dead engine's port or GPU memory until it is
+    killed; a replacement spawned meanwhile would fail to bind and count as a crash."""
+    pidfile = tmp_path / "helpers"
+    eng = fake_engine(tmp_path, "gpu0", args=["--helper", str(pidfile), "--helper-ignores-term",
+                                              "--exit-after", "0.3"],
+                      **{**FAST, "stop_timeout": "1s"})
+    sup = start_supervisor(write_config(tmp_path, [eng]))
+    try:
+        spawned = wait_until(lambda: sup.events("engine_spawned", engine="gpu0")[1:], 20,
+                             "the replacement")
+        [stopped, *_] = sup.events("engine_descendants_stopped", engine="gpu0")
+        [waited, *_] = sup.events("engine_spawn_waits_for_leftovers", engine="gpu0")
+        assert _ts(spawned[0]) >= _ts(stopped) >= _ts(waited) + 0.9  # TERM ignored: KILL at 1s
+        assert waited["pids"] == stopped["pids"] == _helpers(pidfile)[:1]
+    finally:
+        assert sup.stop() == 0
+
+
 def test_shutdown_stops_every_helper_before_exiting(tmp_path: Path) -> None:
     pidfiles = [tmp_path / "h0", tmp_path / "h1"]
     engines = [fake_engine(tmp_path, f"gpu{i}", args=["--helper", str(pf),

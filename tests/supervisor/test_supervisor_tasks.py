@@ -45,3 +45,23 @@ async def test_wait_covers_tasks_started_meanwhile_and_cancel_all_ends_the_rest(
     forever = tasks.start(asyncio.Event().wait())  # type: ignore[arg-type]
     await tasks.cancel_all()
     assert forever.cancelled() and len(tasks) == 0
+
+
+async def test_a_waiter_cancelled_leaves_the_tasks_running() -> None:
+    """A spawn waiting for an engine's leftovers to be stopped is dropped by a stop request;
+    the leftovers' stop must go on."""
+    tasks = TaskSet()
+    release = asyncio.Event()
+
+    async def sweep() -> None:
+        await release.wait()
+
+    swept = tasks.start(sweep())
+    waiter = asyncio.ensure_future(tasks.wait())
+    await asyncio.sleep(0)  # the waiter is waiting
+    waiter.cancel()
+    await asyncio.gather(waiter, return_exceptions=True)
+    assert not swept.done()
+    release.set()
+    await tasks.wait()
+    assert swept.done() and not swept.cancelled()
