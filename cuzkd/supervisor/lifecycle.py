@@ -225,14 +225,22 @@ class Lifecycle:
             self.healthy_since = self.last_ok = now
             self._move(State.RUNNING, "process alive through its settle time")
 
+    def spawn_waiting(self, reason: str) -> None:
+        """A spawn waits (for the previous process's leftovers, for GPU memory): ``starting``
+        without a process, so the engine never reads as running while nothing runs."""
+        self.pid = None
+        self.next_start_at = None
+        if self.state is not State.STARTING:
+            self._move(State.STARTING, reason)
+
     def spawn_abandoned(self, now: float) -> None:
-        """A spawn still waiting (for GPU memory) was given up because a stop came."""
+        """A spawn still waiting (leftovers, GPU memory) was given up because a stop came."""
         del now
         self.pid = None
         self.next_start_at = None
         self._intent = None
         if self.state is not State.STOPPED:
-            self._move(State.STOPPED, "stop requested while waiting for GPU memory")
+            self._move(State.STOPPED, "stop requested while waiting to spawn")
 
     def stalled(self, now: float) -> list[Action]:
         """The stall watchdog fired with ``stall_action = "restart"``: SIGKILL, then spawn."""

@@ -319,6 +319,9 @@ class EngineRunner:
                         continue  # the spawn waiting (leftovers, GPU memory) is the one asked for
                     if self._gpu_view is not None or len(self._sweeps):
                         self._gate = self._track(self._spawn_when_ready())
+                        self.lifecycle.spawn_waiting(
+                            "waiting for the previous process's leftovers to stop"
+                            if self._sweeping else "waiting for GPU memory")
                     else:
                         pending.extend(self._spawn())
                 case Stop(kill=kill, drain=drain):

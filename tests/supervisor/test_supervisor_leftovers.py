@@ -97,7 +97,7 @@ def test_the_replacement_starts_once_the_previous_helpers_are_gone(tmp_path: Pat
     killed; a replacement spawned meanwhile would fail to bind and count as a crash."""
     pidfile = tmp_path / "helpers"
     eng = fake_engine(tmp_path, "gpu0", args=["--helper", str(pidfile), "--helper-ignores-term",
-                                              "--exit-after", "0.3"],
+                                              "--exit-after", "1.5"],  # running by then
                       **{**FAST, "stop_timeout": "1s"})
     sup = start_supervisor(write_config(tmp_path, [eng]))
     try:
@@ -107,6 +107,10 @@ def test_the_replacement_starts_once_the_previous_helpers_are_gone(tmp_path: Pat
         [waited, *_] = sup.events("engine_spawn_waits_for_leftovers", engine="gpu0")
         assert _ts(spawned[0]) >= _ts(stopped) >= _ts(waited) + 0.9  # TERM ignored: KILL at 1s
         assert waited["pids"] == stopped["pids"] == _helpers(pidfile)[:1]
+        # meanwhile it reads as starting without a process, not as the dead one running
+        [moved, *_] = [e for e in sup.events("engine_state", engine="gpu0")
+                       if "leftovers" in e["reason"]]
+        assert (moved["new"], moved["pid"]) == ("starting", None)
     finally:
         assert sup.stop() == 0
 
