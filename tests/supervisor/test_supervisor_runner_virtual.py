@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import structlog
+from support.big_status import big_document
 from support.piece_server import PieceServer
 from sv_virtual import (
     Script,
@@ -286,3 +287,31 @@ def test_a_reload_while_a_scrape_waits_never_mixes_engines_up(tmp_path: Path) ->
     views, after = run_virtual(main)
     assert [(v.info["name"], v.sample.name) for v in views] == [("a", "a"), ("b", "b")]
     assert after == ["c", "b"]
+
+
+def test_an_engine_whose_status_goes_silent_is_killed_after_unhealthy_after(
+        tmp_path: Path) -> None:
+    """Running (its status answered a real document), then the status hangs: stopped
+    unhealthy_after after the last answer, counted as ``unhealthy``, and restarted."""
+    async def main() -> tuple[list[StandIn], float, EngineRunner]:
+        server = PieceServer(big_document(0, extensions=True))
+        address = await server.start_unix(tmp_path / "status.sock")
+        engines = StandInEngines(Script())
+        runner = runner_of(tmp_path, engines, status_url=address, drain="none",
+                           health_interval="1s", unhealthy_after="15s", stall_after="0s")
+        with structlog.testing.capture_logs():
+            runner.start()
+            await in_state(runner, State.RUNNING)
+            server.hang = True
+            assert runner.lifecycle.last_ok is not None
+            last_answer = runner.lifecycle.last_ok
+            await engines.next_spawn()
+            await finish(runner)
+        await server.close()
+        return engines.spawned, last_answer, runner
+
+    (silent, *_), last_answer, runner = run_virtual(main)
+    [(stopped_at, signum), *_] = silent.signals
+    assert signum == signal.SIGTERM
+    assert 15 <= stopped_at - last_answer <= 15 + 1 + 1  # one poll interval + its timeout
+    assert runner.lifecycle.exits["unhealthy"] == 1
