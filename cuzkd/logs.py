@@ -54,7 +54,7 @@ def configure_logging(*, level: str = "info", log_format: LogFormat = "auto",
         processors=[
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
-            structlog.stdlib.add_logger_name,
+            _add_logger_name,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
             renderer,
@@ -65,6 +65,14 @@ def configure_logging(*, level: str = "info", log_format: LogFormat = "auto",
         logger_factory=named_logger,
         cache_logger_on_first_use=False,
     )
+
+
+def _add_logger_name(logger: Any, method: str, event_dict: Any) -> Any:
+    """Processor: the ``logger`` field is the name given to ``structlog.get_logger`` -- unless
+    the event names one itself (a bridged stdlib record says ``aiohttp.server`` wrote it)."""
+    del method
+    event_dict.setdefault("logger", getattr(logger, "name", "cuzkd"))
+    return event_dict
 
 
 def engine_line_fields(line: str) -> tuple[str, str, dict[str, Any]] | None:
