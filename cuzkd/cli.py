@@ -10,12 +10,14 @@ holds it).
 Every subcommand handler takes the parsed arguments and returns the process exit code; the
 errors every client subcommand can meet are turned into exit codes here, once, following
 sysexits.h: 78 (EX_CONFIG) for a bad config, 69 (EX_UNAVAILABLE) when the supervisor's control
-socket cannot be reached, 1 when the supervisor refuses a request.
+socket cannot be reached, 1 when the supervisor refuses a request; 141 (as if SIGPIPE had ended
+it) when whoever read the output went away.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -28,6 +30,8 @@ from cuzkd.swap import cli as swap_cli
 Handler = Callable[[argparse.Namespace], int]
 
 EX_UNAVAILABLE = 69
+#: A command whose output pipe closed exits as if SIGPIPE had ended it (128 + 13).
+EX_SIGPIPE = 141
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,7 +56,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return handler(args)
+        code = handler(args)
+        sys.stdout.flush()  # a reader gone away shows here, not as a traceback at exit
+        return code
+    except BrokenPipeError:  # `cuzkd status | head -1`: nobody reads the rest
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # for the exit flush
+        return EX_SIGPIPE
     except ConfigError as exc:
         return _fail(exc, EX_CONFIG)
     except ControlUnavailable as exc:

@@ -221,6 +221,19 @@ def test_a_file_that_is_not_utf8_exits_78_naming_it(tmp_path: Path,
     assert "Traceback" not in proc.stderr
 
 
+def test_a_reader_that_went_away_is_no_traceback(tmp_path: Path) -> None:
+    """``cuzkd status | head -1``: the pipe closes before the output is written."""
+    path = tmp_path / "ok.toml"
+    path.write_text(GOOD_ENGINE)
+    proc = subprocess.Popen([sys.executable, "-m", "cuzkd", "check-config", str(path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader is gone before the command writes
+    err = proc.stderr.read().decode()
+    assert proc.wait(60) == 141, err  # as if SIGPIPE had ended it, like other tools in a pipe
+    assert err == ""
+
+
 def test_a_config_without_end_is_refused_at_the_size_cap(tmp_path: Path) -> None:
     """A config path that names /dev/zero (or a runaway generated file) must not be read into
     memory without end, at start nor on a reload."""
