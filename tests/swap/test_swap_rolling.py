@@ -14,8 +14,17 @@ from pathlib import Path
 
 import pytest
 
+from cuzkd.status.document import Extensions, Histogram
+from cuzkd.status.tracker import StatusTracker
+from cuzkd.swap.analysis import Criteria
 from cuzkd.swap.releases import ReleaseStore, source_release_id
-from cuzkd.swap.rolling import SwapCoordinator, SwapInProgress
+from cuzkd.swap.rolling import (
+    CANARY_ENGINE_ENV,
+    CANARY_STATUS_ENV,
+    AnalysisPlan,
+    SwapCoordinator,
+    SwapInProgress,
+)
 
 
 class ScriptedSupervisor:
@@ -356,3 +365,94 @@ async def test_acceptance_leaves_a_judged_release_alone(store, make_script, v1):
     store.judge(v1, "rejected", "an operator said so")
     await asyncio.wait_for(coord.accept_when_healthy(settle=0, retry=0), 5)
     assert store.verdict(v1).verdict == "rejected"
+
+
+class CountingSupervisor(ScriptedSupervisor):
+    """The stand-in with status counters: each reading of an engine adds ``speed`` partitions
+    done per GPU second on whatever release it runs (``slow`` in the script: half speed), so a
+    window's growth is exact and needs no real time."""
+
+    def __init__(self, store: ReleaseStore, engines: list[str], *, work: bool = True) -> None:
+        super().__init__(store, engines)
+        active = store.active()
+        assert active is not None
+        self.running = dict.fromkeys(engines, active.id)  # all on the old release to start
+        self.work = work
+        self.readings: dict[str, tuple[int, float]] = {}
+        self.checks: list[tuple[list[str], dict[str, str]]] = []
+
+    async def engine_status(self, name: str) -> tuple[object, object]:
+        done, seconds = self.readings.get(name, (0, 0.0))
+        binary = next(r.binary for r in self.store.releases() if r.id == self.running[name])
+        speed = 15 if b"slow" in await asyncio.to_thread(binary.read_bytes) else 30
+        if self.work:
+            done, seconds = done + speed, seconds + 1.0
+        self.readings[name] = (done, seconds)
+        hist = Histogram(bounds=[1.0], bucket_counts=[done], count=done, sum=seconds)
+        ext = Extensions(phase_transitions={"snap": {"done": done}}, worker_busy=[],
+                         synth_duration_seconds={}, gpu_duration_seconds={"snap": hist},
+                         jobs_in_flight=0)
+        return StatusTracker().snapshot(), ext
+
+    def engine_status_address(self, name: str) -> str:
+        return f"unix:/run/{name}.sock"
+
+    async def run_oneshot(self, argv: Sequence[str], timeout: float,
+                          env: dict[str, str] | None = None) -> str:
+        self.checks.append((list(argv), dict(env or {})))
+        return "exit_0"
+
+
+def plan(**fields: object) -> AnalysisPlan:
+    return AnalysisPlan(**{"seconds": 0.01, "criteria": Criteria(min_partitions=10), **fields})
+
+
+async def test_a_slow_canary_is_rolled_back_and_the_rest_never_moved(store, make_script, v1):
+    target = CountingSupervisor(store, ["gpu0", "gpu1", "gpu2"])
+    coord = SwapCoordinator(store, target, keep_releases=3)
+    outcome = await coord.swap(make_script("v2-good-slow"), settle=0, plan=plan(canary=2))
+    assert outcome.result == "rolled_back" and store.active().id == v1.id
+    assert outcome.analysis["result"] == "fail" and outcome.analysis["baseline"] == "peers"
+    assert outcome.analysis["kinds"][0]["ratio"] == 0.5
+    # the two canaries moved and came back; gpu2, the baseline, was never restarted
+    assert target.log == [("restart", "gpu0"), ("restart", "gpu1"), ("restart", "gpu0"),
+                          ("restart", "gpu1")]
+    [record] = [r for r in store.history() if r.release == outcome.previous]
+    assert record.verdict == "rejected" and record.analysis == outcome.analysis
+    assert coord.counts["rolled_back"] == 1
+
+
+async def test_a_passing_canary_lets_the_rest_move_and_the_check_sees_the_canary(
+        store, make_script, v1):
+    target = CountingSupervisor(store, ["gpu0", "gpu1"])
+    coord = SwapCoordinator(store, target, keep_releases=3)
+    outcome = await coord.swap(make_script("v2-good"), settle=0,
+                               plan=plan(check=["verify", "--fast"]))
+    assert outcome.result == "ok" and outcome.analysis["result"] == "pass"
+    assert target.log == [("restart", "gpu0"), ("restart", "gpu1")]
+    [(argv, env)] = target.checks
+    assert argv == ["verify", "--fast"]
+    assert (env[CANARY_ENGINE_ENV], env[CANARY_STATUS_ENV]) == ("gpu0", "unix:/run/gpu0.sock")
+    record = store.verdict(store.active())
+    assert record.verdict == "accepted" and record.analysis["result"] == "pass"
+
+
+@pytest.mark.parametrize(("choice", "result"), [("rollback", "rolled_back"), ("proceed", "ok")])
+async def test_inconclusive_does_what_on_inconclusive_says(store, make_script, v1, choice,
+                                                           result):
+    target = CountingSupervisor(store, ["gpu0", "gpu1"], work=False)
+    coord = SwapCoordinator(store, target, keep_releases=3)
+    outcome = await coord.swap(make_script("v2-good"), settle=0,
+                               plan=plan(on_inconclusive=choice))
+    assert outcome.result == result and outcome.analysis["result"] == "inconclusive"
+
+
+async def test_one_engine_is_measured_before_the_swap(store, make_script, v1):
+    target = CountingSupervisor(store, ["gpu0"])
+    coord = SwapCoordinator(store, target, keep_releases=3)
+    events: list[dict] = []
+    outcome = await coord.swap(make_script("v2-good-slow"), settle=0, plan=plan(),
+                               progress=events.append)
+    assert outcome.result == "rolled_back" and outcome.analysis["baseline"] == "self"
+    steps = [e["event"] for e in events]
+    assert steps.index("analysis_baseline") < steps.index("activated") < steps.index("analysis")
