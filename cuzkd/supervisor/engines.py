@@ -28,6 +28,7 @@ from cuzkd.status.document import Extensions, StatusDocument
 from cuzkd.supervisor import procs
 from cuzkd.supervisor.binaries import EngineBinaries
 from cuzkd.supervisor.children import ChildTable
+from cuzkd.supervisor.healthwait import HealthWait, Observation
 from cuzkd.supervisor.leftovers import Records, leftovers
 from cuzkd.supervisor.lifecycle import State
 from cuzkd.supervisor.runner import EngineRunner
@@ -317,33 +318,28 @@ class EngineSet:
         return self._stopping
 
     async def wait_healthy(self, name: str, settle: float) -> str | None:
-        """None once the status answered and the process then stayed up ``settle`` seconds.
-
-        Otherwise why not: the status stayed silent for start_timeout, or the process (the one
-        running when called) ended before answering or during the settle period; the reason
-        names its exit cause.
-        """
+        """None once the status answered and the process then stayed up ``settle`` seconds;
+        otherwise why not (the rule: :class:`~cuzkd.supervisor.healthwait.HealthWait`)."""
         runner = self.runner(name)
-        pid = runner.pid
-        if pid is None:
+        if runner.pid is None:
             return not_up(runner)
+        clock = asyncio.get_running_loop().time
+        watch = HealthWait(runner.pid, runner.spec.start_timeout, settle, started=clock())
 
-        def gone() -> bool:
-            return runner.pid != pid
+        def over(now: float | None = None) -> bool:
+            m = runner.lifecycle
+            return watch.observe(Observation(clock() if now is None else now, runner.pid,
+                                             m.state, m.last_error, not_up(runner)))
 
-        timeout = runner.spec.start_timeout
-        if not await runner.wait_for(lambda: gone() or runner.lifecycle.state is not State.STARTING,
-                                     within=timeout):
-            error = runner.lifecycle.last_error
-            why = f" (last error: {error})" if error else ""
-            return f"status did not answer within start_timeout ({timeout:g}s){why}"
-        if gone() or runner.lifecycle.state is not State.RUNNING:
-            return f"process {pid} ended before its status answered: {not_up(runner)}"
-        if await runner.wait_for(lambda: gone() or runner.lifecycle.state is not State.RUNNING,
-                                 within=settle):
-            return (f"process {pid} did not stay up for the {settle:g}s settle period: "
-                    f"{not_up(runner)}")
-        return None
+        while not over():
+            deadline = watch.deadline  # moves once the status answered: wait anew then
+            def moved(at: float = deadline) -> bool:
+                return over() or watch.deadline != at
+
+            changed = await runner.wait_for(moved, within=max(0.0, deadline - clock()))
+            if not changed and over(max(clock(), deadline)):  # timers may fire a hair early
+                break
+        return watch.outcome
 
     async def engine_status(self, name: str) -> tuple[StatusDocument | None,
                                                       Extensions | None]:

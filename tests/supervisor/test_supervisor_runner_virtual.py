@@ -315,3 +315,25 @@ def test_an_engine_whose_status_goes_silent_is_killed_after_unhealthy_after(
     assert signum == signal.SIGTERM
     assert 15 <= stopped_at - last_answer <= 15 + 1 + 1  # one poll interval + its timeout
     assert runner.lifecycle.exits["unhealthy"] == 1
+
+
+def test_wait_healthy_on_virtual_time(tmp_path: Path) -> None:
+    """The swap's wait: healthy after answering and settling; a process that crashes in the
+    settle period is named with its exit."""
+    async def main() -> tuple[str | None, str | None, float]:
+        engines = StandInEngines(Script(), Script(runs_for=3, status=exited(4)))
+        group = EngineSet(config_of(tmp_path, {"name": "e", "restart": "never"}), engines.table)
+        group.start_all()
+        started = asyncio.get_running_loop().time()
+        healthy = await group.wait_healthy("e", settle=10)
+        took = asyncio.get_running_loop().time() - started
+        await group.restart_engine("e")
+        crashed = await group.wait_healthy("e", settle=10)
+        await group.stop_all(30)
+        await group.close()
+        return healthy, crashed, took
+
+    healthy, crashed, took = run_virtual(main)
+    assert healthy is None and abs(took - (1 + 10)) < 1e-3  # settled after 1 s, then 10 s
+    assert crashed is not None and "did not stay up for the 10s settle period" in crashed
+    assert "last exit: exit_4" in crashed
