@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -69,7 +70,9 @@ class EngineView:
 class EngineSet:
     def __init__(self, config: Config, children: ChildTable, *,
                  on_change: Callable[[], None] = lambda: None,
-                 gpu_view: GpuView | None = None) -> None:
+                 gpu_view: GpuView | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """``clock``: the runners' monotonic clock (tests on virtual time pass ``loop.time``)."""
         #: the config the engines run from (a reload replaces its engine tables)
         self.config = config
         self.children = children
@@ -79,6 +82,7 @@ class EngineSet:
         # Built once, from the config at start: a reload keeps the store and the coordinator.
         self.binaries = EngineBinaries(config.supervisor, config.state_dir, self)
         self._on_change = on_change
+        self._clock = clock
         self._runners: dict[str, EngineRunner] = {}
         self._stopping = False
         #: engine -> leftovers of the previous supervisor stopped at start-up (counted once
@@ -126,7 +130,8 @@ class EngineSet:
     def add(self, spec: EngineConfig) -> EngineRunner:
         runner = EngineRunner(spec, self.config, children=self.children,
                               binary_resolver=self.binaries.resolve,
-                              on_change=self._on_change, gpu_view=self.gpu_view)
+                              on_change=self._on_change, gpu_view=self.gpu_view,
+                              clock=self._clock)
         runner.descendants_killed = self._inherited_kills.pop(spec.name, 0)
         self._runners[spec.name] = runner
         return runner
@@ -323,7 +328,7 @@ class EngineSet:
         runner = self.runner(name)
         if runner.pid is None:
             return not_up(runner)
-        clock = asyncio.get_running_loop().time
+        clock = self._clock
         watch = HealthWait(runner.pid, runner.spec.start_timeout, settle, started=clock())
 
         def over(now: float | None = None) -> bool:

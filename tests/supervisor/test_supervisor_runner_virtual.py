@@ -196,7 +196,8 @@ def test_reload_restarts_a_changed_running_engine_and_keeps_the_others(tmp_path:
         before = config_of(tmp_path, {"name": "a"}, {"name": "b"})
         after = config_of(tmp_path, {"name": "a", "command": ["stand-in", "--new"]}, {"name": "b"},
                           {"name": "c"})
-        group = EngineSet(before, engines.table)
+        group = EngineSet(before, engines.table,
+                          clock=asyncio.get_running_loop().time)
         group.start_all()
         await asyncio.gather(*(in_state(group.runner(n), State.RUNNING) for n in ("a", "b")))
         todo = await group.apply(after)
@@ -232,7 +233,8 @@ def test_shutdown_grace_caps_every_stop_then_sigkill(tmp_path: Path) -> None:
     async def main() -> tuple[list[StandIn], float]:
         engines = StandInEngines(Script(ignores_stop=True), Script())
         group = EngineSet(config_of(tmp_path, {"name": "stubborn", "stop_timeout": "20s"},
-                                    {"name": "polite", "stop_timeout": "20s"}), engines.table)
+                                    {"name": "polite", "stop_timeout": "20s"}), engines.table,
+                          clock=asyncio.get_running_loop().time)
         group.start_all()
         await asyncio.gather(*(in_state(group.runner(n), State.RUNNING)
                                for n in ("stubborn", "polite")))
@@ -249,7 +251,8 @@ def test_shutdown_grace_caps_every_stop_then_sigkill(tmp_path: Path) -> None:
 
     async def hurried() -> tuple[StandIn, float]:
         engines = StandInEngines(Script(ignores_stop=True))
-        group = EngineSet(config_of(tmp_path, {"name": "stubborn"}), engines.table)
+        group = EngineSet(config_of(tmp_path, {"name": "stubborn"}), engines.table,
+                          clock=asyncio.get_running_loop().time)
         group.start_all()
         await in_state(group.runner("stubborn"), State.RUNNING)
         asked = asyncio.get_running_loop().time()
@@ -272,7 +275,8 @@ def test_a_reload_while_a_scrape_waits_never_mixes_engines_up(tmp_path: Path) ->
         keys = {"status_url": address, "drain": "none", "start_timeout": "10m"}
         engines = StandInEngines(Script())
         group = EngineSet(config_of(tmp_path, {"name": "a", **keys}, {"name": "b", **keys}),
-                          engines.table)
+                          engines.table,
+                          clock=asyncio.get_running_loop().time)
         group.start_all()
         scrape = asyncio.create_task(group.views(max_age=0))
         await asyncio.sleep(0)  # the fetches are out
@@ -322,7 +326,8 @@ def test_wait_healthy_on_virtual_time(tmp_path: Path) -> None:
     settle period is named with its exit."""
     async def main() -> tuple[str | None, str | None, float]:
         engines = StandInEngines(Script(), Script(runs_for=3, status=exited(4)))
-        group = EngineSet(config_of(tmp_path, {"name": "e", "restart": "never"}), engines.table)
+        group = EngineSet(config_of(tmp_path, {"name": "e", "restart": "never"}), engines.table,
+                          clock=asyncio.get_running_loop().time)
         group.start_all()
         started = asyncio.get_running_loop().time()
         healthy = await group.wait_healthy("e", settle=10)
