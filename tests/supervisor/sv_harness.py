@@ -147,8 +147,9 @@ class RunningSupervisor:
     def wait_engine(self, name: str, predicate: Callable[[dict[str, Any]], Any],
                     timeout: float = 15.0, what: str = "") -> dict[str, Any]:
         def check() -> dict[str, Any] | None:
-            eng = self.engine(name)
-            return eng if predicate(eng) else None
+            # not listed yet: the control socket answers before the engines are registered
+            eng = self.engines().get(name)
+            return eng if eng is not None and predicate(eng) else None
 
         return wait_until(check, timeout, what or f"engine {name} condition")  # type: ignore[no-any-return]
 
