@@ -12,20 +12,22 @@ them. An engine that stops answering simply has no ``cuzk_*`` series in that scr
 
 from __future__ import annotations
 
+import math
+
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
-    HistogramMetricFamily,
     InfoMetricFamily,
 )
 from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Sample
 
+from cuzkd.metrics.exposition import RenderedHistogramFamily, render_samples
 from cuzkd.metrics.tally import (
+    PhaseTally,
     bytes_by_circuit,
     first_by,
     histogram_buckets,
-    partitions_by_phase,
     proof_kinds,
     unfinished_jobs,
 )
@@ -79,13 +81,13 @@ class EngineFamilies:
             "cuzk_partitions",
             "Partitions in each phase over the jobs the engine lists now "
             "(in flight or finished less than 30 s ago).", labels=_KIND_PHASE)
-        self.synth_duration = HistogramMetricFamily(
+        self.synth_duration = RenderedHistogramFamily(
             "cuzk_partition_synth_duration_seconds",
             "Duration of finished partition synthesis phases.", labels=_KIND)
-        self.gpu_duration = HistogramMetricFamily(
+        self.gpu_duration = RenderedHistogramFamily(
             "cuzk_partition_gpu_duration_seconds",
             "Duration of finished partition GPU phases.", labels=_KIND)
-        self.job_duration = HistogramMetricFamily(
+        self.job_duration = RenderedHistogramFamily(
             "cuzk_job_duration_seconds",
             "End-to-end duration of finished jobs, accepted to finished (approximate for a "
             "plain cuzk: first seen to done or gone).", labels=_KIND)
@@ -145,7 +147,7 @@ class EngineFamilies:
             self.worker_busy.add_metric(labels, 1 if proving else 0)
             current = worker.busy_secs if proving and worker.busy_secs is not None else 0.0
             self.worker_current.add_metric(labels, current)
-        by_phase = partitions_by_phase(status.pipelines)
+        by_phase = _phase_tally(engine).count(status.pipelines)
         for kind in kinds:
             for phase, count in by_phase.get(kind, _NO_PARTITIONS).items():
                 self.partitions.add_metric([engine, kind, phase], count)
@@ -192,20 +194,60 @@ class EngineFamilies:
 _NO_PARTITIONS: dict[str, int] = dict.fromkeys(PARTITION_STATES, 0)
 
 
-def _add_histograms(family: HistogramMetricFamily, engine: str,
+#: What survives from one scrape to the next, keyed on content so that a change is always seen:
+#: each engine's partition counts per job (:class:`PhaseTally`), and each histogram's samples
+#: and rendered lines with the histogram they were made from. Keys are bounded by the engines,
+#: proof kinds and families (never by jobs); cleared past a size as a backstop.
+_PHASE_TALLIES: dict[str, PhaseTally] = {}
+_HISTOGRAMS: dict[tuple[str, str, str], tuple[object, list[Sample], str]] = {}
+_MEMO_MAX = 4096
+
+
+def _phase_tally(engine: str) -> PhaseTally:
+    tally = _PHASE_TALLIES.get(engine)
+    if tally is None:
+        if len(_PHASE_TALLIES) >= _MEMO_MAX:
+            _PHASE_TALLIES.clear()
+        tally = _PHASE_TALLIES[engine] = PhaseTally()
+    return tally
+
+
+def _histogram_content(histogram: Histogram) -> object:
+    """Everything the samples of ``histogram`` are made from (the sign of a zero sum too:
+    ``-0.0 == 0.0`` but they render differently)."""
+    return (tuple(histogram.bounds), tuple(histogram.bucket_counts), histogram.count,
+            histogram.sum, math.copysign(1.0, histogram.sum))
+
+
+def _add_histograms(family: RenderedHistogramFamily, engine: str,
                     histograms: dict[str, Histogram]) -> None:
     """Append each valid histogram's ``_bucket``, ``_count`` and ``_sum`` samples.
 
     Appended directly rather than through ``HistogramMetricFamily.add_metric``, which rebuilds
-    each bucket's label dict through ``zip`` and was a third of a busy scrape's cost; the
-    samples are the same (names, labels, values).
+    each bucket's label dict through ``zip``; and a histogram equal to the one this engine
+    served for the kind at the previous scrape reuses that one's samples and lines.
     """
-    bucket, count, total = (family.name + suffix for suffix in ("_bucket", "_count", "_sum"))
     for kind, histogram in sorted(histograms.items()):
-        buckets = histogram_buckets(histogram)
-        if buckets is None:
-            continue
-        labels = {"engine": engine, "proof_kind": kind}
-        family.samples.extend([Sample(bucket, {**labels, "le": le}, n) for le, n in buckets])
-        family.samples.append(Sample(count, labels, buckets[-1][1]))
-        family.samples.append(Sample(total, labels, histogram.sum))
+        key = (family.name, engine, kind)
+        content = _histogram_content(histogram)
+        memo = _HISTOGRAMS.get(key)
+        if memo is None or memo[0] != content:
+            samples = _histogram_samples(family.name, engine, kind, histogram)
+            if samples is None:
+                continue
+            if len(_HISTOGRAMS) >= _MEMO_MAX:
+                _HISTOGRAMS.clear()
+            memo = _HISTOGRAMS[key] = (content, samples, render_samples(samples))
+        family.add_rendered(memo[1], memo[2])
+
+
+def _histogram_samples(name: str, engine: str, kind: str,
+                       histogram: Histogram) -> list[Sample] | None:
+    buckets = histogram_buckets(histogram)
+    if buckets is None:
+        return None
+    labels = {"engine": engine, "proof_kind": kind}
+    samples = [Sample(name + "_bucket", {**labels, "le": le}, n) for le, n in buckets]
+    samples.append(Sample(name + "_count", labels, buckets[-1][1]))
+    samples.append(Sample(name + "_sum", labels, histogram.sum))
+    return samples

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 
+from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
@@ -72,6 +73,37 @@ def _sample_line(sample: Sample) -> str:
     return f"{name} {text}\n"
 
 
+def render_samples(samples: Iterable[Sample]) -> str:
+    """The lines the encoders write for ``samples`` (the same in both formats)."""
+    return "".join(map(_sample_line, samples))
+
+
+class RenderedHistogramFamily(HistogramMetricFamily):
+    """A histogram family whose samples come with their lines already rendered.
+
+    Histograms are most of a busy scrape's lines (an engine x proof kind x ~20 buckets) and
+    rarely change between scrapes, so their callers keep each histogram's lines keyed on its
+    content (:mod:`cuzkd.metrics.engine_metrics`) and add them with :meth:`add_rendered`; the
+    encoders write ``rendered`` instead of formatting ``samples`` again. ``samples`` stays
+    complete (prometheus_client's own encoders, and tests, read it).
+    """
+
+    def __init__(self, name: str, documentation: str, labels: list[str]) -> None:
+        super().__init__(name, documentation, labels=labels)
+        self.rendered: list[str] = []
+
+    def add_rendered(self, samples: list[Sample], text: str) -> None:
+        """Append ``samples`` and their lines (``text`` must be :func:`render_samples` of them)."""
+        self.samples.extend(samples)
+        self.rendered.append(text)
+
+
+def _sample_lines(metric: Metric) -> Iterable[str]:
+    if isinstance(metric, RenderedHistogramFamily):
+        return metric.rendered
+    return map(_sample_line, metric.samples)
+
+
 def encode_text(families: Iterable[Metric]) -> bytes:
     """Prometheus text format 0.0.4 (also valid as 1.0.0 for legacy-valid names)."""
     out: list[str] = []
@@ -84,7 +116,7 @@ def encode_text(families: Iterable[Metric]) -> bytes:
         doc = metric.documentation.replace("\\", r"\\").replace("\n", r"\n")
         out.append(f"# HELP {name} {doc}\n# TYPE {name} "
                    f"{_TEXT_TYPES.get(metric.type, metric.type)}\n")
-        out.extend(map(_sample_line, metric.samples))
+        out.extend(_sample_lines(metric))
     return "".join(out).encode()
 
 
@@ -97,6 +129,6 @@ def encode_openmetrics(families: Iterable[Metric]) -> bytes:
                    f"# TYPE {name} {metric.type}\n")
         if metric.unit:
             out.append(f"# UNIT {name} {metric.unit}\n")
-        out.extend(map(_sample_line, metric.samples))
+        out.extend(_sample_lines(metric))
     out.append("# EOF\n")
     return "".join(out).encode()
