@@ -98,13 +98,15 @@ class _JobClock:
 
 
 class _SeenJob:
-    """A listed job: its partitions as last listed, and what was recorded for each."""
+    """A listed job: its partitions as last listed, how many of them were done or failed, and
+    what was recorded for each."""
 
-    __slots__ = ("kind", "listed", "partitions")
+    __slots__ = ("kind", "listed", "partitions", "terminal")
 
     def __init__(self, kind: str, listed: list[Partition]) -> None:
         self.kind = kind
         self.listed = listed
+        self.terminal = 0  # set from ``listed`` by the walk that follows
         self.partitions: dict[int, _SeenPartition] = {}
 
 
@@ -169,8 +171,8 @@ class ExtensionDeriver:
         for pipeline in doc.pipelines:
             if pipeline.job_id in jobs:
                 continue  # listed twice: the first entry counts (a second would recount it)
-            jobs[pipeline.job_id] = self._observe_pipeline(pipeline)
-            running = pipeline_in_flight(pipeline)
+            job = jobs[pipeline.job_id] = self._observe_pipeline(pipeline)
+            running = job.terminal < pipeline.total_partitions  # pipeline_in_flight, kept
             in_flight += running
             clocks[pipeline.job_id] = self._time_job(pipeline, running, now)
         for job_id, clock in self._job_clocks.items():
@@ -236,6 +238,7 @@ class ExtensionDeriver:
         if job is None:
             job = _SeenJob(kind, pipeline.partitions)
         job.kind, job.listed = kind, pipeline.partitions
+        job.terminal = terminal_partitions(pipeline.partitions)
         seen = job.partitions
         for part in pipeline.partitions:
             record = seen.get(part.index)
@@ -266,5 +269,9 @@ class ExtensionDeriver:
 def pipeline_in_flight(pipeline: Pipeline) -> bool:
     """A listed job is in flight while fewer of its partitions are done or failed than it has
     (also the exporter's rule for a document without extensions)."""
-    terminal = sum(1 for p in pipeline.partitions if p.state in ("done", "failed"))
-    return terminal < pipeline.total_partitions
+    return terminal_partitions(pipeline.partitions) < pipeline.total_partitions
+
+
+def terminal_partitions(partitions: list[Partition]) -> int:
+    """Partitions done or failed."""
+    return sum(1 for p in partitions if p.state in _TERMINAL)

@@ -312,3 +312,24 @@ def test_unchanged_jobs_between_polls_count_nothing_and_a_later_change_counts_on
                                           counts(first, "porep")[1] + 1)
     assert deriver.extensions().synth_duration_seconds["porep"].count == \
         first.synth_duration_seconds["porep"].count + 1
+
+
+def test_jobs_in_flight_follows_a_job_listed_unchanged_then_finished_or_resized(
+        example: dict[str, Any], clock: Clock) -> None:
+    """A job listed as before reuses its count of finished partitions; a listing that changed,
+    or the same listing with another ``total_partitions``, is counted anew."""
+    deriver = ExtensionDeriver(clock=clock)
+    deriver.observe(decode(example))
+    running = deriver.extensions().jobs_in_flight
+    assert running >= 1
+    raw = poll(clock, example)
+    deriver.observe(decode(raw))
+    assert deriver.extensions().jobs_in_flight == running
+    raw = poll(clock, raw)
+    finish_all(raw, POREP)
+    deriver.observe(decode(raw))
+    assert deriver.extensions().jobs_in_flight == running - 1
+    raw = poll(clock, raw)
+    next(p for p in raw["pipelines"] if p["job_id"] == POREP)["total_partitions"] += 1
+    deriver.observe(decode(raw))  # same partitions, one more to come: in flight again
+    assert deriver.extensions().jobs_in_flight == running
