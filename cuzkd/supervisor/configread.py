@@ -41,14 +41,17 @@ class OffLoopReader(Generic[_T]):
     def __init__(self, load: Callable[[str], _T], timeout: float = READ_TIMEOUT) -> None:
         self._load = load
         self.timeout = timeout
-        self._thread: threading.Thread | None = None
+        #: the last read's outcome: in flight until done (its thread may still be winding
+        #: down after handing it over; that read is over all the same)
+        self._outcome: concurrent.futures.Future[_T] | None = None
 
     async def read(self, path: str) -> _T:
         """``load(path)``'s result; its ConfigError, or one saying the read did not return."""
-        if self._thread is not None and self._thread.is_alive():
+        if self._outcome is not None and not self._outcome.done():
             raise ConfigError(f"{path}: an earlier read of this file has still not returned "
                               "(a FIFO or a hung mount?); not reading it again")
         outcome: concurrent.futures.Future[_T] = concurrent.futures.Future()
+        self._outcome = outcome
 
         def work() -> None:
             outcome.set_running_or_notify_cancel()
@@ -57,8 +60,7 @@ class OffLoopReader(Generic[_T]):
             except BaseException as exc:  # handed to the loop, which re-raises it there
                 outcome.set_exception(exc)
 
-        self._thread = threading.Thread(target=work, name="config-read", daemon=True)
-        self._thread.start()
+        threading.Thread(target=work, name="config-read", daemon=True).start()
         try:
             return await asyncio.wait_for(asyncio.wrap_future(outcome), self.timeout)
         except TimeoutError:

@@ -8,6 +8,7 @@ import errno
 import os
 import signal
 import threading
+import time
 import urllib.request
 from pathlib import Path
 
@@ -182,6 +183,28 @@ def test_a_fifo_a_writer_fills_is_read_whole_by_a_reload(tmp_path: Path) -> None
         os.set_blocking(writer, True)
         await asyncio.to_thread(lambda: (os.write(writer, body.encode()), os.close(writer)))
         assert [e.name for e in (await read).engine] == ["x"]
+
+    asyncio.run(main())
+
+
+def test_a_read_that_returned_never_refuses_the_next() -> None:
+    """Reloads back to back (a SIGHUP storm refused one in 200): the reading thread may still
+    be winding down after it handed over the config; that read is over all the same. Its
+    thread-local data's clean-up stands for that wind-down here."""
+    local = threading.local()
+
+    class SlowCleanup:
+        def __del__(self) -> None:
+            time.sleep(0.3)
+
+    def load(path: str) -> str:
+        local.left = SlowCleanup()
+        return path
+
+    async def main() -> None:
+        reader = OffLoopReader(load)
+        assert await reader.read("a") == "a"
+        assert await reader.read("b") == "b"
 
     asyncio.run(main())
 
