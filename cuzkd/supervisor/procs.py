@@ -153,16 +153,20 @@ def send(proc: Proc, signum: int) -> bool:
             os.close(fd)
 
 
-async def stop(procs: Iterable[Proc], timeout: float) -> list[Proc]:
+async def stop(procs: Iterable[Proc], timeout: float, *, term: bool = True) -> list[Proc]:
     """SIGTERM every live one of ``procs``, SIGKILL those left after ``timeout``; returns the
     ones that were alive and signalled. Waits (at most ``timeout`` + KILL_SETTLE) until they
-    are gone."""
-    signalled = sorted(p for p in set(procs) if send(p, signal.SIGTERM))
-    if not await _gone(signalled, timeout):
-        for proc in signalled:
-            send(proc, signal.SIGKILL)
-        await _gone(signalled, KILL_SETTLE)
-    return signalled
+    are gone. ``term=False``: they already had their stop signal; wait, and return only those
+    that needed the SIGKILL."""
+    if term:
+        signalled = sorted(p for p in set(procs) if send(p, signal.SIGTERM))
+    else:
+        signalled = sorted(p for p in set(procs) if alive(p))
+    if await _gone(signalled, timeout):
+        return signalled if term else []
+    killed = [proc for proc in signalled if send(proc, signal.SIGKILL)]
+    await _gone(signalled, KILL_SETTLE)
+    return signalled if term else killed
 
 
 async def _gone(procs: list[Proc], timeout: float) -> bool:

@@ -153,6 +153,8 @@ class EngineRunner:
         self._exit_count = 0
         #: the supervisor sent SIGKILL to the current process (never an OOM kill then)
         self._killed = False
+        #: the stop signal went to the current process's group (its survivors may finish)
+        self._stop_signalled = False
         self._log = log.bind(engine=spec.name)
         #: repeated errors of this engine (spawn failing on every retry) log once per 10 s
         self._limited = LimitedLog()
@@ -271,12 +273,18 @@ class EngineRunner:
         known = {p.pid for p in self._known}
         leftovers = self._leftovers(proc.pid)
         self._dead_pids = {proc.pid, *known, *(p.pid for p in leftovers)}
-        # Leftover helpers of a dead engine would hold GPU memory (or its port) from its
-        # replacement: its group dies at once, escaped descendants get stop_timeout.
-        if proc.signal_group(signal.SIGKILL):
-            self._log.info("engine_group_killed", pid=proc.pid, reason="main process exited")
-        if leftovers:
-            self.stop_leftovers(leftovers, proc.pid)
+        if self._stop_signalled and not self._killed and leftovers:
+            # The stop signal reached the whole group, and a wrapper shell that does not exec
+            # dies of it at once while the engine under it still shuts down: what is left gets
+            # stop_timeout to finish (no second signal), then SIGKILL.
+            self.stop_leftovers(leftovers, proc.pid, signalled=True)
+        else:
+            # Leftover helpers of a dead engine would hold GPU memory (or its port) from its
+            # replacement: its group dies at once, escaped descendants get stop_timeout.
+            if proc.signal_group(signal.SIGKILL):
+                self._log.info("engine_group_killed", pid=proc.pid, reason="main process exited")
+            if leftovers:
+                self.stop_leftovers(leftovers, proc.pid)
         self._process = None
         self.started_at = None
         self._exited.set()
@@ -397,18 +405,21 @@ class EngineRunner:
             self._limited.log(self._log, "warning", "leftover_record_failed", key=errno_name(exc),
                               error=str(exc))
 
-    def stop_leftovers(self, leftovers: set[Proc], pgid: int | None = None) -> None:
+    def stop_leftovers(self, leftovers: set[Proc], pgid: int | None = None, *,
+                       signalled: bool = False) -> None:
         """Stop processes this engine left behind (TERM, KILL after stop_timeout), counted in
         ``descendants_killed``; :meth:`wait_swept` awaits it. ``pgid``: the record to remove
-        once they are gone."""
+        once they are gone. ``signalled``: they had the stop signal already (only a SIGKILL
+        they need counts)."""
         self._sweeping |= leftovers
-        self._sweeps.start(self._stop_leftovers(leftovers, pgid))
+        self._sweeps.start(self._stop_leftovers(leftovers, pgid, signalled))
 
-    async def _stop_leftovers(self, leftovers: set[Proc], pgid: int | None) -> None:
+    async def _stop_leftovers(self, leftovers: set[Proc], pgid: int | None,
+                              signalled: bool = False) -> None:
         self._log.warning("engine_descendants_stopping", pids=sorted(p.pid for p in leftovers),
-                          timeout=self.spec.stop_timeout)
+                          timeout=self.spec.stop_timeout, signalled=signalled)
         try:
-            stopped = await procs.stop(leftovers, self.spec.stop_timeout)
+            stopped = await procs.stop(leftovers, self.spec.stop_timeout, term=not signalled)
         finally:
             self._sweeping -= leftovers
         if pgid is not None:
@@ -469,6 +480,7 @@ class EngineRunner:
         self.started_at = time.time()
         self._spawns += 1
         self._killed = False
+        self._stop_signalled = False
         self._oom = OomCounters(proc.pid)
         self.stall.started(now)
         self._next_stall_sample = 0.0
@@ -511,6 +523,7 @@ class EngineRunner:
                 return
         self._count_inflight(reason)
         self._log.info("engine_stop", pid=proc.pid, signal=self.spec.stop_signal)
+        self._stop_signalled = True
         proc.signal_group(self.spec.stop_signum)
         try:
             await asyncio.wait_for(exited.wait(), self.spec.stop_timeout)

@@ -115,6 +115,43 @@ def test_the_replacement_starts_once_the_previous_helpers_are_gone(tmp_path: Pat
         assert sup.stop() == 0
 
 
+#: An engine that finishes its work on SIGTERM (half a second), then exits.
+_DRAINING_ENGINE = """
+import signal, sys, time
+def term(*_):
+    print("draining", flush=True)
+    time.sleep(0.5)
+    print("drained", flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, term)
+print("ready", flush=True)
+while True:
+    time.sleep(1)
+"""
+
+
+def test_an_engine_behind_a_wrapper_shell_finishes_its_stop(tmp_path: Path) -> None:
+    """``sh -c "cuzk ...; echo done"``: the stop signal reaches the whole group and the shell
+    dies of it at once; the engine under it must get its stop_timeout to finish, not a SIGKILL
+    of the group the moment the shell is gone."""
+    script = tmp_path / "engine.py"
+    script.write_text(_DRAINING_ENGINE)
+    eng = {"name": "wrapped", "command": ["sh", "-c", f"{sys.executable} {script}; echo done"],
+           "stop_timeout": "5s"}
+    sup = start_supervisor(write_config(tmp_path, [eng]))
+    try:
+        wait_until(lambda: sup.events("engine_output", engine="wrapped", line="ready"), 20,
+                   "the engine under the shell")
+        sup.wait_engine("wrapped", lambda e: e["state"] == "running")
+        status, body = sup.request("POST", "/v1/engines/wrapped/stop", timeout=30)
+        assert status == 200, body
+        wait_until(lambda: sup.events("engine_output", engine="wrapped", line="drained"), 10,
+                   "the engine's own shutdown")
+        assert not sup.events("engine_group_killed", engine="wrapped")
+    finally:
+        assert sup.stop() == 0
+
+
 def test_shutdown_stops_every_helper_before_exiting(tmp_path: Path) -> None:
     pidfiles = [tmp_path / "h0", tmp_path / "h1"]
     engines = [fake_engine(tmp_path, f"gpu{i}", args=["--helper", str(pf),
