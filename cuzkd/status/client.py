@@ -34,8 +34,8 @@ from cuzkd.status.derive import ExtensionDeriver
 from cuzkd.status.document import (
     Extensions,
     StatusDecodeError,
+    StatusDecoder,
     StatusDocument,
-    decode_status,
 )
 
 #: Default cap on a status body. cuzk's document is at most a few MB even with thousands of
@@ -125,6 +125,7 @@ class StatusSource:
         self._session: aiohttp.ClientSession | None = None
         self._inflight: asyncio.Task[bool] | None = None
         self._deriver = ExtensionDeriver()
+        self._decoder = StatusDecoder()
         #: the last body that passed its check, and its decoded form (None until decoded)
         self._body: bytes | None = None
         self._document: StatusDocument | None = None
@@ -246,7 +247,7 @@ class StatusSource:
                                               f"(body starts {excerpt(body)})")
         self._light_polls = 0
         try:
-            document = decode_status(body)
+            document = self._decoder.decode(body)
         except StatusDecodeError as exc:
             self._light = False
             raise invalid_document(exc, body) from exc
@@ -263,7 +264,7 @@ class StatusSource:
         if body is None:
             return None
         try:
-            self._document = decode_status(body)
+            self._document = self._decoder.decode(body)
         except StatusDecodeError as exc:
             self._body = None
             self.last_success = None  # nothing usable is cached any more

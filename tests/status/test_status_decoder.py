@@ -1,0 +1,67 @@
+"""StatusDecoder reuses the partitions of jobs whose bytes did not change, and otherwise
+decodes exactly what decode_status decodes -- errors included."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cuzkd.status.document import StatusDecodeError, StatusDecoder, decode_status
+
+
+def encoded(raw: dict[str, Any]) -> bytes:
+    return json.dumps(raw, indent=2).encode()
+
+
+def test_each_document_decodes_as_decode_status_whatever_changed(reference_dir: Path) -> None:
+    base: dict[str, Any] = json.loads((reference_dir / "cuzk-status.example.json").read_bytes())
+    job = base["pipelines"][0]
+    docs = [copy.deepcopy(base) for _ in range(7)]
+    docs[1]["uptime_secs"] += 1  # only the uptime moved
+    docs[2]["pipelines"][0]["partitions"][0]["state"] = "failed"  # a partition moved
+    docs[3]["pipelines"][0]["partitions"][0]["state"] = "failed"
+    docs[3]["pipelines"][0]["started_secs_ago"] += 5  # same partitions, other fields moved
+    docs[3]["pipelines"][0]["proof_kind"] = "snap"
+    docs[4]["pipelines"].append({**copy.deepcopy(job), "job_id": "new"})  # a job appeared
+    docs[5]["pipelines"] = [{**copy.deepcopy(job), "job_id": "new"}, job]  # reordered, one gone
+    docs[6]["pipelines"] = [job, {**copy.deepcopy(job), "partitions": []}]  # listed twice
+    decoder = StatusDecoder()
+    for raw in [*docs, base, base]:
+        assert decoder.decode(encoded(raw)) == decode_status(encoded(raw))
+
+
+def test_an_unchanged_job_keeps_its_decoded_partitions(reference_dir: Path) -> None:
+    base: dict[str, Any] = json.loads((reference_dir / "cuzk-status.example.json").read_bytes())
+    moved = copy.deepcopy(base)
+    moved["uptime_secs"] += 1
+    moved["pipelines"][0]["partitions"][0]["state"] = "failed"
+    decoder = StatusDecoder()
+    first, second = decoder.decode(encoded(base)), decoder.decode(encoded(moved))
+    assert second.pipelines[0].partitions is not first.pipelines[0].partitions
+    assert second.pipelines[0].partitions[0].state == "failed"
+    assert second.pipelines[1].partitions is first.pipelines[1].partitions
+
+
+@pytest.mark.parametrize("where", ["partition", "pipeline", "top"])
+def test_a_bad_document_raises_decode_status_error_then_the_next_decodes(
+        reference_dir: Path, where: str) -> None:
+    base: dict[str, Any] = json.loads((reference_dir / "cuzk-status.example.json").read_bytes())
+    bad = copy.deepcopy(base)
+    if where == "partition":
+        bad["pipelines"][0]["partitions"][2]["index"] = "two"
+    elif where == "pipeline":
+        bad["pipelines"][1]["partitions"] = "none"
+    else:
+        del bad["counters"]
+    decoder = StatusDecoder()
+    decoder.decode(encoded(base))
+    with pytest.raises(StatusDecodeError) as ours:
+        decoder.decode(encoded(bad))
+    with pytest.raises(StatusDecodeError) as theirs:
+        decode_status(encoded(bad))
+    assert str(ours.value) == str(theirs.value)  # the path names the field in the document
+    assert decoder.decode(encoded(base)) == decode_status(encoded(base))
