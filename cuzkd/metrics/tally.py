@@ -79,38 +79,56 @@ def partitions_by_phase(pipelines: Iterable[Pipeline]) -> dict[str, dict[str, in
 class PhaseTally:
     """:func:`partitions_by_phase` for one engine, scrape after scrape.
 
-    A busy engine lists hundreds of jobs and most are listed exactly as at the previous scrape:
-    comparing a job's partitions with the list counted last time (equality of the decoded
-    partitions, done in C) costs a tenth of counting them again, so such a job reuses its
-    counts. Only jobs of the latest call are remembered, so memory follows the document.
+    A busy engine lists hundreds of jobs and most are listed exactly as at the previous scrape
+    (the same partitions: equal, and after :class:`~cuzkd.status.document.StatusDecoder` the
+    very same list). The tally keeps running totals: a job listed as before costs one
+    comparison; a job that changed is taken out of the totals as it was counted and put back
+    as it is now; a job no longer listed is taken out. Only the jobs of the latest call are
+    remembered, so memory follows the document.
     """
 
     def __init__(self) -> None:
-        #: job_id -> (proof kind, partitions as counted, phase -> count of the non-zero phases)
+        #: job_id -> (proof kind, partitions as counted, phase -> count of its partitions)
         self._jobs: dict[str, tuple[str, list[Partition], dict[str, int]]] = {}
+        #: proof kind -> phase -> partitions, over ``_jobs``; and the jobs of each kind
+        self._totals: dict[str, dict[str, int]] = {}
+        self._listed: dict[str, int] = {}
 
     def count(self, pipelines: Iterable[Pipeline]) -> dict[str, dict[str, int]]:
-        counts: dict[str, dict[str, int]] = {}
         before, jobs = self._jobs, {}
         for pipeline in pipelines:
-            job_id, kind, parts = pipeline.job_id, pipeline.proof_kind, pipeline.partitions
+            job_id = pipeline.job_id
             if job_id in jobs:
                 continue  # listed twice: the first entry counts
-            memo = before.get(job_id)
-            if memo is not None and memo[0] == kind and memo[1] == parts:
-                job_counts = memo[2]
-            else:
-                job_counts = {}
-                for partition in parts:
-                    job_counts[partition.state] = job_counts.get(partition.state, 0) + 1
-            jobs[job_id] = (kind, parts, job_counts)
-            by_phase = counts.get(kind)
-            if by_phase is None:
-                by_phase = counts[kind] = dict.fromkeys(PARTITION_STATES, 0)
-            for phase, n in job_counts.items():
-                by_phase[phase] += n
+            memo = before.pop(job_id, None)
+            kind, parts = pipeline.proof_kind, pipeline.partitions
+            if memo is None or memo[0] != kind or memo[1] != parts:
+                if memo is not None:
+                    self._add(memo, -1)
+                memo = (kind, parts, _phase_counts(parts))
+                self._add(memo, 1)
+            jobs[job_id] = memo
+        for gone in before.values():
+            self._add(gone, -1)
         self._jobs = jobs
-        return counts
+        return {kind: dict(by_phase) for kind, by_phase in self._totals.items()
+                if self._listed[kind]}
+
+    def _add(self, job: tuple[str, list[Partition], dict[str, int]], sign: int) -> None:
+        kind, _, counts = job
+        by_phase = self._totals.get(kind)
+        if by_phase is None:
+            by_phase = self._totals[kind] = dict.fromkeys(PARTITION_STATES, 0)
+        for phase, n in counts.items():
+            by_phase[phase] += sign * n
+        self._listed[kind] = self._listed.get(kind, 0) + sign
+
+
+def _phase_counts(partitions: list[Partition]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for partition in partitions:
+        counts[partition.state] = counts.get(partition.state, 0) + 1
+    return counts
 
 
 def unfinished_jobs(pipelines: Iterable[Pipeline]) -> int:

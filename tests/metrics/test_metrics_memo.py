@@ -38,6 +38,9 @@ def test_phase_tally_follows_every_change_of_the_listing():
     ]
     for listing in listings:
         assert tally.count(listing) == partitions_by_phase(listing)
+    tally.count(listings[2])
+    assert tally.count(listings[3]) == {"snap": {
+        "pending": 0, "synthesizing": 0, "synth_done": 0, "gpu": 0, "done": 1, "failed": 0}}
     assert tally.count([pipeline("j1", "porep", "gpu")])["porep"]["gpu"] == 1
 
 
