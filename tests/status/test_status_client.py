@@ -11,7 +11,7 @@ import pytest
 from support.big_status import big_document
 from support.piece_server import Framing, PieceServer
 
-from cuzkd.status.client import DECODE_EVERY, StatusSource
+from cuzkd.status.client import DECODE_EVERY, Body, StatusSource, looks_like_object
 from cuzkd.status.document import decode_status
 
 FRAMINGS: tuple[Framing, ...] = ("length", "chunked", "close")
@@ -180,3 +180,18 @@ async def test_undecoded_polls_still_find_garbage(serve: Serve) -> None:
         assert source.last_error.startswith("invalid status document: Expected `float`")
     finally:
         await source.close()
+
+
+@pytest.mark.parametrize("data", [b"", b"{}", b'  {"a": 1}\n', b" " * 70 + b"{}",
+                                  b"{" + b"x" * 200 + b"}", b"[1]", b"{" + b" " * 100])
+@pytest.mark.parametrize("piece", [1, 3, 64, 65, 1000])
+def test_a_body_kept_in_chunks_reads_as_its_bytes(data: bytes, piece: int) -> None:
+    chunks = [data[i:i + piece] for i in range(0, len(data), piece)]
+    body = Body([b"", *chunks, b""])  # aiohttp may hand over empty chunks too
+    for n in (0, 1, 2, 64, 65, len(data) + 5):
+        assert body.head(n) == data[:n]
+        assert body.tail(n) == data[len(data) - min(n, len(data)):]
+    whole = data[:64].lstrip()[:1] == b"{" and data[-64:].rstrip()[-1:] == b"}"
+    assert looks_like_object(body) == whole
+    assert body.whole() == data
+    assert body.head(3) == data[:3]
