@@ -131,6 +131,9 @@ class EngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     backoff_reset_after: Seconds = Seconds(60)
     start_timeout: Seconds = Seconds(60)
     health_interval: Seconds = Seconds(1)
+    #: how long one status fetch may take: independent of health_interval, because a busy
+    #: engine's 1 MB document over a congested link can take longer than one poll period
+    status_timeout: Seconds = Seconds(5)
     unhealthy_after: Seconds = Seconds(15)
     stop_signal: str = "SIGTERM"
     stop_timeout: Seconds = Seconds(10)
@@ -445,7 +448,7 @@ def _check(config: Config, where: str) -> None:
             raise fail(f"{key}.stop_signal", f"unknown signal {eng.stop_signal!r} "
                                              "(use a name such as 'SIGTERM')")
         positive = ("backoff_max", "backoff_reset_after", "start_timeout", "unhealthy_after",
-                    "stop_timeout", "drain_timeout")
+                    "stop_timeout", "drain_timeout", "status_timeout")
         for field in positive:
             if getattr(eng, field) <= 0:
                 raise fail(f"{key}.{field}", "must be greater than zero")

@@ -59,8 +59,6 @@ from cuzkd.supervisor.tasks import TaskSet
 
 log = structlog.get_logger("cuzkd.supervisor")
 
-#: Status fetch timeout for scrapes (health polls use at most health_interval).
-SAMPLE_TIMEOUT = 2.0
 #: Seconds of a start during which failed status polls are not logged (see _failure_expected).
 STARTING_QUIET = 5.0
 #: Poll period while waiting for the first answer, so "running" is noticed quickly.
@@ -126,7 +124,7 @@ class EngineRunner:
         )
         #: None for an engine without a status URL: supervised by its process alone
         self.status_source = StatusSource(
-            self.status_address, timeout=min(SAMPLE_TIMEOUT, max(spec.health_interval, 0.5))
+            self.status_address, timeout=spec.status_timeout
         ) if self.status_address is not None else None
         self._process: ChildProcess | None = None
         self._exited: asyncio.Event = asyncio.Event()

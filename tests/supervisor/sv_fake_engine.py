@@ -6,7 +6,9 @@
 Modes: ``serve`` (answer GET /status with a valid document), ``hang`` (accept connections,
 never answer), ``garbage`` (answer 200 with non-JSON), ``silent`` (bind nothing),
 ``ignore-term`` (serve, but ignore SIGTERM), ``big`` (a valid 1 MB pretty-printed document sent
-chunked in 1 KiB writes, as a busy cuzk does), ``http500`` (answer 500 with a short text),
+chunked in 1 KiB writes, as a busy cuzk does; ``--send-secs S`` paces the writes so one
+document takes S seconds to arrive, as over a slow or congested link), ``http500`` (answer
+500 with a short text),
 ``wrong-shape`` (valid JSON missing ``memory``). ``--exit-after`` exits with ``--exit-code`` after
 that many seconds; ``--grandchildren`` double-forks that many short-lived grandchildren;
 ``--pidfile`` appends this process's pid (one line per start) so tests can count starts;
@@ -97,9 +99,13 @@ def big_status() -> bytes:
 def send_chunked(conn: socket.socket, body: bytes) -> None:
     conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                  b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
-    for start in range(0, len(body), PIECE):
+    began = time.monotonic()
+    step = SEND_SECS[0] * PIECE / max(len(body), 1)
+    for i, start in enumerate(range(0, len(body), PIECE)):
         piece = body[start:start + PIECE]
         conn.sendall(b"%x\r\n%s\r\n" % (len(piece), piece))
+        if step:
+            time.sleep(max(0.0, began + (i + 1) * step - time.monotonic()))
     conn.sendall(b"0\r\n\r\n")
 
 
@@ -122,6 +128,7 @@ def respond(conn: socket.socket, mode: str) -> None:
 
 
 BIG_BODY = [b""]
+SEND_SECS = [0.0]
 
 
 def serve(sock: socket.socket, mode: str) -> None:
@@ -187,7 +194,9 @@ def main() -> None:
     p.add_argument("--core-dir")
     p.add_argument("--oom-cgroup")
     p.add_argument("--oom-after", type=float)
+    p.add_argument("--send-secs", type=float, default=0.0)
     args = p.parse_args()
+    SEND_SECS[0] = args.send_secs
     if args.oom_cgroup:
         with open(os.path.join(args.oom_cgroup, "cgroup.procs"), "w") as fh:
             fh.write(str(os.getpid()))

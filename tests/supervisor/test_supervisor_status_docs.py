@@ -95,6 +95,20 @@ def test_one_megabyte_documents_in_small_chunks_over_unix_and_tcp(tmp_path: Path
         assert sup.stop() == 0
 
 
+def test_a_document_slower_than_the_poll_period_still_answers(tmp_path: Path) -> None:
+    """A 1 MB document that takes 1.5 s to arrive, polled every 1 s: the fetch may run past
+    the poll period (``status_timeout``, 5 s by default), so the engine is ``running`` and
+    stays healthy instead of looping on start_timeout with every fetch timed out."""
+    slow = fake_engine(tmp_path, "slow", "big", args=["--send-secs", "1.5"],
+                       **{**POLLS, "unhealthy_after": "4s"})
+    sup = start_supervisor(write_config(tmp_path, [slow]))
+    try:
+        sup.wait_engine("slow", lambda e: e["state"] == "running", timeout=30)
+        stays_healthy(sup, ["slow"], 6.0)
+    finally:
+        assert sup.stop() == 0
+
+
 def submit_jobs(socket_path: Path, count: int) -> None:
     """POST ``count`` wpost jobs to the bundled engine over one keep-alive connection."""
     conn = _UnixHTTPConnection(str(socket_path), timeout=30)
