@@ -302,7 +302,8 @@ def test_an_engine_whose_status_goes_silent_is_killed_after_unhealthy_after(
         address = await server.start_unix(tmp_path / "status.sock")
         engines = StandInEngines(Script())
         runner = runner_of(tmp_path, engines, status_url=address, drain="none",
-                           health_interval="1s", unhealthy_after="15s", stall_after="0s")
+                           health_interval="1s", status_timeout="1s", unhealthy_after="15s",
+                           stall_after="0s")
         with structlog.testing.capture_logs():
             runner.start()
             await in_state(runner, State.RUNNING)
@@ -317,7 +318,7 @@ def test_an_engine_whose_status_goes_silent_is_killed_after_unhealthy_after(
     (silent, *_), last_answer, runner = run_virtual(main)
     [(stopped_at, signum), *_] = silent.signals
     assert signum == signal.SIGTERM
-    assert 15 <= stopped_at - last_answer <= 15 + 1 + 1  # one poll interval + its timeout
+    assert 15 <= stopped_at - last_answer <= 15 + 1 + 1  # one poll interval + status_timeout
     assert runner.lifecycle.exits["unhealthy"] == 1
 
 
