@@ -45,6 +45,11 @@ def test_notify_sequence(tmp_path: Path) -> None:
                    "two watchdog pings")
         sup.proc.send_signal(signal.SIGHUP)
         wait_until(lambda: listener.has("RELOADING=1"), 10, "RELOADING=1")
+        # the reload reads the file on a thread: stop only once it has been applied (READY=1
+        # again), or the stop can overtake it
+        wait_until(lambda: any("READY=1" in m.split("\n") for m in
+                               listener.drain()[listener.index("RELOADING=1"):]),
+                   10, "READY=1 after the reload")
         assert sup.stop() == 0
     finally:
         sup.close()
