@@ -17,8 +17,8 @@ import time
 from collections.abc import Callable
 
 from cuzkd.supervisor import procs
+from cuzkd.supervisor.cadence import DESCENDANT_WALK
 from cuzkd.supervisor.proctree import descendants
-from cuzkd.supervisor.runner import DESCENDANT_WALK
 
 _THREADS = """
 import sys, threading, time

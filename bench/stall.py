@@ -26,7 +26,7 @@ from cuzkd.status.document import (
     Synthesis,
     encode_status,
 )
-from cuzkd.supervisor.runner import STALL_SAMPLES
+from cuzkd.supervisor.cadence import STALL_SAMPLES
 from cuzkd.supervisor.stall import StallWatch
 
 

@@ -3,10 +3,11 @@
 The composition root. One asyncio loop runs everything; :class:`Supervisor` builds the parts
 and wires them: the child table (every spawn, the reaper), the engine set (the runners, reload
 plans, shutdown of the engines), the control API on a Unix socket and the read-only metrics
-listener (both typed against the protocols in :mod:`.interfaces`, never this module). What it
-keeps for itself is what is supervisor-wide: the state dir lock, the signal handlers (TERM/INT
-stop, HUP reload), the servers, sd_notify and the watchdog, the optional demo load. Every task it
-starts is cancelled and awaited before :meth:`Supervisor.run` returns.
+listener (both typed against the protocols in :mod:`.interfaces`, never this module), the
+SIGHUP reload (:mod:`.reload`). What it keeps for itself is what is supervisor-wide: the state
+dir lock, the signal handlers (TERM/INT stop, HUP reload), the servers, sd_notify and the
+watchdog, the optional demo load. Every task it starts is cancelled and awaited before
+:meth:`Supervisor.run` returns.
 """
 
 from __future__ import annotations
@@ -14,27 +15,22 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import time
 from collections.abc import Sequence
 
 import msgspec
 import structlog
 
-from cuzkd.config import (
-    Config,
-    ConfigError,
-    default_config,
-)
+from cuzkd.config import Config
 from cuzkd.gpus import GpuView
 from cuzkd.ratelimit import LimitedLog
 from cuzkd.supervisor import demo, errorlog
 from cuzkd.supervisor.children import ChildTable
-from cuzkd.supervisor.configread import OffLoopReader, reload_config
 from cuzkd.supervisor.control import RouteHook, build_control_app
 from cuzkd.supervisor.engines import EngineSet
 from cuzkd.supervisor.listener import connection_limit
 from cuzkd.supervisor.notify import Notifier
 from cuzkd.supervisor.process import set_child_subreaper
+from cuzkd.supervisor.reload import ConfigReloader
 from cuzkd.supervisor.servers import Servers, StartupError
 from cuzkd.supervisor.startup import startup_fields
 from cuzkd.supervisor.statedir import ControlSocketLock, StateDirBusy, StateDirLock
@@ -56,9 +52,10 @@ class Supervisor:
     ) -> None:
         # --demo: bundled engines start as demo engines (Config.engine_command), reloads too.
         self.config = msgspec.structs.replace(config, demo=True) if demo else config
-        #: NVML for the GPU memory gate and cuzkd_gpu_*; loaded by run() unless given (tests)
         #: every child's spawn and exit goes through here (see cuzkd.supervisor.children)
         self.children = ChildTable()
+        #: gpu_view: NVML for the GPU memory gate and cuzkd_gpu_*; loaded by run() unless
+        #: given (tests)
         self.engines = EngineSet(self.config, self.children, on_change=self._notify_status,
                                  gpu_view=gpu_view)
         self.binaries = self.engines.binaries
@@ -67,14 +64,14 @@ class Supervisor:
         self._stop_event = asyncio.Event()
         self._stop_signals = 0
         self._tasks = TaskSet()
-        self._reload_lock = asyncio.Lock()
         self._metrics_bound = ("", 0)
         #: repeated errors (accept failing, refused connections) log once per 10 s per kind
         self._limited = LimitedLog()
         self.views = SupervisorViews(self.engines, self.children, self._limited)
         self._servers = Servers(self._limited)
-        self._last_status_line = ""
-        self._config_reader = OffLoopReader(reload_config)
+        self._reloader = ConfigReloader(self.engines, self.views, self._notifier,
+                                        stopping=lambda: self.stopping,
+                                        on_applied=self._notify_status)
 
     # -- the daemon ----------------------------------------------------------------------
 
@@ -117,7 +114,7 @@ class Supervisor:
             self._notifier.send("STOPPING=1", "STATUS=stopping engines")
             log.info("supervisor_stopping")
             await self._tasks.cancel_all()
-            await self.engines.stop_all(self.config.supervisor.shutdown_grace,
+            await self.engines.stop_all(self.engines.config.supervisor.shutdown_grace,
                                         hurry=self._stop_signals > 1)
             await self.engines.stop_adopted()
             return 0
@@ -172,49 +169,13 @@ class Supervisor:
         # While reloading, queue another (the file may have changed again); never while
         # starting (the engines are being spawned from the file just read) or stopping.
         if self.views.phase in ("running", "reloading"):
-            self._tasks.start(self.reload())
+            self._tasks.start(self._reloader.reload())
 
     async def _watchdog(self, interval: float) -> None:
         while True:
             self._notifier.send("WATCHDOG=1")
             await asyncio.sleep(interval)
 
-    # -- reload --------------------------------------------------------------------------
-
-    async def reload(self) -> None:
-        """Apply the config file again: add, remove and restart changed engines only."""
-        async with self._reload_lock:
-            if self.stopping:
-                return
-            self.views.phase = "reloading"
-            self._notifier.reloading()
-            try:
-                new = (await self._config_reader.read(self.config.path) if self.config.path
-                       else default_config())
-            except ConfigError as exc:
-                self.views.reload_ok = False
-                log.error("reload_refused", error=str(exc), detail="keeping the running config")
-            else:
-                self.views.reload_ok = True
-                self.views.reload_success_at = time.time()
-                await self._apply_config(new)
-            finally:
-                # READY=1 ends the reload for systemd (`systemctl reload` returns): only once
-                # the engines were added, removed and restarted, and never after STOPPING=1.
-                if self.views.phase == "reloading":
-                    self.views.phase = "running"
-                    self._notifier.send("READY=1", self.views.status_line())
-
-    async def _apply_config(self, new: Config) -> None:
-        if (new.supervisor, new.metrics) != (self.config.supervisor, self.config.metrics):
-            log.warning("reload_partial", detail="[supervisor] and [metrics] changes take "
-                                                 "effect at the next start")
-        await self.engines.apply(new)
-        self.config = self.engines.config
-        self._notify_status()
-
     def _notify_status(self) -> None:
-        line = self.views.status_line()
-        if line != self._last_status_line and self.views.phase != "stopping":
-            self._last_status_line = line
-            self._notifier.send(line)
+        if self.views.phase != "stopping":
+            self._notifier.status(self.views.status_line())

@@ -23,6 +23,7 @@ class Notifier:
         address = env.get("NOTIFY_SOCKET", "")
         self._address = "\0" + address[1:] if address.startswith("@") else address
         self.watchdog_interval = _watchdog_interval(env)
+        self._last_status = ""
 
     @property
     def enabled(self) -> bool:
@@ -37,6 +38,13 @@ class Notifier:
                 sock.sendto("\n".join(fields).encode(), self._address)
         except OSError as exc:
             log.warning("sd_notify_failed", error=str(exc), message=fields)
+
+    def status(self, line: str) -> None:
+        """Send a ``STATUS=`` line when it differs from the last one sent (engine changes
+        come in bursts; systemd needs only the result)."""
+        if line != self._last_status:
+            self._last_status = line
+            self.send(line)
 
     def reloading(self) -> None:
         # Type=notify-reload wants the monotonic timestamp alongside RELOADING=1.

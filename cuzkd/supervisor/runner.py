@@ -28,6 +28,7 @@ from cuzkd.ratelimit import LimitedLog, errno_name
 from cuzkd.status.client import StatusSource
 from cuzkd.supervisor import procs
 from cuzkd.supervisor.backoff import Backoff
+from cuzkd.supervisor.cadence import HealthCadence
 from cuzkd.supervisor.children import SPAWN_ERRORS, ChildProcess, ChildTable
 from cuzkd.supervisor.drain import (
     ENGINE_DEADLINE_SLACK,
@@ -55,31 +56,23 @@ from cuzkd.supervisor.process import spawn_error_is_transient
 from cuzkd.supervisor.procs import Proc
 from cuzkd.supervisor.proctree import descendants, tree_usage
 from cuzkd.supervisor.stall import StallEvidence, StallWatch
+from cuzkd.supervisor.stopsequence import (
+    DrainOver,
+    Finished,
+    ReadStatus,
+    RequestDrain,
+    SendSignal,
+    StopSequence,
+    WaitUntil,
+)
 from cuzkd.supervisor.tasks import TaskSet
 
 log = structlog.get_logger("cuzkd.supervisor")
 
-#: Seconds of a start during which failed status polls are not logged (see _failure_expected).
-STARTING_QUIET = 5.0
-#: Poll period while waiting for the first answer, so "running" is noticed quickly.
-STARTING_POLL = 0.1
-#: How long an engine without ``status_url`` must stay alive to count as running
-#: (supervisord's ``startsecs`` default); bounded by its start_timeout.
-PROCESS_SETTLE = 1.0
-#: Seconds between two walks of an engine's process tree for its descendants.
-DESCENDANT_WALK = 10.0
 #: Lines of an engine's stderr kept for the exit log and ``cuzkd status NAME``.
 STDERR_TAIL_LINES = 20
 #: How long an exit report waits for the rest of a dead engine's stderr to be read.
 STDERR_DRAIN_TIMEOUT = 1.0
-
-#: Longest pause between two status reads while a stop waits for a drain.
-DRAIN_POLL = 0.5
-
-#: The stall watch is fed at most this many documents per ``stall_after`` (and at most one per
-#: health poll): decoding and walking a busy engine's 1 MB document at every 1 s poll only for
-#: a decision on a scale of minutes would be most of the supervisor's CPU.
-STALL_SAMPLES = 60
 
 #: Gives argv[0] for ``{binary}`` at every spawn; raises SpawnError when there is none.
 BinaryResolver = Callable[[], str]
@@ -135,6 +128,7 @@ class EngineRunner:
         self._health_task: asyncio.Task[None] | None = None
         self._changed = asyncio.Event()
         self.stall = StallWatch(spec.stall_after)
+        self._cadence = HealthCadence(spec.health_interval, spec.start_timeout, spec.stall_after)
         #: NVML, for the GPU memory gate of an engine with ``gpus`` (None: no gate)
         self._gpu_view = gpu_view if spec.gpus else None
         #: the spawn waiting for GPU memory, if any
@@ -142,7 +136,6 @@ class EngineRunner:
         #: pids of the previous process and its descendants (must release GPU memory first)
         self._dead_pids: set[int] = set()
         self._gpu_env = cuda_env(spec.gpus) if spec.gpus else {}
-        self._next_stall_sample = 0.0
         self._oom: OomCounters | None = None
         #: the current process's last stderr lines; the dead one's, once it exited
         self._stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
@@ -158,7 +151,6 @@ class EngineRunner:
         self._limited = LimitedLog()
         #: live descendants of the current process seen by the tree walks (health polls)
         self._known: set[Proc] = set()
-        self._next_walk = 0.0  # monotonic time of the next tree walk
         #: descendants of exited processes being stopped now, and the tasks stopping them
         self._sweeping: set[Proc] = set()
         self._sweeps = TaskSet()
@@ -358,16 +350,12 @@ class EngineRunner:
         """Remember the current process's live descendants (to stop them when it exits), in
         memory and in its state dir record (for the next supervisor, should this one die).
 
-        The adopted children are read at every poll (a fraction of a millisecond); the tree
-        walk, which reads one file per engine thread (3 ms for 200 threads), at most every
-        DESCENDANT_WALK seconds.
+        The adopted children are read at every poll; the tree walk at the cadence's pace.
         """
         if self._process is None:
             return
         seen = self._adopted()
-        now = self._clock()
-        if now >= self._next_walk:
-            self._next_walk = now + DESCENDANT_WALK
+        if self._cadence.walk_due(self._clock()):
             seen |= {p for p in map(procs.identify, descendants(self._process.pid))
                      if p is not None}
         if not seen <= self._known:
@@ -471,7 +459,7 @@ class EngineRunner:
                               argv=self.argv)
             return self.lifecycle.spawn_failed(str(exc), now, transient=transient)
         self._process = proc
-        self._next_walk = 0.0
+        self._cadence.spawned()
         if self._boot_id is not None:  # without it no record could be trusted later
             self._record_spawn(proc.pid, self._boot_id)
         self._exited = asyncio.Event()
@@ -481,7 +469,6 @@ class EngineRunner:
         self._stop_signalled = False
         self._oom = OomCounters(proc.pid)
         self.stall.started(now)
-        self._next_stall_sample = 0.0
         self.lifecycle.spawned(proc.pid, now)
         self._log.info("engine_spawned", pid=proc.pid, argv=argv)
         self._track(log_lines(proc.stdout, self._log, "stdout", proc.pid))
@@ -504,66 +491,63 @@ class EngineRunner:
 
     async def _stop_process(self, *, kill: bool, drain: bool,
                             reason: StopReason | None) -> None:
-        """The stop sequence (docs/supervisor.md): drain (at most drain_timeout), the stop
-        signal, SIGKILL of the group after stop_timeout; ``kill`` skips to SIGKILL."""
+        """Carry out the stop sequence (:mod:`.stopsequence` decides every step): drain (at
+        most drain_timeout), the stop signal, SIGKILL of the group after stop_timeout; ``kill``
+        skips to SIGKILL."""
         proc = self._process
         if proc is None:
             return
-        exited = self._exited
-        if kill:
-            self._count_inflight(reason)
-            self._log.warning("engine_kill", pid=proc.pid, reason="stalled")
-            self._kill(proc)
-            return
-        if drain and self.spec.drain_mode != "none":
-            await self._drain(proc, exited)
-            if exited.is_set():
-                return
-        self._count_inflight(reason)
-        self._log.info("engine_stop", pid=proc.pid, signal=self.spec.stop_signal)
-        self._stop_signalled = True
-        proc.signal_group(self.spec.stop_signum)
-        try:
-            await asyncio.wait_for(exited.wait(), self.spec.stop_timeout)
-        except TimeoutError:
-            self._log.warning("engine_kill", pid=proc.pid, reason="stop_timeout elapsed")
-            self._kill(proc)
+        exited, spec = self._exited, self.spec
+        sequence = StopSequence.begin(
+            self._clock(), drain_mode=spec.drain_mode if drain else "none",
+            drain_timeout=spec.drain_timeout, stop_timeout=spec.stop_timeout,
+            health_interval=spec.health_interval, kill_reason="stalled" if kill else None)
+        if sequence.draining:
+            self._log.info("engine_drain", pid=proc.pid, mode=spec.drain_mode,
+                           timeout=spec.drain_timeout)
+        while True:
+            match sequence.step(self._clock(), exited=exited.is_set(), killed=self._killed):
+                case RequestDrain():
+                    sequence.drain_answered(await self._request_drain(proc))
+                case ReadStatus():
+                    sequence.status_read(await self._read_quiet())
+                case DrainOver(result=result, seconds=seconds):
+                    self.drains[result] += 1
+                    (self._log.info if result == "clean" else self._log.warning)(
+                        "engine_drained", pid=proc.pid, mode=spec.drain_mode, result=result,
+                        seconds=round(seconds, 3))
+                case SendSignal(kill=kill_it, ends_work=ends_work, why=why):
+                    if ends_work:
+                        self._count_inflight(reason)
+                    if kill_it:
+                        self._log.warning("engine_kill", pid=proc.pid, reason=why)
+                        self._kill(proc)
+                    else:
+                        self._log.info("engine_stop", pid=proc.pid, signal=spec.stop_signal)
+                        self._stop_signalled = True
+                        proc.signal_group(spec.stop_signum)
+                case WaitUntil(at=at):
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(exited.wait(), max(0.0, at - self._clock()))
+                case Finished():
+                    return
 
-    async def _drain(self, proc: ChildProcess, exited: asyncio.Event) -> None:
-        """Let in-flight work end before the stop signal, within drain_timeout: ``http`` asks
-        the engine to drain and waits for it to exit; ``quiet`` waits for a status with no
-        partition synthesizing or on a GPU. Counted in ``drains`` as clean or timeout."""
-        mode, timeout = self.spec.drain_mode, self.spec.drain_timeout
-        started = self._clock()
-        self._log.info("engine_drain", pid=proc.pid, mode=mode, timeout=timeout)
-        if mode == "http":
-            assert self.status_address is not None  # config: http needs the engine's address
-            error = await request_drain(self.status_address, timeout + ENGINE_DEADLINE_SLACK)
-            if error is not None:
-                self._log.warning("engine_drain_refused", pid=proc.pid, error=error)
-                return
-        clean = await self._drained(mode == "quiet", exited, started + timeout)
-        result = "clean" if clean else "timeout"
-        self.drains[result] += 1
-        (self._log.info if clean else self._log.warning)(
-            "engine_drained", pid=proc.pid, mode=mode, result=result,
-            seconds=round(self._clock() - started, 3))
+    async def _request_drain(self, proc: ChildProcess) -> bool:
+        """Ask the engine to drain (``http``); False, logged, when it did not accept."""
+        assert self.status_address is not None  # config: http needs the engine's address
+        error = await request_drain(self.status_address,
+                                    self.spec.drain_timeout + ENGINE_DEADLINE_SLACK)
+        if error is not None:
+            self._log.warning("engine_drain_refused", pid=proc.pid, error=error)
+        return error is None
 
-    async def _drained(self, quiet: bool, exited: asyncio.Event, deadline: float) -> bool:
-        """Poll the status until the drain is over: the process exited by itself, or (``quiet``)
-        a document shows a quiet moment; False at the deadline or when it was killed."""
-        every = min(self.spec.health_interval, DRAIN_POLL)
-        while not exited.is_set():
-            if self.status_source is not None and await self.status_source.poll() and quiet:
-                doc = self.status_source.latest()
-                if doc is not None and is_quiet(doc):
-                    return True
-            remaining = deadline - self._clock()
-            if remaining <= 0:
-                return False
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(exited.wait(), min(every, remaining))
-        return not self._killed
+    async def _read_quiet(self) -> bool:
+        """Read the status while draining (it also keeps the count of work in flight fresh);
+        True when it shows a quiet moment."""
+        if self.status_source is None or not await self.status_source.poll():
+            return False
+        doc = self.status_source.latest()
+        return doc is not None and is_quiet(doc)
 
     def _count_inflight(self, reason: StopReason | None) -> None:
         """Count the partitions in flight, by the last status read, as the engine is stopped
@@ -582,8 +566,9 @@ class EngineRunner:
         proc.signal_group(signal.SIGKILL)
 
     async def _health_loop(self) -> None:
+        cadence = self._cadence
         if self.status_source is None:
-            await asyncio.sleep(min(PROCESS_SETTLE, self.spec.start_timeout))
+            await asyncio.sleep(cadence.settle_delay)
             self.lifecycle.settled(self._clock())
             self._apply([])
             while self.lifecycle.state in (State.STARTING, State.RUNNING):  # no status to poll
@@ -591,14 +576,13 @@ class EngineRunner:
                 await asyncio.sleep(self.spec.health_interval)
             return
         while self.lifecycle.state in (State.STARTING, State.RUNNING):
-            starting = self.lifecycle.state is State.STARTING
-            await asyncio.sleep(min(STARTING_POLL, self.spec.health_interval) if starting
-                                else self.spec.health_interval)
+            await asyncio.sleep(cadence.poll_delay(self.lifecycle.state))
             ok = await self.status_source.poll()
             self._note_descendants()
             error = None if ok else self.status_source.last_error
             now = self._clock()
-            if error is not None and not self._failure_expected(now):
+            if error is not None and not cadence.failure_expected(now, self.lifecycle.state,
+                                                                  self.lifecycle.spawned_at):
                 # polled every 100 ms while starting: one line per 10 s per kind of error
                 self._limited.log(self._log, "warning", "engine_status_failed",
                                   key=self.status_source.last_error_kind,
@@ -609,27 +593,16 @@ class EngineRunner:
                     self._oom.refresh()
                 self._watch_stall(self.status_source, now)
 
-    def _failure_expected(self, now: float) -> bool:
-        """A failed poll nobody needs a warning for: the engine is being stopped, or it is
-        still in the first moments of starting (importing, binding: every engine fails its
-        first polls, and a warning on each start is what a newcomer would read first). One
-        that keeps failing is logged once past STARTING_QUIET (or half its start_timeout), and
-        a start_timeout kill names the last error anyway."""
-        state, spawned = self.lifecycle.state, self.lifecycle.spawned_at
-        if state is State.STARTING and spawned is not None:
-            return now - spawned < min(STARTING_QUIET, self.spec.start_timeout / 2)
-        return state is not State.RUNNING
-
     def _watch_stall(self, status: StatusSource, now: float) -> None:
-        """Feed the stall watch a decoded document, at most STALL_SAMPLES times per
-        ``stall_after`` (it decides on a scale of minutes; any change between two samples is
-        progress, so sampling loses none)."""
-        if self.stall.after <= 0 or now < self._next_stall_sample:
+        """Feed the stall watch a decoded document at the cadence's pace (it decides on a
+        scale of minutes; any change between two samples is progress, so sampling loses
+        none)."""
+        if not self._cadence.stall_sample_due(now):
             return
         doc = status.latest()
         if doc is None:
             return
-        self._next_stall_sample = now + self.stall.after / STALL_SAMPLES
+        self._cadence.stall_sampled(now)
         evidence = self.stall.observe(now, doc, status.extensions())
         if evidence is not None:
             self._on_stall(now, evidence)

@@ -20,9 +20,11 @@ for _dir in (_TESTS / "live", _TESTS / "supervisor", _TESTS / "ops"):
 from live_stack import LiveStack, live_stack  # noqa: E402
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def live(tmp_path_factory: pytest.TempPathFactory, reference_dir: Path) -> Iterator[LiveStack]:
-    """One supervisor + engines + Prometheus for the whole session (started on first use)."""
+    """One supervisor + engines + Prometheus for the live tests (started on first use), stopped
+    after the last of them: its demo engines keep most of a core busy, which every later test
+    on a 2-core CI machine would pay for."""
     with live_stack(tmp_path_factory.mktemp("live"),
                     reference_dir / "cuzk-status.example.json") as stack:
         yield stack

@@ -36,13 +36,18 @@ LabelSet = frozenset[tuple[str, str]]
 
 
 def doc_engine(tmp: Path, name: str, document: Path, **keys: Any) -> dict[str, Any]:
-    """An ``[[engine]]`` whose ``/status`` is ``document``'s bytes (``status_url`` to a socket)."""
+    """An ``[[engine]]`` whose ``/status`` is ``document``'s bytes (``status_url`` to a socket).
+
+    Its work never ends (the document is fixed), so a drain could only time out: it is stopped
+    without one, else every stop of a stack holding it would wait the whole drain_timeout.
+    """
     sock = tmp / f"{name}.sock"
     return {
         "name": name,
         "command": [sys.executable, str(DOC_ENGINE), "--socket", str(sock),
                     "--document", str(document)],
         "status_url": f"unix:{sock}",
+        "drain": "none",
         **keys,
     }
 

@@ -25,7 +25,8 @@ ALERTS = {
     "CuzkdEngineDown", "CuzkdEngineCrashLooping", "CuzkdGpuWorkersIdleWithQueuedWork",
     "CuzkdMemoryBudgetExhausted", "CuzkdSwapRolledBack", "CuzkdStatusFetchFailing",
     "CuzkdTargetDown", "CuzkdConfigReloadFailed", "CuzkdEngineOomKilled", "CuzkdEngineStalled",
-    "CuzkdProofSlowerThanDeadline", "CuzkdDeadlineProofFailed",
+    "CuzkdProofSlowerThanDeadline", "CuzkdDeadlineProofFailed", "CuzkdRollbackFailed",
+    "CuzkdEngineDrainTimedOut",
 }
 
 

@@ -75,6 +75,20 @@ def test_abstract_socket_names() -> None:
         assert sock.recv(100) == b"READY=1\nSTATUS=ok"
 
 
+def test_a_status_line_is_sent_only_when_it_changed(tmp_path: Path) -> None:
+    path = tmp_path / "notify.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(str(path))
+        sock.settimeout(5)
+        notifier = Notifier({"NOTIFY_SOCKET": str(path)})
+        for line in ("STATUS=1/2 engines running", "STATUS=1/2 engines running",
+                     "STATUS=2/2 engines running"):
+            notifier.status(line)
+        notifier.send("READY=1")  # a marker: nothing else is queued before it
+        assert [sock.recv(100) for _ in range(3)] == [
+            b"STATUS=1/2 engines running", b"STATUS=2/2 engines running", b"READY=1"]
+
+
 def test_watchdog_interval_is_half_and_respects_watchdog_pid() -> None:
     assert Notifier({"WATCHDOG_USEC": "2000000"}).watchdog_interval == 1.0
     assert Notifier({"WATCHDOG_USEC": "2000000", "WATCHDOG_PID": "1"}).watchdog_interval is None

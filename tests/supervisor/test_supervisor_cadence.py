@@ -1,0 +1,65 @@
+"""The health loop's pace with plain numbers: polls, quiet starts, tree walks, stall samples."""
+
+from __future__ import annotations
+
+from cuzkd.supervisor.cadence import (
+    DESCENDANT_WALK,
+    PROCESS_SETTLE,
+    STALL_SAMPLES,
+    STARTING_POLL,
+    STARTING_QUIET,
+    HealthCadence,
+)
+from cuzkd.supervisor.lifecycle import State
+
+
+def cadence(*, health_interval: float = 2.0, start_timeout: float = 60.0,
+            stall_after: float = 600.0) -> HealthCadence:
+    return HealthCadence(health_interval, start_timeout, stall_after)
+
+
+def test_polls_are_quick_until_the_first_answer_then_every_health_interval() -> None:
+    c = cadence()
+    assert c.poll_delay(State.STARTING) == STARTING_POLL
+    assert c.poll_delay(State.RUNNING) == 2.0
+    assert cadence(health_interval=0.05).poll_delay(State.STARTING) == 0.05
+
+
+def test_an_engine_without_status_settles_after_process_settle_within_its_start_timeout() -> None:
+    assert cadence().settle_delay == PROCESS_SETTLE
+    assert cadence(start_timeout=0.3).settle_delay == 0.3
+
+
+def test_failed_polls_are_expected_only_early_in_a_start_or_while_not_running() -> None:
+    c = cadence()
+    spawned = 1000.0
+    assert c.failure_expected(spawned + STARTING_QUIET - 0.01, State.STARTING, spawned)
+    assert not c.failure_expected(spawned + STARTING_QUIET, State.STARTING, spawned)
+    assert not c.failure_expected(spawned + 1, State.RUNNING, spawned)
+    assert c.failure_expected(spawned + 100, State.STOPPING, spawned)
+    short = cadence(start_timeout=4.0)  # half the start_timeout when that is shorter
+    assert not short.failure_expected(spawned + 2.0, State.STARTING, spawned)
+
+
+def test_the_tree_is_walked_at_once_then_every_descendant_walk_and_again_after_a_spawn() -> None:
+    c = cadence()
+    assert c.walk_due(1000.0)
+    assert not c.walk_due(1000.0 + DESCENDANT_WALK - 0.01)
+    assert c.walk_due(1000.0 + DESCENDANT_WALK)
+    c.spawned()
+    assert c.walk_due(1000.0 + DESCENDANT_WALK + 1)
+
+
+def test_stall_samples_are_spaced_to_stall_samples_per_stall_after() -> None:
+    c = cadence(stall_after=600.0)
+    assert c.stall_sample_due(1000.0)
+    c.stall_sampled(1000.0)
+    gap = 600.0 / STALL_SAMPLES
+    assert not c.stall_sample_due(1000.0 + gap - 0.01)
+    assert c.stall_sample_due(1000.0 + gap)
+    c.spawned()
+    assert c.stall_sample_due(1000.0)
+
+
+def test_no_stall_samples_without_a_stall_watch() -> None:
+    assert not cadence(stall_after=0.0).stall_sample_due(1000.0)

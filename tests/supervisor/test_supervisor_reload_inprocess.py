@@ -1,0 +1,87 @@
+"""The SIGHUP reload in-process: stand-in engines, a real config file, a real sd_notify socket.
+
+:class:`~cuzkd.supervisor.reload.ConfigReloader` is run on an ordinary event loop (the file is
+read on a thread, which a virtual clock would not wait for); the engines are stand-ins spawned
+through the real child table, so a reload's stops and spawns take microseconds. The end-to-end
+reload tests (real processes, real SIGHUP, systemd's notify-reload) stay in
+``test_supervisor_reload.py``, ``test_supervisor_notify.py`` and ``tests/live_systemd``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from pathlib import Path
+
+from sv_virtual import Script, StandInEngines
+
+from cuzkd.config import load_config
+from cuzkd.ratelimit import LimitedLog
+from cuzkd.supervisor.engines import EngineSet
+from cuzkd.supervisor.lifecycle import State
+from cuzkd.supervisor.notify import Notifier
+from cuzkd.supervisor.reload import ConfigReloader
+from cuzkd.supervisor.views import SupervisorViews
+
+
+def write_config(path: Path, *names: str) -> None:
+    lines = [f'[supervisor]\nstate_dir = "{path.parent / "state"}"\n']
+    lines += [f'[[engine]]\nname = "{n}"\ncommand = ["stand-in"]\n' for n in names]
+    path.write_text("\n".join(lines))
+
+
+def received(sock: socket.socket) -> list[str]:
+    messages = []
+    while True:
+        try:
+            messages.append(sock.recv(4096).decode())
+        except BlockingIOError:
+            return messages
+
+
+def test_a_reload_applies_a_good_file_refuses_a_bad_one_and_tells_systemd(
+        tmp_path: Path) -> None:
+    config_path = tmp_path / "cuzkd.toml"
+    write_config(config_path, "a", "b")
+    notify_path = tmp_path / "notify.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as notify:
+        notify.bind(str(notify_path))
+        notify.setblocking(False)
+
+        async def main() -> None:
+            engines = StandInEngines(Script())
+            group = EngineSet(load_config(config_path), engines.table)
+            views = SupervisorViews(group, engines.table, LimitedLog())
+            views.phase = "running"
+            stopping = False
+            applied: list[list[str]] = []
+            reloader = ConfigReloader(group, views, Notifier({"NOTIFY_SOCKET": str(notify_path)}),
+                                      stopping=lambda: stopping,
+                                      on_applied=lambda: applied.append(group.names()))
+            group.start_all()
+            b = group.runner("b")
+            await b.wait_for(lambda: b.lifecycle.state is State.RUNNING)
+
+            config_path.write_bytes(b"[[engine]]\nname = 7\n\xff")  # not TOML, not UTF-8
+            await reloader.reload()
+            assert not views.reload_ok and group.names() == ["a", "b"] and not applied
+            assert views.phase == "running"
+            refused = received(notify)
+            assert refused[0].startswith("RELOADING=1\nMONOTONIC_USEC=")
+            assert refused[1].startswith("READY=1\nSTATUS=")
+
+            write_config(config_path, "a", "c")
+            await reloader.reload()
+            assert views.reload_ok and applied == [["a", "c"]]
+            assert b.lifecycle.state is State.STOPPED and engines.spawned[1].signals
+            assert [m.split("\n")[0] for m in received(notify)] == ["RELOADING=1", "READY=1"]
+
+            stopping = True
+            write_config(config_path, "a")
+            await reloader.reload()
+            assert group.names() == ["a", "c"] and received(notify) == []
+
+            await group.stop_all(30)
+            await group.close()
+
+        asyncio.run(main())
