@@ -8,10 +8,13 @@ text. Two layers make that hold everywhere:
 * :class:`JsonErrorsRunner` covers what fails before any middleware runs: a request line or
   header longer than aiohttp's limits, or bytes that are not HTTP at all. aiohttp answers those
   from its protocol handler in text; the runner's handler answers the same status in JSON.
+
+Request bodies are read through :func:`read_body`, which bounds the wait for them.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 
@@ -24,9 +27,24 @@ log = structlog.get_logger("cuzkd.http")
 
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
+#: How long a request body may take to arrive. aiohttp waits for a body without limit, so a
+#: client announcing more than it sends (a Content-Length above its body, a chunked body never
+#: ended) would hold its handler and connection for good.
+BODY_TIMEOUT = 10.0
+
 
 def error_response(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
+
+
+async def read_body(request: web.Request, timeout: float = BODY_TIMEOUT) -> bytes:
+    """The request's whole body; a JSON 408 (through :func:`json_errors`) when it has not
+    arrived within ``timeout`` seconds."""
+    try:
+        return await asyncio.wait_for(request.read(), timeout)
+    except TimeoutError:
+        raise web.HTTPRequestTimeout(
+            text=f"the request body did not arrive within {timeout:g}s") from None
 
 
 @web.middleware

@@ -18,12 +18,13 @@ import msgspec
 from aiohttp import web
 
 from cuzkd.engine.pipeline import Engine, EngineDrainingError, Job, JobRequestError
-from cuzkd.httperrors import error_response, json_errors
+from cuzkd.httperrors import BODY_TIMEOUT, error_response, json_errors, read_body
 from cuzkd.status.document import encode_status
 from cuzkd.units import ListenAddress, parse_listen
 from cuzkd.unixsock import bind_private_socket
 
 ENGINE_KEY = web.AppKey("engine", Engine)
+BODY_TIMEOUT_KEY = web.AppKey("body_timeout", float)
 #: Largest accepted request body; a job request is a few dozen bytes.
 MAX_BODY_BYTES = 64 * 1024
 #: Content types a job request may declare (none at all is taken as JSON too).
@@ -68,7 +69,7 @@ async def _submit(request: web.Request) -> web.Response:
     if not engine.accepting:
         return _draining_response(engine)
     try:
-        body = _REQUEST_DECODER.decode(await request.read())
+        body = _REQUEST_DECODER.decode(await read_body(request, request.app[BODY_TIMEOUT_KEY]))
     except msgspec.DecodeError as exc:
         return error_response(400, f"invalid job request: {exc}")
     try:
@@ -92,7 +93,7 @@ def _draining_response(engine: Engine) -> web.Response:
 async def _drain(request: web.Request) -> web.Response:
     """``POST /v1/drain``: stop accepting, finish every accepted job, then exit 0."""
     engine = request.app[ENGINE_KEY]
-    raw = await request.read()
+    raw = await read_body(request, request.app[BODY_TIMEOUT_KEY])
     try:
         body = _DRAIN_DECODER.decode(raw) if raw.strip() else DrainRequest()
     except msgspec.DecodeError as exc:
@@ -138,9 +139,11 @@ def job_view(job: Job, now: float) -> dict[str, Any]:
     return view
 
 
-def build_app(engine: Engine) -> web.Application:
+def build_app(engine: Engine, *, body_timeout: float = BODY_TIMEOUT) -> web.Application:
+    """The engine's API; ``body_timeout``: how long a request body may take to arrive."""
     app = web.Application(middlewares=[json_errors], client_max_size=MAX_BODY_BYTES)
     app[ENGINE_KEY] = engine
+    app[BODY_TIMEOUT_KEY] = body_timeout
     app.router.add_get("/status", _status)
     app.router.add_get("/healthz", _healthz)
     app.router.add_post("/v1/jobs", _submit)

@@ -22,6 +22,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
+from cuzkd.httperrors import read_body
 from cuzkd.swap.analysis import Criteria
 from cuzkd.swap.releases import ReleaseError
 from cuzkd.swap.rolling import (
@@ -83,7 +84,7 @@ def swap_routes(coordinator: SwapCoordinator) -> Callable[[web.Application], Non
 
     async def handle(request: web.Request) -> web.StreamResponse:
         try:
-            req = msgspec.json.decode(await request.read(), type=SwapRequest)
+            req = msgspec.json.decode(await read_body(request), type=SwapRequest)
             settle = parse_duration(req.settle)
             smoke_timeout = parse_duration(req.smoke_timeout)
             smoke = shlex.split(req.smoke) if req.smoke is not None else None

@@ -14,11 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.inprocess_engine import K, make_engine
 
 from cuzkd.engine import prover
-from cuzkd.engine.backend import select_backend
-from cuzkd.engine.budget import MemoryBudget
-from cuzkd.engine.config import ProverConfig
 from cuzkd.engine.pipeline import (
     DRAIN_TIMEOUT,
     INJECTED_FAILURE,
@@ -29,9 +27,7 @@ from cuzkd.engine.pipeline import (
     injected_failure,
 )
 from cuzkd.status.document import Buffers, StatusDocument, encode_status
-from cuzkd.status.tracker import StatusTracker
 
-K = 10  # partition size used throughout: fast on 2 cores
 RSS_CHILD = Path(__file__).with_name("engine_rss_child.py")
 #: What a busy engine keeps resident beyond its budget: thread stacks, allocator slack, NumPy's
 #: small buffers. Fixed: it does not grow with the partition size.
@@ -42,14 +38,6 @@ def budget_for(partitions: int, log_n: int = K) -> int:
     """Room for ``partitions`` partitions of 2^log_n at once, plus the NTT tables they pin."""
     return (partitions * sum(prover.partition_bytes(log_n)) + prover.table_bytes(log_n)
             + prover.table_bytes(log_n + 1))
-
-
-def make_engine(budget_bytes: int, nominal_log2: int = K) -> Engine:
-    config = ProverConfig(memory_budget_bytes=budget_bytes, workers_per_gpu=2,
-                          synthesis_threads=2, backend="numpy")
-    budget = MemoryBudget(budget_bytes,
-                          nominal_request=sum(prover.partition_bytes(nominal_log2)))
-    return Engine(config, select_backend("numpy"), StatusTracker(budget=budget), budget)
 
 
 @pytest.fixture
