@@ -26,7 +26,9 @@ from cuzkd.supervisor.views import SupervisorViews
 
 def write_config(path: Path, *names: str) -> None:
     lines = [f'[supervisor]\nstate_dir = "{path.parent / "state"}"\n']
-    lines += [f'[[engine]]\nname = "{n}"\ncommand = ["stand-in"]\n' for n in names]
+    # start_timeout bounds the second a process-only engine must live to count as running
+    lines += [f'[[engine]]\nname = "{n}"\ncommand = ["stand-in"]\nstart_timeout = "100ms"\n'
+              for n in names]
     path.write_text("\n".join(lines))
 
 
