@@ -132,6 +132,8 @@ class StopSequence:
             case Phase.DRAINING:
                 return self._drain_step(now, exited, killed)
             case Phase.KILL_DUE:
+                if exited:  # gone before the stop began: nothing to kill, no work lost
+                    return self._finish()
                 self.phase = Phase.DONE
                 return SendSignal(kill=True, ends_work=True, why=self.kill_reason)
             case Phase.SIGNAL_DUE:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cuzkd.supervisor.stopsequence import (
     DRAIN_POLL,
@@ -48,6 +50,10 @@ def test_a_stalled_engine_is_killed_at_once_and_that_kill_ends_the_work() -> Non
     assert not seq.draining
     assert seq.step(100.0, exited=False) == SendSignal(kill=True, ends_work=True, why="stalled")
     assert seq.step(100.0, exited=False) == Finished()
+
+
+def test_a_kill_of_a_process_already_gone_sends_nothing_and_counts_no_lost_work() -> None:
+    assert begin(kill="stalled").step(100.0, exited=True) == Finished()
 
 
 def test_http_drain_asks_once_then_reads_the_status_every_poll_until_the_engine_exits() -> None:
@@ -124,3 +130,63 @@ def test_status_reads_while_draining_follow_the_shorter_of_health_interval_and_d
             now = step.at
     reads = sum(isinstance(s, ReadStatus) for s in steps)
     assert reads == pytest.approx(2.0 / every, abs=1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(mode=st.sampled_from(["http", "quiet", "none"]),
+       kill=st.sampled_from([None, "stalled"]),
+       accepted=st.booleans(),
+       quiet_reads=st.lists(st.booleans(), max_size=80),
+       exit_after=st.one_of(st.none(), st.floats(0, 40)),
+       killed=st.booleans())
+def test_any_schedule_ends_in_bounded_time_with_one_work_ending_signal(
+        mode: str, kill: str | None, accepted: bool, quiet_reads: list[bool],
+        exit_after: float | None, killed: bool) -> None:
+    """Whatever the engine does (accepts the drain or not, shows quiet moments or not, exits
+    at any moment or never): the sequence ends by drain_timeout + stop_timeout, throws work
+    away at most once and with its first signal, signals nothing after the exit, and sends
+    SIGKILL only at stop_timeout after the stop signal (or at once for a kill)."""
+    start = 100.0
+    seq = begin(mode, now=start, kill=kill)
+    now, reads = start, iter(quiet_reads)
+    signals: list[tuple[float, SendSignal]] = []
+    drains: list[DrainOver] = []
+    exited_at = None if exit_after is None else start + exit_after
+    for _ in range(1000):
+        exited = exited_at is not None and now >= exited_at
+        step = seq.step(now, exited=exited, killed=killed and exited)
+        if isinstance(step, Finished):
+            break
+        if isinstance(step, SendSignal):
+            assert not exited, "a signal after the exit"
+            signals.append((now, step))
+        elif isinstance(step, DrainOver):
+            assert not signals and not drains, "one verdict, before any signal"
+            drains.append(step)
+        elif isinstance(step, RequestDrain):
+            seq.drain_answered(accepted)
+        elif isinstance(step, ReadStatus):
+            seq.status_read(next(reads, False))
+        else:
+            assert isinstance(step, WaitUntil) and step.at >= now
+            # the wait ends at its time, or earlier when the process exits meanwhile
+            now = step.at if exited_at is None or exited_at <= now else min(step.at, exited_at)
+    else:
+        pytest.fail("the sequence never finished")
+    assert seq.step(now + 1000, exited=True) == Finished()
+    assert now <= start + 20.0 + 10.0
+    assert [s.ends_work for _, s in signals][:1] in ([], [True])
+    assert sum(s.ends_work for _, s in signals) <= 1
+    if kill is not None:
+        gone_at_once = exited_at is not None and exited_at <= start
+        assert [s for _, s in signals] == ([] if gone_at_once else
+                                           [SendSignal(kill=True, ends_work=True, why=kill)])
+        assert not drains
+    else:
+        if mode == "none":
+            assert not drains
+        kills = [at for at, s in signals if s.kill]
+        stops = [at for at, s in signals if not s.kill]
+        assert len(stops) <= 1 and len(kills) <= 1
+        if kills:
+            assert stops and kills[0] >= stops[0] + 10.0
