@@ -132,7 +132,7 @@ class EngineSet:
                               binary_resolver=self.binaries.resolve,
                               on_change=self._on_change, gpu_view=self.gpu_view,
                               clock=self._clock)
-        runner.descendants_killed = self._inherited_kills.pop(spec.name, 0)
+        runner.descendants.killed = self._inherited_kills.pop(spec.name, 0)
         self._runners[spec.name] = runner
         return runner
 
@@ -234,7 +234,7 @@ class EngineSet:
         same way, with its engine's stop_timeout (the largest for unknown ones).
         """
         runners = list(self._runners.values())
-        await asyncio.gather(*(r.wait_swept() for r in runners))
+        await asyncio.gather(*(r.descendants.wait_swept() for r in runners))
         left = procs.adopted(self.children.pids())
         if not left:
             return
@@ -242,7 +242,7 @@ class EngineSet:
         for proc, engine in left.items():
             runner = self._runners.get(engine) if engine is not None else None
             if runner is not None:
-                runner.stop_leftovers(procs.with_descendants([proc]))
+                runner.descendants.stop(procs.with_descendants([proc]))
             else:
                 unknown |= procs.with_descendants([proc])
         if unknown:
@@ -250,7 +250,7 @@ class EngineSet:
             log.warning("adopted_stopping", pids=sorted(p.pid for p in unknown), timeout=timeout)
             stopped = await procs.stop(unknown, timeout)
             log.warning("adopted_stopped", pids=[p.pid for p in stopped])
-        await asyncio.gather(*(r.wait_swept() for r in runners))
+        await asyncio.gather(*(r.descendants.wait_swept() for r in runners))
 
     # -- the control target ------------------------------------------------------------
 

@@ -1,9 +1,12 @@
 """The I/O shell around one engine's :class:`~cuzkd.supervisor.lifecycle.Lifecycle`.
 
 It turns real happenings (spawn results, reaped exits, status polls, timers) into lifecycle
-events and executes the actions the lifecycle returns: spawn, stop with escalation, schedule
-or cancel a restart. It owns every task it starts -- the health poll, the stop escalation, the
-two output readers -- and :meth:`EngineRunner.close` cancels and awaits them all.
+events and executes the actions the lifecycle returns: spawn, stop, schedule or cancel a
+restart. The decisions around those are pure and made elsewhere: the stop's escalation by
+:mod:`.stopsequence`, the health loop's pace by :mod:`.cadence`; the process's descendants are
+its :class:`~cuzkd.supervisor.descendantwatch.DescendantWatch`'s. It owns every task it
+starts -- the health poll, the stop sequence, the two output readers -- and
+:meth:`EngineRunner.close` cancels and awaits them all.
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import structlog
 
 from cuzkd.config import BINARY_PLACEHOLDER, Config, EngineConfig
@@ -30,6 +32,7 @@ from cuzkd.supervisor import procs
 from cuzkd.supervisor.backoff import Backoff
 from cuzkd.supervisor.cadence import HealthCadence
 from cuzkd.supervisor.children import SPAWN_ERRORS, ChildProcess, ChildTable
+from cuzkd.supervisor.descendantwatch import DescendantWatch
 from cuzkd.supervisor.drain import (
     ENGINE_DEADLINE_SLACK,
     IN_FLIGHT_STATES,
@@ -39,7 +42,6 @@ from cuzkd.supervisor.drain import (
 )
 from cuzkd.supervisor.exitcause import INTENT_CAUSES, process_cause
 from cuzkd.supervisor.gpugate import cuda_env, wait_for_gpus
-from cuzkd.supervisor.leftovers import GroupRecord, Records
 from cuzkd.supervisor.lifecycle import (
     Action,
     CancelScheduledStart,
@@ -53,8 +55,7 @@ from cuzkd.supervisor.lifecycle import (
 from cuzkd.supervisor.oom import OomCounters
 from cuzkd.supervisor.output import log_lines
 from cuzkd.supervisor.process import spawn_error_is_transient
-from cuzkd.supervisor.procs import Proc
-from cuzkd.supervisor.proctree import descendants, tree_usage
+from cuzkd.supervisor.proctree import tree_usage
 from cuzkd.supervisor.stall import StallEvidence, StallWatch
 from cuzkd.supervisor.stopsequence import (
     DrainOver,
@@ -149,16 +150,10 @@ class EngineRunner:
         self._log = log.bind(engine=spec.name)
         #: repeated errors of this engine (spawn failing on every retry) log once per 10 s
         self._limited = LimitedLog()
-        #: live descendants of the current process seen by the tree walks (health polls)
-        self._known: set[Proc] = set()
-        #: descendants of exited processes being stopped now, and the tasks stopping them
-        self._sweeping: set[Proc] = set()
-        self._sweeps = TaskSet()
-        self.descendants_killed = 0
-        #: the state dir's record of the current process (see cuzkd.supervisor.leftovers)
-        self._records = Records(config.state_dir / "procs")
-        self._record: GroupRecord | None = None
-        self._boot_id = procs.boot_id()
+        #: the current process's descendants, and the leftovers of exited ones being stopped
+        self.descendants = DescendantWatch(spec.name, config.state_dir / "procs",
+                                           spec.stop_timeout, children, self._log,
+                                           self._limited)
         #: why the next stop is made (None: a health kill, not counted)
         self._stop_reason: StopReason | None = None
         #: reason -> partitions in flight when the supervisor stopped the engine
@@ -220,8 +215,7 @@ class EngineRunner:
         if self.lifecycle.state is State.STOPPING and self._process is not None:
             self._log.warning("engine_kill", pid=self._process.pid, reason="stop hurried")
             self._kill(self._process)
-        for proc in self._sweeping:
-            procs.send(proc, signal.SIGKILL)
+        self.descendants.kill_now()
 
     async def wait_for(self, predicate: Callable[[], bool], within: float | None = None) -> bool:
         """Wait until ``predicate()`` holds after some state change; False on timeout."""
@@ -236,20 +230,15 @@ class EngineRunner:
                 return False
         return True
 
-    async def wait_swept(self) -> None:
-        """Return once the leftovers of every exited process are gone (stop_timeout bounds it)."""
-        await self._sweeps.wait()
-
     async def close(self) -> None:
         """Cancel and await every task; the process must already be gone (or be abandoned).
 
         Leftovers being stopped are seen to the end first (stop_timeout bounds it): an engine
         removed by a reload must not leave helpers that ignored SIGTERM running.
         """
-        await self.wait_swept()
+        await self.descendants.close()
         if self._timer is not None:
             self._timer.cancel()
-        await self._sweeps.cancel_all()  # none left, unless close() itself was cancelled
         await self._tasks.cancel_all()
         if self.status_source is not None:
             await self.status_source.close()
@@ -260,21 +249,21 @@ class EngineRunner:
         """The reaper collected our process (the child table routed its exit here)."""
         proc = self._process
         assert proc is not None
-        known = {p.pid for p in self._known}
-        leftovers = self._leftovers(proc.pid)
+        known = self.descendants.known_pids()
+        leftovers = self.descendants.take_leftovers(proc.pid)
         self._dead_pids = {proc.pid, *known, *(p.pid for p in leftovers)}
         if self._stop_signalled and not self._killed and leftovers:
             # The stop signal reached the whole group, and a wrapper shell that does not exec
             # dies of it at once while the engine under it still shuts down: what is left gets
             # stop_timeout to finish (no second signal), then SIGKILL.
-            self.stop_leftovers(leftovers, proc.pid, signalled=True)
+            self.descendants.stop(leftovers, proc.pid, signalled=True)
         else:
             # Leftover helpers of a dead engine would hold GPU memory (or its port) from its
             # replacement: its group dies at once, escaped descendants get stop_timeout.
             if proc.signal_group(signal.SIGKILL):
                 self._log.info("engine_group_killed", pid=proc.pid, reason="main process exited")
             if leftovers:
-                self.stop_leftovers(leftovers, proc.pid)
+                self.descendants.stop(leftovers, proc.pid)
         self._process = None
         self.started_at = None
         self._exited.set()
@@ -315,11 +304,11 @@ class EngineRunner:
                 case Spawn():
                     if self._gate is not None:
                         continue  # the spawn waiting (leftovers, GPU memory) is the one asked for
-                    if self._gpu_view is not None or len(self._sweeps):
+                    if self._gpu_view is not None or self.descendants.sweeping:
                         self._gate = self._track(self._spawn_when_ready())
                         self.lifecycle.spawn_waiting(
                             "waiting for the previous process's leftovers to stop"
-                            if self._sweeping else "waiting for GPU memory")
+                            if self.descendants.sweeping else "waiting for GPU memory")
                     else:
                         pending.extend(self._spawn())
                 case Stop(kill=kill, drain=drain):
@@ -340,79 +329,11 @@ class EngineRunner:
         self._changed = asyncio.Event()
         self._on_change()
 
-    def _adopted(self) -> set[Proc]:
-        """The supervisor's adopted children started for this engine (double-forked helpers),
-        except those of earlier processes already being stopped."""
-        return {p for p, engine in procs.adopted(self._children.pids()).items()
-                if engine == self.name} - self._sweeping
-
     def _note_descendants(self) -> None:
-        """Remember the current process's live descendants (to stop them when it exits), in
-        memory and in its state dir record (for the next supervisor, should this one die).
-
-        The adopted children are read at every poll; the tree walk at the cadence's pace.
-        """
-        if self._process is None:
-            return
-        seen = self._adopted()
-        if self._cadence.walk_due(self._clock()):
-            seen |= {p for p in map(procs.identify, descendants(self._process.pid))
-                     if p is not None}
-        if not seen <= self._known:
-            self._known = {p for p in self._known if procs.alive(p)} | seen
-            self._save_record(self._process.pid, self._known)
-
-    def _leftovers(self, pgid: int) -> set[Proc]:
-        """What the exited process left alive: its descendants seen by the walks, and the
-        supervisor's adopted children started for this engine, with their own descendants."""
-        found = procs.with_descendants([*self._known, *self._adopted()]) - self._sweeping
-        self._known = set()
-        if found:
-            self._save_record(pgid, found)
-        else:
-            self._remove_record(pgid)
-        return found
-
-    def _save_record(self, pgid: int, known: set[Proc]) -> None:
-        if self._record is None or self._record.pgid != pgid:
-            return
-        self._record = msgspec.structs.replace(self._record,
-                                               known=[(p.pid, p.start) for p in sorted(known)])
-        try:
-            self._records.save(self._record)
-        except OSError as exc:
-            self._limited.log(self._log, "warning", "leftover_record_failed", key=errno_name(exc),
-                              error=str(exc))
-
-    def _remove_record(self, pgid: int) -> None:
-        try:
-            self._records.remove(self.name, pgid)
-        except OSError as exc:
-            self._limited.log(self._log, "warning", "leftover_record_failed", key=errno_name(exc),
-                              error=str(exc))
-
-    def stop_leftovers(self, leftovers: set[Proc], pgid: int | None = None, *,
-                       signalled: bool = False) -> None:
-        """Stop processes this engine left behind (TERM, KILL after stop_timeout), counted in
-        ``descendants_killed``; :meth:`wait_swept` awaits it. ``pgid``: the record to remove
-        once they are gone. ``signalled``: they had the stop signal already (only a SIGKILL
-        they need counts)."""
-        self._sweeping |= leftovers
-        self._sweeps.start(self._stop_leftovers(leftovers, pgid, signalled))
-
-    async def _stop_leftovers(self, leftovers: set[Proc], pgid: int | None,
-                              signalled: bool = False) -> None:
-        self._log.warning("engine_descendants_stopping", pids=sorted(p.pid for p in leftovers),
-                          timeout=self.spec.stop_timeout, signalled=signalled)
-        try:
-            stopped = await procs.stop(leftovers, self.spec.stop_timeout, term=not signalled)
-        finally:
-            self._sweeping -= leftovers
-        if pgid is not None:
-            self._remove_record(pgid)
-        self.descendants_killed += len(stopped)
-        self._log.warning("engine_descendants_stopped", pids=[p.pid for p in stopped],
-                          count=len(stopped), left=[p.pid for p in stopped if procs.alive(p)])
+        """Remember the current process's live descendants (to stop them when it exits)."""
+        if self._process is not None:
+            self.descendants.note(self._process.pid,
+                                  walk=self._cadence.walk_due(self._clock()))
 
     def _elapsed(self) -> None:
         self._timer = None
@@ -424,10 +345,10 @@ class EngineRunner:
         replacement spawned meanwhile would fail and count as a crash -- and, for an engine
         pinned to GPUs, once they hold nothing of the previous process and have
         ``gpu_memory_needed`` free, or after ``gpu_release_timeout`` (then say why)."""
-        if self._sweeping:
+        if self.descendants.sweeping:
             self._log.info("engine_spawn_waits_for_leftovers",
-                           pids=sorted(p.pid for p in self._sweeping))
-            await self.wait_swept()
+                           pids=sorted(p.pid for p in self.descendants.sweeping))
+            await self.descendants.wait_swept()
         spec = self.spec
         if self._gpu_view is not None:
             result = await wait_for_gpus(self._gpu_view, spec.gpus, self._dead_pids,
@@ -460,8 +381,7 @@ class EngineRunner:
             return self.lifecycle.spawn_failed(str(exc), now, transient=transient)
         self._process = proc
         self._cadence.spawned()
-        if self._boot_id is not None:  # without it no record could be trusted later
-            self._record_spawn(proc.pid, self._boot_id)
+        self.descendants.spawned(proc.pid)
         self._exited = asyncio.Event()
         self.started_at = time.time()
         self._spawns += 1
@@ -477,11 +397,6 @@ class EngineRunner:
                                                   tail=self._stderr_tail))
         self._health_task = self._track(self._health_loop())
         return []
-
-    def _record_spawn(self, pid: int, boot_id: str) -> None:
-        st = procs.stat(pid)  # a zombie at worst: the reaper runs on this loop, after us
-        self._record = None if st is None else GroupRecord(self.name, boot_id, pid, st.start)
-        self._save_record(pid, set())
 
     def _resolve_argv(self) -> list[str]:
         argv = list(self.argv)
@@ -669,7 +584,7 @@ class EngineRunner:
             fetch_duration_seconds=source.last_fetch_duration_seconds if source else None,
             fetch_errors_total=source.fetch_errors_total if source else 0,
             status_polled=source is not None,
-            descendants_killed_total=self.descendants_killed,
+            descendants_killed_total=self.descendants.killed,
             stalls_total=self.stall.stalls_total,
             stalled=self.stall.stalled,
             stop_inflight_partitions_total=dict(self.stop_inflight),
