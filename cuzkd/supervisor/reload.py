@@ -5,7 +5,9 @@ A reload is the one supervisor-wide operation with a protocol of its own towards
 were added, removed and restarted, so ``systemctl reload`` returns when the new config runs.
 A bad file is refused whole and the running config kept; the outcome feeds
 ``cuzkd_config_last_reload_successful``. Reloads never overlap (a lock) and never run once the
-supervisor is stopping.
+supervisor is stopping. SIGHUPs that arrive during a reload make one more reload after it, not
+one each: that one reads the file as it is by then, so a script sending a signal per edited
+file costs one reload, not a queue of them.
 """
 
 from __future__ import annotations
@@ -35,11 +37,18 @@ class ConfigReloader:
         self._on_applied = on_applied
         self._lock = asyncio.Lock()
         self._reader = OffLoopReader(reload_config)
+        #: a reload is waiting for the running one to end (further requests join it)
+        self._queued = False
 
     async def reload(self) -> None:
         """Read the file the running config came from (the embedded default without one) and
-        apply it; one that does not validate changes nothing."""
+        apply it; one that does not validate changes nothing. Returns at once when a reload is
+        already waiting to run."""
+        if self._queued:
+            return
+        self._queued = True
         async with self._lock:
+            self._queued = False
             if self._stopping():
                 return
             views = self._views

@@ -87,3 +87,26 @@ def test_a_reload_applies_a_good_file_refuses_a_bad_one_and_tells_systemd(
             await group.close()
 
         asyncio.run(main())
+
+
+def test_a_storm_of_reloads_during_one_makes_one_more_not_one_each(tmp_path: Path) -> None:
+    config_path = tmp_path / "cuzkd.toml"
+    write_config(config_path, "a")
+
+    async def main() -> list[list[str]]:
+        engines = StandInEngines(Script())
+        group = EngineSet(load_config(config_path), engines.table)
+        views = SupervisorViews(group, engines.table, LimitedLog())
+        views.phase = "running"
+        applied: list[list[str]] = []
+        reloader = ConfigReloader(group, views, Notifier({}), stopping=lambda: False,
+                                  on_applied=lambda: applied.append(group.names()))
+        write_config(config_path, "a", "b")
+        # the first takes the lock and reads; the second waits for it; the other 48 join the
+        # second, which reads the file as it is after the first
+        await asyncio.gather(*(reloader.reload() for _ in range(50)))
+        await group.stop_all(30)
+        await group.close()
+        return applied
+
+    assert asyncio.run(main()) == [["a", "b"], ["a", "b"]]
