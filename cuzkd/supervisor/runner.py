@@ -422,10 +422,10 @@ class EngineRunner:
                            timeout=spec.drain_timeout)
         while True:
             match sequence.step(self._clock(), exited=exited.is_set(), killed=self._killed):
-                case RequestDrain():
-                    sequence.drain_answered(await self._request_drain(proc))
-                case ReadStatus():
-                    sequence.status_read(await self._read_quiet())
+                case RequestDrain(by=by):
+                    sequence.drain_answered(await self._until(by, self._request_drain(proc)))
+                case ReadStatus(by=by):
+                    sequence.status_read(await self._until(by, self._read_quiet()))
                 case DrainOver(result=result, seconds=seconds):
                     self.drains[result] += 1
                     (self._log.info if result == "clean" else self._log.warning)(
@@ -446,6 +446,13 @@ class EngineRunner:
                         await asyncio.wait_for(exited.wait(), max(0.0, at - self._clock()))
                 case Finished():
                     return
+
+    async def _until(self, deadline: float, answer: Coroutine[Any, Any, bool]) -> bool:
+        """``answer``'s result, or False when it has none by the monotonic ``deadline``."""
+        try:
+            return await asyncio.wait_for(answer, max(0.0, deadline - self._clock()))
+        except TimeoutError:
+            return False
 
     async def _request_drain(self, proc: ChildProcess) -> bool:
         """Ask the engine to drain (``http``); False, logged, when it did not accept."""

@@ -23,12 +23,20 @@ DRAIN_POLL = 0.5
 
 @dataclass(frozen=True)
 class RequestDrain:
-    """Ask the engine to drain (``POST /v1/drain``); report :meth:`StopSequence.drain_answered`."""
+    """Ask the engine to drain (``POST /v1/drain``); report :meth:`StopSequence.drain_answered`.
+    ``by``: the drain's deadline, which a request still unanswered then must not outlast (it
+    counts as refused)."""
+
+    by: float
 
 
 @dataclass(frozen=True)
 class ReadStatus:
-    """Read the engine's status now; report :meth:`StopSequence.status_read`."""
+    """Read the engine's status now; report :meth:`StopSequence.status_read`. ``by``: the
+    drain's deadline, which a read still unanswered then must not outlast (no quiet seen):
+    a hung status must not stretch the stop past drain_timeout + stop_timeout."""
+
+    by: float
 
 
 @dataclass(frozen=True)
@@ -153,14 +161,14 @@ class StopSequence:
     def _drain_step(self, now: float, exited: bool, killed: bool) -> Step:
         if self.drain_mode == "http" and not self.drain_requested:
             self.drain_requested = True
-            return RequestDrain()
+            return RequestDrain(by=self.deadline)
         if exited or self.quiet_seen or now >= self.deadline:
             clean = not killed if exited else self.quiet_seen
             self.phase = Phase.DONE if exited else Phase.SIGNAL_DUE
             return DrainOver("clean" if clean else "timeout", now - self.started)
         if now >= self.next_read:
             self.next_read = now + self.read_every
-            return ReadStatus()
+            return ReadStatus(by=self.deadline)
         return WaitUntil(min(self.next_read, self.deadline))
 
     def _finish(self) -> Finished:

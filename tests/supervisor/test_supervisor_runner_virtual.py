@@ -343,3 +343,28 @@ def test_wait_healthy_on_virtual_time(tmp_path: Path) -> None:
     assert healthy is None and abs(took - (1 + 10)) < 1e-3  # settled after 1 s, then 10 s
     assert crashed is not None and "did not stay up for the 10s settle period" in crashed
     assert "last exit: exit_4" in crashed
+
+
+def test_a_hung_status_read_never_stretches_a_drain_past_drain_timeout(tmp_path: Path) -> None:
+    """A quiet drain reads the status to find a quiet moment; a status that stops answering
+    (status_timeout 30 s) must not hold the stop signal past drain_timeout (2 s), or the
+    stop could outlast shutdown_grace."""
+    async def main() -> tuple[StandIn, float, EngineRunner]:
+        server = PieceServer(big_document(0, extensions=True))
+        address = await server.start_unix(tmp_path / "status.sock")
+        engines = StandInEngines(Script(ignores_stop=True))
+        runner = runner_of(tmp_path, engines, status_url=address, drain="quiet",
+                           drain_timeout="2s", status_timeout="30s", stop_timeout="5s",
+                           stall_after="0s")
+        with structlog.testing.capture_logs():
+            runner.start()
+            await in_state(runner, State.RUNNING)
+            server.hang = True
+            asked = asyncio.get_running_loop().time()
+            await finish(runner)
+        await server.close()
+        return engines.spawned[0], asked, runner
+
+    proc, asked, runner = run_virtual(main)
+    assert proc.signals == [(asked + 2, signal.SIGTERM), (asked + 2 + 5, signal.SIGKILL)]
+    assert runner.drains["timeout"] == 1

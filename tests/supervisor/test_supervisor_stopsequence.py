@@ -59,19 +59,19 @@ def test_a_kill_of_a_process_already_gone_sends_nothing_and_counts_no_lost_work(
 def test_http_drain_asks_once_then_reads_the_status_every_poll_until_the_engine_exits() -> None:
     seq = begin("http")
     assert seq.draining
-    assert seq.step(100.0, exited=False) == RequestDrain()
+    assert seq.step(100.0, exited=False) == RequestDrain(by=120.0)  # bounded by drain_timeout
     seq.drain_answered(True)
-    assert seq.step(100.1, exited=False) == ReadStatus()
+    assert seq.step(100.1, exited=False) == ReadStatus(by=120.0)
     seq.status_read(quiet=True)  # an http drain waits for the exit, not for a quiet moment
     assert seq.step(100.1, exited=False) == WaitUntil(100.1 + DRAIN_POLL)
-    assert seq.step(100.6, exited=False) == ReadStatus()
+    assert seq.step(100.6, exited=False) == ReadStatus(by=120.0)
     assert seq.step(104.0, exited=True) == DrainOver("clean", 4.0)
     assert seq.step(104.0, exited=True) == Finished()
 
 
 def test_a_refused_drain_request_counts_no_drain_and_signals_at_once() -> None:
     seq = begin("http")
-    assert seq.step(100.0, exited=False) == RequestDrain()
+    assert seq.step(100.0, exited=False) == RequestDrain(by=120.0)
     seq.drain_answered(False)
     assert seq.step(105.0, exited=False) == STOP_SIGNAL
     assert seq.step(105.0, exited=False) == WaitUntil(115.0)
@@ -79,10 +79,10 @@ def test_a_refused_drain_request_counts_no_drain_and_signals_at_once() -> None:
 
 def test_quiet_drain_ends_clean_at_the_first_quiet_status_then_signals() -> None:
     seq = begin("quiet")
-    assert seq.step(100.0, exited=False) == ReadStatus()  # no request: reading starts at once
+    assert seq.step(100.0, exited=False) == ReadStatus(by=120.0)  # no request: reads at once
     seq.status_read(quiet=False)
     assert seq.step(100.0, exited=False) == WaitUntil(100.0 + DRAIN_POLL)
-    assert seq.step(100.5, exited=False) == ReadStatus()
+    assert seq.step(100.5, exited=False) == ReadStatus(by=120.0)
     seq.status_read(quiet=True)
     assert seq.step(100.5, exited=False) == DrainOver("clean", 0.5)
     assert seq.step(100.5, exited=False) == STOP_SIGNAL
@@ -105,14 +105,14 @@ def test_a_drain_that_reaches_drain_timeout_is_judged_timeout_and_the_signal_fol
 
 def test_an_exit_during_a_drain_after_a_hurried_kill_is_no_clean_drain() -> None:
     seq = begin("quiet")
-    assert seq.step(100.0, exited=False) == ReadStatus()
+    assert seq.step(100.0, exited=False) == ReadStatus(by=120.0)
     assert seq.step(101.0, exited=True, killed=True) == DrainOver("timeout", 1.0)
     assert seq.step(101.0, exited=True) == Finished()
 
 
 def test_an_exit_while_the_signal_is_due_ends_the_sequence_without_a_signal() -> None:
     seq = begin("http")
-    assert seq.step(100.0, exited=False) == RequestDrain()
+    assert seq.step(100.0, exited=False) == RequestDrain(by=120.0)
     seq.drain_answered(False)
     assert seq.step(100.2, exited=True) == Finished()
 
