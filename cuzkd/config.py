@@ -223,7 +223,12 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
 
 
 def default_state_dir() -> Path:
-    """/var/lib/cuzkd as root, else $XDG_STATE_HOME/cuzkd (~/.local/state/cuzkd)."""
+    """The directory systemd made for the service (``$STATE_DIRECTORY``, from
+    ``StateDirectory=``; a ``DynamicUser=`` service is not root), /var/lib/cuzkd as root, else
+    $XDG_STATE_HOME/cuzkd (~/.local/state/cuzkd)."""
+    given = os.environ.get("STATE_DIRECTORY", "").split(":")[0]
+    if given:
+        return Path(given)
     if os.geteuid() == 0:
         return Path("/var/lib/cuzkd")
     xdg = os.environ.get("XDG_STATE_HOME")
@@ -255,6 +260,22 @@ def default_config() -> Config:
 def load_or_default(path: str | Path | None, *, resolve_hosts: bool = True) -> Config:
     """The config at ``path``, or the embedded default when no path is given."""
     return load_config(path, resolve_hosts=resolve_hosts) if path else default_config()
+
+
+def control_socket_despite_errors(path: str | Path) -> Path:
+    """The control socket ``path`` names, for a file that does not validate as a whole: from
+    its ``[supervisor]`` table alone while the file still parses as TOML, else the default.
+
+    ``cuzkd reload`` needs it so that the running supervisor refuses the broken file itself --
+    recorded in ``cuzkd_config_last_reload_successful`` and its alert -- instead of the client
+    giving up before asking.
+    """
+    try:
+        raw = tomllib.loads(_read_config_bytes(path, None).decode())
+        supervisor = raw.get("supervisor", {})
+        return parse_config({"supervisor": supervisor}, str(path)).control_socket
+    except (OSError, ValueError, ConfigError):  # the TOML and UTF-8 errors are ValueErrors
+        return Config().control_socket
 
 
 def load_config(path: str | Path, *, resolve_hosts: bool = True,

@@ -31,7 +31,12 @@ class ControlUnavailable(Exception):
 
 
 class ControlRequestFailed(Exception):
-    """The supervisor answered with an error; the message is its ``error``."""
+    """The supervisor answered with an error; the message is its ``error``, ``status`` the
+    HTTP status (None for a problem the client found in the answer)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class _UnixConnection(http.client.HTTPConnection):
@@ -81,7 +86,7 @@ def call(socket_path: Path, method: str, path: str, *, timeout: float = 120.0) -
         raise ControlUnavailable(f"control socket {socket_path}: {error_text(exc)}") from None
     if status >= 400:
         error = body.get("error") if isinstance(body, dict) else None
-        raise ControlRequestFailed(str(error or f"HTTP {status}"))
+        raise ControlRequestFailed(str(error or f"HTTP {status}"), status)
     return body
 
 

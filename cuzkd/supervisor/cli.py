@@ -1,4 +1,5 @@
-"""Subcommands of the supervisor: ``run``, ``check-config``, ``status``, ``start|stop|restart``.
+"""Subcommands of the supervisor: ``run``, ``check-config``, ``status``, ``reload``,
+``start|stop|restart``.
 
 Config and control-socket errors propagate to :func:`cuzkd.cli.main`, which maps them to exit
 codes (78, 69, 1).
@@ -17,8 +18,14 @@ from urllib.parse import quote
 
 import msgspec
 
-from cuzkd.config import START_WAIT_SLACK, load_config, load_or_default
-from cuzkd.control_client import ControlRequestFailed, call, get_status
+from cuzkd.config import (
+    START_WAIT_SLACK,
+    ConfigError,
+    control_socket_despite_errors,
+    load_config,
+    load_or_default,
+)
+from cuzkd.control_client import ControlRequestFailed, ControlUnavailable, call, get_status
 from cuzkd.errortext import error_text
 from cuzkd.logs import LOG_FORMATS
 from cuzkd.status.document import StatusDocument, decode_status
@@ -57,6 +64,11 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     status.add_argument("--watch", metavar="SECONDS", nargs="?", type=float, const=1.0,
                         help="with NAME: redraw every SECONDS (default 1) until Ctrl-C")
     status.set_defaults(handler=_status)
+
+    reload = sub.add_parser("reload", help="apply the config file again and wait for the "
+                                           "outcome (what systemctl reload runs)")
+    reload.add_argument("--config", metavar="PATH", help="config naming the control socket")
+    reload.set_defaults(handler=_reload)
 
     for verb in ("start", "stop", "restart"):
         cmd = sub.add_parser(verb, help=f"{verb} one engine")
@@ -160,6 +172,37 @@ def _last_exit(eng: dict[str, Any]) -> str:
     if eng.get("last_error"):
         text += f" error: {eng['last_error']}"
     return text
+
+
+def _reload(args: argparse.Namespace) -> int:
+    """Exit 0 once the supervisor applied its config file again (removed and changed engines
+    stopped, new ones started); 78 with the supervisor's reason (file and key) when it refused
+    the file and kept the running config.
+
+    A file that does not validate here is sent to the supervisor all the same: it must refuse
+    it itself, so that its metrics and the reload alert show it.
+    """
+    refused: ConfigError | None = None
+    try:
+        config = load_or_default(args.config, resolve_hosts=False)
+    except ConfigError as exc:
+        refused, socket, timeout = exc, control_socket_despite_errors(args.config), DEFAULT_TIMEOUT
+    else:
+        # The reload waits for the stop sequences of changed engines, as they run them now.
+        socket = config.control_socket
+        timeout = max(DEFAULT_TIMEOUT, *(e.stop_budget + START_WAIT_SLACK for e in config.engine))
+    try:
+        body = call(socket, "POST", "/v1/reload", timeout=timeout)
+    except ControlRequestFailed as exc:
+        if exc.status == 422:  # refused: a config error, exit 78
+            raise ConfigError(str(exc)) from None
+        raise
+    except ControlUnavailable:
+        if refused is not None:  # the file's own error says more than a missing socket
+            raise refused from None
+        raise
+    print(f"reloaded: {len(body['engines'])} engine(s): {', '.join(body['engines'])}")
+    return 0
 
 
 def _engine_action(args: argparse.Namespace) -> int:

@@ -59,7 +59,6 @@ class Supervisor:
         self.engines = EngineSet(self.config, self.children, on_change=self._notify_status,
                                  gpu_view=gpu_view)
         self.binaries = self.engines.binaries
-        self._control_routes = [*control_routes, self.binaries.routes()]
         self._notifier = Notifier()
         self._stop_event = asyncio.Event()
         self._stop_signals = 0
@@ -72,6 +71,7 @@ class Supervisor:
         self._reloader = ConfigReloader(self.engines, self.views, self._notifier,
                                         stopping=lambda: self.stopping,
                                         on_applied=self._notify_status)
+        self._control_routes = [*control_routes, self.binaries.routes(), self._reloader.routes()]
 
     # -- the daemon ----------------------------------------------------------------------
 
@@ -169,7 +169,7 @@ class Supervisor:
         # While reloading, queue another (the file may have changed again); never while
         # starting (the engines are being spawned from the file just read) or stopping.
         if self.views.phase in ("running", "reloading"):
-            self._tasks.start(self._reloader.reload())
+            self._tasks.start(self._reloader.on_signal())
 
     async def _watchdog(self, interval: float) -> None:
         while True:

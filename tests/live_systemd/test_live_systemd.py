@@ -87,16 +87,33 @@ def test_start_returns_after_ready_with_the_listener_up(machine: Machine) -> Non
 
 
 def test_reload_applies_the_new_config_in_the_same_process(machine: Machine) -> None:
+    """``systemctl reload`` returns once the new engine set runs (ExecReload is ``cuzkd
+    reload``, which waits); a file cuzkd refuses fails the reload and changes nothing."""
     _ensure_active(machine)
     pid = _main_pid(machine)
     before = engine_values(_metrics(machine), "cuzkd_engine_start_time_seconds")
-    (machine.root / CONFIG_PATH.lstrip("/")).write_text(engines_config("alpha", "gamma"))
+    config = machine.root / CONFIG_PATH.lstrip("/")
+    config.write_text(engines_config("alpha", "gamma"))
     machine.systemctl("reload", UNIT)
     assert _main_pid(machine) == pid
     assert machine.show(UNIT, "ActiveState")["ActiveState"] == "active"
+    metrics = _metrics(machine)  # no waiting: the reload is over when systemctl returns
+    assert set(engine_values(metrics, "cuzkd_engine_start_time_seconds")) == {"alpha", "gamma"}
     _wait_engines_up(machine, {"alpha", "gamma"})
     after = engine_values(_metrics(machine), "cuzkd_engine_start_time_seconds")
     assert after["alpha"] == before["alpha"], "an unchanged engine keeps running"
+
+    good = config.read_text()
+    config.write_text(good + '[[engine]]\nname = "alpha"\n')  # a duplicate name
+    refused = machine.systemctl("reload", UNIT, check=False)
+    assert refused.returncode != 0
+    props = machine.show(UNIT, "ActiveState", "MainPID")
+    assert (props["ActiveState"], int(props["MainPID"])) == ("active", pid)
+    assert "cuzkd_config_last_reload_successful 0" in _metrics(machine)
+    assert engine_values(_metrics(machine), "cuzkd_engine_start_time_seconds") == after
+    config.write_text(good)
+    machine.systemctl("reload", UNIT)
+    assert "cuzkd_config_last_reload_successful 1" in _metrics(machine)
 
 
 def test_dynamic_user_owns_the_state_dir_and_the_hardening_holds(machine: Machine) -> None:
@@ -125,11 +142,15 @@ def test_journal_has_the_unit_output_as_json(machine: Machine) -> None:
     requires = machine.show("cuzkd-live.target", "Requires")["Requires"].split()
     assert "systemd-journald.socket" in requires
 
+    main = _main_pid(machine)
+
     def lines() -> list[str] | None:
         # _SYSTEMD_UNIT= is what the unit's processes wrote; `-u` would add systemd's own
-        # "Started ..." lines about the unit, which are not cuzkd's to format.
-        out = machine.run("journalctl", "--no-pager", "-o", "cat",
-                          f"_SYSTEMD_UNIT={UNIT}").stdout.splitlines()
+        # "Started ..." lines about the unit, which are not cuzkd's to format. _PID= keeps the
+        # daemon's (its engines' lines come through it); ExecReload's `cuzkd reload` writes
+        # one line of text for the operator, as any command does.
+        out = machine.run("journalctl", "--no-pager", "-o", "cat", f"_SYSTEMD_UNIT={UNIT}",
+                          f"_PID={main}").stdout.splitlines()
         return out if any('"supervisor_started"' in line for line in out) else None
 
     out = wait_until(lines, 30, "cuzkd's start in the journal", interval=0.2)

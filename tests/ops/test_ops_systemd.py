@@ -108,10 +108,13 @@ def test_unit_has_the_settings_cuzkd_relies_on() -> None:
     for key, value in expected.items():
         assert d[key] == [value], key
     assert parse_duration(d["Service.WatchdogSec"][0]) > 0
-    assert d["Service.ExecReload"] == ["/bin/kill -HUP $MAINPID"]
     assert d["Service.ExecStart"] == [f"{SHIPPED_BINARY} run --config /etc/cuzkd/cuzkd.toml"]
     args = build_parser().parse_args(d["Service.ExecStart"][0].split()[1:])
     assert args.command == "run" and args.config == "/etc/cuzkd/cuzkd.toml"
+    # a reload that waits for its outcome, on the same file (see the unit's comment)
+    assert d["Service.ExecReload"] == [f"{SHIPPED_BINARY} reload --config /etc/cuzkd/cuzkd.toml"]
+    args = build_parser().parse_args(d["Service.ExecReload"][0].split()[1:])
+    assert args.command == "reload" and args.config == "/etc/cuzkd/cuzkd.toml"
     assert d["Service.RestrictAddressFamilies"] == ["AF_UNIX AF_INET AF_INET6"]
     assert d["Service.SystemCallFilter"][0] == "@system-service"
     assert d["Service.CapabilityBoundingSet"] == [""]

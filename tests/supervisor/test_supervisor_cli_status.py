@@ -56,12 +56,14 @@ def _heavy(names: set[str]) -> set[str]:
     ("--version",),
     ("status", "--config", "{config}"),
     ("stop", "x", "--config", "{config}"),
+    ("reload", "--config", "{config}"),
     ("swap", "/bin/true", "--config", "{config}"),
 ])
 def test_client_commands_import_neither_numpy_nor_the_engine(tmp_path: Path,
                                                              args: tuple[str, ...]) -> None:
     """Every client call paid ~0.7 s of NumPy and engine imports; none of them needs either.
-    (No supervisor runs here: status, stop and swap fail to connect, after their imports.)"""
+    (No supervisor runs here: status, stop, reload and swap fail to connect, after their
+    imports.)"""
     config = write_config(tmp_path, [{"name": "a"}])
     names = _imported_modules(*(a.replace("{config}", str(config)) for a in args))
     assert _heavy(names) == set()

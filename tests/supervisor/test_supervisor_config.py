@@ -12,8 +12,11 @@ import pytest
 
 from cuzkd.config import (
     MAX_CONFIG_BYTES,
+    Config,
     ConfigError,
+    control_socket_despite_errors,
     default_engines,
+    default_state_dir,
     load_config,
     visible_gpu_count,
 )
@@ -272,3 +275,27 @@ def test_proof_deadlines_default_override_and_drop(tmp_path: Path) -> None:
     path.write_text('[metrics]\nproof_deadlines = { wpost = "9000h" }\n' + GOOD_ENGINE)
     with pytest.raises(ConfigError, match=r"key `metrics\.proof_deadlines\.wpost`: .*365 days"):
         load_config(path)
+
+
+def test_the_control_socket_of_a_file_that_does_not_validate(tmp_path: Path) -> None:
+    """``cuzkd reload`` must reach the supervisor to have it refuse a broken file: the socket
+    comes from the ``[supervisor]`` table while the file parses, else the default."""
+    path = tmp_path / "cuzkd.toml"
+    path.write_text(f'[supervisor]\nstate_dir = "{tmp_path}"\n' + GOOD_ENGINE + "colour = 1\n")
+    with pytest.raises(ConfigError):
+        load_config(path)
+    assert control_socket_despite_errors(path) == tmp_path / "control.sock"
+    path.write_text(f'[supervisor]\ncontrol_socket = "{tmp_path}/c.sock"\n[[engine]\n')
+    assert control_socket_despite_errors(path) == Config().control_socket  # not TOML
+    path.write_bytes(b"# caf\xe9\n")
+    assert control_socket_despite_errors(path) == Config().control_socket
+    assert control_socket_despite_errors(tmp_path / "missing.toml") == Config().control_socket
+
+
+def test_the_default_state_dir_is_the_one_systemd_made(monkeypatch: pytest.MonkeyPatch,
+                                                       tmp_path: Path) -> None:
+    monkeypatch.setenv("STATE_DIRECTORY", f"{tmp_path}/cuzkd:{tmp_path}/other")
+    assert default_state_dir() == tmp_path / "cuzkd"
+    assert Config().control_socket == tmp_path / "cuzkd" / "control.sock"
+    monkeypatch.delenv("STATE_DIRECTORY")
+    assert default_state_dir() != tmp_path / "cuzkd"

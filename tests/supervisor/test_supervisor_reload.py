@@ -7,6 +7,8 @@ import asyncio
 import errno
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -53,6 +55,49 @@ def test_reload_applies_the_difference(tmp_path: Path) -> None:
         [refused] = wait_until(lambda: sup.events("reload_refused"), 10, "reload_refused")
         assert "duplicate engine name" in refused["error"] and "engine[3].name" in refused["error"]
         assert {n: e["pid"] for n, e in sup.engines().items()} == after
+    finally:
+        assert sup.stop() == 0
+
+
+def _reload_cli(config: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "cuzkd", "reload", "--config", str(config)],
+                          capture_output=True, text=True, timeout=60, env={**os.environ, **env})
+
+
+def test_cuzkd_reload_returns_once_applied_and_fails_on_a_refused_file(tmp_path: Path) -> None:
+    """``cuzkd reload`` (the unit's ExecReload): when it exits 0 the new engine set already
+    runs -- no waiting after it. A file that does not validate is still sent to the
+    supervisor, which refuses it itself (its metric goes to 0): exit 78 with the reason,
+    nothing changed; even a file that is not TOML at all."""
+    fast = {"health_interval": "50ms", "stop_timeout": "1s"}
+    engines = [fake_engine(tmp_path, n, **fast) for n in ("keep", "drop")]
+    config = write_config(tmp_path, engines)
+    sup = start_supervisor(config)
+    try:
+        drop = sup.wait_engine("drop", lambda e: e["state"] == "running")["pid"]
+        write_config(tmp_path, [engines[0], fake_engine(tmp_path, "new", **fast)])
+        done = _reload_cli(config)
+        assert (done.returncode, done.stdout) == (0, "reloaded: 2 engine(s): keep, new\n")
+        assert list(sup.engines()) == ["keep", "new"] and not pid_alive(drop)
+
+        good = config.read_text()
+        config.write_text(good + "\n[[engine]]\nname = 'keep'\n")  # duplicate
+        done = _reload_cli(config)
+        assert done.returncode == 78, done.stdout + done.stderr
+        assert "reload refused:" in done.stderr and "engine[2].name" in done.stderr
+        assert list(sup.engines()) == ["keep", "new"]
+        assert _metric(sup, "cuzkd_config_last_reload_successful") == 0
+
+        # Not TOML: the socket is not in the file any more; under systemd the default state
+        # dir is StateDirectory='s, which it passes as $STATE_DIRECTORY.
+        config.write_text(good.replace("[[engine]]", "[[engine]", 1))
+        done = _reload_cli(config, STATE_DIRECTORY=str(sup.state_dir))
+        assert done.returncode == 78 and "reload refused:" in done.stderr, done.stderr
+        assert "invalid TOML" in done.stderr and list(sup.engines()) == ["keep", "new"]
+
+        config.write_text(good)
+        assert _reload_cli(config).returncode == 0
+        assert _metric(sup, "cuzkd_config_last_reload_successful") == 1
     finally:
         assert sup.stop() == 0
 

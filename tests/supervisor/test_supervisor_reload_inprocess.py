@@ -13,14 +13,17 @@ import asyncio
 import socket
 from pathlib import Path
 
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
 from sv_virtual import Script, StandInEngines
 
 from cuzkd.config import load_config
+from cuzkd.httperrors import json_errors
 from cuzkd.ratelimit import LimitedLog
 from cuzkd.supervisor.engines import EngineSet
 from cuzkd.supervisor.lifecycle import State
 from cuzkd.supervisor.notify import Notifier
-from cuzkd.supervisor.reload import ConfigReloader
+from cuzkd.supervisor.reload import ConfigReloader, ReloadOutcome
 from cuzkd.supervisor.views import SupervisorViews
 
 
@@ -93,7 +96,7 @@ def test_a_storm_of_reloads_during_one_makes_one_more_not_one_each(tmp_path: Pat
     config_path = tmp_path / "cuzkd.toml"
     write_config(config_path, "a")
 
-    async def main() -> list[list[str]]:
+    async def main() -> tuple[list[list[str]], set[ReloadOutcome]]:
         engines = StandInEngines(Script())
         group = EngineSet(load_config(config_path), engines.table)
         views = SupervisorViews(group, engines.table, LimitedLog())
@@ -104,9 +107,51 @@ def test_a_storm_of_reloads_during_one_makes_one_more_not_one_each(tmp_path: Pat
         write_config(config_path, "a", "b")
         # the first takes the lock and reads; the second waits for it; the other 48 join the
         # second, which reads the file as it is after the first
-        await asyncio.gather(*(reloader.reload() for _ in range(50)))
+        outcomes = await asyncio.gather(*(reloader.reload() for _ in range(50)))
         await group.stop_all(30)
         await group.close()
-        return applied
+        return applied, set(outcomes)
 
-    assert asyncio.run(main()) == [["a", "b"], ["a", "b"]]
+    applied, outcomes = asyncio.run(main())
+    assert applied == [["a", "b"], ["a", "b"]]
+    assert outcomes == {ReloadOutcome(None, ("a", "b"))}  # each caller hears how its ended
+
+
+def test_the_reload_route_answers_once_the_file_is_applied_or_refused(tmp_path: Path) -> None:
+    """``POST /v1/reload`` (what ``cuzkd reload`` and the unit's ExecReload call): 200 with the
+    engines once applied, 422 naming the file and key when refused, 409 while stopping."""
+    config_path = tmp_path / "cuzkd.toml"
+    write_config(config_path, "a")
+
+    async def main() -> None:
+        engines = StandInEngines(Script())
+        group = EngineSet(load_config(config_path), engines.table)
+        views = SupervisorViews(group, engines.table, LimitedLog())
+        views.phase = "running"
+        stopping = False
+        reloader = ConfigReloader(group, views, Notifier({}), stopping=lambda: stopping,
+                                  on_applied=lambda: None)
+        app = web.Application(middlewares=[json_errors])
+        reloader.routes()(app)
+        async with TestClient(TestServer(app)) as client:
+            write_config(config_path, "a", "b")
+            resp = await client.post("/v1/reload")
+            assert (resp.status, await resp.json()) == (200, {"applied": True,
+                                                              "engines": ["a", "b"]})
+            assert group.names() == ["a", "b"]  # already applied when the answer came
+
+            config_path.write_text(config_path.read_text() + '[[engine]]\nname = "a"\n')
+            resp = await client.post("/v1/reload")
+            body = await resp.json()
+            assert resp.status == 422 and body["error"].startswith("reload refused: ")
+            assert "duplicate engine name" in body["error"] and "engine[2].name" in body["error"]
+            assert group.names() == ["a", "b"]
+
+            stopping = True
+            resp = await client.post("/v1/reload")
+            assert resp.status == 409
+            assert (await resp.json())["error"] == "reload refused: the supervisor is stopping"
+        await group.stop_all(30)
+        await group.close()
+
+    asyncio.run(main())
