@@ -41,6 +41,8 @@ class ReloadOutcome:
     error: str | None
     #: the engines configured after it
     engines: tuple[str, ...]
+    #: the file was fine, the moment was not (the supervisor is starting or stopping)
+    busy: bool = False
 
 
 class ConfigReloader:
@@ -79,14 +81,14 @@ class ConfigReloader:
 
     def routes(self) -> Callable[[web.Application], None]:
         """A control-app hook adding ``POST /v1/reload``: 200 once the file is applied, 422
-        when it was refused (the error names the file and key), 409 while stopping."""
+        when it was refused (the error names the file and key), 409 while starting or
+        stopping."""
         async def handle(request: web.Request) -> web.Response:
             del request
             outcome = await self.reload()
             if outcome.error is None:
                 return web.json_response({"applied": True, "engines": list(outcome.engines)})
-            return error_response(409 if self._stopping() else 422,
-                                  f"reload refused: {outcome.error}")
+            return error_response(409 if outcome.busy else 422, f"reload refused: {outcome.error}")
 
         def hook(app: web.Application) -> None:
             app.router.add_post("/v1/reload", handle)
@@ -95,8 +97,11 @@ class ConfigReloader:
 
     async def _reload_once(self) -> ReloadOutcome:
         views = self._views
-        if self._stopping():
-            return ReloadOutcome("the supervisor is stopping", tuple(self._engines.names()))
+        if self._stopping() or views.phase == "starting":
+            # starting: the engines are being spawned from the file just read
+            why = "stopping" if self._stopping() else "still starting"
+            return ReloadOutcome(f"the supervisor is {why}", tuple(self._engines.names()),
+                                 busy=True)
         views.phase = "reloading"
         self._notifier.reloading()
         path = self._engines.config.path

@@ -119,7 +119,8 @@ def test_a_storm_of_reloads_during_one_makes_one_more_not_one_each(tmp_path: Pat
 
 def test_the_reload_route_answers_once_the_file_is_applied_or_refused(tmp_path: Path) -> None:
     """``POST /v1/reload`` (what ``cuzkd reload`` and the unit's ExecReload call): 200 with the
-    engines once applied, 422 naming the file and key when refused, 409 while stopping."""
+    engines once applied, 422 naming the file and key when refused, 409 while stopping or
+    starting."""
     config_path = tmp_path / "cuzkd.toml"
     write_config(config_path, "a")
 
@@ -151,6 +152,11 @@ def test_the_reload_route_answers_once_the_file_is_applied_or_refused(tmp_path: 
             resp = await client.post("/v1/reload")
             assert resp.status == 409
             assert (await resp.json())["error"] == "reload refused: the supervisor is stopping"
+            stopping, views.phase = False, "starting"  # engines being spawned from the file
+            resp = await client.post("/v1/reload")
+            assert resp.status == 409
+            assert (await resp.json())["error"] == ("reload refused: the supervisor is still "
+                                                    "starting")
         await group.stop_all(30)
         await group.close()
 
