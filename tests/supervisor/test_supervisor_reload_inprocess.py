@@ -1,4 +1,4 @@
-"""The SIGHUP reload in-process: stand-in engines, a real config file, a real sd_notify socket.
+"""The reload in-process: stand-in engines, a real config file, a real sd_notify socket.
 
 :class:`~cuzkd.supervisor.reload.ConfigReloader` is run on an ordinary event loop (the file is
 read on a thread, which a virtual clock would not wait for); the engines are stand-ins spawned
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from aiohttp import web
@@ -44,6 +45,34 @@ def received(sock: socket.socket) -> list[str]:
             return messages
 
 
+@dataclass
+class Rig:
+    """An engine set of stand-ins run from ``config_path``, its views (``running``) and its
+    reloader, which records each applied engine list in ``applied``."""
+
+    config_path: Path
+    notifier: Notifier = field(default_factory=lambda: Notifier({}))
+    engines: StandInEngines = field(init=False)
+    group: EngineSet = field(init=False)
+    views: SupervisorViews = field(init=False)
+    reloader: ConfigReloader = field(init=False)
+    applied: list[list[str]] = field(default_factory=list)
+    stopping: bool = False
+
+    def __post_init__(self) -> None:
+        self.engines = StandInEngines(Script())
+        self.group = EngineSet(load_config(self.config_path), self.engines.table)
+        self.views = SupervisorViews(self.group, self.engines.table, LimitedLog())
+        self.views.phase = "running"
+        self.reloader = ConfigReloader(
+            self.group, self.views, self.notifier, stopping=lambda: self.stopping,
+            on_applied=lambda: self.applied.append(self.group.names()))
+
+    async def close(self) -> None:
+        await self.group.stop_all(30)
+        await self.group.close()
+
+
 def test_a_reload_applies_a_good_file_refuses_a_bad_one_and_tells_systemd(
         tmp_path: Path) -> None:
     config_path = tmp_path / "cuzkd.toml"
@@ -54,40 +83,30 @@ def test_a_reload_applies_a_good_file_refuses_a_bad_one_and_tells_systemd(
         notify.setblocking(False)
 
         async def main() -> None:
-            engines = StandInEngines(Script())
-            group = EngineSet(load_config(config_path), engines.table)
-            views = SupervisorViews(group, engines.table, LimitedLog())
-            views.phase = "running"
-            stopping = False
-            applied: list[list[str]] = []
-            reloader = ConfigReloader(group, views, Notifier({"NOTIFY_SOCKET": str(notify_path)}),
-                                      stopping=lambda: stopping,
-                                      on_applied=lambda: applied.append(group.names()))
-            group.start_all()
-            b = group.runner("b")
+            rig = Rig(config_path, Notifier({"NOTIFY_SOCKET": str(notify_path)}))
+            rig.group.start_all()
+            b = rig.group.runner("b")
             await b.wait_for(lambda: b.lifecycle.state is State.RUNNING)
 
             config_path.write_bytes(b"[[engine]]\nname = 7\n\xff")  # not TOML, not UTF-8
-            await reloader.reload()
-            assert not views.reload_ok and group.names() == ["a", "b"] and not applied
-            assert views.phase == "running"
+            await rig.reloader.reload()
+            assert not rig.views.reload_ok and rig.group.names() == ["a", "b"]
+            assert not rig.applied and rig.views.phase == "running"
             refused = received(notify)
             assert refused[0].startswith("RELOADING=1\nMONOTONIC_USEC=")
             assert refused[1].startswith("READY=1\nSTATUS=")
 
             write_config(config_path, "a", "c")
-            await reloader.reload()
-            assert views.reload_ok and applied == [["a", "c"]]
-            assert b.lifecycle.state is State.STOPPED and engines.spawned[1].signals
+            await rig.reloader.reload()
+            assert rig.views.reload_ok and rig.applied == [["a", "c"]]
+            assert b.lifecycle.state is State.STOPPED and rig.engines.spawned[1].signals
             assert [m.split("\n")[0] for m in received(notify)] == ["RELOADING=1", "READY=1"]
 
-            stopping = True
+            rig.stopping = True
             write_config(config_path, "a")
-            await reloader.reload()
-            assert group.names() == ["a", "c"] and received(notify) == []
-
-            await group.stop_all(30)
-            await group.close()
+            await rig.reloader.reload()
+            assert rig.group.names() == ["a", "c"] and received(notify) == []
+            await rig.close()
 
         asyncio.run(main())
 
@@ -97,20 +116,13 @@ def test_a_storm_of_reloads_during_one_makes_one_more_not_one_each(tmp_path: Pat
     write_config(config_path, "a")
 
     async def main() -> tuple[list[list[str]], set[ReloadOutcome]]:
-        engines = StandInEngines(Script())
-        group = EngineSet(load_config(config_path), engines.table)
-        views = SupervisorViews(group, engines.table, LimitedLog())
-        views.phase = "running"
-        applied: list[list[str]] = []
-        reloader = ConfigReloader(group, views, Notifier({}), stopping=lambda: False,
-                                  on_applied=lambda: applied.append(group.names()))
+        rig = Rig(config_path)
         write_config(config_path, "a", "b")
         # the first takes the lock and reads; the second waits for it; the other 48 join the
         # second, which reads the file as it is after the first
-        outcomes = await asyncio.gather(*(reloader.reload() for _ in range(50)))
-        await group.stop_all(30)
-        await group.close()
-        return applied, set(outcomes)
+        outcomes = await asyncio.gather(*(rig.reloader.reload() for _ in range(50)))
+        await rig.close()
+        return rig.applied, set(outcomes)
 
     applied, outcomes = asyncio.run(main())
     assert applied == [["a", "b"], ["a", "b"]]
@@ -125,39 +137,32 @@ def test_the_reload_route_answers_once_the_file_is_applied_or_refused(tmp_path: 
     write_config(config_path, "a")
 
     async def main() -> None:
-        engines = StandInEngines(Script())
-        group = EngineSet(load_config(config_path), engines.table)
-        views = SupervisorViews(group, engines.table, LimitedLog())
-        views.phase = "running"
-        stopping = False
-        reloader = ConfigReloader(group, views, Notifier({}), stopping=lambda: stopping,
-                                  on_applied=lambda: None)
+        rig = Rig(config_path)
         app = web.Application(middlewares=[json_errors])
-        reloader.routes()(app)
+        rig.reloader.routes()(app)
         async with TestClient(TestServer(app)) as client:
             write_config(config_path, "a", "b")
             resp = await client.post("/v1/reload")
             assert (resp.status, await resp.json()) == (200, {"applied": True,
                                                               "engines": ["a", "b"]})
-            assert group.names() == ["a", "b"]  # already applied when the answer came
+            assert rig.group.names() == ["a", "b"]  # already applied when the answer came
 
             config_path.write_text(config_path.read_text() + '[[engine]]\nname = "a"\n')
             resp = await client.post("/v1/reload")
             body = await resp.json()
             assert resp.status == 422 and body["error"].startswith("reload refused: ")
             assert "duplicate engine name" in body["error"] and "engine[2].name" in body["error"]
-            assert group.names() == ["a", "b"]
+            assert rig.group.names() == ["a", "b"]
 
-            stopping = True
+            rig.stopping = True
             resp = await client.post("/v1/reload")
             assert resp.status == 409
             assert (await resp.json())["error"] == "reload refused: the supervisor is stopping"
-            stopping, views.phase = False, "starting"  # engines being spawned from the file
+            rig.stopping, rig.views.phase = False, "starting"  # engines spawned from the file
             resp = await client.post("/v1/reload")
             assert resp.status == 409
             assert (await resp.json())["error"] == ("reload refused: the supervisor is still "
                                                     "starting")
-        await group.stop_all(30)
-        await group.close()
+        await rig.close()
 
     asyncio.run(main())

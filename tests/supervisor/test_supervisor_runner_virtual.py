@@ -293,21 +293,28 @@ def test_a_reload_while_a_scrape_waits_never_mixes_engines_up(tmp_path: Path) ->
     assert after == ["c", "b"]
 
 
+async def running_then_silent(tmp_path: Path, script: Script, **keys: Any
+                              ) -> tuple[PieceServer, StandInEngines, EngineRunner]:
+    """A runner whose status answered a real document (it is running), then hangs."""
+    server = PieceServer(big_document(0, extensions=True))
+    address = await server.start_unix(tmp_path / "status.sock")
+    engines = StandInEngines(script)
+    runner = runner_of(tmp_path, engines, status_url=address, stall_after="0s", **keys)
+    runner.start()
+    await in_state(runner, State.RUNNING)
+    server.hang = True
+    return server, engines, runner
+
+
 def test_an_engine_whose_status_goes_silent_is_killed_after_unhealthy_after(
         tmp_path: Path) -> None:
     """Running (its status answered a real document), then the status hangs: stopped
     unhealthy_after after the last answer, counted as ``unhealthy``, and restarted."""
     async def main() -> tuple[list[StandIn], float, EngineRunner]:
-        server = PieceServer(big_document(0, extensions=True))
-        address = await server.start_unix(tmp_path / "status.sock")
-        engines = StandInEngines(Script())
-        runner = runner_of(tmp_path, engines, status_url=address, drain="none",
-                           health_interval="1s", status_timeout="1s", unhealthy_after="15s",
-                           stall_after="0s")
         with structlog.testing.capture_logs():
-            runner.start()
-            await in_state(runner, State.RUNNING)
-            server.hang = True
+            server, engines, runner = await running_then_silent(
+                tmp_path, Script(), drain="none", health_interval="1s", status_timeout="1s",
+                unhealthy_after="15s")
             assert runner.lifecycle.last_ok is not None
             last_answer = runner.lifecycle.last_ok
             await engines.next_spawn()
@@ -350,16 +357,10 @@ def test_a_hung_status_read_never_stretches_a_drain_past_drain_timeout(tmp_path:
     (status_timeout 30 s) must not hold the stop signal past drain_timeout (2 s), or the
     stop could outlast shutdown_grace."""
     async def main() -> tuple[StandIn, float, EngineRunner]:
-        server = PieceServer(big_document(0, extensions=True))
-        address = await server.start_unix(tmp_path / "status.sock")
-        engines = StandInEngines(Script(ignores_stop=True))
-        runner = runner_of(tmp_path, engines, status_url=address, drain="quiet",
-                           drain_timeout="2s", status_timeout="30s", stop_timeout="5s",
-                           stall_after="0s")
         with structlog.testing.capture_logs():
-            runner.start()
-            await in_state(runner, State.RUNNING)
-            server.hang = True
+            server, engines, runner = await running_then_silent(
+                tmp_path, Script(ignores_stop=True), drain="quiet", drain_timeout="2s",
+                status_timeout="30s", stop_timeout="5s")
             asked = asyncio.get_running_loop().time()
             await finish(runner)
         await server.close()
