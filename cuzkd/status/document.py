@@ -230,6 +230,7 @@ _RawDocument = _with_field_type(StatusDocument, "pipelines", list[_RawPipeline])
 _RAW_DECODER = msgspec.json.Decoder(_RawDocument)
 _PARTITIONS_DECODER = msgspec.json.Decoder(list[Partition])
 _DOCUMENT_FIELDS = tuple(f for f in StatusDocument.__struct_fields__ if f != "pipelines")
+_PIPELINE_FIELDS = tuple(f for f in Pipeline.__struct_fields__ if f != "partitions")
 
 
 class StatusDecoder:
@@ -261,11 +262,8 @@ class StatusDecoder:
                 else:
                     partitions = _PARTITIONS_DECODER.decode(pipeline.partitions)
                 jobs[pipeline.job_id] = (pipeline.partitions, partitions)
-                pipelines.append(Pipeline(
-                    job_id=pipeline.job_id, proof_kind=pipeline.proof_kind,
-                    started_secs_ago=pipeline.started_secs_ago,
-                    total_partitions=pipeline.total_partitions,
-                    partitions_done=pipeline.partitions_done, partitions=partitions))
+                pipelines.append(Pipeline(**{f: getattr(pipeline, f) for f in _PIPELINE_FIELDS},
+                                          partitions=partitions))
         except msgspec.DecodeError:
             self._jobs = {}
             return decode_status(data)  # raises, naming the field by its path in the document

@@ -190,7 +190,8 @@ def _reload(args: argparse.Namespace) -> int:
     else:
         # The reload waits for the stop sequences of changed engines, as they run them now.
         socket = config.control_socket
-        timeout = max(DEFAULT_TIMEOUT, *(e.stop_budget + START_WAIT_SLACK for e in config.engine))
+        timeout = max([DEFAULT_TIMEOUT,
+                       *(e.stop_budget + START_WAIT_SLACK for e in config.engine)])
     try:
         body = call(socket, "POST", "/v1/reload", timeout=timeout)
     except ControlRequestFailed as exc:

@@ -4,10 +4,10 @@ The composition root. One asyncio loop runs everything; :class:`Supervisor` buil
 and wires them: the child table (every spawn, the reaper), the engine set (the runners, reload
 plans, shutdown of the engines), the control API on a Unix socket and the read-only metrics
 listener (both typed against the protocols in :mod:`.interfaces`, never this module), the
-SIGHUP reload (:mod:`.reload`). What it keeps for itself is what is supervisor-wide: the state
-dir lock, the signal handlers (TERM/INT stop, HUP reload), the servers, sd_notify and the
-watchdog, the optional demo load. Every task it starts is cancelled and awaited before
-:meth:`Supervisor.run` returns.
+reload (:mod:`.reload`: SIGHUP and ``POST /v1/reload``). What it keeps for itself is what is
+supervisor-wide: the state dir lock, the signal handlers (TERM/INT stop, HUP reload), the
+servers, sd_notify and the watchdog, the optional demo load. Every task it starts is
+cancelled and awaited before :meth:`Supervisor.run` returns.
 """
 
 from __future__ import annotations

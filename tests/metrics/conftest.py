@@ -17,6 +17,8 @@ from cuzkd.status.document import (
     Extensions,
     GpuDevice,
     Histogram,
+    Partition,
+    Pipeline,
     StatusDocument,
     WorkerBusyTotal,
     decode_status,
@@ -40,6 +42,14 @@ class Series(dict[tuple[str, tuple[tuple[str, str], ...]], float]):
 @pytest.fixture(scope="session")
 def example_status(reference_dir: Path) -> StatusDocument:
     return decode_status((reference_dir / "cuzk-status.example.json").read_bytes())
+
+
+def pipeline(job_id: str, kind: str, *states: str) -> Pipeline:
+    """A listed job whose partitions are in ``states``, in order."""
+    parts = [Partition(index=i, state=s, synth_ms=None, gpu_ms=None)  # type: ignore[arg-type]
+             for i, s in enumerate(states)]
+    return Pipeline(job_id=job_id, proof_kind=kind, started_secs_ago=1.0,
+                    total_partitions=len(parts), partitions_done=0, partitions=parts)
 
 
 def histogram(observations: list[float]) -> Histogram:

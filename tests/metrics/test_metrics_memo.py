@@ -11,16 +11,9 @@ from cuzkd.metrics.collector import SampleCollector
 from cuzkd.metrics.exposition import encode_openmetrics, encode_text
 from cuzkd.metrics.sample import SupervisorSample
 from cuzkd.metrics.tally import PhaseTally, partitions_by_phase
-from cuzkd.status.document import Histogram, Partition, Pipeline
+from cuzkd.status.document import Histogram, Pipeline
 
-from .conftest import parse
-
-
-def pipeline(job_id: str, kind: str, *states: str) -> Pipeline:
-    parts = [Partition(index=i, state=s, synth_ms=None, gpu_ms=None)  # type: ignore[arg-type]
-             for i, s in enumerate(states)]
-    return Pipeline(job_id=job_id, proof_kind=kind, started_secs_ago=1.0,
-                    total_partitions=len(parts), partitions_done=0, partitions=parts)
+from .conftest import parse, pipeline
 
 
 def test_phase_tally_follows_every_change_of_the_listing():

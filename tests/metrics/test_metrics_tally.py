@@ -15,14 +15,9 @@ from cuzkd.metrics.tally import (
     proof_kinds,
     unfinished_jobs,
 )
-from cuzkd.status.document import Allocation, Histogram, Partition, Pipeline
+from cuzkd.status.document import Allocation, Histogram
 
-
-def pipeline(job_id: str, kind: str, *states: str) -> Pipeline:
-    parts = [Partition(index=i, state=s, synth_ms=None, gpu_ms=None)  # type: ignore[arg-type]
-             for i, s in enumerate(states)]
-    return Pipeline(job_id=job_id, proof_kind=kind, started_secs_ago=1.0,
-                    total_partitions=len(parts), partitions_done=0, partitions=parts)
+from .conftest import pipeline
 
 
 def test_first_by_keeps_first_occurrence_in_order():
