@@ -72,6 +72,8 @@ class EngineSample:
     stop_inflight_partitions_total: Mapping[str, int] = field(default_factory=dict)
     #: drain result (clean, timeout) -> drains of the stop sequence
     drains_total: Mapping[str, int] = field(default_factory=dict)
+    #: times the engine's health loop died of an exception and was started again
+    health_loop_failures_total: int = 0
 
 
 @dataclass(frozen=True)
@@ -92,3 +94,6 @@ class SupervisorSample:
     proof_deadlines: Mapping[str, float] = field(default_factory=dict)
     #: the host's GPUs as NVML reports them (empty without NVML)
     gpus: Sequence[NvmlDevice] = ()
+    #: freezes of the supervisor itself (it did not run: SIGSTOP, a VM pause) and their seconds
+    freezes_total: int = 0
+    frozen_seconds_total: float = 0.0

@@ -67,6 +67,10 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
     drains = c("cuzkd_engine_drains_total",
                "Drains of the stop sequence by result: clean (in-flight work ended first) or "
                "timeout (drain_timeout elapsed).", labels=["engine", "result"])
+    loop_failures = c("cuzkd_engine_health_loop_failures_total",
+                      "Times the engine's health loop died of an error and was started again "
+                      "(a bug or a document nobody foresaw; the engine stays supervised).",
+                      labels=e)
     release = InfoMetricFamily("cuzkd_engine_release",
                                "Release the engine's running process executes.", labels=e)
     for engine in engines:
@@ -96,6 +100,7 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
                                      engine.stop_inflight_partitions_total.get(reason, 0))
         for result in DRAIN_RESULTS:
             drains.add_metric([engine.name, result], engine.drains_total.get(result, 0))
+        loop_failures.add_metric(name, engine.health_loop_failures_total)
         if engine.release is not None:
             release.add_metric(name, {"release": engine.release})
 
@@ -124,11 +129,19 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
                   labels=["proof_kind"])
     for kind, limit in sorted(sample.proof_deadlines.items()):
         deadlines.add_metric([kind], limit)
+    freezes = c("cuzkd_supervisor_freezes_total",
+                "Times the supervisor itself did not run for a while (SIGSTOP, a VM pause, a "
+                "blocked write); that time is not counted against any engine's deadlines.")
+    freezes.add_metric([], sample.freezes_total)
+    frozen = c("cuzkd_supervisor_frozen_seconds_total",
+               "Seconds the supervisor did not run, over all its freezes.")
+    frozen.add_metric([], sample.frozen_seconds_total)
     build = InfoMetricFamily("cuzkd_build", "cuzkd version.", value={"version": __version__})
     return [build, up, state, restarts, exits, stalls, stalled, start, rss, cpu,
-            fetch_duration, fetch_errors, descendants_killed, stop_inflight, drains, release,
-            swaps, rollbacks, active,
-            zombies, reload_ok, reload_time, deadlines, *_gpu_families(sample.gpus)]
+            fetch_duration, fetch_errors, descendants_killed, stop_inflight, drains,
+            loop_failures, release, swaps, rollbacks, active,
+            zombies, reload_ok, reload_time, deadlines, freezes, frozen,
+            *_gpu_families(sample.gpus)]
 
 
 def _gpu_families(gpus: Sequence[NvmlDevice]) -> list[Metric]:

@@ -91,6 +91,7 @@ class Supervisor:
         if not set_child_subreaper():
             log.warning("subreaper_refused", detail="orphaned grandchildren will not be reaped")
         self.children.install(loop)
+        self.engines.clock.start()  # from now on a freeze of the supervisor is seen
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self._on_stop_signal, signum)
         loop.add_signal_handler(signal.SIGHUP, self._on_reload_signal)
@@ -146,6 +147,7 @@ class Supervisor:
     async def _shutdown(self, loop: asyncio.AbstractEventLoop) -> None:
         await self._tasks.cancel_all()
         await self.engines.close()
+        self.engines.clock.close()
         await self._servers.close()
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(signum)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +31,7 @@ from cuzkd.supervisor.children import ChildTable
 from cuzkd.supervisor.healthwait import HealthWait, Observation
 from cuzkd.supervisor.leftovers import Records, leftovers
 from cuzkd.supervisor.lifecycle import State
+from cuzkd.supervisor.runclock import RunClock
 from cuzkd.supervisor.runner import EngineRunner
 
 log = structlog.get_logger("cuzkd.supervisor")
@@ -71,8 +71,9 @@ class EngineSet:
     def __init__(self, config: Config, children: ChildTable, *,
                  on_change: Callable[[], None] = lambda: None,
                  gpu_view: GpuView | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        """``clock``: the runners' monotonic clock (tests on virtual time pass ``loop.time``)."""
+                 clock: RunClock | None = None) -> None:
+        """``clock``: the runners' clock, blind to the supervisor's freezes (tests on virtual
+        time pass ``RunClock(loop.time)``)."""
         #: the config the engines run from (a reload replaces its engine tables)
         self.config = config
         self.children = children
@@ -82,7 +83,9 @@ class EngineSet:
         # Built once, from the config at start: a reload keeps the store and the coordinator.
         self.binaries = EngineBinaries(config.supervisor, config.state_dir, self)
         self._on_change = on_change
-        self._clock = clock
+        #: the supervisor's one clock for engine deadlines (the daemon runs its heartbeat)
+        self.clock = clock if clock is not None else RunClock()
+        self._clock = self.clock.now
         self._runners: dict[str, EngineRunner] = {}
         self._stopping = False
         #: engine -> leftovers of the previous supervisor stopped at start-up (counted once
@@ -131,7 +134,7 @@ class EngineSet:
         runner = EngineRunner(spec, self.config, children=self.children,
                               binary_resolver=self.binaries.resolve,
                               on_change=self._on_change, gpu_view=self.gpu_view,
-                              clock=self._clock)
+                              clock=self.clock)
         runner.descendants.killed = self._inherited_kills.pop(spec.name, 0)
         self._runners[spec.name] = runner
         return runner

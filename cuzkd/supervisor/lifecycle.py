@@ -83,7 +83,7 @@ _INTENT_CAUSE: dict[_Intent, str] = {
     _Intent.START_TIMEOUT: "start_timeout",
 }
 #: Intents whose exit is followed by a spawn at once, whatever the restart policy.
-_RESPAWN: frozenset[_Intent] = frozenset((_Intent.RESTART, _Intent.SWAP, _Intent.STALLED))
+_RESPAWN: frozenset[_Intent] = frozenset((_Intent.RESTART, _Intent.SWAP))
 
 
 @dataclass(frozen=True)
@@ -192,11 +192,18 @@ class Lifecycle:
         self._move(State.BACKOFF, f"spawn failed: {error}, retrying in {delay:.3f}s")
         return [ScheduleStart(delay)]
 
-    def poll(self, now: float, ok: bool, error: str | None = None) -> list[Action]:
+    def poll(self, now: float, ok: bool, error: str | None = None, *,
+             fresh: bool = True) -> list[Action]:
         """A status poll finished (``ok``: a valid document came back; else ``error`` says
         why). The error is kept as ``last_error`` until a poll succeeds or the next spawn, and a
-        kill for silence names it: an engine killed for its status never reports only "silent"."""
+        kill for silence names it: an engine killed for its status never reports only "silent".
+        A failed poll that is not ``fresh`` -- it spanned a freeze of the supervisor (see
+        :mod:`cuzkd.supervisor.runclock`): its timeout ran out while nothing read the reply --
+        says nothing about the engine and never leads to a kill; only polls made after the
+        supervisor runs again do."""
         if self.state not in (State.STARTING, State.RUNNING):
+            return []
+        if not ok and not fresh:
             return []
         if ok:
             self.last_ok = now
@@ -243,7 +250,9 @@ class Lifecycle:
             self._move(State.STOPPED, "stop requested while waiting to spawn")
 
     def stalled(self, now: float) -> list[Action]:
-        """The stall watchdog fired with ``stall_action = "restart"``: SIGKILL, then spawn."""
+        """The stall watchdog fired with ``stall_action = "restart"``: SIGKILL, then a restart
+        whatever the restart policy, through the backoff as after a crash (an engine that
+        stalls again at once must not cycle CUDA contexts and parameter loads flat out)."""
         del now
         if self.state is not State.RUNNING:
             return []
@@ -269,7 +278,7 @@ class Lifecycle:
             return []
         if intent in _RESPAWN:
             return [Spawn()]
-        wants_restart = self.policy.restart == "always" or (
+        wants_restart = intent is _Intent.STALLED or self.policy.restart == "always" or (
             self.policy.restart == "on-failure" and not clean
         )
         if not wants_restart:

@@ -24,6 +24,7 @@ from typing import Any
 import structlog
 
 from cuzkd.config import BINARY_PLACEHOLDER, Config, EngineConfig
+from cuzkd.errortext import error_text
 from cuzkd.gpus import GpuView
 from cuzkd.metrics.sample import EngineSample, StopReason
 from cuzkd.ratelimit import LimitedLog, errno_name
@@ -56,6 +57,7 @@ from cuzkd.supervisor.oom import OomCounters
 from cuzkd.supervisor.output import log_lines
 from cuzkd.supervisor.process import spawn_error_is_transient
 from cuzkd.supervisor.proctree import tree_usage
+from cuzkd.supervisor.runclock import RunClock
 from cuzkd.supervisor.stall import StallEvidence, StallWatch
 from cuzkd.supervisor.stopsequence import (
     DrainOver,
@@ -95,12 +97,14 @@ class EngineRunner:
         binary_resolver: BinaryResolver,
         on_change: Callable[[], None],
         gpu_view: GpuView | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: RunClock | None = None,
     ) -> None:
-        """``clock``: the monotonic clock every deadline is read from; tests run the runner on
-        an event loop with virtual time and pass its ``loop.time``."""
+        """``clock``: the supervisor's clock every deadline is read from, blind to its own
+        freezes (one for the whole supervisor); tests run the runner on an event loop with
+        virtual time and pass a ``RunClock(loop.time)``."""
         self.spec = spec
-        self._clock = clock
+        self._run_clock = clock if clock is not None else RunClock()
+        self._clock = self._run_clock.now
         self.argv = config.engine_command(spec)
         self.status_address = config.status_address(spec)
         self._socket_path = (
@@ -160,6 +164,8 @@ class EngineRunner:
         self.stop_inflight: Counter[str] = Counter()
         #: drain result (clean, timeout) -> drains
         self.drains: Counter[str] = Counter()
+        #: times the health loop died of an exception and was started again
+        self.health_loop_failures = 0
 
     # -- requests ------------------------------------------------------------------------
 
@@ -313,7 +319,7 @@ class EngineRunner:
                         pending.extend(self._spawn())
                 case Stop(kill=kill, drain=drain):
                     reason, self._stop_reason = self._stop_reason, None
-                    self._track(self._stop_process(kill=kill, drain=drain, reason=reason))
+                    self._track(self._stop_guarded(kill=kill, drain=drain, reason=reason))
                 case ScheduleStart(delay=delay):
                     self._timer = asyncio.get_running_loop().call_later(delay, self._elapsed)
                 case CancelScheduledStart():
@@ -395,7 +401,7 @@ class EngineRunner:
         self._stderr_tail = deque(maxlen=STDERR_TAIL_LINES)
         self._stderr_task = self._track(log_lines(proc.stderr, self._log, "stderr", proc.pid,
                                                   tail=self._stderr_tail))
-        self._health_task = self._track(self._health_loop())
+        self._health_task = self._track(self._supervise_health())
         return []
 
     def _resolve_argv(self) -> list[str]:
@@ -403,6 +409,18 @@ class EngineRunner:
         if argv[0] == BINARY_PLACEHOLDER:
             argv[0] = self._binary_resolver()
         return argv
+
+    async def _stop_guarded(self, *, kill: bool, drain: bool,
+                            reason: StopReason | None) -> None:
+        """:meth:`_stop_process`, whose failure (a bug) still ends in the process's end: its
+        group is SIGKILLed, so the engine never stays ``stopping`` with nothing stopping it."""
+        proc = self._process
+        try:
+            await self._stop_process(kill=kill, drain=drain, reason=reason)
+        except Exception as exc:  # the stop must end whatever went wrong
+            self._log.error("engine_stop_failed", error=error_text(exc), exc_info=exc)
+            if proc is not None and proc is self._process:
+                self._kill(proc)
 
     async def _stop_process(self, *, kill: bool, drain: bool,
                             reason: StopReason | None) -> None:
@@ -487,6 +505,21 @@ class EngineRunner:
             self._killed = True
         proc.signal_group(signal.SIGKILL)
 
+    async def _supervise_health(self) -> None:
+        """Run the health loop for as long as the process lives: a loop that dies of an
+        exception (a bug, a document nobody foresaw) is logged, counted and started again after
+        ``health_interval`` -- an engine is never left without health checks while it runs."""
+        while True:
+            try:
+                await self._health_loop()
+                return
+            except Exception as exc:  # whatever it was, supervision goes on
+                self.health_loop_failures += 1
+                self._limited.log(self._log, "error", "engine_health_loop_failed",
+                                  key=type(exc).__name__, error=error_text(exc),
+                                  exc_info=exc)
+            await asyncio.sleep(self.spec.health_interval)
+
     async def _health_loop(self) -> None:
         cadence = self._cadence
         if self.status_source is None:
@@ -499,17 +532,20 @@ class EngineRunner:
             return
         while self.lifecycle.state in (State.STARTING, State.RUNNING):
             await asyncio.sleep(cadence.poll_delay(self.lifecycle.state))
+            epoch = self._run_clock.epoch
             ok = await self.status_source.poll()
             self._note_descendants()
             error = None if ok else self.status_source.last_error
             now = self._clock()
-            if error is not None and not cadence.failure_expected(now, self.lifecycle.state,
-                                                                  self.lifecycle.spawned_at):
+            # A poll that spanned a freeze of the supervisor tells nothing of the engine.
+            fresh = self._run_clock.epoch == epoch
+            if error is not None and fresh and not cadence.failure_expected(
+                    now, self.lifecycle.state, self.lifecycle.spawned_at):
                 # polled every 100 ms while starting: one line per 10 s per kind of error
                 self._limited.log(self._log, "warning", "engine_status_failed",
                                   key=self.status_source.last_error_kind,
                                   state=str(self.lifecycle.state), error=error)
-            self._apply(self.lifecycle.poll(now, ok, error))
+            self._apply(self.lifecycle.poll(now, ok, error, fresh=fresh))
             if ok and self.lifecycle.state is State.RUNNING:
                 if self._oom is not None:
                     self._oom.refresh()
@@ -596,6 +632,7 @@ class EngineRunner:
             stalled=self.stall.stalled,
             stop_inflight_partitions_total=dict(self.stop_inflight),
             drains_total=dict(self.drains),
+            health_loop_failures_total=self.health_loop_failures,
         )
 
 

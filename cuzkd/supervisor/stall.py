@@ -13,7 +13,9 @@ the ordinary health check never fires. :class:`StallWatch` is fed every successf
 * **Stalled** when there has been work and no progress for ``stall_after`` (counted from the
   later of the last progress and the moment work appeared). After a (re)start, until the first
   progress, the limit is :data:`STARTUP_FACTOR` × ``stall_after``: loading parameters takes
-  minutes.
+  minutes. The grace covers the busy check below too, and a span is never taken as older than
+  the process (a document claiming one from its first poll, restarted at once, would cycle the
+  engine flat out).
 * **A worker busy too long** on one partition is a stall too: longer than
   max(:data:`BUSY_P99_FACTOR` × that proof kind's GPU-phase p99, :data:`MIN_BUSY_LIMIT`), the
   p99 used once the histogram holds :data:`MIN_OBSERVATIONS` observations.
@@ -194,13 +196,17 @@ class StallWatch:
         oldest = _oldest_busy(doc)
         if now - since >= limit:
             return self._build("no_progress", limit, now - since, doc, oldest)
+        age = now - self._started_at
+        if self._last_progress is None and age < limit:
+            return None  # the start-up grace covers a worker's span as well
         histograms = {} if ext is None else ext.gpu_duration_seconds
         kinds = {p.job_id: p.proof_kind for p in doc.pipelines}
         for w in doc.gpu_workers:
             if w.state != "proving" or w.busy_secs is None or w.current_job is None:
                 continue
             kind_limit = busy_limit(histograms.get(kinds.get(w.current_job, "")))
-            if w.busy_secs >= kind_limit:
+            # No span is older than the process: a larger busy_secs is the document's error.
+            if min(w.busy_secs, age) >= kind_limit:
                 return self._build("worker_busy_too_long", kind_limit, now - since, doc, oldest)
         return None
 

@@ -51,6 +51,8 @@ class SupervisorViews:
             config_reload_success_time=self.reload_success_at,
             proof_deadlines=engines.config.metrics.deadlines(),
             gpus=await self._gpu_devices(),
+            freezes_total=engines.clock.epoch,
+            frozen_seconds_total=engines.clock.frozen_seconds_total,
         )
 
     def about(self) -> dict[str, Any]:

@@ -23,6 +23,8 @@ second stays in ``gpu``); ``--freeze-after S`` stops that movement S seconds aft
 prints ``fake engine frozen`` (a hung GPU kernel: /status answers, nothing moves);
 ``--quiet-after S`` lists no job from S seconds after start on (the work is over: a quiet
 moment for the supervisor's stop sequence);
+``--answer-after S`` answers each /status request S seconds after it arrived (a busy engine's
+reply in flight); ``--served PATH`` appends a line to PATH for each answer sent;
 ``--stderr-lines N`` writes N numbered lines to stderr at start; ``--abort-after S`` calls
 abort() with core dumps allowed (core file in ``--core-dir``); ``--oom-cgroup DIR`` moves the
 engine into that memory cgroup at start and ``--oom-after S`` then allocates until killed.
@@ -118,6 +120,7 @@ def respond(conn: socket.socket, mode: str) -> None:
         if mode == "big":
             send_chunked(conn, BIG_BODY[0])
             return
+        time.sleep(ANSWER_AFTER[0])
         status = b"500 Internal Server Error" if mode == "http500" else b"200 OK"
         body = {"garbage": b"this is not json", "http500": b"worker pool gone",
                 "wrong-shape": json.dumps({k: v for k, v in STATUS.items() if k != "memory"})
@@ -125,10 +128,15 @@ def respond(conn: socket.socket, mode: str) -> None:
         conn.sendall(b"HTTP/1.1 " + status + b"\r\nContent-Type: application/json\r\n"
                      b"Content-Length: " + str(len(body)).encode() + b"\r\n"
                      b"Connection: close\r\n\r\n" + body)
+        if SERVED[0]:
+            with open(SERVED[0], "a") as fh:
+                fh.write("served\n")
 
 
 BIG_BODY = [b""]
 SEND_SECS = [0.0]
+ANSWER_AFTER = [0.0]
+SERVED = [""]
 
 
 def serve(sock: socket.socket, mode: str) -> None:
@@ -195,8 +203,11 @@ def main() -> None:
     p.add_argument("--oom-cgroup")
     p.add_argument("--oom-after", type=float)
     p.add_argument("--send-secs", type=float, default=0.0)
+    p.add_argument("--answer-after", type=float, default=0.0)
+    p.add_argument("--served", default="")
     args = p.parse_args()
     SEND_SECS[0] = args.send_secs
+    ANSWER_AFTER[0], SERVED[0] = args.answer_after, args.served
     if args.oom_cgroup:
         with open(os.path.join(args.oom_cgroup, "cgroup.procs"), "w") as fh:
             fh.write(str(os.getpid()))

@@ -73,6 +73,12 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
     def time(self) -> float:
         return self._virtual_now
 
+    def freeze(self, seconds: float) -> None:
+        """The loop does not run for ``seconds`` (SIGSTOP, a VM pause), as from a callback
+        that blocked: time jumps while nothing runs, and every timer due meanwhile fires late,
+        at once, after it."""
+        self._virtual_now += seconds
+
 
 def run_virtual(main: Callable[[], Awaitable[T]]) -> T:
     """Run ``main()`` to its end on a fresh :class:`VirtualClockLoop`."""

@@ -32,7 +32,9 @@ from sv_virtual import (
 from cuzkd.config import Config, parse_config
 from cuzkd.supervisor.engines import EngineSet, EngineView, plan
 from cuzkd.supervisor.lifecycle import State
+from cuzkd.supervisor.runclock import RunClock
 from cuzkd.supervisor.runner import EngineRunner
+from cuzkd.supervisor.stall import StallEvidence, StallWatch
 
 
 def config_of(tmp_path: Path, *engines: dict[str, Any]) -> Config:
@@ -45,7 +47,7 @@ def runner_of(tmp_path: Path, engines: StandInEngines, **keys: Any) -> EngineRun
     config = config_of(tmp_path, {"name": "e", **keys})
     return EngineRunner(config.engine[0], config, children=engines.table,
                         binary_resolver=lambda: "unused", on_change=lambda: None,
-                        clock=asyncio.get_running_loop().time)
+                        clock=RunClock(asyncio.get_running_loop().time))
 
 
 async def in_state(runner: EngineRunner, state: State) -> None:
@@ -197,7 +199,7 @@ def test_reload_restarts_a_changed_running_engine_and_keeps_the_others(tmp_path:
         after = config_of(tmp_path, {"name": "a", "command": ["stand-in", "--new"]}, {"name": "b"},
                           {"name": "c"})
         group = EngineSet(before, engines.table,
-                          clock=asyncio.get_running_loop().time)
+                          clock=RunClock(asyncio.get_running_loop().time))
         group.start_all()
         await asyncio.gather(*(in_state(group.runner(n), State.RUNNING) for n in ("a", "b")))
         todo = await group.apply(after)
@@ -234,7 +236,7 @@ def test_shutdown_grace_caps_every_stop_then_sigkill(tmp_path: Path) -> None:
         engines = StandInEngines(Script(ignores_stop=True), Script())
         group = EngineSet(config_of(tmp_path, {"name": "stubborn", "stop_timeout": "20s"},
                                     {"name": "polite", "stop_timeout": "20s"}), engines.table,
-                          clock=asyncio.get_running_loop().time)
+                          clock=RunClock(asyncio.get_running_loop().time))
         group.start_all()
         await asyncio.gather(*(in_state(group.runner(n), State.RUNNING)
                                for n in ("stubborn", "polite")))
@@ -252,7 +254,7 @@ def test_shutdown_grace_caps_every_stop_then_sigkill(tmp_path: Path) -> None:
     async def hurried() -> tuple[StandIn, float]:
         engines = StandInEngines(Script(ignores_stop=True))
         group = EngineSet(config_of(tmp_path, {"name": "stubborn"}), engines.table,
-                          clock=asyncio.get_running_loop().time)
+                          clock=RunClock(asyncio.get_running_loop().time))
         group.start_all()
         await in_state(group.runner("stubborn"), State.RUNNING)
         asked = asyncio.get_running_loop().time()
@@ -276,7 +278,7 @@ def test_a_reload_while_a_scrape_waits_never_mixes_engines_up(tmp_path: Path) ->
         engines = StandInEngines(Script())
         group = EngineSet(config_of(tmp_path, {"name": "a", **keys}, {"name": "b", **keys}),
                           engines.table,
-                          clock=asyncio.get_running_loop().time)
+                          clock=RunClock(asyncio.get_running_loop().time))
         group.start_all()
         scrape = asyncio.create_task(group.views(max_age=0))
         await asyncio.sleep(0)  # the fetches are out
@@ -335,7 +337,7 @@ def test_wait_healthy_on_virtual_time(tmp_path: Path) -> None:
     async def main() -> tuple[str | None, str | None, float]:
         engines = StandInEngines(Script(), Script(runs_for=3, status=exited(4)))
         group = EngineSet(config_of(tmp_path, {"name": "e", "restart": "never"}), engines.table,
-                          clock=asyncio.get_running_loop().time)
+                          clock=RunClock(asyncio.get_running_loop().time))
         group.start_all()
         started = asyncio.get_running_loop().time()
         healthy = await group.wait_healthy("e", settle=10)
@@ -369,3 +371,46 @@ def test_a_hung_status_read_never_stretches_a_drain_past_drain_timeout(tmp_path:
     proc, asked, runner = run_virtual(main)
     assert proc.signals == [(asked + 2, signal.SIGTERM), (asked + 2 + 5, signal.SIGKILL)]
     assert runner.drains["timeout"] == 1
+
+
+class BrokenStallWatch(StallWatch):
+    """A stall watch with a bug: its first ``failures`` samples raise."""
+
+    def __init__(self, after: float, failures: int) -> None:
+        super().__init__(after)
+        self.failures = failures
+
+    def observe(self, now: float, doc: Any, ext: Any) -> StallEvidence | None:
+        if self.failures:
+            self.failures -= 1
+            raise RuntimeError("a bug in the stall watch")
+        return super().observe(now, doc, ext)
+
+
+def test_a_health_loop_that_dies_is_started_again_and_counted(tmp_path: Path) -> None:
+    """Whatever kills the health loop (here a bug in what it calls), the engine stays
+    supervised: the loop is started again, counted, and still kills the engine once its status
+    goes silent."""
+    async def main() -> tuple[EngineRunner, list[dict[str, Any]], list[StandIn]]:
+        server = PieceServer(big_document(0, extensions=True))
+        address = await server.start_unix(tmp_path / "status.sock")
+        engines = StandInEngines(Script())
+        with structlog.testing.capture_logs() as logs:
+            runner = runner_of(tmp_path, engines, status_url=address, drain="none",
+                               stall_after="1m", health_interval="1s", unhealthy_after="5s",
+                               status_timeout="1s")
+            runner.stall = BrokenStallWatch(60, failures=3)
+            runner.start()
+            assert await runner.wait_for(lambda: runner.health_loop_failures == 3)
+            await server.arrived.wait()  # the loop runs again
+            assert (await runner.sample(0)).health_loop_failures_total == 3
+            server.hang = True
+            await engines.next_spawn()  # still supervised: silent, so restarted
+            await finish(runner)
+        await server.close()
+        return runner, logs, engines.spawned
+
+    runner, logs, spawned = run_virtual(main)
+    assert runner.lifecycle.exits["unhealthy"] == 1 and len(spawned) == 2
+    failed = [e for e in logs if e["event"] == "engine_health_loop_failed"]
+    assert failed and failed[0]["error"] == "RuntimeError: a bug in the stall watch"

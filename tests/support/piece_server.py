@@ -5,7 +5,8 @@ the body from one read sees a fraction of it. This server reproduces that on a r
 or Unix) inside the test's event loop: every ``piece`` bytes it drains the transport and yields,
 so the client's reads return partial bodies. ``framing`` picks how the body's end is marked:
 ``length`` (Content-Length, keep-alive), ``chunked`` (Transfer-Encoding: chunked, keep-alive) or
-``close`` (no length, the server closes the connection). ``hang`` accepts and never answers.
+``close`` (no length, the server closes the connection). ``hang`` accepts and never answers;
+``delay`` answers that many seconds after the request (a busy engine's reply in flight).
 """
 
 from __future__ import annotations
@@ -27,7 +28,10 @@ class PieceServer:
     piece: int = 1024
     status: int = 200
     hang: bool = False
+    delay: float = 0.0
     requests: int = 0
+    #: set at each request's arrival (then replaced): a test can await a poll in flight
+    arrived: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
     _server: asyncio.Server | None = field(default=None, repr=False)
 
     async def start_tcp(self) -> str:
@@ -50,8 +54,12 @@ class PieceServer:
         try:
             while await reader.readuntil(b"\r\n\r\n"):
                 self.requests += 1
+                self.arrived.set()
+                self.arrived = asyncio.Event()
                 if self.hang:
                     await asyncio.Event().wait()
+                if self.delay:
+                    await asyncio.sleep(self.delay)
                 await self._respond(writer)
                 if self.framing == "close":
                     break

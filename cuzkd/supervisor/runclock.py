@@ -1,0 +1,133 @@
+"""The clock the supervisor holds its engines to: monotonic time less the time it did not run.
+
+Every deadline kept against an engine -- ``unhealthy_after``, ``status_timeout``,
+``start_timeout``, ``stall_after``, the stop sequence's ``drain_timeout`` and ``stop_timeout`` --
+is measured on a monotonic clock. When the supervisor itself stops running (``kill -STOP``, a VM
+paused, a host deep in swap, a log write blocked on a stalled journald), that clock moves on, and
+at the first wake-up every deadline has passed at once although the engines answered all along:
+their replies are waiting in the sockets. Blaming them for it would kill every engine, skipping
+the drain, for a fault of the supervisor's own.
+
+From inside a process the only sign of a freeze is a timer firing late. :class:`RunClock` keeps
+one timer of its own, a heartbeat every :data:`HEARTBEAT` seconds, and whenever it is read it
+compares the monotonic clock with the heartbeat's due time: lateness beyond
+:data:`FREEZE_THRESHOLD` is a freeze, seen by the first reading after the resume -- whichever
+callback reads first, so no decision is ever taken on a clock that still counts the freeze.
+:meth:`RunClock.now` is the monotonic clock less every freeze, so a deadline read from it
+excludes them; :attr:`RunClock.epoch` counts freezes, so a caller can tell that something it
+began before one (a status poll in flight) says nothing about the engine, and insist on fresh
+evidence gathered after the supervisor runs again. The arithmetic is :class:`FreezeLedger`'s,
+pure and fed plain numbers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import structlog
+
+log = structlog.get_logger("cuzkd.supervisor")
+
+#: Seconds between two beats of the heartbeat timer.
+HEARTBEAT = 0.25
+#: A timer this many seconds late means the supervisor did not run (a busy loop is a few ms
+#: late; anything under this is not subtracted, which errs on the engine's side by at most it).
+FREEZE_THRESHOLD = 0.5
+
+
+@dataclass
+class FreezeLedger:
+    """The freezes seen so far, as intervals of the raw monotonic clock.
+
+    Several late timers can report one freeze, in any order; the time counted is the union of
+    what they report, so one freeze is never counted twice.
+    """
+
+    #: seconds the supervisor did not run, in all
+    frozen_total: float = 0.0
+    #: freezes seen (one per interval that did not overlap the previous one)
+    freezes: int = 0
+    #: the latest freeze, [start, end] on the raw clock
+    _start: float = 0.0
+    _end: float = float("-inf")
+
+    def late(self, due: float, now: float) -> float:
+        """A timer due at ``due`` fired (or was found overdue) at ``now``: the seconds of
+        freeze this adds to what was known (0 when it is not late enough, or known already)."""
+        if now - due <= FREEZE_THRESHOLD:
+            return 0.0
+        if due <= self._end:  # the same freeze, seen again by another timer
+            before = self._end - self._start
+            self._start, self._end = min(self._start, due), max(self._end, now)
+            added = (self._end - self._start) - before
+        else:
+            self._start, self._end = due, now
+            self.freezes += 1
+            added = now - due
+        self.frozen_total += added
+        return added
+
+
+class RunClock:
+    """The supervisor's clock for its engines' deadlines (see the module doc).
+
+    ``clock`` is the raw monotonic clock (tests on virtual time pass ``loop.time``). Until
+    :meth:`start` the heartbeat does not run and no freeze is ever seen: the plain monotonic
+    clock.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._ledger = FreezeLedger()
+        self._due: float | None = None
+        self._beat: asyncio.TimerHandle | None = None
+
+    @property
+    def epoch(self) -> int:
+        """How many freezes have been seen: a wait that began in another epoch spanned one."""
+        self._check()
+        return self._ledger.freezes
+
+    @property
+    def frozen_seconds_total(self) -> float:
+        self._check()
+        return self._ledger.frozen_total
+
+    def now(self) -> float:
+        """Monotonic seconds during which the supervisor ran."""
+        raw = self._clock()
+        self._check(raw)
+        return raw - self._ledger.frozen_total
+
+    def start(self) -> None:
+        """Start the heartbeat on the running loop."""
+        if self._beat is None:
+            self._schedule(asyncio.get_running_loop())
+
+    def close(self) -> None:
+        if self._beat is not None:
+            self._beat.cancel()
+            self._beat = self._due = None
+
+    def _schedule(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._due = self._clock() + HEARTBEAT
+        self._beat = loop.call_at(self._due, self._on_beat, loop)
+
+    def _on_beat(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._check()
+        self._schedule(loop)
+
+    def _check(self, raw: float | None = None) -> None:
+        """Count the heartbeat's lateness, if any, as a freeze (once: the ledger merges)."""
+        if self._due is None:
+            return
+        raw = self._clock() if raw is None else raw
+        before = self._ledger.freezes
+        added = self._ledger.late(self._due, raw)
+        if added > 0 and self._ledger.freezes != before:
+            log.warning("supervisor_resumed", frozen_seconds=round(raw - self._due, 3),
+                        detail="the supervisor did not run (stopped, paused or blocked); that "
+                               "time is not counted against any engine")
