@@ -10,6 +10,7 @@ sequence's ``stop_timeout``. The real-signal case is in ``test_supervisor_freeze
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import signal
 from pathlib import Path
@@ -235,7 +236,7 @@ def test_stall_restarts_back_off_like_crashes(tmp_path: Path) -> None:
         return engines.spawned
 
     spawned = run_virtual(main)
-    gaps = [b.spawned_at - a.signals[0][0] for a, b in zip(spawned, spawned[1:], strict=False)]
+    gaps = [b.spawned_at - a.signals[0][0] for a, b in itertools.pairwise(spawned)]
     assert gaps[0] == 0
     for gap, base in zip(gaps[1:], (2, 4, 8), strict=True):
         assert base * 0.8 <= gap <= base
