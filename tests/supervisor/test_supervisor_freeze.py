@@ -140,22 +140,35 @@ def test_a_freeze_with_a_poll_in_flight_kills_nothing_and_fresh_polls_decide(
     assert runner.lifecycle.exits["unhealthy"] == 1
 
 
-def test_start_timeout_counts_only_the_time_the_supervisor_ran(tmp_path: Path) -> None:
-    async def main() -> tuple[StandIn, float]:
-        server = PieceServer(DOCUMENT, hang=True)  # never answers: start_timeout decides
+def replaced(tmp_path: Path, server: PieceServer, *, times: int = 1,
+             freeze: tuple[float, float] | None = None,
+             **keys: Any) -> tuple[list[StandIn], float]:
+    """Run an engine whose status ``server`` serves until its process was replaced ``times``
+    times; ``freeze`` = (at, seconds): the supervisor is frozen that long, that long after the
+    start. Every process spawned, and the seconds of freeze the clock counted."""
+    async def main() -> tuple[list[StandIn], float]:
         address = await server.start_unix(tmp_path / "status.sock")
         engines = StandInEngines(Script())
         with structlog.testing.capture_logs():
-            runner = runner_of(tmp_path, engines, status_url=address, start_timeout="30s")
+            runner = runner_of(tmp_path, engines, status_url=address, **keys)
             runner.start()
-            virtual_loop().call_later(5.0, virtual_loop().freeze, 40.0)
-            await engines.next_spawn()
+            if freeze is not None:
+                virtual_loop().call_later(freeze[0], virtual_loop().freeze, freeze[1])
+            while len(engines.spawned) <= times:
+                await engines.next_spawn()
             frozen = runner._run_clock.frozen_seconds_total
             await finish(runner, server)
-        return engines.spawned[0], frozen
+        return engines.spawned, frozen
 
-    first, frozen = run_virtual(main)
-    assert 40.0 - HEARTBEAT <= frozen <= 40.0
+    spawned, frozen = run_virtual(main)
+    seconds = 0.0 if freeze is None else freeze[1]
+    assert seconds - HEARTBEAT <= frozen <= seconds
+    return spawned, frozen
+
+
+def test_start_timeout_counts_only_the_time_the_supervisor_ran(tmp_path: Path) -> None:
+    server = PieceServer(DOCUMENT, hang=True)  # never answers: start_timeout decides
+    (first, _), frozen = replaced(tmp_path, server, freeze=(5.0, 40.0), start_timeout="30s")
     (stopped_at, _), *_ = first.signals
     ran_for = stopped_at - first.spawned_at - frozen
     assert 30 <= ran_for <= 30 + 5 + 0.1 + HEARTBEAT  # + one status_timeout and start poll
@@ -164,20 +177,8 @@ def test_start_timeout_counts_only_the_time_the_supervisor_ran(tmp_path: Path) -
 def test_stall_after_counts_only_the_time_the_supervisor_ran(tmp_path: Path) -> None:
     """Work listed and nothing moving: the stall's start-up limit is 3 x stall_after of the
     supervisor's running time, not 10 s of it and a 200 s freeze."""
-    async def main() -> tuple[StandIn, float]:
-        server = PieceServer(DOCUMENT)
-        address = await server.start_unix(tmp_path / "status.sock")
-        engines = StandInEngines(Script())
-        with structlog.testing.capture_logs():
-            runner = runner_of(tmp_path, engines, status_url=address, stall_after="60s")
-            runner.start()
-            virtual_loop().call_later(10.0, virtual_loop().freeze, 200.0)
-            await engines.next_spawn()
-            frozen = runner._run_clock.frozen_seconds_total
-            await finish(runner, server)
-        return engines.spawned[0], frozen
-
-    first, frozen = run_virtual(main)
+    (first, _), frozen = replaced(tmp_path, PieceServer(DOCUMENT), freeze=(10.0, 200.0),
+                                  stall_after="60s")
     (killed_at, signum), *_ = first.signals
     assert signum == signal.SIGKILL
     assert 180 <= killed_at - first.spawned_at - frozen <= 180 + 2
@@ -222,20 +223,8 @@ STALL_BACKOFF = {"backoff_initial": "2s", "backoff_max": "60s", "backoff_multipl
 def test_stall_restarts_back_off_like_crashes(tmp_path: Path) -> None:
     """An engine that stalls again at once after every restart: restarted whatever the restart
     policy, but the delays grow (0, then 2, 4, 8 s) instead of a SIGKILL/respawn loop."""
-    async def main() -> list[StandIn]:
-        server = PieceServer(DOCUMENT)  # work listed, never moving
-        address = await server.start_unix(tmp_path / "status.sock")
-        engines = StandInEngines(Script())
-        with structlog.testing.capture_logs():
-            runner = runner_of(tmp_path, engines, status_url=address, stall_after="2s",
-                               health_interval="1s", **STALL_BACKOFF)
-            runner.start()
-            while len(engines.spawned) < 5:
-                await engines.next_spawn()
-            await finish(runner, server)
-        return engines.spawned
-
-    spawned = run_virtual(main)
+    spawned, _ = replaced(tmp_path, PieceServer(DOCUMENT), times=4,  # work, never moving
+                          stall_after="2s", health_interval="1s", **STALL_BACKOFF)
     gaps = [b.spawned_at - a.signals[0][0] for a, b in itertools.pairwise(spawned)]
     assert gaps[0] == 0
     for gap, base in zip(gaps[1:], (2, 4, 8), strict=True):
@@ -246,19 +235,8 @@ def test_a_span_older_than_the_process_is_not_a_stall_at_its_first_poll(
         tmp_path: Path) -> None:
     """A document claiming a worker busy for 11 days from the first poll (far above the 300 s
     busy limit): no stall kill before the start-up grace (3 x stall_after) is over."""
-    async def main() -> StandIn:
-        server = PieceServer(busy_document(1e6))
-        address = await server.start_unix(tmp_path / "status.sock")
-        engines = StandInEngines(Script())
-        with structlog.testing.capture_logs():
-            runner = runner_of(tmp_path, engines, status_url=address, stall_after="10m",
-                               health_interval="5s", **STALL_BACKOFF)
-            runner.start()
-            await engines.next_spawn()
-            await finish(runner, server)
-        return engines.spawned[0]
-
-    first = run_virtual(main)
+    (first, _), _ = replaced(tmp_path, PieceServer(busy_document(1e6)), stall_after="10m",
+                             health_interval="5s", **STALL_BACKOFF)
     (killed_at, signum), *_ = first.signals
     assert signum == signal.SIGKILL
     assert 1800 <= killed_at - first.spawned_at <= 1800 + 5 + HEARTBEAT
