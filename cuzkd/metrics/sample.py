@@ -92,3 +92,5 @@ class SupervisorSample:
     proof_deadlines: Mapping[str, float] = field(default_factory=dict)
     #: the host's GPUs as NVML reports them (empty without NVML)
     gpus: Sequence[NvmlDevice] = ()
+    #: reason (queue_full, write_error) -> lines the supervisor's log never got
+    log_lines_dropped_total: Mapping[str, int] = field(default_factory=dict)
