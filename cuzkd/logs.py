@@ -2,7 +2,9 @@
 
 ``--log-format auto`` (the default) writes ``key=value`` console lines on a terminal and JSON
 lines elsewhere (journald, Loki and ``docker logs`` want one event per line); ``console`` and
-``json`` force one or the other. Configured once per process, before any logger is used.
+``json`` force one or the other. Configured once per process, before any logger is used:
+:func:`configure_queued_logging` for ``cuzkd run`` (its lines are written off the event loop,
+:mod:`cuzkd.logsink`), :func:`configure_logging` for everything else.
 
 An engine's output reaches the supervisor's log through :func:`engine_line_fields`: a line
 that is a JSON object (the bundled engine logs JSON on its pipe) is re-logged as its own event,
@@ -13,11 +15,17 @@ shows them as ``key=value`` -- never as a JSON string escaped inside another lin
 from __future__ import annotations
 
 import json
+import math
 import sys
+import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, TextIO, get_args
 
 if TYPE_CHECKING:
     import structlog
+
+    from cuzkd.logqueue import DropReport
+    from cuzkd.logsink import LogSink
 
 LogFormat = Literal["auto", "console", "json"]
 LOG_FORMATS: tuple[str, ...] = get_args(LogFormat)
@@ -26,45 +34,110 @@ LOG_FORMATS: tuple[str, ...] = get_args(LogFormat)
 _LEVELS = ("debug", "info", "warning", "error", "critical")
 #: Fields the supervisor sets on a re-logged line (and the method's own parameter names): an
 #: engine's field of the same name is kept as ``engine_<name>`` rather than overwriting ours.
-_RESERVED = frozenset({"engine", "stream", "pid", "self", "logger"})
+#: ``exc_info`` and ``stack_info`` too: they are instructions to our processors, not data.
+_RESERVED = frozenset({"engine", "stream", "pid", "self", "logger", "exc_info", "stack_info"})
+#: Deepest nesting of objects and arrays in an engine's line re-logged as fields (the line
+#: itself is level 1); engines log flat records, and far below the recursion limit of the
+#: parser and the renderers (about 990 levels once the supervisor's own frames are counted).
+MAX_FIELD_DEPTH = 32
 
 
 def configure_logging(*, level: str = "info", log_format: LogFormat = "auto",
                       stream: TextIO | None = None) -> None:
-    """Configure structlog for this process (``auto``: JSON unless ``stream`` is a TTY)."""
-    import logging  # here: the config (and so `cuzkd status`) imports this module's types
+    """Configure structlog for this process (``auto``: JSON unless ``stream`` is a TTY); each
+    line is written to ``stream`` (stderr) as it is logged: the CLI commands, ``cuzkd engine``."""
+    out = stream if stream is not None else sys.stderr
+    _Rendering(level, log_format, out).install(_writer(out))
 
-    import structlog
+
+def configure_queued_logging(*, level: str = "info", log_format: LogFormat = "auto",
+                             stream: TextIO | None = None) -> LogSink:
+    """As :func:`configure_logging`, but lines reach ``stream``'s descriptor through a
+    :class:`~cuzkd.logsink.LogSink` (``cuzkd run``: a stalled reader must never stall the
+    event loop); the caller closes it at exit and reads its drop counts."""
+    from cuzkd.logsink import LogSink
 
     out = stream if stream is not None else sys.stderr
-    use_json = log_format == "json" or (log_format == "auto" and not out.isatty())
-    renderer: structlog.typing.Processor = (
-        structlog.processors.JSONRenderer()
-        if use_json
-        else structlog.dev.ConsoleRenderer(colors=False)
-    )
-    def named_logger(*args: Any) -> structlog.PrintLogger:
-        """``structlog.get_logger(NAME)`` → a print logger that knows NAME, so every line says
-        which part of cuzkd wrote it (``logger`` field)."""
-        logger = structlog.PrintLogger(file=out)
-        logger.name = str(args[0]) if args else "cuzkd"  # type: ignore[attr-defined]
-        return logger
+    rendering = _Rendering(level, log_format, out)
+    sink = LogSink(out.fileno(), rendering.drop_report)
+    rendering.install(sink.write)
+    return sink
 
-    structlog.configure(
-        processors=[
+
+class _Rendering:
+    """The processor chain of this process's log lines, for ``out``."""
+
+    def __init__(self, level: str, log_format: LogFormat, out: TextIO) -> None:
+        import logging  # here: the config (and so `cuzkd status`) imports this module's types
+
+        import structlog
+
+        use_json = log_format == "json" or (log_format == "auto" and not out.isatty())
+        renderer: structlog.typing.Processor = (
+            structlog.processors.JSONRenderer()
+            if use_json
+            else structlog.dev.ConsoleRenderer(colors=False)
+        )
+        self._processors: list[structlog.typing.Processor] = [
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             _add_logger_name,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
             renderer,
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(
-            logging.getLevelNamesMapping()[level.upper()]
-        ),
-        logger_factory=named_logger,
-        cache_logger_on_first_use=False,
-    )
+        ]
+        self._wrapper = structlog.make_filtering_bound_logger(
+            logging.getLevelNamesMapping()[level.upper()])
+        #: renders a line without writing it (the sink writes its drop reports itself)
+        self._renderer = structlog.wrap_logger(
+            _LineLogger("cuzkd.logs", lambda line: line), processors=self._processors,
+            wrapper_class=self._wrapper)
+
+    def install(self, write: Callable[[str], None]) -> None:
+        """Make this the process's logging, each line handed to ``write``."""
+        import structlog
+
+        structlog.configure(
+            processors=self._processors,
+            wrapper_class=self._wrapper,
+            # ``structlog.get_logger(NAME)``: every line says which part of cuzkd wrote it
+            logger_factory=lambda *args: _LineLogger(str(args[0]) if args else "cuzkd", write),
+            cache_logger_on_first_use=False,
+        )
+
+    def drop_report(self, drop: DropReport) -> str | None:
+        """The line that tells of a gap in the log (None when warnings are not logged)."""
+        line: str | None = self._renderer.warning(
+            "log_lines_dropped", reason=drop.reason, lines=drop.lines,
+            seconds=round(drop.seconds, 3))
+        return line
+
+
+class _LineLogger:
+    """structlog's logger: hands each rendered event to ``write`` as one line. ``name`` is the
+    name given to ``structlog.get_logger`` (the ``logger`` field)."""
+
+    def __init__(self, name: str, write: Callable[[str], Any]) -> None:
+        self.name = name
+        self._write = write
+
+    def msg(self, message: str) -> Any:
+        return self._write(message)
+
+    log = debug = info = warn = warning = msg
+    fatal = failure = err = error = critical = exception = msg
+
+
+def _writer(out: TextIO) -> Callable[[str], None]:
+    """Synchronous output: each line written whole and flushed (threads log too)."""
+    lock = threading.Lock()
+
+    def write(line: str) -> None:
+        with lock:
+            out.write(line + "\n")
+            out.flush()
+
+    return write
 
 
 def _add_logger_name(logger: Any, method: str, event_dict: Any) -> Any:
@@ -81,15 +154,21 @@ def engine_line_fields(line: str) -> tuple[str, str, dict[str, Any]] | None:
     The engine's ``timestamp`` is dropped (the re-logged line gets the supervisor's, a moment
     later); a field named like one the supervisor adds is renamed ``engine_<name>``. A line
     without ``event`` becomes an ``engine_output`` event with the line's fields.
+
+    An object our renderers could not write is "anything else" (logged as a plain line): one
+    nested deeper than :data:`MAX_FIELD_DEPTH` (the parser or the renderer would hit the
+    recursion limit: a 1000-deep line once killed the output reader, and the engine with it),
+    one with ``NaN``/``Infinity`` or a number too large for a float (the JSON log would carry
+    ``Infinity``, which no JSON reader takes), an integer over Python's 4300 digits.
     """
     stripped = line.strip()
     if not stripped.startswith("{"):
         return None
     try:
-        record = json.loads(stripped)
-    except ValueError:
+        record = json.loads(stripped, parse_constant=_reject_constant, parse_float=_finite)
+    except (ValueError, RecursionError):
         return None
-    if not isinstance(record, dict):
+    if not isinstance(record, dict) or not _nested_at_most(record, MAX_FIELD_DEPTH):
         return None
     level = str(record.pop("level", "info")).lower()
     event = str(record.pop("event", "engine_output"))
@@ -97,3 +176,30 @@ def engine_line_fields(line: str) -> tuple[str, str, dict[str, Any]] | None:
     fields = {(f"engine_{key}" if key in _RESERVED else key): value
               for key, value in record.items()}
     return (level if level in _LEVELS else "info"), event, fields
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number a JSON log can carry")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} does not fit a float")
+    return value
+
+
+def _nested_at_most(record: dict[str, Any], limit: int) -> bool:
+    """Whether no value of ``record`` (itself level 1) nests objects or arrays deeper than
+    ``limit`` levels; iterative, so any depth is measured without recursing."""
+    pending: list[tuple[Any, int]] = [(record, 1)]
+    while pending:
+        value, depth = pending.pop()
+        children = (value.values() if isinstance(value, dict)
+                    else value if isinstance(value, list) else None)
+        if children is None:
+            continue
+        if depth > limit:
+            return False
+        pending.extend((child, depth + 1) for child in children)
+    return True

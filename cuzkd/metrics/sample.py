@@ -97,3 +97,5 @@ class SupervisorSample:
     #: freezes of the supervisor itself (it did not run: SIGSTOP, a VM pause) and their seconds
     freezes_total: int = 0
     frozen_seconds_total: float = 0.0
+    #: reason (queue_full, write_error) -> lines the supervisor's log never got
+    log_lines_dropped_total: Mapping[str, int] = field(default_factory=dict)

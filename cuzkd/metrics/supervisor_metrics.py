@@ -14,6 +14,7 @@ from prometheus_client.metrics_core import Metric
 
 from cuzkd import __version__
 from cuzkd.gpus import NvmlDevice
+from cuzkd.logqueue import DROP_REASONS
 from cuzkd.metrics.sample import (
     DRAIN_RESULTS,
     ENGINE_STATES,
@@ -136,11 +137,15 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
     frozen = c("cuzkd_supervisor_frozen_seconds_total",
                "Seconds the supervisor did not run, over all its freezes.")
     frozen.add_metric([], sample.frozen_seconds_total)
+    log_dropped = _by_result(c("cuzkd_log_lines_dropped_total",
+                               "Lines of the supervisor's own log it dropped: queue_full (its "
+                               "reader did not keep up) or write_error (writing failed).",
+                               labels=["reason"]), DROP_REASONS, sample.log_lines_dropped_total)
     build = InfoMetricFamily("cuzkd_build", "cuzkd version.", value={"version": __version__})
     return [build, up, state, restarts, exits, stalls, stalled, start, rss, cpu,
             fetch_duration, fetch_errors, descendants_killed, stop_inflight, drains,
             loop_failures, release, swaps, rollbacks, active,
-            zombies, reload_ok, reload_time, deadlines, freezes, frozen,
+            zombies, reload_ok, reload_time, deadlines, freezes, frozen, log_dropped,
             *_gpu_families(sample.gpus)]
 
 
@@ -166,8 +171,8 @@ def _gpu_families(gpus: Sequence[NvmlDevice]) -> list[Metric]:
 
 def _by_result(family: CounterMetricFamily, always: Sequence[str],
                counts: Mapping[str, int]) -> CounterMetricFamily:
-    """One sample per result: ``always`` ones even at 0 (alerts on ``increase()``), then any
-    other result counted."""
+    """One sample per result (or reason): ``always`` ones even at 0 (alerts on
+    ``increase()``), then any other one counted."""
     for result in (*always, *sorted(set(counts) - set(always))):
         family.add_metric([result], counts.get(result, 0))
     return family

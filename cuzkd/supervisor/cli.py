@@ -78,13 +78,16 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from cuzkd.logs import configure_logging  # the daemon's imports are for `run` only
+    from cuzkd.logs import configure_queued_logging  # the daemon's imports: `run` only
     from cuzkd.supervisor.daemon import Supervisor
 
     config = load_or_default(args.config)
-    configure_logging(level=config.supervisor.log_level,
-                      log_format=args.log_format or config.supervisor.log_format)
-    return asyncio.run(Supervisor(config, demo=args.demo).run())
+    sink = configure_queued_logging(level=config.supervisor.log_level,
+                                    log_format=args.log_format or config.supervisor.log_format)
+    try:
+        return asyncio.run(Supervisor(config, demo=args.demo, log_drops=sink.dropped).run())
+    finally:
+        sink.close()
 
 
 def _check_config(args: argparse.Namespace) -> int:

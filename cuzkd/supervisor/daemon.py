@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import msgspec
 import structlog
@@ -49,6 +49,7 @@ class Supervisor:
         control_routes: Sequence[RouteHook] = (),
         demo: bool = False,
         gpu_view: GpuView | None = None,
+        log_drops: Callable[[], Mapping[str, int]] = dict,
     ) -> None:
         # --demo: bundled engines start as demo engines (Config.engine_command), reloads too.
         self.config = msgspec.structs.replace(config, demo=True) if demo else config
@@ -66,7 +67,8 @@ class Supervisor:
         self._metrics_bound = ("", 0)
         #: repeated errors (accept failing, refused connections) log once per 10 s per kind
         self._limited = LimitedLog()
-        self.views = SupervisorViews(self.engines, self.children, self._limited)
+        #: log_drops: lines the log sink dropped, by reason (``cuzkd run``'s queued logging)
+        self.views = SupervisorViews(self.engines, self.children, self._limited, log_drops)
         self._servers = Servers(self._limited)
         self._reloader = ConfigReloader(self.engines, self.views, self._notifier,
                                         stopping=lambda: self.stopping,

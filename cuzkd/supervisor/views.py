@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgspec
@@ -26,10 +27,12 @@ log = structlog.get_logger("cuzkd.supervisor")
 
 
 class SupervisorViews:
-    def __init__(self, engines: EngineSet, children: ChildTable, limited: LimitedLog) -> None:
+    def __init__(self, engines: EngineSet, children: ChildTable, limited: LimitedLog,
+                 log_drops: Callable[[], Mapping[str, int]] = dict) -> None:
         self._engines = engines
         self._children = children
         self._limited = limited
+        self._log_drops = log_drops
         #: starting | running | reloading | stopping
         self.phase = "starting"
         self.started_at = time.time()
@@ -53,6 +56,7 @@ class SupervisorViews:
             gpus=await self._gpu_devices(),
             freezes_total=engines.clock.epoch,
             frozen_seconds_total=engines.clock.frozen_seconds_total,
+            log_lines_dropped_total=dict(self._log_drops()),
         )
 
     def about(self) -> dict[str, Any]:

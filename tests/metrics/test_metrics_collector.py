@@ -216,6 +216,13 @@ def test_config_reload_families(make_engine, scrape):
     assert not s.named("cuzkd_config_last_reload_success_timestamp_seconds")
 
 
+def test_log_lines_dropped_by_reason_both_always_present(make_engine, scrape):
+    s = scrape(one([make_engine("e0")], log_lines_dropped_total={"queue_full": 12}))
+    assert s.named("cuzkd_log_lines_dropped_total") == {
+        (("reason", "queue_full"),): 12, (("reason", "write_error"),): 0}
+    assert len(scrape(one([make_engine("e0")])).named("cuzkd_log_lines_dropped_total")) == 2
+
+
 def test_an_engine_without_status_url_is_up_while_running(make_engine, scrape):
     s = scrape(one([make_engine("p", state="running", status=None, status_polled=False),
                     make_engine("q", state="starting", status=None, status_polled=False)]))

@@ -110,6 +110,7 @@ _SUPERVISOR_METRICS = {
     "cuzkd_status_fetch_errors_total": _m("counter", "engine"),
     "cuzkd_config_last_reload_successful": _m("gauge"),
     "cuzkd_config_last_reload_success_timestamp_seconds": _m("gauge"),
+    "cuzkd_log_lines_dropped_total": _m("counter", "reason"),
     # prometheus_client's process collector (Linux)
     "process_cpu_seconds_total": _m("counter"),
     "process_resident_memory_bytes": _m("gauge"),

@@ -10,6 +10,8 @@ Import with ``import sv_harness`` (tests/supervisor/conftest.py puts this direct
   JSON log going to a file, and returns once the control socket answers.
 - :class:`RunningSupervisor` talks to the control socket with plain ``http.client`` (sync, no
   event loop needed in tests), reads the log events, and stops the process.
+- :class:`NotifyListener` is a ``NOTIFY_SOCKET`` collecting what the supervisor sends systemd;
+  :func:`read_until` reads a pipe (a supervisor's output) up to a marker.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -189,8 +192,10 @@ class RunningSupervisor:
 
 def start_supervisor(config: Path, *, env: Mapping[str, str] | None = None,
                      extra_args: Sequence[str] = (), prefix: Sequence[str] = (),
-                     wait: bool = True, timeout: float = 20.0) -> RunningSupervisor:
-    """Start ``cuzkd run --config CONFIG`` (optionally under ``prefix``, e.g. unshare)."""
+                     wait: bool = True, timeout: float = 20.0,
+                     output: int | None = None) -> RunningSupervisor:
+    """Start ``cuzkd run --config CONFIG`` (optionally under ``prefix``, e.g. unshare); its
+    stdout and stderr go to its log file, or to the descriptor ``output`` (a pipe)."""
     import tomllib
 
     raw = tomllib.loads(config.read_text())
@@ -200,7 +205,8 @@ def start_supervisor(config: Path, *, env: Mapping[str, str] | None = None,
     log_fh = log_path.open("ab")
     proc = subprocess.Popen(
         [*prefix, sys.executable, "-m", "cuzkd", "run", "--config", str(config), *extra_args],
-        stdin=subprocess.DEVNULL, stdout=log_fh, stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL, stdout=log_fh if output is None else output,
+        stderr=subprocess.STDOUT,
         env={**os.environ, **(env or {})},
     )
     sup = RunningSupervisor(proc, config, state_dir, log_path, control, log_fh)
@@ -219,6 +225,45 @@ def start_supervisor(config: Path, *, env: Mapping[str, str] | None = None,
             sup.close()
             raise
     return sup
+
+
+class NotifyListener:
+    """A bound ``NOTIFY_SOCKET``: the sd_notify datagrams a supervisor sent."""
+
+    def __init__(self, address: str) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(address)
+        self.sock.setblocking(False)
+        self.messages: list[str] = []
+
+    def drain(self) -> list[str]:
+        while True:
+            try:
+                self.messages.append(self.sock.recv(4096).decode())
+            except BlockingIOError:
+                return self.messages
+
+    def has(self, field: str) -> bool:
+        return any(field in m.split("\n") for m in self.drain())
+
+    def index(self, field: str, start: int = 0) -> int:
+        return next(i for i, m in enumerate(self.messages) if i >= start and field in
+                    m.split("\n"))
+
+
+def read_until(fd: int, marker: bytes, timeout: float = 30.0) -> bytes:
+    """Read ``fd`` (a pipe) until ``marker`` has come, or EOF; everything read."""
+    data = b""
+    deadline = time.monotonic() + timeout
+    while marker not in data:
+        left = deadline - time.monotonic()
+        assert left > 0, f"{marker!r} not read in {timeout}s; the last bytes: {data[-300:]!r}"
+        if select.select([fd], [], [], left)[0]:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                break
+            data += chunk
+    return data
 
 
 def pid_alive(pid: int) -> bool:

@@ -15,14 +15,15 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sv_harness import write_config
+from sv_harness import NotifyListener, read_until, start_supervisor, wait_until, write_config
 
 from cuzkd.config import parse_config
-from cuzkd.logs import engine_line_fields
+from cuzkd.logs import MAX_FIELD_DEPTH, engine_line_fields
 from cuzkd.supervisor.startup import startup_fields
 
 #: What the talking engine prints: a structlog-style JSON line (with fields named like the
@@ -101,6 +102,34 @@ def test_engine_line_fields() -> None:
         "info", "engine_output", {"msg": "no event", "engine_self": 1})
     for text in ("plain words", "[1, 2]", '"a string"', "{not json", "", "  42"):
         assert engine_line_fields(text) is None
+
+
+def _nested(depth: int) -> str:
+    """A JSON object whose field nests arrays down to ``depth`` levels (the object is 1)."""
+    return '{"a": ' + "[" * (depth - 1) + "]" * (depth - 1) + "}"
+
+
+@pytest.mark.parametrize("depth", [MAX_FIELD_DEPTH + 1, 990, 1000, 100_000])
+def test_a_line_nested_too_deep_is_a_plain_line(depth: int) -> None:
+    """Too deep for the parser (1000: RecursionError) or the renderers (990): plain text."""
+    assert engine_line_fields(_nested(depth)) is None
+
+
+def test_what_the_renderers_can_write_is_kept_as_fields() -> None:
+    assert engine_line_fields(_nested(MAX_FIELD_DEPTH)) is not None
+    assert engine_line_fields('{"x": "\\ud800", "y": "\\u0000\\u001b[31m"}') == (
+        "info", "engine_output", {"x": "\ud800", "y": "\x00\x1b[31m"})
+    # Instructions to our processors are the engine's data, not ours to act on.
+    assert engine_line_fields('{"exc_info": true, "stack_info": 1}') == (
+        "info", "engine_output", {"engine_exc_info": True, "engine_stack_info": 1})
+
+
+@pytest.mark.parametrize("text", [
+    '{"x": 1e400}', '{"x": -1e400}', '{"x": NaN}', '{"x": Infinity}', '{"x": -Infinity}',
+])
+def test_a_number_no_json_log_can_carry_makes_a_plain_line(text: str) -> None:
+    """``Infinity`` in the supervisor's JSON line would make it unreadable to every consumer."""
+    assert engine_line_fields(text) is None
 
 
 @pytest.mark.parametrize(("host", "base"), [
@@ -184,3 +213,77 @@ def test_bad_log_format_key_names_it(tmp_path: Path) -> None:
                           str(_config(tmp_path, log_format="yaml"))],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 78 and "supervisor.log_format" in out.stderr
+
+
+#: An engine that logs as fast as it can.
+CHATTY = "while True:\n    print('chatty ' + 'x' * 200)\n"
+
+
+def _log_lines_dropped(metrics_address: str, reason: str = "queue_full") -> int:
+    """``cuzkd_log_lines_dropped_total{reason=...}`` (0 while absent); a scrape must answer
+    at once."""
+    with urllib.request.urlopen(f"http://{metrics_address}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    series = f'cuzkd_log_lines_dropped_total{{reason="{reason}"}} '
+    return sum(int(float(ln.removeprefix(series))) for ln in text.splitlines()
+               if ln.startswith(series))
+
+
+def test_a_stalled_log_reader_stalls_neither_metrics_nor_the_engines(tmp_path: Path) -> None:
+    """The supervisor's stderr is a pipe nobody reads (journald stalled): with a chatty engine
+    the pipe fills at once, yet /metrics, the control socket and the watchdog pings go on,
+    lines are dropped and counted; once the reader drains, the gap is reported and the last
+    lines reach it."""
+    config = write_config(tmp_path, [{"name": "chatty", "command": [sys.executable, "-c", CHATTY],
+                                      "stop_timeout": "2s"}], supervisor={"log_format": "json"})
+    notify_socket = str(tmp_path / "notify.sock")
+    notify = NotifyListener(notify_socket)
+    r, w = os.pipe()
+    try:
+        sup = start_supervisor(config, output=w, env={"NOTIFY_SOCKET": notify_socket,
+                                                      "WATCHDOG_USEC": "200000"})
+    finally:
+        os.close(w)
+    try:
+        address = sup.about()["metrics_listen"]
+        dropped = wait_until(lambda: _log_lines_dropped(address), 60, "log lines dropped")
+        assert sup.engine("chatty")["restarts"] == 0
+        pings = notify.drain().count("WATCHDOG=1")
+        wait_until(lambda: notify.drain().count("WATCHDOG=1") >= pings + 3, 10,
+                   "watchdog pings while the log is stalled")
+        # The reader drains: the gap is reported, then the last lines come (it keeps reading).
+        text = read_until(r, b'"log_lines_dropped"')
+        sup.proc.send_signal(signal.SIGTERM)
+        text += read_until(r, b'"supervisor_stopped"')
+        assert sup.proc.wait(30) == 0
+        (report,) = [json.loads(line) for line in text.decode(errors="replace").splitlines()
+                     if '"log_lines_dropped"' in line]
+        assert report["reason"] == "queue_full" and report["lines"] >= dropped
+        assert report["level"] == "warning" and report["seconds"] > 0
+    finally:
+        sup.close()
+        os.close(r)
+
+
+def test_a_reader_that_closes_the_pipe_costs_log_lines_not_the_supervisor(
+        tmp_path: Path) -> None:
+    """``cuzkd run | head -3``: once the reader is gone every write fails with EPIPE; the
+    supervisor and its engine go on, the lost lines counted."""
+    config = write_config(tmp_path, [{"name": "chatty", "command": [sys.executable, "-c", CHATTY],
+                                      "stop_timeout": "2s"}], supervisor={"log_format": "json"})
+    r, w = os.pipe()
+    try:
+        sup = start_supervisor(config, output=w)
+    finally:
+        os.close(w)
+    try:
+        os.close(r)
+        address = sup.about()["metrics_listen"]
+        # Before, the output reader died on the EPIPE, and the engine on its next write.
+        wait_until(lambda: _log_lines_dropped(address, "write_error")
+                   or sup.engine("chatty")["restarts"], 30, "failed writes or a restart")
+        assert sup.engine("chatty")["restarts"] == 0
+        assert _log_lines_dropped(address, "write_error") > 0
+        assert sup.stop() == 0
+    finally:
+        sup.close()

@@ -7,35 +7,13 @@ import signal
 import socket
 from pathlib import Path
 
-from sv_harness import fake_engine, start_supervisor, wait_until, write_config
+from sv_harness import NotifyListener, fake_engine, start_supervisor, wait_until, write_config
 
 from cuzkd.supervisor.notify import Notifier
 
 
-class Listener:
-    def __init__(self, address: str) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.sock.bind(address)
-        self.sock.setblocking(False)
-        self.messages: list[str] = []
-
-    def drain(self) -> list[str]:
-        while True:
-            try:
-                self.messages.append(self.sock.recv(4096).decode())
-            except BlockingIOError:
-                return self.messages
-
-    def has(self, field: str) -> bool:
-        return any(field in m.split("\n") for m in self.drain())
-
-    def index(self, field: str, start: int = 0) -> int:
-        return next(i for i, m in enumerate(self.messages) if i >= start and field in
-                    m.split("\n"))
-
-
 def test_notify_sequence(tmp_path: Path) -> None:
-    listener = Listener(str(tmp_path / "notify.sock"))
+    listener = NotifyListener(str(tmp_path / "notify.sock"))
     config = write_config(tmp_path, [fake_engine(tmp_path, "a", health_interval="50ms")])
     sup = start_supervisor(config, env={"NOTIFY_SOCKET": str(tmp_path / "notify.sock"),
                                         "WATCHDOG_USEC": "200000"})
@@ -98,7 +76,7 @@ def test_watchdog_interval_is_half_and_respects_watchdog_pid() -> None:
 
 def test_ready_after_reload_comes_once_the_change_is_applied(tmp_path: Path) -> None:
     # `systemctl reload` returns at READY=1: by then a removed engine must be gone.
-    listener = Listener(str(tmp_path / "notify.sock"))
+    listener = NotifyListener(str(tmp_path / "notify.sock"))
     keep = fake_engine(tmp_path, "keep", health_interval="50ms")
     drop = fake_engine(tmp_path, "drop", "ignore-term", health_interval="50ms",
                        stop_timeout="1s")

@@ -4,11 +4,16 @@ dropped whole (one note each), never logged in pieces nor kept in the stderr tai
 from __future__ import annotations
 
 import asyncio
+import io
+import json
 import subprocess
 import sys
 from collections import deque
 from typing import Any
 
+import structlog
+
+from cuzkd.logs import configure_logging
 from cuzkd.supervisor.output import MAX_LINE_BYTES, log_lines
 
 
@@ -48,3 +53,135 @@ def test_over_long_lines_are_dropped_whole_and_the_rest_logged() -> None:
     assert lines == ["first", "after", "last, no newline"]
     assert [event for _, event, _ in logger.calls].count("engine_output_dropped") == 2
     assert list(tail) == lines
+
+
+#: Lines an engine might print: nested past every recursion limit, numbers no JSON log can
+#: carry, a lone surrogate, invalid UTF-8, NUL bytes, ANSI escapes, a 100,000-character key,
+#: an ``exception`` the console renderer cannot print (it concatenates it as text).
+HOSTILE: list[bytes] = [
+    b'{"a": ' + b"[" * 999 + b"]" * 999 + b"}",
+    b'{"a": ' + b"[" * 989 + b"]" * 989 + b"}",
+    b'{"a": ' + b"[" * 99_999 + b"]" * 99_999 + b"}",
+    b'{"level": ' + b"[" * 40 + b"]" * 40 + b', "event": "deep_level"}',
+    b'{"x": 1e400}', b'{"x": NaN}', b'{"x": ' + b"9" * 5000 + b"}",
+    b'{"event": "lone", "x": "\\ud800"}', b"\xff\xfe not utf-8 \xc3",
+    b"nul \x00 byte", b'{"event": "nul", "k\\u0000": "v\\u0000"}',
+    b"\x1b[31mred\x1b[0m", b'{"' + b"k" * 100_000 + b'": 1}',
+    b'{"event": "odd_exception", "exception": [1, 2]}',
+]
+#: Prints HOSTILE (from stdin's first line, hex), "ready", then once stdin closes "last": a
+#: reader that died on one of them closed the pipe, and that write kills it with SIGPIPE.
+HOSTILE_ENGINE = """\
+import signal, sys
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+for line in sys.stdin.readline().split():
+    sys.stdout.buffer.write(bytes.fromhex(line) + b"\\n")
+sys.stdout.buffer.write(b"ready\\n")
+sys.stdout.flush()
+sys.stdin.read()
+print("last", flush=True)
+"""
+
+
+class MarkedOutput(io.StringIO):
+    """The log's stream; ``seen`` is set once a line with ``marker`` was written."""
+
+    def __init__(self, marker: str) -> None:
+        super().__init__()
+        self.marker = marker
+        self.seen = asyncio.Event()
+
+    def write(self, text: str) -> int:
+        if self.marker in text:
+            self.seen.set()
+        return super().write(text)
+
+
+def _relog_hostile(logger: Any, ready: asyncio.Event) -> int:
+    """Run the hostile engine under the output reader; its exit status. ``ready`` is set
+    once its "ready" line went through the logger."""
+    child = subprocess.Popen([sys.executable, "-c", HOSTILE_ENGINE], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE)
+
+    async def main() -> None:
+        assert child.stdin is not None and child.stdout is not None
+        stdin = child.stdin
+        reading = asyncio.ensure_future(log_lines(child.stdout, logger, "stdout", child.pid))
+        printed = asyncio.ensure_future(ready.wait())
+        await asyncio.to_thread(lambda: (stdin.write(b" ".join(h.hex().encode()
+                                                              for h in HOSTILE) + b"\n"),
+                                         stdin.flush()))
+        # Once it printed everything (or the reader ended), it writes once more.
+        await asyncio.wait({reading, printed}, timeout=30, return_when=asyncio.FIRST_COMPLETED)
+        printed.cancel()
+        await asyncio.to_thread(stdin.close)
+        await asyncio.wait_for(reading, 30)
+
+    try:
+        asyncio.run(main())
+    finally:
+        if child.poll() is None and child.stdin is not None and not child.stdin.closed:
+            child.stdin.close()
+    return child.wait(10)
+
+
+def _strict_json(line: str) -> dict[str, Any]:
+    def refuse(name: str) -> Any:
+        raise ValueError(f"{name} in the log")
+
+    record = json.loads(line, parse_constant=refuse)
+    assert isinstance(record, dict)
+    return record
+
+
+def test_lines_no_parser_or_renderer_takes_are_logged_plain_and_the_reader_goes_on() -> None:
+    out = MarkedOutput('"line": "ready"')
+    configure_logging(log_format="json", stream=out)
+    assert _relog_hostile(structlog.get_logger("cuzkd.supervisor"), out.seen) == 0  # no SIGPIPE
+    events = [_strict_json(line) for line in out.getvalue().splitlines()]  # all valid JSON
+    assert len(events) == len(HOSTILE) + 2  # one each, then "ready" and "last"
+    plain = [e["line"] for e in events if e["event"] == "engine_output" and "line" in e]
+    raw = [h.decode(errors="replace") for h in HOSTILE]
+    assert plain == [*raw[:7], raw[8], raw[9], raw[11], "ready", "last"]
+    assert [e["event"] for e in events if "line" not in e] == [
+        "lone", "nul", "engine_output", "odd_exception"]
+
+
+def test_the_console_renderer_failing_on_a_line_logs_it_plain() -> None:
+    out = MarkedOutput("ready")
+    configure_logging(log_format="console", stream=out)
+    assert _relog_hostile(structlog.get_logger("cuzkd.supervisor"), out.seen) == 0
+    lines = out.getvalue().splitlines()
+    (odd,) = [line for line in lines if "odd_exception" in line]
+    assert "engine_output" in odd and "render_error=TypeError" in odd
+    assert " engine_output " in lines[-1] and " line=last " in lines[-1]
+
+
+class BrokenLogger(RecordingLogger):
+    """A logger that raises for every ``engine_output`` (a bug in the logging path); ``ready``
+    is set when it was asked to log the "ready" line."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ready = asyncio.Event()
+
+    def __getattr__(self, level: str) -> Any:
+        def log(event: str, **fields: Any) -> None:
+            if event == "engine_output":
+                if fields["line"] == "ready":
+                    self.ready.set()
+                raise RuntimeError("cannot log engine_output")
+            self.calls.append((level, event, fields))
+        return log
+
+
+def test_a_logging_bug_never_ends_the_reader() -> None:
+    logger = BrokenLogger()
+    assert _relog_hostile(logger, logger.ready) == 0
+    # Lines that are their own events are logged; of the plain ones, which all failed, one
+    # note stands for all (rate-limited per stream), with the reason.
+    assert [event for _, event, _ in logger.calls] == [
+        "engine_output_unloggable", "lone", "nul", "odd_exception"]
+    (level, _, note) = logger.calls[0]
+    assert level == "error" and note["stream"] == "stdout"
+    assert note["error"] == "RuntimeError: cannot log engine_output"
