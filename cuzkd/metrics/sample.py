@@ -72,6 +72,9 @@ class EngineSample:
     stop_inflight_partitions_total: Mapping[str, int] = field(default_factory=dict)
     #: drain result (clean, timeout) -> drains of the stop sequence
     drains_total: Mapping[str, int] = field(default_factory=dict)
+    #: reason (cuzkd.status.salvage.REASONS) -> values left out of the engine's decoded
+    #: status documents
+    status_field_errors_total: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
