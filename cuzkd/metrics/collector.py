@@ -9,14 +9,21 @@ figures are (an engine restart is an ordinary counter reset).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 
+import structlog
 from prometheus_client.metrics_core import Metric
 
 from cuzkd.metrics.engine_metrics import EngineFamilies
 from cuzkd.metrics.sample import SupervisorSample
 from cuzkd.metrics.supervisor_metrics import supervisor_families
 from cuzkd.metrics.tally import first_by
+from cuzkd.ratelimit import LimitedLog
+
+_log = structlog.get_logger(__name__)
+#: one traceback per engine per 10 s, however often Prometheus scrapes
+_limited = LimitedLog()
 
 
 class SampleCollector:
@@ -24,7 +31,9 @@ class SampleCollector:
 
     An engine listed twice under the same name keeps its first entry (two would be duplicate
     series, which Prometheus rejects for the whole scrape). Engines without a fresh status
-    document contribute only ``cuzkd_*`` series.
+    document contribute only ``cuzkd_*`` series; so does an engine whose document the
+    conversion fails on (logged with its traceback): it is exported as not answering
+    (``cuzkd_engine_up 0``), and the other engines' series are unaffected.
     """
 
     def __init__(self, sample: SupervisorSample) -> None:
@@ -33,9 +42,15 @@ class SampleCollector:
     def collect(self) -> Iterable[Metric]:
         engines = first_by(self._sample.engines, lambda e: e.name)
         per_engine = EngineFamilies()
-        for engine in engines:
-            if engine.status is not None:
+        for i, engine in enumerate(engines):
+            if engine.status is None:
+                continue
+            try:
                 per_engine.add(engine.name, engine.status, engine.extensions)
+            except Exception:
+                _limited.log(_log, "error", "metrics_engine_failed", key=engine.name,
+                             engine=engine.name, exc_info=True)
+                engines[i] = dataclasses.replace(engine, status=None, extensions=None)
         for family in (*supervisor_families(self._sample, engines), *per_engine.families()):
             if family.samples:  # a HELP/TYPE with no series is noise for readers and linters
                 yield family

@@ -126,21 +126,41 @@ class EngineFamilies:
                                          labels=_GPU)
 
     def add(self, engine: str, status: StatusDocument, extensions: Extensions | None) -> None:
-        """Add one engine's series. ``extensions`` falls back to the document's own block."""
+        """Add one engine's series. ``extensions`` falls back to the document's own block.
+
+        All or nothing: when the conversion raises (a supervisor bug met by one engine's
+        values), none of the engine's series stay in the families and the exception
+        propagates, so that the caller can leave that engine out and export the others.
+        """
+        marks = [(family, len(family.samples),
+                  len(family.rendered) if isinstance(family, RenderedHistogramFamily) else 0)
+                 for family in self.families()]
+        try:
+            self._add_engine(engine, status, extensions)
+        except Exception:
+            for family, samples, rendered in marks:
+                del family.samples[samples:]
+                if isinstance(family, RenderedHistogramFamily):
+                    del family.rendered[rendered:]
+            _PHASE_TALLIES.pop(engine, None)  # it may have stopped halfway through a count
+            raise
+
+    def _add_engine(self, engine: str, status: StatusDocument,
+                    extensions: Extensions | None) -> None:
         ext = status.cuzkd_extensions if extensions is None else extensions
         kinds = proof_kinds(status, ext)
         self._add_document(engine, status, kinds)
         if ext is not None:
             self._add_extensions(engine, ext, kinds)
         jobs_in_flight = unfinished_jobs(status.pipelines) if ext is None else ext.jobs_in_flight
-        self.jobs_in_flight.add_metric([engine], jobs_in_flight)
+        _put(self.jobs_in_flight, [engine], jobs_in_flight)
 
     def families(self) -> list[Metric]:
         return [value for value in vars(self).values() if isinstance(value, Metric)]
 
     def _add_document(self, engine: str, status: StatusDocument, kinds: list[str]) -> None:
         e = [engine]
-        self.uptime.add_metric(e, status.uptime_secs)
+        _put(self.uptime, e, status.uptime_secs)
         for worker in first_by(status.gpu_workers, lambda w: w.worker_id):
             labels = [engine, str(worker.worker_id), str(worker.gpu_ordinal)]
             proving = worker.state == "proving"
@@ -152,23 +172,23 @@ class EngineFamilies:
             for phase, count in by_phase.get(kind, _NO_PARTITIONS).items():
                 self.partitions.add_metric([engine, kind, phase], count)
         counters = status.counters
-        for kind in kinds:
-            self.jobs_completed.add_metric([engine, kind], counters.completed_by_kind.get(kind, 0))
-            self.jobs_failed.add_metric([engine, kind], counters.failed_by_kind.get(kind, 0))
-        self.queue_depth.add_metric(e, counters.queue_depth)
+        for kind in kinds:  # a kind the engine has not counted yet is at 0
+            _put(self.jobs_completed, [engine, kind], counters.completed_by_kind.get(kind, 0))
+            _put(self.jobs_failed, [engine, kind], counters.failed_by_kind.get(kind, 0))
+        _put(self.queue_depth, e, counters.queue_depth)
         memory = status.memory
-        self.budget_total.add_metric(e, memory.total_bytes)
-        self.budget_used.add_metric(e, memory.used_bytes)
-        self.budget_available.add_metric(e, memory.available_bytes)
-        self.synth_active.add_metric(e, status.synthesis.active)
-        self.synth_max.add_metric(e, status.synthesis.max_concurrent)
+        _put(self.budget_total, e, memory.total_bytes)
+        _put(self.budget_used, e, memory.used_bytes)
+        _put(self.budget_available, e, memory.available_bytes)
+        _put(self.synth_active, e, status.synthesis.active)
+        _put(self.synth_max, e, status.synthesis.max_concurrent)
         for kind, allocations in (("srs", status.allocations.srs),
                                   ("pce", status.allocations.pce)):
             for circuit, size in sorted(bytes_by_circuit(allocations).items()):
                 self.allocation.add_metric([engine, kind, circuit], size)
         for label, field in _BUFFERS:
-            self.buffers.add_metric([engine, label], getattr(status.buffers, field))
-        self.pending_handles.add_metric(e, status.buffers.pending_handles)
+            _put(self.buffers, [engine, label], getattr(status.buffers, field))
+        _put(self.pending_handles, e, status.buffers.pending_handles)
 
     def _add_extensions(self, engine: str, ext: Extensions, kinds: list[str]) -> None:
         for busy in first_by(ext.worker_busy, lambda w: w.worker_id):
@@ -177,7 +197,7 @@ class EngineFamilies:
         for kind in kinds:
             entered = ext.phase_transitions.get(kind, {})
             for phase in COUNTED_PHASES:
-                self.transitions.add_metric([engine, kind, phase], entered.get(phase, 0))
+                _put(self.transitions, [engine, kind, phase], entered.get(phase, 0))
         _add_histograms(self.synth_duration, engine, ext.synth_duration_seconds)
         _add_histograms(self.gpu_duration, engine, ext.gpu_duration_seconds)
         _add_histograms(self.job_duration, engine, ext.job_duration_seconds)
@@ -188,6 +208,13 @@ class EngineFamilies:
             self.gpu_pool.add_metric(labels, device.pool_bytes)
             self.gpu_info.add_metric(labels, {"name": device.name, "uuid": device.uuid})
         self.backend.add_metric([engine], {"backend": ext.backend})
+
+
+def _put(family: GaugeMetricFamily | CounterMetricFamily, labels: list[str],
+         value: float | None) -> None:
+    """One series, or none for a value the engine served that did not decode (None)."""
+    if value is not None:
+        family.add_metric(labels, value)
 
 
 #: A proof kind with no job listed now still gets all six phases, at 0.

@@ -74,6 +74,9 @@ class EngineSample:
     drains_total: Mapping[str, int] = field(default_factory=dict)
     #: times the engine's health loop died of an exception and was started again
     health_loop_failures_total: int = 0
+    #: reason (cuzkd.status.salvage.REASONS) -> values left out of the engine's decoded
+    #: status documents
+    status_field_errors_total: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from cuzkd.metrics.sample import (
     SupervisorSample,
 )
 from cuzkd.metrics.tally import first_by
+from cuzkd.status.salvage import REASONS as FIELD_ERROR_REASONS
 
 
 def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample]) -> list[Metric]:
@@ -57,6 +58,10 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
     fetch_errors = c("cuzkd_status_fetch_errors_total",
                      "Status fetches that failed, timed out or returned a malformed document.",
                      labels=e)
+    field_errors = c("cuzkd_status_field_errors_total",
+                     "Values of decoded status documents left out because they did not decode, "
+                     f"by reason ({', '.join(FIELD_ERROR_REASONS)}); the rest of each document "
+                     "is exported.", labels=["engine", "reason"])
     descendants_killed = c(
         "cuzkd_engine_descendants_killed_total",
         "Descendants of the engine the supervisor stopped because they outlived it.", labels=e)
@@ -95,6 +100,9 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
         if engine.fetch_duration_seconds is not None:
             fetch_duration.add_metric(name, engine.fetch_duration_seconds)
         fetch_errors.add_metric(name, engine.fetch_errors_total)
+        for why in FIELD_ERROR_REASONS:
+            field_errors.add_metric([engine.name, why],
+                                    engine.status_field_errors_total.get(why, 0))
         descendants_killed.add_metric(name, engine.descendants_killed_total)
         for reason in STOP_REASONS:
             stop_inflight.add_metric([engine.name, reason],
@@ -143,8 +151,8 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
                                labels=["reason"]), DROP_REASONS, sample.log_lines_dropped_total)
     build = InfoMetricFamily("cuzkd_build", "cuzkd version.", value={"version": __version__})
     return [build, up, state, restarts, exits, stalls, stalled, start, rss, cpu,
-            fetch_duration, fetch_errors, descendants_killed, stop_inflight, drains,
-            loop_failures, release, swaps, rollbacks, active,
+            fetch_duration, fetch_errors, field_errors, descendants_killed, stop_inflight,
+            drains, loop_failures, release, swaps, rollbacks, active,
             zombies, reload_ok, reload_time, deadlines, freezes, frozen, log_dropped,
             *_gpu_families(sample.gpus)]
 

@@ -14,22 +14,34 @@ bytes, and whoever reads them -- a scrape, the stall watch -- decodes them once.
 document up to a second old, so several Prometheus servers scraping at once cost the engine one
 request; concurrent requests are coalesced into one in flight.
 
-Every failure -- refused, timed out, HTTP error, too large, garbage, wrong schema -- is one
-``fetch_errors_total`` increment and one :attr:`StatusSource.last_error` that says why, never an
-exception: an engine serving garbage is unhealthy, it never breaks the caller. A kept body that
-fails to decode when it is read makes the following polls decode whole, so such an engine turns
-unhealthy (at the latest after ``DECODE_EVERY`` polls when nothing reads its documents) instead
-of answering "healthy" to polls and "broken" to scrapes.
+Every failure -- refused, timed out, HTTP error, too large, garbage, no status document -- is
+one ``fetch_errors_total`` increment and one :attr:`StatusSource.last_error` that says why, never
+an exception: an engine serving garbage is unhealthy, it never breaks the caller. A kept body
+that fails to decode when it is read makes the following polls decode whole, so such an engine
+turns unhealthy (at the latest after ``DECODE_EVERY`` polls when nothing reads its documents)
+instead of answering "healthy" to polls and "broken" to scrapes.
+
+A document with odd values is no failure: the decoder leaves those values out (see
+:class:`~cuzkd.status.document.StatusDecoder`), the fetch succeeds, and each decoded document's
+field errors are counted by reason (``field_errors_total``), named in
+:attr:`StatusSource.field_errors` (the first path, and how many more) and in one log line per
+10 s. The supervisor's own failure on a document (a bug in the deriver) is logged and costs the
+derived extensions, never the engine's health.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
 
 import aiohttp
+import structlog
 
 from cuzkd.errortext import error_text
+from cuzkd.ratelimit import LimitedLog
 from cuzkd.status.derive import ExtensionDeriver
 from cuzkd.status.document import (
     Extensions,
@@ -159,7 +171,12 @@ def describe_exception(exc: BaseException, *, address: str, timeout: float) -> S
 
 
 class StatusSource:
-    def __init__(self, address: str, *, timeout: float, max_bytes: int = MAX_BODY_BYTES) -> None:
+    def __init__(self, address: str, *, timeout: float, max_bytes: int = MAX_BODY_BYTES,
+                 log: Any = None,
+                 deriver: Callable[[], ExtensionDeriver] = ExtensionDeriver) -> None:
+        """``log``: the structlog logger for field errors and deriver failures (the runner's,
+        bound to the engine's name); ``deriver`` makes the deriver of plain documents (and a
+        fresh one after it failed)."""
         self.address = address
         self._socket_path, self._url = split_address(address)
         self._timeout_secs = timeout
@@ -167,7 +184,8 @@ class StatusSource:
         self._max_bytes = max_bytes
         self._session: aiohttp.ClientSession | None = None
         self._inflight: asyncio.Task[bool] | None = None
-        self._deriver = ExtensionDeriver()
+        self._new_deriver = deriver
+        self._deriver = deriver()
         self._decoder = StatusDecoder()
         #: the last body that passed its check, and its decoded form (None until decoded)
         self._body: Body | None = None
@@ -186,6 +204,13 @@ class StatusSource:
         self.last_error: str | None = None
         #: the bounded kind of ``last_error`` (see StatusFetchError.kind)
         self.last_error_kind: str | None = None
+        #: reason (salvage.REASONS) -> values left out of the decoded documents
+        self.field_errors_total: Counter[str] = Counter()
+        #: the last decoded document's field errors (Decoded.left_out); None when clean
+        self.field_errors: str | None = None
+        self._log = log if log is not None else structlog.get_logger("cuzkd.status")
+        #: field errors repeat with every document: one line per 10 s
+        self._limited = LimitedLog()
 
     async def poll(self) -> bool:
         """Health poll: True when a fresh document answered (see the module doc)."""
@@ -290,14 +315,33 @@ class StatusSource:
                                               f"(body starts {excerpt_of(body)})")
         self._light_polls = 0
         try:
-            document = self._decoder.decode(body.whole())
+            document = self._decode(body)
         except StatusDecodeError as exc:
             self._light = False
             raise invalid_document(exc, body) from exc
         self._light = document.cuzkd_extensions is not None
         if document.cuzkd_extensions is None:
-            self._deriver.observe(document)
+            self._derive(document)
         return document
+
+    def _decode(self, body: Body) -> StatusDocument:
+        """Decode a body, counting and logging the values left out of it."""
+        decoded = self._decoder.decode(body.whole())
+        self.field_errors = decoded.left_out()
+        if decoded.field_errors:
+            self.field_errors_total.update(decoded.field_error_counts)
+            self._limited.log(self._log, "warning", "engine_status_fields_left_out",
+                              errors=self.field_errors, reasons=decoded.field_error_counts)
+        return decoded.document
+
+    def _derive(self, document: StatusDocument) -> None:
+        """Feed the deriver; a failure of it starts it afresh (its counters reset, as at an
+        engine restart) rather than failing the poll of an engine that answered."""
+        try:
+            self._deriver.observe(document)
+        except Exception:
+            self._deriver = self._new_deriver()
+            self._limited.log(self._log, "error", "status_derive_failed", exc_info=True)
 
     def _decoded(self) -> StatusDocument | None:
         """The last good body, decoded once; None (and an error) when it does not decode."""
@@ -307,7 +351,7 @@ class StatusSource:
         if body is None:
             return None
         try:
-            self._document = self._decoder.decode(body.whole())
+            self._document = self._decode(body)
         except StatusDecodeError as exc:
             self._body = None
             self.last_success = None  # nothing usable is cached any more

@@ -96,7 +96,7 @@ class KindCounters:
         self.ensure_kind(kind)
         self._jobs[kind].observe(seconds)
 
-    def phase_transitions(self) -> dict[str, dict[str, int]]:
+    def phase_transitions(self) -> dict[str, dict[str, int | None]]:
         return {kind: dict(phases) for kind, phases in self._phases.items()}
 
     def synth_histograms(self) -> dict[str, Histogram]:

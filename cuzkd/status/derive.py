@@ -154,15 +154,20 @@ class ExtensionDeriver:
         self._engine_start: float | None = None
 
     def observe(self, doc: StatusDocument) -> None:
-        """Fold one document into the counters. Observing the same document again is a no-op."""
-        if doc.uptime_secs == self._last_uptime:
-            return
-        engine_start = self._clock() - doc.uptime_secs
-        if self._restarted(doc.uptime_secs, engine_start):
-            self._reset()
-        if self._engine_start is None or engine_start < self._engine_start:
-            self._engine_start = engine_start
-        self._last_uptime = doc.uptime_secs
+        """Fold one document into the counters. Observing the same document again is a no-op.
+
+        A document whose ``uptime_secs`` did not decode is folded in all the same, without
+        the restart check (and without the "same document" one, which only saves work).
+        """
+        if doc.uptime_secs is not None:
+            if doc.uptime_secs == self._last_uptime:
+                return
+            engine_start = self._clock() - doc.uptime_secs
+            if self._restarted(doc.uptime_secs, engine_start):
+                self._reset()
+            if self._engine_start is None or engine_start < self._engine_start:
+                self._engine_start = engine_start
+            self._last_uptime = doc.uptime_secs
 
         jobs: dict[str, _SeenJob] = {}
         clocks: dict[str, _JobClock] = {}

@@ -2,9 +2,17 @@
 
 These structs are the single definition of the document. The reference engine encodes them,
 the supervisor and the exporter decode them -- from our engine and from a real cuzk daemon
-alike. Every field of cuzk's document is required (a document missing one is a wrong schema,
-not a partial one); unknown fields are ignored so a newer cuzk stays readable. The extensions
-live under one key, ``cuzkd_extensions``, which a real cuzk never sends.
+alike. Every field of cuzk's document is required; unknown fields are ignored so a newer cuzk
+stays readable. The extensions live under one key, ``cuzkd_extensions``, which a real cuzk
+never sends.
+
+:func:`decode_status` is the strict validator (our engine's documents must pass it).
+:class:`StatusDecoder` reads engines: a document it cannot decode strictly is salvaged field by
+field (:mod:`cuzkd.status.salvage`), so one odd value costs that value, not the document. That is
+why the figures of the singleton sections (``uptime_secs``, ``memory``, ``synthesis``, the
+counters and the counts per proof kind, ``buffers``, ``jobs_in_flight``, the phase counts) are
+``| None``: ``None`` is a value the engine served that did not decode (or a JSON ``null``), and
+every consumer leaves it out.
 
 See ``tests/fixtures/cuzk-status.md`` (a copy of cuzk's description) for cuzk's field list
 and ``docs/status.md`` for the extensions.
@@ -12,9 +20,13 @@ and ``docs/status.md`` for the extensions.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, NamedTuple
 
 import msgspec
+
+from cuzkd.errortext import error_text
+from cuzkd.status.salvage import FieldError, Reason, Salvage, Unsalvageable
 
 #: cuzk's unsigned integers. The upper bound matters: JSON integers decode to arbitrary-precision
 #: Python ints, and one too large for a float (10**400) would make the exporter's ``float()``
@@ -22,6 +34,9 @@ import msgspec
 #: int64, far above any real count or byte size).
 NonNegInt = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 NonNegFloat = Annotated[float, msgspec.Meta(ge=0)]
+#: A count or size of a singleton section, or a count per proof kind or phase: None when the
+#: engine's value did not decode (see StatusDecoder) -- unknown, never 0.
+Figure = NonNegInt | None
 
 #: cuzk's proof kinds and the partitions each job of the kind has. Shared by the engine (which
 #: splits jobs), ``cuzkd bench`` (its ``--kind`` choices) and the demo load.
@@ -64,14 +79,14 @@ JOB_DURATION_BUCKETS: tuple[float, ...] = (
 
 
 class Memory(msgspec.Struct, frozen=True, gc=False):
-    total_bytes: NonNegInt
-    used_bytes: NonNegInt
-    available_bytes: NonNegInt
+    total_bytes: Figure
+    used_bytes: Figure
+    available_bytes: Figure
 
 
 class Synthesis(msgspec.Struct, frozen=True, gc=False):
-    max_concurrent: NonNegInt
-    active: NonNegInt
+    max_concurrent: Figure
+    active: Figure
 
 
 class Partition(msgspec.Struct, frozen=True, gc=False):
@@ -112,19 +127,19 @@ class Allocations(msgspec.Struct, frozen=True, gc=False):
 
 
 class Counters(msgspec.Struct, frozen=True, gc=False):
-    total_completed: NonNegInt
-    total_failed: NonNegInt
-    completed_by_kind: dict[str, NonNegInt]
-    failed_by_kind: dict[str, NonNegInt]
-    queue_depth: NonNegInt
+    total_completed: Figure
+    total_failed: Figure
+    completed_by_kind: dict[str, Figure]
+    failed_by_kind: dict[str, Figure]
+    queue_depth: Figure
 
 
 class Buffers(msgspec.Struct, frozen=True, gc=False):
-    synth_in_flight: NonNegInt
-    provers_in_flight: NonNegInt
-    aux_in_flight: NonNegInt
-    shells_in_flight: NonNegInt
-    pending_handles: NonNegInt
+    synth_in_flight: Figure
+    provers_in_flight: Figure
+    aux_in_flight: Figure
+    shells_in_flight: Figure
+    pending_handles: Figure
 
 
 # --- cuzkd extensions -------------------------------------------------------------------------
@@ -164,14 +179,14 @@ class Extensions(msgspec.Struct, frozen=True, gc=False):
     """Cumulative figures cuzk does not serve; the exporter needs them for exact counters."""
 
     #: proof_kind -> phase (one of COUNTED_PHASES) -> partitions that entered it since start.
-    phase_transitions: dict[str, dict[str, NonNegInt]]
+    phase_transitions: dict[str, dict[str, Figure]]
     #: per worker, monotonic busy seconds including the running span.
     worker_busy: list[WorkerBusyTotal]
     #: proof_kind -> histogram of finished synthesis / GPU phase durations in seconds.
     synth_duration_seconds: dict[str, Histogram]
     gpu_duration_seconds: dict[str, Histogram]
     #: jobs accepted and not yet finished (pipelines only lists partitioned jobs).
-    jobs_in_flight: NonNegInt
+    jobs_in_flight: Figure
     gpu_devices: list[GpuDevice] = msgspec.field(default_factory=list)
     backend: str = "unknown"
     #: proof_kind -> histogram of finished jobs' end-to-end durations (accepted -> finished,
@@ -184,7 +199,7 @@ class Extensions(msgspec.Struct, frozen=True, gc=False):
 class StatusDocument(msgspec.Struct, frozen=True, gc=False):
     """cuzk's ``GET /status`` document (all fields required) plus optional extensions."""
 
-    uptime_secs: NonNegFloat
+    uptime_secs: NonNegFloat | None
     memory: Memory
     synthesis: Synthesis
     pipelines: list[Pipeline]
@@ -196,7 +211,7 @@ class StatusDocument(msgspec.Struct, frozen=True, gc=False):
 
 
 class StatusDecodeError(ValueError):
-    """The bytes are not a valid status document; the message says which field is wrong."""
+    """The bytes are not a status document; the message says which field is wrong."""
 
 
 _DECODER = msgspec.json.Decoder(StatusDocument)
@@ -204,11 +219,34 @@ _ENCODER = msgspec.json.Encoder()
 
 
 def decode_status(data: bytes | str) -> StatusDocument:
-    """Decode and validate a status document from JSON."""
+    """Decode and validate a status document from JSON, strictly: any bad value refuses it."""
     try:
         return _DECODER.decode(data)
-    except msgspec.DecodeError as exc:  # ValidationError is a subclass
-        raise StatusDecodeError(str(exc)) from exc
+    except Exception as exc:  # DecodeError, and RecursionError for JSON nested too deep
+        raise _refusal(exc) from exc
+
+
+def _refusal(exc: Exception) -> StatusDecodeError:
+    """A decoder's exception as the error of a document that is not one: msgspec's and the
+    salvage's messages as they are (they name the field), anything else with its type."""
+    known = isinstance(exc, msgspec.DecodeError | Unsalvageable)
+    return StatusDecodeError(str(exc) if known else error_text(exc))
+
+
+class Decoded(NamedTuple):
+    """A document as :class:`StatusDecoder` read it, and the values it had to leave out: the
+    first ones (salvage.MAX_DETAILED) one by one, all of them counted by reason."""
+
+    document: StatusDocument
+    field_errors: tuple[FieldError, ...] = ()
+    field_error_counts: Mapping[Reason, int] = {}
+
+    def left_out(self) -> str | None:
+        """The first field error with its path, and how many more; None for none."""
+        if not self.field_errors:
+            return None
+        more = sum(self.field_error_counts.values()) - 1
+        return f"left out: {self.field_errors[0]}" + (f" (and {more} more)" if more else "")
 
 
 def _with_field_type(struct: type[msgspec.Struct], name: str, field_type: object,
@@ -228,48 +266,93 @@ def _with_field_type(struct: type[msgspec.Struct], name: str, field_type: object
 _RawPipeline = _with_field_type(Pipeline, "partitions", msgspec.Raw)
 _RawDocument = _with_field_type(StatusDocument, "pipelines", list[_RawPipeline])  # type: ignore[valid-type]
 _RAW_DECODER = msgspec.json.Decoder(_RawDocument)
+_RAW_PIPELINES_DECODER = msgspec.json.Decoder(list[_RawPipeline])  # type: ignore[valid-type]
 _PARTITIONS_DECODER = msgspec.json.Decoder(list[Partition])
 _DOCUMENT_FIELDS = tuple(f for f in StatusDocument.__struct_fields__ if f != "pipelines")
 _PIPELINE_FIELDS = tuple(f for f in Pipeline.__struct_fields__ if f != "partitions")
 
+#: job_id -> (its partitions' raw JSON, decoded), the memo of StatusDecoder
+_Jobs = dict[str, tuple[msgspec.Raw, list[Partition]]]
+
 
 class StatusDecoder:
-    """:func:`decode_status` for successive documents of one engine, reusing what did not change.
+    """Successive documents of one engine, decoded reusing what did not change, salvaging what
+    does not decode.
 
     A busy engine lists hundreds of jobs x 16 partitions, and between two documents most jobs'
     partitions are the very same bytes: building their ~8,000 structs again is most of the
     cost of decoding. Each job's partitions are first kept as raw JSON; those byte-identical to
     the same job's at the previous decode reuse its decoded list (the same list object, which
     also makes the deriver's, the stall watch's and the exporter's "listed as before" checks
-    identity checks), the others are decoded. The result equals :func:`decode_status`'s, and a
-    document that does not decode raises its error (decoded again whole, so that the message
-    names the field's full path). Only the jobs of the last document are remembered.
+    identity checks), the others are decoded. The result equals :func:`decode_status`'s.
+
+    A document that fails that strict decode is salvaged (:mod:`cuzkd.status.salvage`): the
+    values that do not decode are left out and returned as field errors, the pipelines still
+    decoded with the reuse when they are not where the error is. While documents need the
+    salvage, the next one goes straight to it: a wrapped counter stays wrapped until the engine
+    restarts, and the strict attempt would only fail again (a 1 MB document: ~1.5x the strict
+    decode instead of ~2.2x; a clean one costs ~1.4x once, then the strict decode is back).
+    Raises StatusDecodeError only for what is no status document: not JSON, not an object, a
+    section missing or not an object, JSON nested too deep to decode at all. Only the jobs of
+    the last document are remembered.
     """
 
     def __init__(self) -> None:
-        #: job_id -> (its partitions' raw JSON, decoded) at the last decode
-        self._jobs: dict[str, tuple[msgspec.Raw, list[Partition]]] = {}
+        self._jobs: _Jobs = {}
+        #: the last document was salvaged and had values left out
+        self._salvaging = False
 
-    def decode(self, data: bytes) -> StatusDocument:
-        try:
-            raw: Any = _RAW_DECODER.decode(data)
-            before, jobs = self._jobs, {}
-            pipelines = []
-            for pipeline in raw.pipelines:
-                memo = before.get(pipeline.job_id)
-                if memo is not None and memo[0] == pipeline.partitions:
-                    partitions = memo[1]
-                else:
-                    partitions = _PARTITIONS_DECODER.decode(pipeline.partitions)
-                jobs[pipeline.job_id] = (pipeline.partitions, partitions)
-                pipelines.append(Pipeline(**{f: getattr(pipeline, f) for f in _PIPELINE_FIELDS},
-                                          partitions=partitions))
-        except msgspec.DecodeError:
-            self._jobs = {}
-            return decode_status(data)  # raises, naming the field by its path in the document
+    def decode(self, data: bytes) -> Decoded:
+        if not self._salvaging:
+            try:
+                return self._decode_strict(data)
+            except msgspec.DecodeError:  # ValidationError is a subclass
+                pass
+            except Exception as exc:  # RecursionError: the salvage would meet it again
+                self._jobs = {}
+                raise _refusal(exc) from exc
+        decoded = self._salvage(data)
+        self._salvaging = bool(decoded.field_error_counts)
+        return decoded
+
+    def _decode_strict(self, data: bytes) -> Decoded:
+        raw: Any = _RAW_DECODER.decode(data)
+        jobs: _Jobs = {}
+        pipelines = self._pipelines(raw.pipelines, jobs)
         self._jobs = jobs
-        return StatusDocument(**{f: getattr(raw, f) for f in _DOCUMENT_FIELDS},
-                              pipelines=pipelines)
+        return Decoded(StatusDocument(**{f: getattr(raw, f) for f in _DOCUMENT_FIELDS},
+                                      pipelines=pipelines))
+
+    def _salvage(self, data: bytes) -> Decoded:
+        jobs: _Jobs = {}
+
+        def pipelines(raw: msgspec.Raw) -> list[Pipeline]:
+            return self._pipelines(_RAW_PIPELINES_DECODER.decode(raw), jobs)
+
+        walk = Salvage(first={"pipelines": pipelines})
+        try:
+            document: StatusDocument = walk.document(StatusDocument, data)
+        except Exception as exc:
+            self._jobs, self._salvaging = {}, False
+            raise _refusal(exc) from exc
+        self._jobs = jobs  # the jobs decoded with the reuse (before an odd one, if any)
+        return Decoded(document, tuple(walk.errors), dict(walk.counts))
+
+    def _pipelines(self, raw_pipelines: list[Any], jobs: _Jobs) -> list[Pipeline]:
+        """Pipelines with partitions kept raw -> decoded, reusing the previous decode's lists;
+        fills ``jobs`` (the memo for the next decode)."""
+        before = self._jobs
+        pipelines = []
+        for pipeline in raw_pipelines:
+            memo = before.get(pipeline.job_id)
+            if memo is not None and memo[0] == pipeline.partitions:
+                partitions = memo[1]
+            else:
+                partitions = _PARTITIONS_DECODER.decode(pipeline.partitions)
+            jobs[pipeline.job_id] = (pipeline.partitions, partitions)
+            pipelines.append(Pipeline(**{f: getattr(pipeline, f) for f in _PIPELINE_FIELDS},
+                                      partitions=partitions))
+        return pipelines
 
 
 def encode_status(doc: StatusDocument) -> bytes:

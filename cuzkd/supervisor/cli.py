@@ -28,7 +28,7 @@ from cuzkd.config import (
 from cuzkd.control_client import ControlRequestFailed, ControlUnavailable, call, get_status
 from cuzkd.errortext import error_text
 from cuzkd.logs import LOG_FORMATS
-from cuzkd.status.document import StatusDocument, decode_status
+from cuzkd.status.document import StatusDecoder, StatusDocument
 from cuzkd.supervisor.engine_view import render_engine
 from cuzkd.swap.cli import describe_active
 from cuzkd.units import format_duration
@@ -159,9 +159,12 @@ def _engine_frame(args: argparse.Namespace) -> str:
         error = "no status_url: supervised by its process alone"
     elif info["state"] in ("starting", "running"):
         try:
-            doc = decode_status(get_status(info["status_address"]))
+            decoded = StatusDecoder().decode(get_status(info["status_address"]))
         except (OSError, http.client.HTTPException, ValueError) as exc:  # incl. decode errors
             error = error_text(exc)
+        else:  # what this view shows: the document fetched here, not the supervisor's last
+            doc = decoded.document
+            info = {**info, "status_field_errors": decoded.left_out()}
     if args.json:
         status = None if doc is None else msgspec.to_builtins(doc)
         return json.dumps({"engine": info, "status": status, "error": error}, indent=2) + "\n"
@@ -174,6 +177,8 @@ def _last_exit(eng: dict[str, Any]) -> str:
         text += f" (restart in {max(0.0, eng['next_restart_at'] - time.time()):.1f}s)"
     if eng.get("last_error"):
         text += f" error: {eng['last_error']}"
+    if eng.get("status_field_errors"):
+        text += f" status fields {eng['status_field_errors']}"
     return text
 
 

@@ -101,7 +101,10 @@ async def drive(sources: Callable[[], Sequence[StatusSource]], *,
                 if doc is None:
                     continue
                 now = loop.time()
-                finished = doc.counters.total_completed + doc.counters.total_failed
+                completed, failed = doc.counters.total_completed, doc.counters.total_failed
+                if completed is None or failed is None:
+                    continue  # bursts are paced on finished jobs: none without their count
+                finished = completed + failed
                 shape = shapes.setdefault(source.address, BurstShape(random.Random(rng.random())))
                 kinds = shape.next_burst(now, finished)
                 if kinds is None:

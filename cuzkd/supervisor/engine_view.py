@@ -36,12 +36,14 @@ def render_engine(info: dict[str, Any], doc: StatusDocument | None, error: str |
 
 def _trouble_lines(info: dict[str, Any]) -> list[str]:
     """Last exit cause with the count per cause, the stall watchdog's view, a start held by
-    the GPU memory gate, and the supervisor's last error for the engine (why its status or its
-    spawn failed)."""
+    the GPU memory gate, the supervisor's last error for the engine (why its status or its
+    spawn failed), and the values of its status document that did not decode."""
     exits = ", ".join(f"{cause} {n}" for cause, n in sorted(info.get("exits", {}).items()))
     stalled = "   STALLED now" if info.get("stalled") else ""
     gate = "   waiting for GPU memory" if info.get("waiting_for_gpu") else ""
     error = [f"last error: {info['last_error']}"] if info.get("last_error") else []
+    if info.get("status_field_errors"):
+        error.append(f"status fields {info['status_field_errors']}")
     return [f"last exit {info.get('last_exit_cause') or '-'}   exits {exits or '-'}   "
             f"stalls {info.get('stalls_total', 0)}{stalled}{gate}", *error]
 
@@ -63,12 +65,23 @@ def _headline(info: dict[str, Any], now: float) -> str:
 
 def _budget_line(doc: StatusDocument) -> str:
     mem = doc.memory
-    share = f" ({100 * mem.used_bytes / mem.total_bytes:.0f}%)" if mem.total_bytes else ""
+    share = (f" ({100 * mem.used_bytes / mem.total_bytes:.0f}%)"
+             if mem.total_bytes and mem.used_bytes is not None else "")
     ext = doc.cuzkd_extensions
-    in_flight = f"   jobs in flight {ext.jobs_in_flight}" if ext is not None else ""
-    return (f"budget {format_bytes(mem.used_bytes)} / {format_bytes(mem.total_bytes)} used"
-            f"{share}   synthesis {doc.synthesis.active} / {doc.synthesis.max_concurrent} active"
-            f"   queue {doc.counters.queue_depth}{in_flight}")
+    in_flight = f"   jobs in flight {_figure(ext.jobs_in_flight)}" if ext is not None else ""
+    return (f"budget {_bytes(mem.used_bytes)} / {_bytes(mem.total_bytes)} used"
+            f"{share}   synthesis {_figure(doc.synthesis.active)} / "
+            f"{_figure(doc.synthesis.max_concurrent)} active"
+            f"   queue {_figure(doc.counters.queue_depth)}{in_flight}")
+
+
+def _figure(value: int | None) -> str:
+    """A figure of the document; ``?`` for one the engine served that did not decode."""
+    return "?" if value is None else str(value)
+
+
+def _bytes(value: int | None) -> str:
+    return "?" if value is None else format_bytes(value)
 
 
 def _workers_table(doc: StatusDocument) -> list[str]:

@@ -378,7 +378,10 @@ class EngineSet:
                 for r, s in zip(runners, samples, strict=True)]
 
     def _info(self, runner: EngineRunner) -> dict[str, Any]:
-        return {**runner.info(), "release": self._release_of(runner)}
+        source = runner.status_source
+        return {**runner.info(), "release": self._release_of(runner),
+                # the last decoded document's values that did not decode (a healthy engine)
+                "status_field_errors": source.field_errors if source is not None else None}
 
     def _release_of(self, runner: EngineRunner) -> str | None:
         """The release a ``{binary}`` engine's process executes (from ``/proc/PID/exe``)."""

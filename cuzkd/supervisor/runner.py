@@ -122,7 +122,7 @@ class EngineRunner:
         )
         #: None for an engine without a status URL: supervised by its process alone
         self.status_source = StatusSource(
-            self.status_address, timeout=spec.status_timeout
+            self.status_address, timeout=spec.status_timeout, log=log.bind(engine=spec.name)
         ) if self.status_address is not None else None
         self._process: ChildProcess | None = None
         self._exited: asyncio.Event = asyncio.Event()
@@ -626,6 +626,7 @@ class EngineRunner:
             extensions=source.extensions() if source and doc is not None else None,
             fetch_duration_seconds=source.last_fetch_duration_seconds if source else None,
             fetch_errors_total=source.fetch_errors_total if source else 0,
+            status_field_errors_total=dict(source.field_errors_total) if source else {},
             status_polled=source is not None,
             descendants_killed_total=self.descendants.killed,
             stalls_total=self.stall.stalls_total,

@@ -70,7 +70,8 @@ class StallEvidence:
     since_progress_seconds: float
     #: partitions listed now, per phase
     phases: dict[str, int]
-    queue_depth: int
+    #: None when the engine's value did not decode
+    queue_depth: int | None
     #: the longest running busy span, None when no worker is busy
     oldest_busy: BusySpan | None
 
@@ -94,7 +95,8 @@ def busy_limit(histogram: Histogram | None) -> float:
 
 
 def has_work(doc: StatusDocument) -> bool:
-    return doc.counters.queue_depth > 0 or any(
+    """Jobs queued or partitions unfinished (a queue depth that did not decode shows none)."""
+    return (doc.counters.queue_depth or 0) > 0 or any(
         part.state not in _TERMINAL for p in doc.pipelines for part in p.partitions)
 
 
@@ -157,8 +159,9 @@ class StallWatch:
                  if w.state == "proving" and w.current_job is not None
                  and w.current_partition is not None else None
                  for w in doc.gpu_workers}
-        transitions = (None if ext is None else
-                       sum(sum(phases.values()) for phases in ext.phase_transitions.values()))
+        transitions = (None if ext is None else  # a count that did not decode adds nothing
+                       sum(n for phases in ext.phase_transitions.values()
+                           for n in phases.values() if n is not None))
         previous, previous_spans = self._listed, self._spans
         previous_transitions = self._transitions
         self._listed, self._spans, self._transitions = listed, spans, transitions

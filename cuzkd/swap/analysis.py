@@ -43,13 +43,22 @@ class Tally:
     failed_jobs: int = 0
 
 
-def tally_of(doc: StatusDocument, extensions: Extensions) -> Tally:
-    """The counters of one status document (``extensions``: the engine's own, or derived)."""
+def tally_of(doc: StatusDocument, extensions: Extensions) -> Tally | None:
+    """The counters of one status document (``extensions``: the engine's own, or derived);
+    None when one of them did not decode (the document is no reading of them)."""
+    failed = doc.counters.total_failed
+    done: dict[str, int] = {}
+    for kind, phases in extensions.phase_transitions.items():
+        count = phases.get("done", 0)
+        if count is None:
+            return None
+        done[kind] = count
+    if failed is None:
+        return None
     return Tally(
-        done={kind: phases.get("done", 0)
-              for kind, phases in extensions.phase_transitions.items()},
+        done=done,
         gpu_seconds={kind: hist.sum for kind, hist in extensions.gpu_duration_seconds.items()},
-        failed_jobs=doc.counters.total_failed,
+        failed_jobs=failed,
     )
 
 

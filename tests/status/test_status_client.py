@@ -8,11 +8,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
+import structlog
 from support.big_status import big_document
 from support.piece_server import Framing, PieceServer
 
 from cuzkd.status.client import DECODE_EVERY, Body, StatusSource, looks_like_object
-from cuzkd.status.document import decode_status
+from cuzkd.status.derive import ExtensionDeriver
+from cuzkd.status.document import StatusDocument, decode_status
 
 FRAMINGS: tuple[Framing, ...] = ("length", "chunked", "close")
 
@@ -136,13 +138,11 @@ async def test_refused_names_the_address(tmp_path: Path) -> None:
 
 async def test_deep_schema_error_fails_the_scrape_then_the_health_polls(serve: Serve) -> None:
     """Once an engine serves documents with extensions, a poll checks only that an object came
-    back; the scrape's decode finds the bad field, and from then on polls decode whole, so the
-    engine is unhealthy, not half-healthy."""
+    back; the scrape's decode finds the document is none (a section is not an object), and
+    from then on polls decode whole, so the engine is unhealthy, not half-healthy."""
     good = big_document(0, extensions=True)
     doc: dict[str, object] = json.loads(good)
-    pipelines = doc["pipelines"]
-    assert isinstance(pipelines, list)
-    pipelines[0]["partitions"][0]["state"] = "exploded"
+    doc["counters"] = "exploded"
     server = PieceServer(good)
     source = StatusSource(await serve(server), timeout=5.0)
     try:
@@ -151,7 +151,7 @@ async def test_deep_schema_error_fails_the_scrape_then_the_health_polls(serve: S
         assert await source.poll()  # not decoded
         assert await source.fetch(max_age=10.0) is None
         assert source.last_error is not None
-        assert "`$.pipelines[0].partitions[0].state`" in source.last_error
+        assert "Expected `object`, got `str` - at `$.counters`" in source.last_error
         assert not await source.poll()
         assert source.fetch_errors_total == 2
     finally:
@@ -177,7 +177,8 @@ async def test_undecoded_polls_still_find_garbage(serve: Serve) -> None:
         assert 0 < first_failure < DECODE_EVERY
         assert not any(results[first_failure:])  # from then on every poll decodes
         assert source.last_error is not None
-        assert source.last_error.startswith("invalid status document: Expected `float`")
+        assert source.last_error.startswith(
+            "invalid status document: Object missing required field `memory`")
     finally:
         await source.close()
 
@@ -195,3 +196,89 @@ def test_a_body_kept_in_chunks_reads_as_its_bytes(data: bytes, piece: int) -> No
     assert looks_like_object(body) == whole
     assert body.whole() == data
     assert body.head(3) == data[:3]
+
+
+def _wrapped(body: bytes) -> bytes:
+    """``body`` with ``buffers.synth_in_flight`` wrapped below zero, as a real cuzk's PoSt
+    path leaves it."""
+    doc = json.loads(body)
+    doc["buffers"]["synth_in_flight"] = 2**64 - 1
+    return json.dumps(doc).encode()
+
+
+async def test_an_odd_value_keeps_the_engine_healthy_counted_once_per_document(
+        serve: Serve) -> None:
+    """The poll succeeds, the value is left out and named, counted once per document decoded
+    (not again when a scrape reads the same document) and logged once per 10 s."""
+    plain = big_document(0, extensions=False)
+    server = PieceServer(_wrapped(plain))
+    source = StatusSource(await serve(server), timeout=5.0)
+    try:
+        with structlog.testing.capture_logs() as logs:
+            assert await source.poll(), source.last_error
+            doc = await source.fetch(max_age=10.0)  # the poll's document, decoded once
+            assert doc is not None and doc.buffers.synth_in_flight is None
+            assert doc.buffers.provers_in_flight is not None
+            assert source.last_error is None and source.fetch_errors_total == 0
+            assert source.field_errors_total == {"out_of_range": 1}
+            assert source.field_errors == ("left out: Expected `int` <= 9223372036854775807 "
+                                           "- at `$.buffers.synth_in_flight`")
+            assert await source.poll() and await source.poll()
+            assert source.field_errors_total == {"out_of_range": 3}
+        assert [e["event"] for e in logs] == ["engine_status_fields_left_out"]
+        assert logs[0]["reasons"] == {"out_of_range": 1}
+        server.body = plain
+        assert await source.poll()
+        assert source.field_errors is None and source.field_errors_total == {"out_of_range": 3}
+    finally:
+        await source.close()
+
+
+@pytest.mark.parametrize("extensions", [True, False])
+async def test_a_document_nested_too_deep_is_an_invalid_document(
+        serve: Serve, extensions: bool) -> None:
+    """msgspec raises RecursionError, not a DecodeError, for an unknown key 1000 deep: the
+    document is invalid like any other, whether a poll decodes it or a scrape does."""
+    good = big_document(0, extensions=extensions)
+    deep = good.rstrip()[:-1] + b', "k": ' + b'{"k": ' * 1000 + b"0" + b"}" * 1001
+    server = PieceServer(good)
+    source = StatusSource(await serve(server), timeout=5.0)
+    try:
+        assert await source.poll()
+        server.body = deep
+        if extensions:  # a light poll: only its ends are checked; the scrape decodes it
+            assert await source.poll()
+            assert await source.fetch(max_age=10.0) is None
+        assert not await source.poll()
+        assert source.last_error is not None
+        assert source.last_error.startswith(
+            "invalid status document: RecursionError: maximum recursion depth exceeded")
+    finally:
+        await source.close()
+
+
+class _BuggyDeriver(ExtensionDeriver):
+    """A deriver with a bug that any document sets off."""
+
+    def observe(self, doc: StatusDocument) -> None:
+        raise ZeroDivisionError("a supervisor bug")
+
+
+async def test_a_deriver_failure_costs_the_derived_counters_never_the_engines_health(
+        serve: Serve) -> None:
+    """The poll of an engine that answered succeeds; the failure is logged with its traceback
+    and a fresh deriver takes over."""
+    server = PieceServer(big_document(0, extensions=False))
+    derivers = iter([_BuggyDeriver(), ExtensionDeriver()])
+    source = StatusSource(await serve(server), timeout=5.0, deriver=lambda: next(derivers))
+    try:
+        with structlog.testing.capture_logs() as logs:
+            assert await source.poll(), source.last_error
+        assert [(e["event"], e["log_level"]) for e in logs] == [("status_derive_failed", "error")]
+        assert logs[0]["exc_info"] is True
+        assert await source.poll()  # a fresh deriver, which works
+        ext = source.extensions()
+        assert ext is not None and ext.phase_transitions
+        assert source.fetch_errors_total == 0
+    finally:
+        await source.close()

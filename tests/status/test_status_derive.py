@@ -333,3 +333,20 @@ def test_jobs_in_flight_follows_a_job_listed_unchanged_then_finished_or_resized(
     next(p for p in raw["pipelines"] if p["job_id"] == POREP)["total_partitions"] += 1
     deriver.observe(decode(raw))  # same partitions, one more to come: in flight again
     assert deriver.extensions().jobs_in_flight == running
+
+
+def test_a_document_whose_uptime_did_not_decode_is_folded_in_without_the_restart_check(
+        example: dict[str, Any], clock: Clock) -> None:
+    """``uptime_secs`` unknown (None): the partitions still count, nothing is reset, and the
+    next document with an uptime is checked against the last known one (here: lower, an
+    engine restart, which resets the counters)."""
+    deriver = ExtensionDeriver(clock=clock)
+    deriver.observe(decode(example))
+    unknown = poll(clock, example)
+    unknown["uptime_secs"] = None
+    set_partition(unknown, POREP, 9, "synthesizing", 10, None)  # was pending
+    deriver.observe(decode(unknown))
+    assert counts(deriver.extensions(), "porep") == (10, 6, 5, 4, 0)
+    restarted = {**poll(clock, example), "uptime_secs": 5.0, "pipelines": []}
+    deriver.observe(decode(restarted))
+    assert "porep" not in deriver.extensions().phase_transitions

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
+import msgspec
 import pytest
 from sv_harness import start_supervisor, write_config
 
@@ -136,6 +137,26 @@ def test_engine_view_of_a_plain_cuzk_document() -> None:
     assert header[4:] == ["PENDING", "SYNTHESIZING", "SYNTH_DONE", "GPU", "DONE", "FAILED"]
     assert _row(text, LONG_JOB_ID) == [LONG_JOB_ID, "porep", "1m", "4/10",
                                        "1", "2", "1", "2", "4", "0"]
+
+
+def test_engine_view_of_a_document_with_values_left_out_names_them() -> None:
+    """Unknown figures print as ``?`` (never ``None``, never a crash) and the view says which
+    values were left out; the rest of the document is shown as ever."""
+    doc = _plain_cuzk_document()
+    doc = msgspec.structs.replace(
+        doc, memory=Memory(total_bytes=64 * 2**30, used_bytes=None, available_bytes=None),
+        synthesis=Synthesis(max_concurrent=None, active=2),
+        counters=msgspec.structs.replace(doc.counters, queue_depth=None))
+    left_out = ("left out: Expected `int` <= 9223372036854775807 - at "
+                "`$.memory.used_bytes` (and 2 more)")
+    info = {"name": "cuzk1", "state": "running", "pid": 4242, "started_at": 1000.0,
+            "restarts": 0, "status_address": "http://127.0.0.1:9821/status",
+            "status_field_errors": left_out}
+    text = render_engine(info, doc, None, now=1000.0 + 60)
+    assert f"status fields {left_out}" in text.splitlines()
+    assert "budget ? / 64.0 GiB used   synthesis 2 / ? active   queue ?" in text
+    assert _row(text, "0") == ["0", "0", "proving", "2.2s", "4", LONG_JOB_ID]
+    assert "None" not in text
 
 
 def test_engine_view_when_the_status_is_unavailable() -> None:

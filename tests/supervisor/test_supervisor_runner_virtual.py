@@ -30,11 +30,14 @@ from sv_virtual import (
 )
 
 from cuzkd.config import Config, parse_config
+from cuzkd.metrics.http import render
+from cuzkd.ratelimit import LimitedLog
 from cuzkd.supervisor.engines import EngineSet, EngineView, plan
 from cuzkd.supervisor.lifecycle import State
 from cuzkd.supervisor.runclock import RunClock
 from cuzkd.supervisor.runner import EngineRunner
 from cuzkd.supervisor.stall import StallEvidence, StallWatch
+from cuzkd.supervisor.views import SupervisorViews
 
 
 def config_of(tmp_path: Path, *engines: dict[str, Any]) -> Config:
@@ -414,3 +417,42 @@ def test_a_health_loop_that_dies_is_started_again_and_counted(tmp_path: Path) ->
     assert runner.lifecycle.exits["unhealthy"] == 1 and len(spawned) == 2
     failed = [e for e in logs if e["event"] == "engine_health_loop_failed"]
     assert failed and failed[0]["error"] == "RuntimeError: a bug in the stall watch"
+
+
+def test_one_engines_document_never_breaks_the_scrape_of_the_others(tmp_path: Path) -> None:
+    """An engine serving a valid document plus an unknown key 1000 deep (msgspec raises
+    RecursionError) is exported down, with no status, in /metrics and /status; the other
+    engine's series and status are there as ever."""
+    async def main() -> tuple[str, dict[str, Any]]:
+        good = big_document(0, extensions=True)
+        servers = {name: PieceServer(good) for name in ("deep", "fine")}
+        keys = {"drain": "none", "health_interval": "1s"}
+        config = config_of(tmp_path, *[
+            {"name": name, "status_url": await server.start_unix(tmp_path / f"{name}.sock"),
+             **keys} for name, server in servers.items()])
+        engines = StandInEngines(Script(), Script())
+        group = EngineSet(config, engines.table, clock=RunClock(asyncio.get_running_loop().time))
+        group.start_all()
+        for name in servers:
+            await in_state(group.runner(name), State.RUNNING)
+        servers["deep"].body = (good.rstrip()[:-1] + b', "k": ' + b'{"k": ' * 1000 + b"0"
+                                + b"}" * 1001)
+        source = group.runner("deep").status_source
+        assert source is not None and await source.poll()  # a light poll: kept, not decoded
+        views = SupervisorViews(group, engines.table, LimitedLog())
+        text = render(await views.sample(), accept="", accept_encoding="").body.decode()
+        status = await views.status_document()
+        await group.stop_all(30)
+        await group.close()
+        for server in servers.values():
+            await server.close()
+        return text, status
+
+    text, status = run_virtual(main)
+    assert 'cuzkd_engine_up{engine="deep"} 0.0' in text
+    assert 'cuzkd_engine_up{engine="fine"} 1.0' in text
+    assert 'cuzk_engine_uptime_seconds{engine="fine"}' in text
+    assert 'engine="deep"' not in "".join(line for line in text.splitlines(keepends=True)
+                                          if line.startswith("cuzk_"))
+    documents = {e["name"]: e["status"] for e in status["engines"]}
+    assert documents["deep"] is None and documents["fine"] is not None

@@ -224,6 +224,22 @@ def test_queued_jobs_alone_are_work(queue: int) -> None:
     assert [t for t, _ in onsets] == [STARTUP_FACTOR * AFTER]
 
 
+def test_figures_that_did_not_decode_are_no_work_and_no_progress() -> None:
+    """A queue depth or a phase counter the engine served but that did not decode (None):
+    the watch neither crashes nor counts them -- frozen partitions still stall, the evidence
+    says the queue depth is unknown, and an idle engine stays idle."""
+    watch = StallWatch(AFTER)
+    watch.started(0.0)
+    unknown_queue = msgspec.structs.replace(doc(), counters=msgspec.structs.replace(
+        doc().counters, queue_depth=None))
+    assert run(watch, [(float(t), unknown_queue) for t in range(100)]) == []
+    frozen = msgspec.structs.replace(doc(["gpu"]), counters=unknown_queue.counters)
+    unknown_counts = msgspec.structs.replace(ext(), phase_transitions={"porep": {"done": None}})
+    onsets = run(watch, [(100.0 + t, frozen) for t in range(100)], unknown_counts)
+    assert [t for t, _ in onsets] == [100.0 + AFTER]
+    assert onsets[0][1].queue_depth is None
+
+
 def synthesizing_for(ms: int, *, listed: int = 2) -> StatusDocument:
     """Job j1: partition 0 synthesizing for ``ms`` so far, then pending ones (``listed`` in all)."""
     base = doc(["synthesizing", *["pending"] * (listed - 1)])

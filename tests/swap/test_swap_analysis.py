@@ -117,6 +117,12 @@ def test_a_status_document_gives_done_partitions_gpu_seconds_and_failed_jobs() -
         queue_depth=0))
     assert tally_of(doc, ext) == Tally(done={"porep": 3}, gpu_seconds={"porep": 1.5},
                                        failed_jobs=2)
+    # a count that did not decode (None): the document is no reading, so no window passes
+    unknown_done = msgspec.structs.replace(ext, phase_transitions={"porep": {"done": None}})
+    assert tally_of(doc, unknown_done) is None
+    unknown_failed = msgspec.structs.replace(doc, counters=msgspec.structs.replace(
+        doc.counters, total_failed=None))
+    assert tally_of(unknown_failed, ext) is None
 
 
 def test_the_verdict_serialises_for_the_history() -> None:
