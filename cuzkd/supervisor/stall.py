@@ -13,12 +13,12 @@ the ordinary health check never fires. :class:`StallWatch` is fed every successf
 * **Stalled** when there has been work and no progress for ``stall_after`` (counted from the
   later of the last progress and the moment work appeared). After a (re)start, until the first
   progress, the limit is :data:`STARTUP_FACTOR` × ``stall_after``: loading parameters takes
-  minutes. The grace covers the busy check below too, and a span is never taken as older than
-  the process (a document claiming one from its first poll, restarted at once, would cycle the
-  engine flat out).
+  minutes.
 * **A worker busy too long** on one partition is a stall too: longer than
   max(:data:`BUSY_P99_FACTOR` × that proof kind's GPU-phase p99, :data:`MIN_BUSY_LIMIT`), the
-  p99 used once the histogram holds :data:`MIN_OBSERVATIONS` observations.
+  p99 used once the histogram holds :data:`MIN_OBSERVATIONS` observations. A span is never
+  taken as older than the process: a document claiming one from its first poll is its own
+  error, and believing it would kill every new process at its first poll.
 
 :meth:`StallWatch.observe` returns the evidence once, at the onset; ``stalled`` stays True while
 the stall lasts (progress or the end of the work clears it) and ``stalls_total`` counts onsets.
@@ -200,8 +200,6 @@ class StallWatch:
         if now - since >= limit:
             return self._build("no_progress", limit, now - since, doc, oldest)
         age = now - self._started_at
-        if self._last_progress is None and age < limit:
-            return None  # the start-up grace covers a worker's span as well
         histograms = {} if ext is None else ext.gpu_duration_seconds
         kinds = {p.job_id: p.proof_kind for p in doc.pipelines}
         for w in doc.gpu_workers:
