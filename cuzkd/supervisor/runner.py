@@ -609,11 +609,23 @@ class EngineRunner:
         }
 
     async def sample(self, max_age: float) -> EngineSample:
+        """This engine for a scrape. Whatever goes wrong reading its document or its process
+        tree costs only those figures (status absent, so ``cuzkd_engine_up`` 0), logged: one
+        engine never fails the scrape of every other."""
         alive = self.lifecycle.state in (State.STARTING, State.RUNNING)
         source = self.status_source
-        doc = await source.fetch(max_age) if alive and source is not None else None
         pid = self.lifecycle.pid
-        rss, cpu = tree_usage(pid) if pid is not None else (None, None)
+        doc, ext, rss, cpu = None, None, None, None
+        try:
+            if alive and source is not None:
+                doc = await source.fetch(max_age)
+                ext = source.extensions() if doc is not None else None
+            if pid is not None:
+                rss, cpu = tree_usage(pid)
+        except Exception as exc:  # this engine's figures only; the scrape goes on
+            doc = ext = None
+            self._limited.log(self._log, "error", "engine_sample_failed",
+                              key=type(exc).__name__, error=error_text(exc), exc_info=exc)
         return EngineSample(
             name=self.name,
             state=str(self.lifecycle.state),
@@ -623,7 +635,7 @@ class EngineRunner:
             resident_memory_bytes=rss,
             cpu_seconds_total=cpu,
             status=doc,
-            extensions=source.extensions() if source and doc is not None else None,
+            extensions=ext,
             fetch_duration_seconds=source.last_fetch_duration_seconds if source else None,
             fetch_errors_total=source.fetch_errors_total if source else 0,
             status_field_errors_total=dict(source.field_errors_total) if source else {},

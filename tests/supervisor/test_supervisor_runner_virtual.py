@@ -16,6 +16,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
+import pytest
 import structlog
 from support.big_status import big_document
 from support.piece_server import PieceServer
@@ -32,6 +33,8 @@ from sv_virtual import (
 from cuzkd.config import Config, parse_config
 from cuzkd.metrics.http import render
 from cuzkd.ratelimit import LimitedLog
+from cuzkd.status.client import StatusSource
+from cuzkd.status.document import StatusDocument
 from cuzkd.supervisor.engines import EngineSet, EngineView, plan
 from cuzkd.supervisor.lifecycle import State
 from cuzkd.supervisor.runclock import RunClock
@@ -419,10 +422,23 @@ def test_a_health_loop_that_dies_is_started_again_and_counted(tmp_path: Path) ->
     assert failed and failed[0]["error"] == "RuntimeError: a bug in the stall watch"
 
 
-def test_one_engines_document_never_breaks_the_scrape_of_the_others(tmp_path: Path) -> None:
+class ExplodingSource(StatusSource):
+    """A status source with a bug: every scrape's fetch raises."""
+
+    async def fetch(self, max_age: float) -> StatusDocument | None:
+        raise RuntimeError("a bug in the status source")
+
+
+DEEP = "deep document"
+BUG = "bug in the sample"
+
+
+@pytest.mark.parametrize("breakage", [DEEP, BUG])
+def test_one_engines_document_never_breaks_the_scrape_of_the_others(tmp_path: Path,
+                                                                     breakage: str) -> None:
     """An engine serving a valid document plus an unknown key 1000 deep (msgspec raises
-    RecursionError) is exported down, with no status, in /metrics and /status; the other
-    engine's series and status are there as ever."""
+    RecursionError), or one whose sample meets a bug, is exported down, with no status, in
+    /metrics and /status; the other engine's series and status are there as ever."""
     async def main() -> tuple[str, dict[str, Any]]:
         good = big_document(0, extensions=True)
         servers = {name: PieceServer(good) for name in ("deep", "fine")}
@@ -435,10 +451,15 @@ def test_one_engines_document_never_breaks_the_scrape_of_the_others(tmp_path: Pa
         group.start_all()
         for name in servers:
             await in_state(group.runner(name), State.RUNNING)
-        servers["deep"].body = (good.rstrip()[:-1] + b', "k": ' + b'{"k": ' * 1000 + b"0"
-                                + b"}" * 1001)
-        source = group.runner("deep").status_source
-        assert source is not None and await source.poll()  # a light poll: kept, not decoded
+        if breakage == DEEP:
+            servers["deep"].body = (good.rstrip()[:-1] + b', "k": ' + b'{"k": ' * 1000 + b"0"
+                                    + b"}" * 1001)
+            source = group.runner("deep").status_source
+            assert source is not None and await source.poll()  # a light poll: kept
+        else:
+            runner = group.runner("deep")
+            assert runner.status_source is not None
+            runner.status_source = ExplodingSource(runner.status_source.address, timeout=1)
         views = SupervisorViews(group, engines.table, LimitedLog())
         text = render(await views.sample(), accept="", accept_encoding="").body.decode()
         status = await views.status_document()
