@@ -55,8 +55,9 @@ class ChildProcess(Protocol):
     def signal_group(self, signum: int) -> bool: ...
 
 
-#: Forks and execs ``argv`` with exactly ``env``; raises OSError, ValueError (a NUL byte) or
-#: SubprocessError when it cannot.
+#: Forks and execs ``argv`` with exactly ``env``; raises OSError, ValueError (a NUL byte, an
+#: empty command) or SubprocessError when it cannot. Called on the main thread only: the real
+#: one (:class:`EngineProcess`) refuses any other, PDEATHSIG being tied to the forking thread.
 Spawner = Callable[[Sequence[str], Mapping[str, str]], ChildProcess]
 
 #: What a child's exit is handed to: its raw wait status.
