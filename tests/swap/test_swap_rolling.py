@@ -584,3 +584,22 @@ async def test_close_on_a_fresh_store_leaves_the_first_release_on_trial(store, m
     assert outcome.result == "cancelled"
     assert store.active().id == source_release_id(source)
     assert record_of(store, source_release_id(source)).verdict == "pending"
+
+
+async def test_close_during_the_canary_analysis_cuts_its_window_short(
+        store, make_script, v1):
+    target = CountingSupervisor(store, ["gpu0", "gpu1"])
+    coord = SwapCoordinator(store, target, keep_releases=3)
+    analysing = asyncio.Event()
+
+    def progress(event: dict) -> None:
+        if event["event"] == "analysing":
+            analysing.set()
+
+    swap = asyncio.create_task(coord.swap(make_script("v2-good"), settle=0,
+                                          plan=plan(seconds=3600), progress=progress))
+    await analysing.wait()
+    coord.close(SHUTDOWN)
+    outcome = await asyncio.wait_for(swap, 5)  # not the hour of the window
+    assert outcome.result == "cancelled" and store.active().id == v1.id
+    assert target.log == [("restart", "gpu0")]  # the canary; gpu1 never moved
