@@ -10,12 +10,14 @@ supervisor's SIGTERM lands inside it.
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
 from sv_harness import FAKE_ENGINE, start_supervisor, wait_until, write_config
 
 from cuzkd.supervisor.statedir import StateDirLock
@@ -77,3 +79,31 @@ def test_sigterm_during_a_swap_cancels_it_and_exits_within_the_grace(tmp_path: P
     assert (record.verdict, record.reason) == ("rejected", "cancelled: supervisor shutting down")
     [cancel] = sup.events("swap_cancelled")
     assert cancel["reason"] == "supervisor shutting down"
+
+
+def test_a_swap_asked_for_while_the_supervisor_stops_is_told_to_come_back(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The route answers 503 once the coordinator is closed; ``cuzkd swap`` exits 75."""
+    from aiohttp import web
+
+    from cuzkd.swap import cli as swap_cli
+    from cuzkd.swap.control import swap_routes
+    from cuzkd.swap.rolling import SwapCoordinator
+
+    async def main() -> int:
+        coordinator = SwapCoordinator(ReleaseStore(tmp_path / "state"), target=None,  # type: ignore[arg-type]
+                                      keep_releases=2)
+        coordinator.close("supervisor shutting down")
+        app = web.Application()
+        swap_routes(coordinator)(app)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        sock = tmp_path / "control.sock"
+        await web.UnixSite(runner, str(sock)).start()
+        try:
+            return await swap_cli._stream(sock, {"path": str(tmp_path / "new")}, "swap")
+        finally:
+            await runner.cleanup()
+
+    assert asyncio.run(main()) == 75
+    assert "refused: no swap now: supervisor shutting down" in capsys.readouterr().err
