@@ -192,10 +192,10 @@ def test_as_pid_1_the_handled_signals_still_arrive(tmp_path: Path) -> None:
         pytest.skip(f"cannot create a PID namespace here: {probe.stderr.strip()}")
     sup = start_supervisor(write_config(tmp_path, [fake_engine(tmp_path, "a")]),
                            prefix=["unshare", "--pid", "--fork", "--mount-proc"])
+    children = Path(f"/proc/{sup.proc.pid}/task/{sup.proc.pid}/children").read_text().split()
+    [pid1] = [int(c) for c in children]  # the supervisor, seen from outside
     try:
         assert sup.about()["pid"] == 1
-        children = Path(f"/proc/{sup.proc.pid}/task/{sup.proc.pid}/children").read_text().split()
-        [pid1] = [int(c) for c in children]  # the supervisor, seen from outside
         os.kill(pid1, signal.SIGUSR1)
         os.kill(pid1, signal.SIGRTMIN + 3)
         wait_until(lambda: sup.events("engine_state_dump") and
@@ -203,4 +203,6 @@ def test_as_pid_1_the_handled_signals_still_arrive(tmp_path: Path) -> None:
         os.kill(pid1, signal.SIGTERM)
         assert sup.proc.wait(20) == 0
     finally:
+        if pid_alive(pid1):  # killing unshare would leave its namespace running
+            os.kill(pid1, signal.SIGKILL)
         sup.close()
