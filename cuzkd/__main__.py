@@ -2,6 +2,6 @@
 
 import sys
 
-from cuzkd.cli import main
+from cuzkd.entry import main
 
 sys.exit(main())

@@ -19,14 +19,16 @@ from cuzkd.status.document import Extensions, StatusDocument
 #: them to ``cuzkd.supervisor.lifecycle.State``).
 ENGINE_STATES: tuple[str, ...] = ("starting", "running", "backoff", "stopping", "stopped", "failed")
 #: A swap's results (what ``cuzkd swap`` reports); ``failed`` is a rollback that could not bring
-#: every engine back.
-SwapResult = Literal["ok", "rolled_back", "refused", "failed"]
+#: every engine back; ``cancelled``: the supervisor shut down while it ran (the store was put
+#: back as it found it).
+SwapResult = Literal["ok", "rolled_back", "refused", "failed", "cancelled"]
 #: The ``result`` label of ``cuzkd_binary_swaps_total``, always exported (0 before the first):
 #: ``failed`` counts as ``rolled_back`` (the store was flipped back).
-SWAP_RESULTS: tuple[SwapResult, ...] = ("ok", "rolled_back", "refused")
+SWAP_RESULTS: tuple[SwapResult, ...] = ("ok", "rolled_back", "refused", "cancelled")
 #: The ``result`` label of ``cuzkd_binary_rollbacks_total`` (``cuzkd swap --rollback``): a
-#: rollback refused (no accepted release to go to) or undone (its engines failed) is ``failed``.
-ROLLBACK_RESULTS: tuple[str, ...] = ("ok", "failed")
+#: rollback refused (no accepted release to go to) or undone (its engines failed) is ``failed``;
+#: one the supervisor's shutdown cut short is ``cancelled``.
+ROLLBACK_RESULTS: tuple[str, ...] = ("ok", "failed", "cancelled")
 #: Why the supervisor stopped an engine: the ``reason`` label of
 #: ``cuzkd_engine_stop_inflight_partitions_total`` (a fixed set).
 StopReason = Literal["operator", "reload", "swap", "stall", "shutdown"]

@@ -5,16 +5,17 @@ and wires them: the child table (every spawn, the reaper), the engine set (the r
 plans, shutdown of the engines), the control API on a Unix socket and the read-only metrics
 listener (both typed against the protocols in :mod:`.interfaces`, never this module), the
 reload (:mod:`.reload`: SIGHUP and ``POST /v1/reload``). What it keeps for itself is what is
-supervisor-wide: the state dir lock, the signal handlers (TERM/INT stop, HUP reload), the
+supervisor-wide: the state dir lock, the signals (what each means is :mod:`.signals`'
+table, installed by :mod:`.signalinstall`; this module carries the decisions out), the
 servers, sd_notify and the watchdog, the optional demo load. Every task it starts is
-cancelled and awaited before :meth:`Supervisor.run` returns.
+cancelled and awaited before :meth:`Supervisor.run` returns; the shutdown -- engines, a swap
+in flight, the servers -- stays within ``shutdown_grace``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import signal
 from collections.abc import Callable, Mapping, Sequence
 
 import msgspec
@@ -22,8 +23,8 @@ import structlog
 
 from cuzkd.config import Config
 from cuzkd.gpus import GpuView
-from cuzkd.ratelimit import LimitedLog
-from cuzkd.supervisor import demo, errorlog
+from cuzkd.ratelimit import LimitedLog, RateLimiter
+from cuzkd.supervisor import demo, dumps, errorlog, signals
 from cuzkd.supervisor.children import ChildTable
 from cuzkd.supervisor.control import RouteHook, build_control_app
 from cuzkd.supervisor.engines import EngineSet
@@ -32,6 +33,7 @@ from cuzkd.supervisor.notify import Notifier
 from cuzkd.supervisor.process import set_child_subreaper
 from cuzkd.supervisor.reload import ConfigReloader
 from cuzkd.supervisor.servers import Servers, StartupError
+from cuzkd.supervisor.signalinstall import LoopSignals
 from cuzkd.supervisor.startup import startup_fields
 from cuzkd.supervisor.statedir import ControlSocketLock, StateDirBusy, StateDirLock
 from cuzkd.supervisor.tasks import TaskSet
@@ -39,6 +41,12 @@ from cuzkd.supervisor.views import SupervisorViews
 from cuzkd.supervisor.web import build_metrics_app
 
 log = structlog.get_logger("cuzkd.supervisor")
+
+#: One line per signal and meaning per this many seconds (a second SIGUSR1 a few seconds after
+#: the first still dumps; a flood of them writes one dump a second).
+SIGNAL_LOG_INTERVAL = 1.0
+#: What a swap in flight is told when the shutdown cancels it.
+SHUTDOWN_REASON = "supervisor shutting down"
 
 
 class Supervisor:
@@ -63,6 +71,9 @@ class Supervisor:
         self._notifier = Notifier()
         self._stop_event = asyncio.Event()
         self._stop_signals = 0
+        #: loop time by which the shutdown must be over (set by the first stop request)
+        self._stop_deadline: float | None = None
+        self._signal_log = LimitedLog(RateLimiter(SIGNAL_LOG_INTERVAL))
         self._tasks = TaskSet()
         self._metrics_bound = ("", 0)
         #: repeated errors (accept failing, refused connections) log once per 10 s per kind
@@ -94,9 +105,9 @@ class Supervisor:
             log.warning("subreaper_refused", detail="orphaned grandchildren will not be reaped")
         self.children.install(loop)
         self.engines.clock.start()  # from now on a freeze of the supervisor is seen
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, self._on_stop_signal, signum)
-        loop.add_signal_handler(signal.SIGHUP, self._on_reload_signal)
+        loop_signals = LoopSignals(loop, self._on_signal)
+        for signum in loop_signals.install():  # those that came during start-up, replayed
+            self._on_signal(signum)
         try:
             await self.engines.load_gpu_view()
             await self.engines.stop_previous_leftovers()
@@ -117,7 +128,7 @@ class Supervisor:
             self._notifier.send("STOPPING=1", "STATUS=stopping engines")
             log.info("supervisor_stopping")
             await self._tasks.cancel_all()
-            await self.engines.stop_all(self.engines.config.supervisor.shutdown_grace,
+            await self.engines.stop_all(self._grace_left(),
                                         hurry=self._stop_signals > 1)
             await self.engines.stop_adopted()
             return 0
@@ -125,12 +136,18 @@ class Supervisor:
             log.error("supervisor_start_failed", error=str(exc))
             return 1
         finally:
-            await self._shutdown(loop)
+            await self._shutdown(loop_signals)
             control_lock.release()
             lock.release()
 
     def request_stop(self) -> None:
+        """Begin the shutdown: no engine starts any more, a swap in flight is cancelled (its
+        client told why), and ``shutdown_grace`` starts to run."""
+        if self._stop_deadline is None:
+            self._stop_deadline = (asyncio.get_running_loop().time()
+                                   + self.config.supervisor.shutdown_grace)
         self.engines.begin_stopping()
+        self.binaries.coordinator.close(SHUTDOWN_REASON)
         self._stop_event.set()
 
     @property
@@ -146,34 +163,49 @@ class Supervisor:
         self._metrics_bound = (host, port)
         self.views.metrics_address = f"{host}:{port}"
 
-    async def _shutdown(self, loop: asyncio.AbstractEventLoop) -> None:
+    def _grace_left(self) -> float:
+        """Seconds left of ``shutdown_grace`` (all of it when no stop was requested: a
+        start-up that failed)."""
+        grace = self.config.supervisor.shutdown_grace
+        if self._stop_deadline is None:
+            return grace
+        return max(0.0, self._stop_deadline - asyncio.get_running_loop().time())
+
+    async def _shutdown(self, loop_signals: LoopSignals) -> None:
+        self.binaries.coordinator.close(SHUTDOWN_REASON)  # also after a failed start-up
         await self._tasks.cancel_all()
         await self.engines.close()
         self.engines.clock.close()
-        await self._servers.close()
-        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            loop.remove_signal_handler(signum)
+        await self._servers.close(self._grace_left())
+        loop_signals.uninstall()
         self.children.uninstall()
         self.children.reap()
         log.info("supervisor_stopped", zombies_reaped=self.children.zombies_reaped)
 
     # -- signals and children ----------------------------------------------------------
 
-    def _on_stop_signal(self, signum: int) -> None:
-        self._stop_signals += 1
-        name = signal.Signals(signum).name
-        if self._stop_signals == 1:
-            log.info("signal_received", signal=name, action="stopping engines")
-            self.request_stop()
-        else:
-            log.warning("signal_received", signal=name, action="killing engines now")
-            self.engines.kill_now()
-
-    def _on_reload_signal(self) -> None:
-        # While reloading, queue another (the file may have changed again); never while
-        # starting (the engines are being spawned from the file just read) or stopping.
-        if self.views.phase in ("running", "reloading"):
-            self._tasks.start(self._reloader.on_signal())
+    def _on_signal(self, signum: int) -> None:
+        """Carry out :func:`signals.decide`'s decision. Only sets flags and starts tasks: a
+        handler that awaited could be held up, and the second SIGTERM must always hurry."""
+        decision = signals.decide(signum, self.views.phase, self._stop_signals)
+        logged = decision.event is None or self._signal_log.log(
+            log, decision.level, decision.event, key=(signum, decision),
+            signal=signals.name_of(signum), action=decision.detail, phase=self.views.phase)
+        match decision:
+            case signals.Decision.STOP:
+                self._stop_signals += 1
+                self.request_stop()
+            case signals.Decision.HURRY:
+                self._stop_signals += 1
+                self.engines.kill_now()
+            case signals.Decision.RELOAD:
+                self._tasks.start(self._reloader.on_signal())
+            case signals.Decision.DUMP_STATE if logged:  # a flood dumps once per interval
+                dumps.log_state(log, {**self.views.about(),
+                                      "release": self.engines.release_verdict()},
+                                self.engines.engines_info())
+            case signals.Decision.DUMP_STACKS if logged:
+                dumps.log_task_stacks(log, asyncio.all_tasks())
 
     async def _watchdog(self, interval: float) -> None:
         while True:

@@ -114,9 +114,15 @@ class EngineSet:
     def start_all(self) -> None:
         """Add and start every configured engine (nothing once stopping)."""
         for spec in self.config.engine:
-            runner = self.add(spec)
-            if not self._stopping:
-                runner.start()
+            self._add_started(spec)
+
+    def _add_started(self, spec: EngineConfig) -> None:
+        """Add ``spec``'s runner and start it, unless stopping: an engine spawned after the
+        shutdown's stop_all took its list would be abandoned running (then SIGKILLed by
+        PDEATHSIG, without a drain)."""
+        runner = self.add(spec)
+        if not self._stopping:
+            runner.start()
 
     async def load_gpu_view(self) -> None:
         """NVML, once, before the first start; without it the GPU memory gate is off, said
@@ -165,8 +171,8 @@ class EngineSet:
         for spec in new.engine:
             if spec.name in old:
                 self._runners[spec.name] = old[spec.name]
-            else:
-                self.add(spec).start()
+            else:  # unless a shutdown came while the old ones were stopping
+                self._add_started(spec)
         log.info("reloaded", engines=list(self._runners),
                  restarted_or_removed=[r.name for r in gone])
         return todo

@@ -181,12 +181,12 @@ class EngineRunner:
         self._apply(self.lifecycle.start_requested(self._clock()))
 
     async def start_and_wait(self) -> None:
-        """Start (if not running) and return once a process was spawned or spawning failed."""
+        """Start (if not running) and return once a process was spawned, spawning failed, or
+        a stop came first."""
         spawns = self._spawns
         self.start()
         if self.lifecycle.state in (State.STOPPING, State.BACKOFF):
-            await self.wait_for(lambda: self._spawns != spawns or self.lifecycle.state is
-                                State.FAILED)
+            await self._wait_spawned(spawns)
 
     async def stop(self, reason: StopReason = "operator") -> None:
         """Stop and return once no process is left (the stop sequence bounds it)."""
@@ -208,12 +208,22 @@ class EngineRunner:
         await self.wait_for(lambda: self.lifecycle.state in (State.STOPPED, State.FAILED))
 
     async def restart(self, *, swap: bool = False) -> None:
-        """Graceful stop then start; returns once the new process is spawned (or failed).
-        ``swap``: a binary swap's restart (exit cause ``swap`` instead of ``stopped``)."""
+        """Graceful stop then start; returns once the new process is spawned (or failed, or a
+        stop overtook it). ``swap``: a binary swap's restart (exit cause ``swap`` instead of
+        ``stopped``)."""
         spawns = self._spawns
         self._stop_reason = "swap" if swap else "operator"
         self._apply(self.lifecycle.restart_requested(self._clock(), swap=swap))
-        await self.wait_for(lambda: self._spawns != spawns or self.lifecycle.state is State.FAILED)
+        await self._wait_spawned(spawns)
+
+    async def _wait_spawned(self, spawns: int) -> None:
+        """Until a spawn after the ``spawns``-th, or none is coming: ``failed``, or
+        ``stopped`` -- a stop (the supervisor's shutdown) overtook the restart, and a wait
+        for a spawn that will never come would hold its caller (a swap, a control request)
+        and with it the shutdown. Right after a start or restart request the engine is never
+        ``stopped``: it is stopping, in backoff, or starting (a spawn waiting)."""
+        await self.wait_for(lambda: self._spawns != spawns
+                            or self.lifecycle.state in (State.FAILED, State.STOPPED))
 
     def kill_now(self) -> None:
         """Skip the rest of the stop sequence (drain, stop_timeout): SIGKILL the group of a

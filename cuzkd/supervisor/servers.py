@@ -5,10 +5,16 @@ the read-only metrics app on ``metrics.listen`` through the :class:`GatedListene
 the connection count under the descriptor limit. Either failing to bind is a
 :class:`StartupError` naming the address: the daemon logs it and exits 1 before any engine
 starts.
+
+Closing is bounded (:meth:`Servers.close`): a request still being handled when the supervisor
+exits -- a ``cuzkd swap`` stream, a ``cuzkd restart`` waiting on its engine -- gets what is left
+of ``shutdown_grace``, then is cancelled; aiohttp's own default would wait 60 s for it, and again
+60 s for it to end cancelled, with the state dir still locked.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,6 +28,10 @@ from cuzkd.units import parse_listen
 from cuzkd.unixsock import bind_private_socket
 
 log = structlog.get_logger("cuzkd.supervisor")
+
+#: The least a request still in progress at exit gets to end, even with no grace left (aiohttp
+#: reads a wait of 0 as "no limit").
+MIN_HANDLER_WAIT = 0.5
 
 
 class StartupError(Exception):
@@ -65,11 +75,18 @@ class Servers:
                                f"{exc.strerror}") from None
         return str(host), int(port)
 
-    async def close(self) -> None:
+    async def close(self, within: float) -> None:
+        """Stop listening, and end within about ``within`` seconds (at least
+        :data:`MIN_HANDLER_WAIT`) however long the requests in progress would take."""
         if self._listener is not None:
             self._listener.close()
+        # aiohttp waits its shutdown_timeout twice -- for the handlers to end, then for the
+        # cancelled ones to unwind -- and takes it only at construction (a private attribute
+        # since): each wait gets half of what is left, the two runners close side by side.
+        wait = max(MIN_HANDLER_WAIT, within / 2)
         for runner in self._runners:
-            await runner.cleanup()
+            runner._shutdown_timeout = wait
+        await asyncio.gather(*(runner.cleanup() for runner in self._runners))
         if self._control_socket is not None:  # ours only once bound
             self._control_socket.unlink(missing_ok=True)
 

@@ -3,7 +3,8 @@
 
 Talks to ``POST /v1/swap`` on the control socket and prints each step as it streams in.
 Exit 0 when every affected engine ended healthy on the new release, 1 when the swap was refused
-or rolled back, or the rollback refused or undone (the reason is printed), 69 when the
+or rolled back, or the rollback refused or undone (the reason is printed), 75 (EX_TEMPFAIL: try
+again later) when the supervisor shut down meanwhile and cancelled it, 69 when the
 supervisor can't be reached, 78 for a bad config. ``--history`` reads ``GET /v1/swap/history``.
 """
 
@@ -20,6 +21,10 @@ from typing import Any
 
 from cuzkd.config import load_or_default
 from cuzkd.control_client import BASE_URL, call, control_session
+
+#: A swap the supervisor's shutdown cancelled (sysexits.h EX_TEMPFAIL): nothing was judged, the
+#: store is as before; run it again once the supervisor is back.
+EX_TEMPFAIL = 75
 
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
@@ -173,7 +178,7 @@ async def _stream(socket_path: Path, request: dict[str, Any], operation: str) ->
         if resp.status >= 400:
             body = await resp.json(content_type=None)
             print(f"cuzkd swap: refused: {body.get('error')}", file=sys.stderr)
-            return 1
+            return EX_TEMPFAIL if resp.status == 503 else 1  # 503: shutting down
         result: dict[str, Any] = {}
         async for raw in resp.content:
             event = json.loads(raw)
@@ -218,4 +223,4 @@ def _report(result: dict[str, Any], operation: str) -> int:
         return 0
     print(f"{operation} {result['result']}: {result['reason']} "
           f"(active release: {result['release']})", file=sys.stderr)
-    return 1
+    return EX_TEMPFAIL if result["result"] == "cancelled" else 1

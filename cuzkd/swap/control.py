@@ -5,7 +5,9 @@ The answer streams newline-delimited JSON: one object per step (``installed``, `
 can print progress per engine while a rolling restart that takes minutes is under way.
 Everything that can be refused before a step is taken is answered with a plain 4xx JSON error
 instead: a malformed request (400), a file that can't be a release (422), a swap already
-running (409).
+running (409), the supervisor shutting down (503). A shutdown while a swap streams cancels it
+(:meth:`~cuzkd.swap.rolling.SwapCoordinator.close`): the stream still ends with its result,
+``cancelled``, at once.
 
 ``GET /v1/swap/history`` answers the release history (``cuzkd swap --history``): every record,
 the active release and where ``--rollback`` would go; 503 when the store cannot be read.
@@ -95,6 +97,8 @@ def swap_routes(coordinator: SwapCoordinator) -> Callable[[web.Application], Non
             return _error(400, "bad swap request: give either `path` or `rollback: true`")
         if req.rollback and plan is not None:
             return _error(400, "bad swap request: `analysis` is for a swap, not a rollback")
+        if coordinator.closed is not None:
+            return _error(503, f"no swap now: {coordinator.closed}")
         if coordinator.busy:
             return _error(409, "swap in progress: wait for it to finish")
         if req.path is not None:

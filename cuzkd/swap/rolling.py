@@ -10,6 +10,11 @@ engines proving while one restarts than take the whole host down; and if the new
 only one engine has been moved onto it when that becomes clear. On failure ``current`` is
 flipped back first, so every engine restarted afterwards -- by us or by a crash -- comes back on
 the old release.
+
+A shutdown cancels the operation under way (:meth:`SwapCoordinator.close`): it stops at the
+wait it is in and puts ``current`` back where it found it, so the next start runs every engine
+on the release that was active before, never on one that a cut-short settle period or canary
+analysis did not judge.
 """
 
 from __future__ import annotations
@@ -17,10 +22,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 import msgspec
 import structlog
@@ -37,6 +42,8 @@ ACCEPT_RETRY = 1.0
 Progress = Callable[[dict[str, Any]], None]
 
 _log = structlog.get_logger(__name__)
+
+T = TypeVar("T")
 
 
 class SwapTarget(Protocol):
@@ -78,6 +85,21 @@ class AnalysisPlan:
 
 class SwapInProgress(Exception):
     """Another swap holds the lock; the caller answers 409."""
+
+
+class SwapCancelled(Exception):
+    """:meth:`SwapCoordinator.close` came while the operation waited; the message says why."""
+
+
+@dataclass
+class _Underway:
+    """What an operation found, and what it has put on trial: what a cancel puts back."""
+
+    operation: Literal["swap", "rollback"]
+    #: the release active when it began (None: none, or an unusable store)
+    before: str | None
+    #: a swap's new release, once put in service (verdict pending)
+    trial: Release | None = None
 
 
 @dataclass(frozen=True)
@@ -122,10 +144,27 @@ class SwapCoordinator:
         self.counts: dict[str, int] = dict.fromkeys(SWAP_RESULTS, 0)
         self.rollback_counts: dict[str, int] = dict.fromkeys(ROLLBACK_RESULTS, 0)
         self._lock = asyncio.Lock()
+        #: why no operation may run any more (see :meth:`close`); None while open
+        self.closed: str | None = None
+        #: the wait the operation under way is in (see :meth:`_unless_closed`)
+        self._waiting: asyncio.Future[Any] | None = None
 
     @property
     def busy(self) -> bool:
         return self._lock.locked()
+
+    def close(self, reason: str) -> None:
+        """Cancel the swap or rollback under way and refuse later ones, for ``reason``
+        (``supervisor shutting down``).
+
+        The operation stops at the wait it is in -- an engine's restart or settle period, the
+        smoke run, the analysis window -- never inside a store write, and ends as
+        ``cancelled`` (see :meth:`_cancelled`). Its engines are left to whoever closed it:
+        the supervisor is stopping them.
+        """
+        self.closed = reason
+        if self._waiting is not None:
+            self._waiting.cancel()
 
     def active_release(self) -> str | None:
         """The active release id; None when there is none or the store is unusable."""
@@ -169,66 +208,141 @@ class SwapCoordinator:
     ) -> SwapOutcome:
         """Swap the active release to a copy of ``source`` and roll the engines onto it; with a
         ``plan``, the canaries first, judged by the analysis before the rest move."""
+        return await self._cancellable("swap", progress, lambda underway: self._swap(
+            source, smoke_args, smoke_timeout, settle, progress, plan, underway))
+
+    async def _cancellable(
+        self, operation: Literal["swap", "rollback"], progress: Progress,
+        work: Callable[[_Underway], Coroutine[Any, Any, SwapOutcome]],
+    ) -> SwapOutcome:
+        """Run ``work`` as the one operation under way; a :meth:`close` meanwhile ends it
+        through :meth:`_cancelled`; after one, nothing is tried (nor counted: nothing was
+        judged), and the answer is the same ``cancelled`` -- run it again later."""
         async with self._exclusive():
+            if self.closed is not None:
+                return SwapOutcome("cancelled", self.active_release(), None, self.closed)
+            underway = _Underway(operation, self.active_release())
             try:
-                self.store.validate_source(source)
-                # Refusals found while copying (the source changed, a full disk) and a
-                # failed flip below change nothing the engines run: still a refusal.
-                release = await asyncio.to_thread(self.store.install, source)
-            except (ReleaseError, OSError) as exc:
-                return self.refuse(str(exc))
-            self._step(progress, "installed", release=release.id, binary=str(release.binary))
-            if smoke_args is not None:
-                cause = await self.target.run_oneshot(
-                    [str(release.binary), *smoke_args], smoke_timeout
-                )
-                self._step(progress, "smoke_test", release=release.id, cause=cause)
-                if cause != "exit_0":
-                    refusal = f"smoke test {list(smoke_args)} ended with {cause}"
-                    await self._judge(release, "rejected", refusal, progress, trial=True)
-                    return self.refuse(refusal)
-            engines = self.target.engine_names_using_binary()
-            before: analysis.Tally | None = None
-            if plan is not None and engines and len(engines) <= plan.canary:
-                # No engine would stay on the old release to compare with: the canaries'
-                # own window on it, before the swap, is the baseline.
-                self._step(progress, "analysis_baseline", engines=engines, seconds=plan.seconds)
-                before = await self._window(engines, plan.seconds)
+                return await work(underway)
+            except SwapCancelled as cancel:
+                return await self._cancelled(underway, str(cancel), progress)
+
+    async def _cancelled(self, underway: _Underway, reason: str,
+                         progress: Progress) -> SwapOutcome:
+        """Put the store back as the cancelled operation found it.
+
+        ``current`` is flipped back if it moved (one rename; no engine is restarted: the
+        engines are being stopped), so the next start runs the release that was active
+        before. A swap's release still pending on trial is rejected with ``reason``, as
+        recovery would reject it as interrupted; one already judged keeps its verdict. With
+        nothing to flip back to (the first release of a fresh store), the release stays
+        active and pending, to be accepted once its engines are healthy, like a seed.
+        """
+        if self.active_release() != underway.before:
             try:
-                await asyncio.to_thread(self.store.put_in_service, release, "swap")
-                previous = await asyncio.to_thread(self.store.activate, release)
+                restored = await asyncio.to_thread(self.store.rollback)
+                self._step(progress, "rolled_back", release=restored.id)
             except (ReleaseError, OSError) as exc:
-                return self.refuse(f"cannot activate release {release.id}: {exc}")
-            self._step(
-                progress, "activated", release=release.id,
-                previous=previous.id if previous else None,
-            )
-            verdict: analysis.Verdict | None = None
-            if plan is None or not engines:
-                moved, reason = await self._roll(engines, settle, progress)
-            else:
-                canaries, rest = engines[:plan.canary], engines[plan.canary:]
-                moved, reason = await self._roll(canaries, settle, progress)
-                if reason is None:
-                    verdict = await self._analyse(canaries, rest, before, plan, progress)
-                    reason = _analysis_refusal(verdict, plan)
-                if reason is None:
-                    more, reason = await self._roll(rest, settle, progress)
-                    moved += more
-            found = None if verdict is None else verdict.as_json()
+                self._step(progress, "rollback_impossible", reason=str(exc))
+        trial = underway.trial
+        if trial is not None and self.active_release() != trial.id and self._pending(trial):
+            await self._judge(trial, "rejected", f"cancelled: {reason}", progress)
+        if underway.operation == "swap":
+            self._count("cancelled")
+        else:
+            self._count_rollback("cancelled")
+        _log.warning("swap_cancelled", operation=underway.operation, reason=reason,
+                     release=self.active_release())
+        return SwapOutcome("cancelled", self.active_release(), underway.before, reason)
+
+    def _pending(self, release: Release) -> bool:
+        try:
+            record = self.store.verdict(release)
+        except (ReleaseError, OSError):
+            return False
+        return record is not None and record.verdict == "pending"
+
+    async def _unless_closed(self, wait: Awaitable[T]) -> T:
+        """Await ``wait`` -- a wait on engines or on time -- unless :meth:`close` comes first:
+        then ``wait`` is cancelled and SwapCancelled raised. Only such waits are cut short:
+        a store write always runs to its end, so a cancel never finds the store half-way."""
+        task = asyncio.ensure_future(wait)
+        if self.closed is not None:
+            task.cancel()
+            raise SwapCancelled(self.closed)
+        self._waiting = task
+        try:
+            return await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if self.closed is None or (current is not None and current.cancelling()):
+                raise  # cancelled from outside (the loop is being torn down): not ours
+            raise SwapCancelled(self.closed) from None
+        finally:
+            self._waiting = None
+
+    async def _swap(self, source: Path, smoke_args: Sequence[str] | None, smoke_timeout: float,
+                    settle: float, progress: Progress, plan: AnalysisPlan | None,
+                    underway: _Underway) -> SwapOutcome:
+        try:
+            self.store.validate_source(source)
+            # Refusals found while copying (the source changed, a full disk) and a
+            # failed flip below change nothing the engines run: still a refusal.
+            release = await asyncio.to_thread(self.store.install, source)
+        except (ReleaseError, OSError) as exc:
+            return self.refuse(str(exc))
+        self._step(progress, "installed", release=release.id, binary=str(release.binary))
+        if smoke_args is not None:
+            cause = await self._unless_closed(self.target.run_oneshot(
+                [str(release.binary), *smoke_args], smoke_timeout))
+            self._step(progress, "smoke_test", release=release.id, cause=cause)
+            if cause != "exit_0":
+                refusal = f"smoke test {list(smoke_args)} ended with {cause}"
+                await self._judge(release, "rejected", refusal, progress, trial=True)
+                return self.refuse(refusal)
+        engines = self.target.engine_names_using_binary()
+        before: analysis.Tally | None = None
+        if plan is not None and engines and len(engines) <= plan.canary:
+            # No engine would stay on the old release to compare with: the canaries'
+            # own window on it, before the swap, is the baseline.
+            self._step(progress, "analysis_baseline", engines=engines, seconds=plan.seconds)
+            before = await self._unless_closed(self._window(engines, plan.seconds))
+        try:
+            await asyncio.to_thread(self.store.put_in_service, release, "swap")
+            underway.trial = release
+            previous = await asyncio.to_thread(self.store.activate, release)
+        except (ReleaseError, OSError) as exc:
+            return self.refuse(f"cannot activate release {release.id}: {exc}")
+        self._step(
+            progress, "activated", release=release.id,
+            previous=previous.id if previous else None,
+        )
+        verdict: analysis.Verdict | None = None
+        if plan is None or not engines:
+            moved, reason = await self._roll(engines, settle, progress)
+        else:
+            canaries, rest = engines[:plan.canary], engines[plan.canary:]
+            moved, reason = await self._roll(canaries, settle, progress)
             if reason is None:
-                self._count("ok")
-                accepted = _healthy(engines, settle) + (
-                    "" if verdict is None else f"; {verdict.summary()}")
-                await self._judge(release, "accepted", accepted, progress, analysis=found)
-                _log.info("swap_done", release=release.id, engines=engines)
-                await self._prune(progress)
-                return SwapOutcome("ok", release.id, previous.id if previous else None, None,
-                                   engines, found)
-            self._count("rolled_back")
-            await self._judge(release, "rejected", reason, progress, analysis=found)
-            outcome = await self._undo(release, previous, moved, reason, settle, progress)
-            return dataclasses.replace(outcome, analysis=found)
+                verdict = await self._analyse(canaries, rest, before, plan, progress)
+                reason = _analysis_refusal(verdict, plan)
+            if reason is None:
+                more, reason = await self._roll(rest, settle, progress)
+                moved += more
+        found = None if verdict is None else verdict.as_json()
+        if reason is None:
+            self._count("ok")
+            accepted = _healthy(engines, settle) + (
+                "" if verdict is None else f"; {verdict.summary()}")
+            await self._judge(release, "accepted", accepted, progress, analysis=found)
+            _log.info("swap_done", release=release.id, engines=engines)
+            await self._prune(progress)
+            return SwapOutcome("ok", release.id, previous.id if previous else None, None,
+                               engines, found)
+        await self._judge(release, "rejected", reason, progress, analysis=found)
+        outcome = await self._undo(release, previous, moved, reason, settle, progress)
+        self._count("rolled_back")  # once the engines are back (a cancel counts otherwise)
+        return dataclasses.replace(outcome, analysis=found)
 
     async def _analyse(self, canaries: Sequence[str], rest: Sequence[str],
                        before: analysis.Tally | None, plan: AnalysisPlan,
@@ -238,8 +352,8 @@ class SwapCoordinator:
         meanwhile. The verdict is streamed, logged and returned."""
         self._step(progress, "analysing", canaries=list(canaries),
                    baseline="self" if before is not None else list(rest), seconds=plan.seconds)
-        windows, check_cause = await asyncio.gather(
-            self._windows([*canaries, *rest], plan.seconds), self._check(canaries[0], plan))
+        windows, check_cause = await self._unless_closed(asyncio.gather(
+            self._windows([*canaries, *rest], plan.seconds), self._check(canaries[0], plan)))
         ours = [windows.get(name) for name in canaries]
         kind: analysis.Baseline
         if before is not None:
@@ -297,34 +411,37 @@ class SwapCoordinator:
         rejected and the rollback undone: ``current`` flips back and the moved engines restart
         on the release that was active before.
         """
-        async with self._exclusive():
-            try:
-                current = self.store.active()
-                target = self.store.rollback_target()
-                if current is None or target is None:
-                    raise ReleaseError(_no_target(current))
-                await asyncio.to_thread(self.store.activate, target)
-            except (ReleaseError, OSError) as exc:
-                self._count_rollback("failed")
-                _log.warning("swap_rollback_refused", reason=str(exc))
-                return SwapOutcome("refused", self.active_release(), None, str(exc))
-            self._step(progress, "activated", release=target.id, previous=current.id)
-            engines = self.target.engine_names_using_binary()
-            moved, reason = await self._roll(engines, settle, progress)
-            if reason is None:
-                self._count_rollback("ok")
-                await self._judge(current, "rejected",
-                                  f"rolled back by `cuzkd swap --rollback` to {target.id}",
-                                  progress)
-                _log.info("swap_rollback_done", release=target.id, replaced=current.id)
-                return SwapOutcome("ok", target.id, current.id, None, engines)
+        return await self._cancellable("rollback", progress,
+                                       lambda underway: self._rollback(settle, progress))
+
+    async def _rollback(self, settle: float, progress: Progress) -> SwapOutcome:
+        try:
+            current = self.store.active()
+            target = self.store.rollback_target()
+            if current is None or target is None:
+                raise ReleaseError(_no_target(current))
+            await asyncio.to_thread(self.store.activate, target)
+        except (ReleaseError, OSError) as exc:
             self._count_rollback("failed")
-            await self._judge(target, "rejected", f"rollback to it failed: {reason}", progress)
-            failure = await self._flip_back(moved, settle, progress)
-            detail = f"{reason}; the rollback was undone"
-            if failure is not None:
-                detail += f"; {failure}"
-            return SwapOutcome("failed", self.active_release(), target.id, detail, moved)
+            _log.warning("swap_rollback_refused", reason=str(exc))
+            return SwapOutcome("refused", self.active_release(), None, str(exc))
+        self._step(progress, "activated", release=target.id, previous=current.id)
+        engines = self.target.engine_names_using_binary()
+        moved, reason = await self._roll(engines, settle, progress)
+        if reason is None:
+            self._count_rollback("ok")
+            await self._judge(current, "rejected",
+                              f"rolled back by `cuzkd swap --rollback` to {target.id}",
+                              progress)
+            _log.info("swap_rollback_done", release=target.id, replaced=current.id)
+            return SwapOutcome("ok", target.id, current.id, None, engines)
+        await self._judge(target, "rejected", f"rollback to it failed: {reason}", progress)
+        failure = await self._flip_back(moved, settle, progress)
+        self._count_rollback("failed")  # once the engines are back (a cancel counts otherwise)
+        detail = f"{reason}; the rollback was undone"
+        if failure is not None:
+            detail += f"; {failure}"
+        return SwapOutcome("failed", self.active_release(), target.id, detail, moved)
 
     async def accept_when_healthy(self, settle: float, retry: float = ACCEPT_RETRY) -> None:
         """Accept the active release once every ``{binary}`` engine is healthy through settle.
@@ -465,8 +582,7 @@ class SwapCoordinator:
     async def _restart_one(self, name: str, settle: float, progress: Progress) -> str | None:
         self._step(progress, "restarting", engine=name)
         try:
-            await self.target.restart_engine(name, swap=True)
-            reason = await self.target.wait_healthy(name, settle)
+            reason = await self._unless_closed(self._restarted_healthy(name, settle))
         except KeyError:
             # A reload removed the engine while the swap was rolling: nothing left to move.
             self._step(progress, "skipped", engine=name, reason="engine removed by a reload")
@@ -476,6 +592,10 @@ class SwapCoordinator:
             return None
         self._step(progress, "unhealthy", engine=name, reason=reason)
         return f"engine {name}: {reason}"
+
+    async def _restarted_healthy(self, name: str, settle: float) -> str | None:
+        await self.target.restart_engine(name, swap=True)
+        return await self.target.wait_healthy(name, settle)
 
     def _exclusive(self) -> asyncio.Lock:
         if self._lock.locked():

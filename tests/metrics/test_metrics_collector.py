@@ -155,9 +155,10 @@ def test_supervisor_families(make_engine, scrape):
     assert s.get_value("cuzkd_status_fetch_duration_seconds", engine="e0") == 0.003
     assert s.get_value("cuzkd_zombies_reaped_total") == 7
     assert s.named("cuzkd_binary_swaps_total") == {
-        (("result", "ok"),): 2, (("result", "refused"),): 0, (("result", "rolled_back"),): 0}
+        (("result", "ok"),): 2, (("result", "refused"),): 0, (("result", "rolled_back"),): 0,
+        (("result", "cancelled"),): 0}
     assert s.named("cuzkd_binary_rollbacks_total") == {
-        (("result", "ok"),): 0, (("result", "failed"),): 1}
+        (("result", "ok"),): 0, (("result", "failed"),): 1, (("result", "cancelled"),): 0}
     assert s.get_value("cuzkd_binary_release_info", release="r-2") == 1
     assert s.get_value("cuzkd_engine_release_info", engine="e0", release="r-2") == 1
 
@@ -166,8 +167,8 @@ def test_no_release_no_release_info(make_engine, scrape):
     s = scrape(one([make_engine("e0")]))
     assert not s.named("cuzkd_binary_release_info")
     assert not s.named("cuzkd_engine_release_info")
-    assert len(s.named("cuzkd_binary_swaps_total")) == 3
-    assert len(s.named("cuzkd_binary_rollbacks_total")) == 2
+    assert len(s.named("cuzkd_binary_swaps_total")) == 4
+    assert len(s.named("cuzkd_binary_rollbacks_total")) == 3
 
 
 def test_duplicates_do_not_break_the_exposition(example_status, example_extensions, make_engine,

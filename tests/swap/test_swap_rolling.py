@@ -93,7 +93,7 @@ async def test_swap_rolls_every_binary_engine_one_at_a_time(store, make_script, 
     assert target.down_at_once == 1
     assert target.log[0] == ("smoke", "--version")
     assert [e["event"] for e in events][:2] == ["installed", "smoke_test"]
-    assert coord.counts == {"ok": 1, "rolled_back": 0, "refused": 0}
+    assert coord.counts == {"ok": 1, "rolled_back": 0, "refused": 0, "cancelled": 0}
 
 
 async def test_unhealthy_engine_rolls_everything_back(store, make_script, v1):
@@ -232,8 +232,8 @@ async def test_rollback_after_an_automatic_rollback_never_goes_to_the_crashing_r
     assert outcome.result == "refused"
     assert "no accepted release before the active one" in outcome.reason
     assert store.active().id == v1.id and target.log == []
-    assert coord.rollback_counts == {"ok": 0, "failed": 1}
-    assert coord.counts == {"ok": 0, "rolled_back": 1, "refused": 0}
+    assert coord.rollback_counts == {"ok": 0, "failed": 1, "cancelled": 0}
+    assert coord.counts == {"ok": 0, "rolled_back": 1, "refused": 0, "cancelled": 0}
 
 
 async def test_rollback_goes_to_the_last_accepted_release_and_then_further_back(
@@ -254,8 +254,8 @@ async def test_rollback_goes_to_the_last_accepted_release_and_then_further_back(
     assert left.verdict == "rejected" and "rolled back" in left.reason
     # v2 was left by an operator, v3 crashed: nothing accepted is older than v1.
     assert (await coord.rollback(settle=0)).result == "refused"
-    assert coord.rollback_counts == {"ok": 1, "failed": 1}
-    assert coord.counts == {"ok": 1, "rolled_back": 1, "refused": 0}
+    assert coord.rollback_counts == {"ok": 1, "failed": 1, "cancelled": 0}
+    assert coord.counts == {"ok": 1, "rolled_back": 1, "refused": 0, "cancelled": 0}
 
 
 async def test_a_rollback_that_fails_is_undone_and_its_target_rejected(store, make_script, v1):
@@ -277,7 +277,7 @@ async def test_a_rollback_that_fails_is_undone_and_its_target_rejected(store, ma
     assert "rolled_back" in [e["event"] for e in events]
     verdicts = {r.release: r.verdict for r in store.history()}
     assert verdicts == {v1.id: "rejected", v2: "accepted"}
-    assert coord.rollback_counts == {"ok": 0, "failed": 1}
+    assert coord.rollback_counts == {"ok": 0, "failed": 1, "cancelled": 0}
     assert coord.counts["rolled_back"] == 0
 
 
@@ -456,3 +456,150 @@ async def test_one_engine_is_measured_before_the_swap(store, make_script, v1):
     assert outcome.result == "rolled_back" and outcome.analysis["baseline"] == "self"
     steps = [e["event"] for e in events]
     assert steps.index("analysis_baseline") < steps.index("activated") < steps.index("analysis")
+
+
+# -- a shutdown cancels the operation under way (SwapCoordinator.close) ---------------------
+
+SHUTDOWN = "supervisor shutting down"
+
+
+def record_of(store: ReleaseStore, release_id: str):
+    return next((r for r in store.history() if r.release == release_id), None)
+
+
+async def test_close_cancels_a_swap_in_an_engine_restart_and_puts_the_store_back(
+        store, make_script, v1):
+    target = ScriptedSupervisor(store, ["gpu0", "gpu1"])
+    target.gate = asyncio.Event()  # gpu0's restart never ends by itself
+    coord = SwapCoordinator(store, target, keep_releases=3)
+    events: list[dict] = []
+    source = make_script("v2-good")
+    swap = asyncio.create_task(coord.swap(source, settle=0, progress=events.append))
+    await target.restarting.wait()
+    assert store.active().id == source_release_id(source)  # flipped: gpu0 is being moved
+
+    coord.close(SHUTDOWN)
+    outcome = await swap
+
+    assert (outcome.result, outcome.reason) == ("cancelled", SHUTDOWN)
+    assert store.active().id == v1.id == outcome.release  # the next start runs v1 everywhere
+    v2 = record_of(store, source_release_id(source))
+    assert (v2.verdict, v2.reason) == ("rejected", f"cancelled: {SHUTDOWN}")
+    assert record_of(store, v1.id).verdict == "accepted"
+    assert target.log == []  # gpu0's restart was cut short, gpu1 never touched
+    assert [e["event"] for e in events][-2:] == ["rolled_back", "rejected"]
+    assert coord.counts == {"ok": 0, "rolled_back": 0, "refused": 0, "cancelled": 1}
+    assert not coord.busy
+    later = await coord.swap(make_script("v3-good"), settle=0)  # closed: nothing is tried
+    assert (later.result, later.reason) == ("cancelled", SHUTDOWN)
+    assert store.active().id == v1.id and len(store.releases()) == 2
+    assert coord.counts["cancelled"] == 1 and not target.log
+
+
+class EndlessSmoke(ScriptedSupervisor):
+    """The smoke run never ends by itself; records that it was cancelled."""
+
+    def __init__(self, store: ReleaseStore, engines: list[str]) -> None:
+        super().__init__(store, engines)
+        self.smoking = asyncio.Event()
+        self.smoke_cancelled = False
+
+    async def run_oneshot(self, argv: Sequence[str], timeout: float) -> str:
+        self.smoking.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.smoke_cancelled = True  # the child table kills its process group here
+            raise
+        return "exit_0"
+
+
+async def test_close_during_the_smoke_run_cancels_it_before_anything_changes(
+        store, make_script, v1):
+    target = EndlessSmoke(store, ["gpu0"])
+    coord = SwapCoordinator(store, target, keep_releases=3)
+    history = store.history()
+    swap = asyncio.create_task(coord.swap(make_script("v2-good"), smoke_args=["--version"],
+                                          settle=0))
+    await target.smoking.wait()
+    coord.close(SHUTDOWN)
+    outcome = await swap
+    assert outcome.result == "cancelled" and target.smoke_cancelled
+    assert store.active().id == v1.id and store.history() == history  # never on trial
+    assert target.log == []
+
+
+async def test_close_during_a_rollback_returns_to_the_release_it_left(store, make_script, v1):
+    target = ScriptedSupervisor(store, ["gpu0"])
+    coord = SwapCoordinator(store, target, keep_releases=3)
+    v2 = (await coord.swap(make_script("v2-good"), settle=0)).release
+    target.gate = asyncio.Event()
+    target.restarting.clear()
+    rollback = asyncio.create_task(coord.rollback(settle=0))
+    await target.restarting.wait()
+    assert store.active().id == v1.id  # the rollback flipped to v1, gpu0 is being moved
+    coord.close(SHUTDOWN)
+    outcome = await rollback
+    assert outcome.result == "cancelled"
+    assert store.active().id == v2  # as before the rollback: it did not happen
+    assert record_of(store, v2).verdict == "accepted"  # not rejected by a cut-short rollback
+    assert coord.rollback_counts == {"ok": 0, "failed": 0, "cancelled": 1}
+
+
+async def test_close_while_a_failed_swap_restores_its_engines_keeps_the_failure(
+        store, make_script, v1):
+    target = ScriptedSupervisor(store, ["gpu0"])
+    coord = SwapCoordinator(store, target, keep_releases=3)
+
+    restoring = asyncio.Event()
+
+    def progress(event: dict) -> None:
+        if event["event"] == "rolled_back":  # gpu0 failed on v2: hold its restart on v1
+            target.gate = asyncio.Event()
+            target.restarting.clear()
+            restoring.set()
+
+    source = make_script("v2-bad")
+    swap = asyncio.create_task(coord.swap(source, settle=0, progress=progress))
+    await restoring.wait()
+    await target.restarting.wait()  # set again by gpu0's restart on v1 alone
+    coord.close(SHUTDOWN)
+    outcome = await swap
+    assert outcome.result == "cancelled" and store.active().id == v1.id
+    v2 = record_of(store, source_release_id(source))
+    assert v2.verdict == "rejected" and "gpu0" in v2.reason  # the real reason stays
+    assert coord.counts == {"ok": 0, "rolled_back": 0, "refused": 0, "cancelled": 1}
+
+
+async def test_close_on_a_fresh_store_leaves_the_first_release_on_trial(store, make_script):
+    target = ScriptedSupervisor(store, ["gpu0"])
+    target.gate = asyncio.Event()
+    coord = SwapCoordinator(store, target, keep_releases=3)
+    source = make_script("v1-good")
+    swap = asyncio.create_task(coord.swap(source, settle=0))
+    await target.restarting.wait()
+    coord.close(SHUTDOWN)
+    outcome = await swap
+    # Nothing to go back to: it stays active, pending, accepted once healthy like a seed.
+    assert outcome.result == "cancelled"
+    assert store.active().id == source_release_id(source)
+    assert record_of(store, source_release_id(source)).verdict == "pending"
+
+
+async def test_close_during_the_canary_analysis_cuts_its_window_short(
+        store, make_script, v1):
+    target = CountingSupervisor(store, ["gpu0", "gpu1"])
+    coord = SwapCoordinator(store, target, keep_releases=3)
+    analysing = asyncio.Event()
+
+    def progress(event: dict) -> None:
+        if event["event"] == "analysing":
+            analysing.set()
+
+    swap = asyncio.create_task(coord.swap(make_script("v2-good"), settle=0,
+                                          plan=plan(seconds=3600), progress=progress))
+    await analysing.wait()
+    coord.close(SHUTDOWN)
+    outcome = await asyncio.wait_for(swap, 5)  # not the hour of the window
+    assert outcome.result == "cancelled" and store.active().id == v1.id
+    assert target.log == [("restart", "gpu0")]  # the canary; gpu1 never moved
