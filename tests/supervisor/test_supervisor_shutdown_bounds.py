@@ -20,6 +20,7 @@ from cuzkd.control_client import BASE_URL, control_session
 from cuzkd.ratelimit import LimitedLog
 from cuzkd.supervisor.engines import EngineSet
 from cuzkd.supervisor.lifecycle import State
+from cuzkd.supervisor.runclock import RunClock
 from cuzkd.supervisor.servers import Servers
 
 
@@ -27,7 +28,7 @@ def test_a_restart_that_the_shutdown_overtakes_returns(tmp_path: Path) -> None:
     async def main() -> tuple[str | None, int]:
         engines = StandInEngines(Script(ignores_stop=True))
         group = EngineSet(config_of(tmp_path, {"name": "e", "stop_timeout": "10s"}),
-                          engines.table, clock=asyncio.get_running_loop().time)
+                          engines.table, clock=RunClock(asyncio.get_running_loop().time))
         group.start_all()
         runner = group.runner("e")
         await in_state(runner, State.RUNNING)
@@ -97,7 +98,7 @@ def test_a_reload_the_shutdown_overtakes_starts_no_engine(tmp_path: Path) -> Non
     async def main() -> tuple[int, list[State]]:
         engines = StandInEngines(Script(ignores_stop=True))
         group = EngineSet(config_of(tmp_path, {"name": "e", "stop_timeout": "10s"}),
-                          engines.table, clock=asyncio.get_running_loop().time)
+                          engines.table, clock=RunClock(asyncio.get_running_loop().time))
         group.start_all()
         await in_state(group.runner("e"), State.RUNNING)
         new = config_of(tmp_path, {"name": "e", "stop_timeout": "9s"}, {"name": "added"})
