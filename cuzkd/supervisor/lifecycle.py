@@ -197,9 +197,9 @@ class Lifecycle:
         """A status poll finished (``ok``: a valid document came back; else ``error`` says
         why). The error is kept as ``last_error`` until a poll succeeds or the next spawn, and a
         kill for silence names it: an engine killed for its status never reports only "silent".
-        A failed poll that is not ``fresh`` -- it spanned a freeze of the supervisor (see
+        A failed poll that is not ``fresh`` -- the supervisor was frozen for much of it (see
         :mod:`cuzkd.supervisor.runclock`): its timeout ran out while nothing read the reply --
-        says nothing about the engine and never leads to a kill; only polls made after the
+        says nothing about the engine and never leads to a kill; polls made after the
         supervisor runs again do."""
         if self.state not in (State.STARTING, State.RUNNING):
             return []

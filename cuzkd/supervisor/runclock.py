@@ -14,9 +14,10 @@ compares the monotonic clock with the heartbeat's due time: lateness beyond
 :data:`FREEZE_THRESHOLD` is a freeze, seen by the first reading after the resume -- whichever
 callback reads first, so no decision is ever taken on a clock that still counts the freeze.
 :meth:`RunClock.now` is the monotonic clock less every freeze, so a deadline read from it
-excludes them; :attr:`RunClock.epoch` counts freezes, so a caller can tell that something it
-began before one (a status poll in flight) says nothing about the engine, and insist on fresh
-evidence gathered after the supervisor runs again. The arithmetic is :class:`FreezeLedger`'s,
+excludes them; :attr:`RunClock.frozen_seconds_total` read before and after a wait tells how
+much of it the supervisor spent frozen, so a status poll whose timeout ran out mostly while
+nothing read the reply says nothing about the engine (:func:`said_nothing`), and fresh evidence
+gathered after the supervisor runs again decides. The arithmetic is :class:`FreezeLedger`'s,
 pure and fed plain numbers.
 """
 
@@ -36,6 +37,16 @@ HEARTBEAT = 0.25
 #: A timer this many seconds late means the supervisor did not run (a busy loop is a few ms
 #: late; anything under this is not subtracted, which errs on the engine's side by at most it).
 FREEZE_THRESHOLD = 0.5
+#: A failed wait frozen for at least this share of its timeout was no fair trial.
+UNFAIR_SHARE = 0.5
+
+
+def said_nothing(frozen_during: float, timeout: float) -> bool:
+    """Whether a wait with ``timeout`` that failed, during which the supervisor was frozen for
+    ``frozen_during`` seconds, says nothing about the other side: its time ran out mostly while
+    nobody read the answer. A share, not "any freeze at all": a loop blocked again and again
+    (a hostile document, a starved host) must still find an engine that never answers."""
+    return frozen_during >= UNFAIR_SHARE * timeout
 
 
 @dataclass
@@ -86,8 +97,8 @@ class RunClock:
         self._beat: asyncio.TimerHandle | None = None
 
     @property
-    def epoch(self) -> int:
-        """How many freezes have been seen: a wait that began in another epoch spanned one."""
+    def freezes(self) -> int:
+        """How many freezes have been seen."""
         self._check()
         return self._ledger.freezes
 

@@ -57,7 +57,7 @@ from cuzkd.supervisor.oom import OomCounters
 from cuzkd.supervisor.output import log_lines
 from cuzkd.supervisor.process import spawn_error_is_transient
 from cuzkd.supervisor.proctree import tree_usage
-from cuzkd.supervisor.runclock import RunClock
+from cuzkd.supervisor.runclock import RunClock, said_nothing
 from cuzkd.supervisor.stall import StallEvidence, StallWatch
 from cuzkd.supervisor.stopsequence import (
     DrainOver,
@@ -542,13 +542,14 @@ class EngineRunner:
             return
         while self.lifecycle.state in (State.STARTING, State.RUNNING):
             await asyncio.sleep(cadence.poll_delay(self.lifecycle.state))
-            epoch = self._run_clock.epoch
+            frozen_before = self._run_clock.frozen_seconds_total
             ok = await self.status_source.poll()
             self._note_descendants()
             error = None if ok else self.status_source.last_error
             now = self._clock()
-            # A poll that spanned a freeze of the supervisor tells nothing of the engine.
-            fresh = self._run_clock.epoch == epoch
+            # A poll that timed out while the supervisor was frozen tells nothing of the engine.
+            fresh = ok or not said_nothing(
+                self._run_clock.frozen_seconds_total - frozen_before, self.spec.status_timeout)
             if error is not None and fresh and not cadence.failure_expected(
                     now, self.lifecycle.state, self.lifecycle.spawned_at):
                 # polled every 100 ms while starting: one line per 10 s per kind of error

@@ -54,7 +54,7 @@ class SupervisorViews:
             config_reload_success_time=self.reload_success_at,
             proof_deadlines=engines.config.metrics.deadlines(),
             gpus=await self._gpu_devices(),
-            freezes_total=engines.clock.epoch,
+            freezes_total=engines.clock.freezes,
             frozen_seconds_total=engines.clock.frozen_seconds_total,
             log_lines_dropped_total=dict(self._log_drops()),
         )

@@ -66,7 +66,7 @@ def test_the_first_reading_after_a_freeze_already_excludes_it() -> None:
             after = clock.now()
         clock.close()
         assert [e["event"] for e in logs] == ["supervisor_resumed"]
-        return before, after, clock.epoch
+        return before, after, clock.freezes
 
     before, after, epoch = run_virtual(main)
     assert epoch == 1
@@ -182,6 +182,43 @@ def test_stall_after_counts_only_the_time_the_supervisor_ran(tmp_path: Path) -> 
     (killed_at, signum), *_ = first.signals
     assert signum == signal.SIGKILL
     assert 180 <= killed_at - first.spawned_at - frozen <= 180 + 2
+
+
+def test_a_loop_blocked_again_and_again_still_finds_a_hung_engine(tmp_path: Path) -> None:
+    """The supervisor blocked 0.7 s in every 2 s (a hostile document elsewhere, a starved
+    host): each poll of an engine that never answers spans a freeze, but most of its
+    status_timeout ran while the supervisor did, so it counts -- the engine is still killed,
+    unhealthy_after of running time after its last answer."""
+    async def main() -> tuple[StandIn, float, float]:
+        server = PieceServer(DOCUMENT)
+        address = await server.start_unix(tmp_path / "status.sock")
+        engines = StandInEngines(Script())
+        loop = virtual_loop()
+
+        def block() -> None:
+            loop.freeze(0.7)
+            loop.call_later(2.0, block)
+
+        with structlog.testing.capture_logs():
+            runner = runner_of(tmp_path, engines, status_url=address, drain="none",
+                               stall_after="0s")
+            runner.start()
+            assert await runner.wait_for(lambda: runner.lifecycle.state is State.RUNNING)
+            last_ok = runner.lifecycle.last_ok
+            assert last_ok is not None
+            server.hang = True
+            loop.call_soon(block)
+            assert await runner.wait_for(lambda: len(engines.spawned) > 1, within=120), \
+                "the hung engine was never killed"
+            frozen = runner._run_clock.frozen_seconds_total
+            await finish(runner, server)
+        return engines.spawned[0], last_ok, frozen
+
+    first, last_ok, frozen = run_virtual(main)
+    (stopped_at, signum), *_ = first.signals
+    assert signum == signal.SIGTERM
+    assert frozen > 0
+    assert 15 <= (stopped_at - frozen) - last_ok <= 15 + 1 + 5 + 0.5
 
 
 def test_stop_timeout_counts_only_the_time_the_supervisor_ran(tmp_path: Path) -> None:
