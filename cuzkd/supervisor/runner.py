@@ -120,9 +120,10 @@ class EngineRunner:
             Backoff(spec.backoff_initial, spec.backoff_max, spec.backoff_multiplier,
                     spec.backoff_reset_after),
         )
+        self._log = log.bind(engine=spec.name)
         #: None for an engine without a status URL: supervised by its process alone
         self.status_source = StatusSource(
-            self.status_address, timeout=spec.status_timeout, log=log.bind(engine=spec.name)
+            self.status_address, timeout=spec.status_timeout, log=self._log
         ) if self.status_address is not None else None
         self._process: ChildProcess | None = None
         self._exited: asyncio.Event = asyncio.Event()
@@ -151,7 +152,6 @@ class EngineRunner:
         self._killed = False
         #: the stop signal went to the current process's group (its survivors may finish)
         self._stop_signalled = False
-        self._log = log.bind(engine=spec.name)
         #: repeated errors of this engine (spawn failing on every retry) log once per 10 s
         self._limited = LimitedLog()
         #: the current process's descendants, and the leftovers of exited ones being stopped
