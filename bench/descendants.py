@@ -3,7 +3,7 @@
 Starts a process with N threads (a busy cuzk runs hundreds: rayon and tokio pools) and times
 what a health poll may do for its engine: the tree walk (``proctree.descendants``: one
 ``children`` file read per thread), and the scan of the supervisor's adopted children
-(``procs.adopted``). Prints the median of each in milliseconds; the runner walks at most every
+(``pids.adopted``). Prints the median of each in milliseconds; the runner walks at most every
 ``DESCENDANT_WALK`` seconds and scans the adopted children at every poll.
 """
 
@@ -16,9 +16,9 @@ import sys
 import time
 from collections.abc import Callable
 
-from cuzkd.supervisor import procs
-from cuzkd.supervisor.cadence import DESCENDANT_WALK
-from cuzkd.supervisor.proctree import descendants
+from cuzkd.supervisor.core.cadence import DESCENDANT_WALK
+from cuzkd.supervisor.proc import pids
+from cuzkd.supervisor.proc.tree import descendants
 
 _THREADS = """
 import sys, threading, time
@@ -48,7 +48,7 @@ def main() -> None:
         assert proc.stdout is not None
         proc.stdout.readline()
         walk = median_ms(lambda: descendants(proc.pid))
-        adopted = median_ms(lambda: procs.adopted([proc.pid]))
+        adopted = median_ms(lambda: pids.adopted([proc.pid]))
     finally:
         proc.kill()
         proc.wait()

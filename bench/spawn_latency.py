@@ -45,7 +45,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import cuzkd
-from cuzkd.supervisor.process import EngineProcess
+from cuzkd.supervisor.proc.spawn import EngineProcess
 
 _DLOPEN_TARGET = "libm.so.6"
 

@@ -26,8 +26,8 @@ from cuzkd.status.document import (
     Synthesis,
     encode_status,
 )
-from cuzkd.supervisor.cadence import STALL_SAMPLES
-from cuzkd.supervisor.stall import StallWatch
+from cuzkd.supervisor.core.cadence import STALL_SAMPLES
+from cuzkd.supervisor.core.stall import StallWatch
 
 
 def document(jobs: int, moved: bool) -> StatusDocument:

@@ -2,6 +2,6 @@
 
 import sys
 
-from cuzkd.entry import main
+from cuzkd.cli import main
 
 sys.exit(main())

@@ -1,6 +1,6 @@
 """``cuzkd engine`` (serve the reference engine) and ``cuzkd bench`` (load it): the handlers.
 
-Their arguments are in :mod:`cuzkd.engine_commands`, which imports this module on use.
+Their arguments are in :mod:`cuzkd.cli.engine_commands`, which imports this module on use.
 
 The engine's start-up does no heavy work before it binds: config, backend choice and empty
 queues only, so a supervisor's first ``/status`` poll is answered within a fraction of a second.

@@ -16,7 +16,7 @@ from cuzkd.status.document import Extensions, StatusDocument
 
 #: Every supervisor-side engine state, exported as ``cuzkd_engine_state{state=...}``, in the
 #: order of their codes on the dashboards (grafana/generate.py reads them from here; a test ties
-#: them to ``cuzkd.supervisor.lifecycle.State``).
+#: them to ``cuzkd.supervisor.core.lifecycle.State``).
 ENGINE_STATES: tuple[str, ...] = ("starting", "running", "backoff", "stopping", "stopped", "failed")
 #: A swap's results (what ``cuzkd swap`` reports); ``failed`` is a rollback that could not bring
 #: every engine back; ``cancelled``: the supervisor shut down while it ran (the store was put

@@ -28,7 +28,7 @@ from typing import Any, BinaryIO, TypeVar
 
 import structlog
 
-from cuzkd.swap import history, procexe, rules
+from cuzkd.swap import history, inuse, rules
 from cuzkd.swap.fsutil import (
     fsync_dir,
     make_temp_symlink,
@@ -294,7 +294,7 @@ class ReleaseStore:
         protected = {r.id for r in (active, self.previous()) if r is not None}
         protected |= history.protected(self.history(), _id_of(active),
                                        {r.id for r in ordered})
-        protected |= _executed_ids(ordered, procexe.running_executables())
+        protected |= _executed_ids(ordered, inuse.running_executables())
         doomed = set(rules.select_prunable([r.id for r in ordered], keep, protected))
         removed = []
         for release in ordered:
@@ -444,19 +444,19 @@ def source_release_id(path: Path) -> str:
 
 def release_of_pid(pid: int, store: ReleaseStore) -> str | None:
     """The id of the release that process ``pid`` executes, or None (gone, or not a release)."""
-    exe = procexe.executable_of(pid)
+    exe = inuse.executable_of(pid)
     if exe is None:
         return None
     return next(iter(_executed_ids(store.releases(), [exe])), None)
 
 
-def _executed_ids(releases: Iterable[Release], exes: Iterable[procexe.Executable]) -> set[str]:
-    identities = [(r.id, procexe.identify(r.binary)) for r in releases]
+def _executed_ids(releases: Iterable[Release], exes: Iterable[inuse.Executable]) -> set[str]:
+    identities = [(r.id, inuse.identify(r.binary)) for r in releases]
     running = list(exes)
     return {
         rid
         for rid, ident in identities
-        if ident is not None and any(procexe.executes(exe, ident) for exe in running)
+        if ident is not None and any(inuse.executes(exe, ident) for exe in running)
     }
 
 

@@ -1,4 +1,4 @@
-"""``cuzkd.supervisor.proctree``: the per-scrape process-tree walk on real processes.
+"""``cuzkd.supervisor.proc.tree``: the per-scrape process-tree walk on real processes.
 
 The supervisor reports each engine's RSS and CPU summed over its whole tree; the walk reads the
 kernel's per-thread children lists instead of psutil's whole-process-table scan (the latter was
@@ -14,7 +14,7 @@ import sys
 import psutil
 from sv_harness import wait_until
 
-from cuzkd.supervisor.proctree import descendants, tree_usage
+from cuzkd.supervisor.proc.tree import descendants, tree_usage
 
 # A child that starts a grandchild from a second thread and another from its main thread, each
 # with a great-grandchild: the children lists of every thread must be walked.

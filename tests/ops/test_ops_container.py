@@ -19,7 +19,7 @@ import ops_support as ops
 import pytest
 import yaml
 
-from cuzkd.cli import build_parser
+from cuzkd.cli.dispatch import build_parser
 from cuzkd.config import load_config
 from cuzkd.units import parse_duration
 

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from cuzkd.metrics.sample import ENGINE_STATES
-from cuzkd.supervisor.lifecycle import State
+from cuzkd.supervisor.core.lifecycle import State
 from cuzkd.units import parse_duration
 
 GENERATOR = ops.REPO / "grafana" / "generate.py"

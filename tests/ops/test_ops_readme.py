@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from cuzkd.cli import build_parser
-from cuzkd.swap.cli import join_smoke_value
+from cuzkd.cli.dispatch import build_parser
+from cuzkd.cli.swap_commands import join_smoke_value
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 #: ``cuzkd SUBCOMMAND ...`` (also ``.venv/bin/cuzkd``), up to a shell operator or the span's end

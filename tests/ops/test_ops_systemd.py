@@ -18,7 +18,7 @@ from pathlib import Path
 import ops_support as ops
 import pytest
 
-from cuzkd.cli import build_parser
+from cuzkd.cli.dispatch import build_parser
 from cuzkd.config import load_config
 from cuzkd.units import parse_duration
 

@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, TypeVar
 
-from cuzkd.supervisor.children import ChildProcess, ChildTable
+from cuzkd.supervisor.proc.children import ChildProcess, ChildTable
 
 T = TypeVar("T")
 

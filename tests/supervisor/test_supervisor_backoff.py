@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cuzkd.supervisor.backoff import Backoff
+from cuzkd.supervisor.core.backoff import Backoff
 
 
 def make(rand: float = 0.0) -> Backoff:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cuzkd.supervisor.cadence import (
+from cuzkd.supervisor.core.cadence import (
     DESCENDANT_WALK,
     PROCESS_SETTLE,
     STALL_SAMPLES,
@@ -10,7 +10,7 @@ from cuzkd.supervisor.cadence import (
     STARTING_QUIET,
     HealthCadence,
 )
-from cuzkd.supervisor.lifecycle import State
+from cuzkd.supervisor.core.lifecycle import State
 
 
 def cadence(*, health_interval: float = 2.0, start_timeout: float = 60.0,

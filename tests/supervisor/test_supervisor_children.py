@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from sv_harness import wait_until
 
-from cuzkd.supervisor.children import ChildProcess, ChildTable
-from cuzkd.supervisor.process import EngineProcess
+from cuzkd.supervisor.proc.children import ChildProcess, ChildTable
+from cuzkd.supervisor.proc.spawn import EngineProcess
 
 
 class StandIn:

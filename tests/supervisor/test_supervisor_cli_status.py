@@ -19,6 +19,7 @@ import msgspec
 import pytest
 from sv_harness import start_supervisor, write_config
 
+from cuzkd.cli.engine_status import render_engine
 from cuzkd.status.document import (
     Allocations,
     Buffers,
@@ -30,7 +31,6 @@ from cuzkd.status.document import (
     StatusDocument,
     Synthesis,
 )
-from cuzkd.supervisor.engine_view import render_engine
 from cuzkd.units import format_bytes, format_duration
 
 #: cuzk's job ids are long; the view must never cut them.
@@ -44,7 +44,7 @@ def _imported_modules(*args: str) -> set[str]:
                          capture_output=True, text=True, timeout=60)
     names = {line.rsplit("|", 1)[1].strip() for line in out.stderr.splitlines()
              if line.startswith("import time:") and "|" in line}
-    assert "cuzkd.cli" in names, out.stderr[-2000:]
+    assert "cuzkd.cli.dispatch" in names, out.stderr[-2000:]
     return names
 
 

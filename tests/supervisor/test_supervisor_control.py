@@ -16,7 +16,7 @@ from aiohttp import web
 from sv_harness import fake_engine, start_supervisor, unix_request, write_config
 
 from cuzkd.httperrors import JsonErrorsRunner
-from cuzkd.supervisor.control import build_control_app
+from cuzkd.supervisor.web.control_routes import build_control_app
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -15,7 +15,7 @@ from sv_harness import start_supervisor, write_config
 
 from cuzkd.config import ConfigError, parse_config
 from cuzkd.status.document import PARTITIONS
-from cuzkd.supervisor.demo import (
+from cuzkd.supervisor.daemon.demo import (
     EXTRA_SECTOR_JOBS,
     GAP_FACTOR,
     MAX_GAP,

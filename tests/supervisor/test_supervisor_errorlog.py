@@ -1,4 +1,4 @@
-"""``cuzkd.supervisor.errorlog``: asyncio's and aiohttp's error reports become rate-limited
+"""``cuzkd.supervisor.daemon.errorlog``: asyncio's and aiohttp's error reports become rate-limited
 JSON events, never raw tracebacks on stderr."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 
 from cuzkd.logs import configure_logging
 from cuzkd.ratelimit import LimitedLog
-from cuzkd.supervisor import errorlog
+from cuzkd.supervisor.daemon import errorlog
 
 
 @pytest.fixture

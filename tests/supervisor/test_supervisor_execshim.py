@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from cuzkd.supervisor import execshim, process
-from cuzkd.supervisor.children import ChildTable
-from cuzkd.supervisor.process import _SHIM, EngineProcess, spawn_error_is_transient
+from cuzkd.supervisor.proc import execshim, spawn
+from cuzkd.supervisor.proc.children import ChildTable
+from cuzkd.supervisor.proc.spawn import _SHIM, EngineProcess, spawn_error_is_transient
 
 
 def _collect(proc: EngineProcess) -> int:
@@ -228,7 +228,7 @@ def test_spawning_does_not_wait_for_a_lock_another_thread_holds() -> None:
 
 _SUPERVISOR_LIKE = """
 import os, sys, time
-from cuzkd.supervisor.process import EngineProcess
+from cuzkd.supervisor.proc.spawn import EngineProcess
 engine = EngineProcess(["sleep", "60"], os.environ)
 print(engine.pid, flush=True)
 time.sleep(60)
@@ -308,12 +308,12 @@ def test_a_shim_that_cannot_run_is_a_spawn_error_not_an_engine_exit(
     for code, cause, said in (("import sys; sys.exit('Fatal Python error: no encodings')",
                                "exit_1", "Fatal Python error: no encodings"),
                               ("import os; os.kill(os.getpid(), 9)", "signal_SIGKILL", "")):
-        monkeypatch.setattr(process, "_SHIM", (sys.executable, "-I", "-S", "-c", code))
+        monkeypatch.setattr(spawn, "_SHIM", (sys.executable, "-I", "-S", "-c", code))
         with pytest.raises(subprocess.SubprocessError) as caught:
             EngineProcess(["true"], {})
         assert f"ended before it ran ({cause})" in str(caught.value)
         assert said in str(caught.value) and not spawn_error_is_transient(caught.value)
-    monkeypatch.setattr(process, "_SHIM", ("/nonexistent/python", "-I", "-S", "-c", ""))
+    monkeypatch.setattr(spawn, "_SHIM", ("/nonexistent/python", "-I", "-S", "-c", ""))
     with pytest.raises(FileNotFoundError) as missing:  # the interpreter itself gone (a venv)
         EngineProcess(["true"], {})
     assert missing.value.filename == "/nonexistent/python"
@@ -322,7 +322,7 @@ def test_a_shim_that_cannot_run_is_a_spawn_error_not_an_engine_exit(
 
 _STDIO_CLOSED = """
 import os
-from cuzkd.supervisor.process import EngineProcess
+from cuzkd.supervisor.proc.spawn import EngineProcess
 os.close(0)  # a supervisor started with stdin closed: the spec memfd would land on 0
 engine = EngineProcess(["echo", "ran"], {"PATH": os.defpath})
 print(engine.stdout.read().decode().strip(), os.waitpid(engine.pid, 0)[1])

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from sv_harness import fake_engine, start_supervisor, write_config
 
-from cuzkd.supervisor.exitcause import process_cause
-from cuzkd.supervisor.oom import OomCounters, memory_cgroup_events
+from cuzkd.supervisor.core.exitcause import process_cause
+from cuzkd.supervisor.proc.oom import OomCounters, memory_cgroup_events
 
 
 def wait_status(code: str, *, core: bool = False, cwd: Path | None = None) -> int:

@@ -23,9 +23,9 @@ from support.piece_server import PieceServer
 from sv_virtual import Script, StandIn, StandInEngines, VirtualClockLoop, run_virtual
 
 from cuzkd.config import parse_config
-from cuzkd.supervisor.lifecycle import State
-from cuzkd.supervisor.runclock import FREEZE_THRESHOLD, HEARTBEAT, FreezeLedger, RunClock
-from cuzkd.supervisor.runner import EngineRunner
+from cuzkd.supervisor.core.lifecycle import State
+from cuzkd.supervisor.engines.runclock import FREEZE_THRESHOLD, HEARTBEAT, FreezeLedger, RunClock
+from cuzkd.supervisor.engines.runner import EngineRunner
 
 # -- the ledger ---------------------------------------------------------------------------
 

@@ -17,10 +17,10 @@ from sv_harness import fake_engine, start_supervisor, write_config
 
 from cuzkd.config import parse_config
 from cuzkd.gpus import GpuViewError, NvmlDevice, load_gpu_view
-from cuzkd.supervisor.daemon import Supervisor
-from cuzkd.supervisor.gpugate import blocker, cuda_env, wait_for_gpus
-from cuzkd.supervisor.lifecycle import State
-from cuzkd.supervisor.runner import EngineRunner
+from cuzkd.supervisor.core.lifecycle import State
+from cuzkd.supervisor.daemon.root import Supervisor
+from cuzkd.supervisor.engines.gpugate import blocker, cuda_env, wait_for_gpus
+from cuzkd.supervisor.engines.runner import EngineRunner
 
 GIB = 2**30
 UUID0 = "GPU-5f1c7a2e-0b3d-4c8e-9a61-2d4f8e6b1c03"

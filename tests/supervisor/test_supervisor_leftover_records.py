@@ -1,4 +1,4 @@
-"""``cuzkd.supervisor.leftovers``: which recorded processes may be signalled (real processes).
+"""``cuzkd.supervisor.proc.leftovers``: which recorded processes may be signalled (real processes).
 
 A group whose leader exited leaves a member behind, as a wrapper shell's engine does when the
 supervisor is SIGKILLed; the identity rules must find it, and must refuse a record from another
@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from sv_harness import pid_alive
 
-from cuzkd.supervisor import procs
-from cuzkd.supervisor.leftovers import GroupRecord, Records, leftovers
-from cuzkd.supervisor.procs import Proc
+from cuzkd.supervisor.proc import pids
+from cuzkd.supervisor.proc.leftovers import GroupRecord, Records, leftovers
+from cuzkd.supervisor.proc.pids import Proc
 
 # A group leader that starts a member (a child in its group), reports the member's pid, exits.
 _LEADER = """
@@ -36,26 +36,26 @@ def orphaned_group() -> Iterator[tuple[GroupRecord, Proc]]:
                               start_new_session=True, env={**os.environ, "CUZKD_ENGINE": "gpu0"})
     assert leader.stdout is not None
     member_pid = int(leader.stdout.readline())
-    leader_stat = procs.stat(leader.pid)
+    leader_stat = pids.stat(leader.pid)
     assert leader_stat is not None
-    record = GroupRecord("gpu0", procs.boot_id(), leader.pid, leader_stat.start)
+    record = GroupRecord("gpu0", pids.boot_id(), leader.pid, leader_stat.start)
     leader.wait(10)
-    member = procs.identify(member_pid)
+    member = pids.identify(member_pid)
     assert member is not None
     try:
         yield record, member
     finally:
-        procs.send(member, signal.SIGKILL)
+        pids.send(member, signal.SIGKILL)
 
 
 def test_member_of_an_orphaned_group_is_found(orphaned_group: tuple[GroupRecord, Proc]) -> None:
     record, member = orphaned_group
-    assert leftovers(record, procs.boot_id()) == {member}
+    assert leftovers(record, pids.boot_id()) == {member}
 
 
 async def test_found_member_is_stopped(orphaned_group: tuple[GroupRecord, Proc]) -> None:
     record, member = orphaned_group
-    assert await procs.stop(leftovers(record, procs.boot_id()), 5.0) == [member]
+    assert await pids.stop(leftovers(record, pids.boot_id()), 5.0) == [member]
     assert not pid_alive(member.pid)
 
 
@@ -74,13 +74,13 @@ def test_member_started_for_another_engine_is_not_taken(
 def test_reused_pid_is_never_signalled() -> None:
     stranger = subprocess.Popen(["sleep", "60"], start_new_session=True)
     try:
-        st = procs.stat(stranger.pid)
+        st = pids.stat(stranger.pid)
         assert st is not None
         # the record's process started earlier: the pid now names another process
-        reused = GroupRecord("gpu0", procs.boot_id(), stranger.pid, st.start - 1,
+        reused = GroupRecord("gpu0", pids.boot_id(), stranger.pid, st.start - 1,
                              known=[(stranger.pid, st.start - 1)])
-        assert leftovers(reused, procs.boot_id()) == set()
-        assert not procs.send(Proc(stranger.pid, st.start - 1), signal.SIGKILL)
+        assert leftovers(reused, pids.boot_id()) == set()
+        assert not pids.send(Proc(stranger.pid, st.start - 1), signal.SIGKILL)
         assert stranger.poll() is None
     finally:
         stranger.kill()

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from cuzkd.supervisor.backoff import Backoff
-from cuzkd.supervisor.lifecycle import (
+from cuzkd.supervisor.core.backoff import Backoff
+from cuzkd.supervisor.core.lifecycle import (
     CancelScheduledStart,
     Lifecycle,
     Policy,

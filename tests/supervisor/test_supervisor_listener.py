@@ -1,4 +1,4 @@
-"""``cuzkd.supervisor.listener.GatedListener`` in-process, over real TCP connections.
+"""``cuzkd.supervisor.web.listener.GatedListener`` in-process, over real TCP connections.
 
 The limit and idle time are the seams: a limit of 2 or 3 and 1-2 s instead of the descriptor
 budget and 10 s.
@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 
-from cuzkd.supervisor.listener import GatedListener, connection_limit
+from cuzkd.supervisor.web.listener import GatedListener, connection_limit
 
 
 class Served:

@@ -24,7 +24,7 @@ from sv_harness import NotifyListener, read_until, start_supervisor, wait_until,
 
 from cuzkd.config import parse_config
 from cuzkd.logs import MAX_FIELD_DEPTH, engine_line_fields
-from cuzkd.supervisor.startup import startup_fields
+from cuzkd.supervisor.daemon.startup import startup_fields
 
 #: What the talking engine prints: a structlog-style JSON line (with fields named like the
 #: ones the supervisor adds) and a plain one.

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from sv_harness import NotifyListener, fake_engine, start_supervisor, wait_until, write_config
 
-from cuzkd.supervisor.notify import Notifier
+from cuzkd.supervisor.daemon.notify import Notifier
 
 
 def test_notify_sequence(tmp_path: Path) -> None:

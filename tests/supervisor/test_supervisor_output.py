@@ -14,7 +14,7 @@ from typing import Any
 import structlog
 
 from cuzkd.logs import configure_logging
-from cuzkd.supervisor.output import MAX_LINE_BYTES, log_lines
+from cuzkd.supervisor.proc.output import MAX_LINE_BYTES, log_lines
 
 
 class RecordingLogger:

@@ -26,8 +26,8 @@ from sv_harness import (
 )
 
 from cuzkd.config import ConfigError, load_config
-from cuzkd.supervisor import configread
-from cuzkd.supervisor.configread import OffLoopReader, reload_config
+from cuzkd.supervisor.daemon import configread
+from cuzkd.supervisor.daemon.configread import OffLoopReader, reload_config
 
 
 def test_reload_applies_the_difference(tmp_path: Path) -> None:

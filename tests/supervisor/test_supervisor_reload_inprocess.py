@@ -1,6 +1,6 @@
 """The reload in-process: stand-in engines, a real config file, a real sd_notify socket.
 
-:class:`~cuzkd.supervisor.reload.ConfigReloader` is run on an ordinary event loop (the file is
+:class:`~cuzkd.supervisor.daemon.reload.ConfigReloader` runs on an ordinary event loop (the file is
 read on a thread, which a virtual clock would not wait for); the engines are stand-ins spawned
 through the real child table, so a reload's stops and spawns take microseconds. The end-to-end
 reload tests (real processes, real SIGHUP, systemd's notify-reload) stay in
@@ -21,11 +21,11 @@ from sv_virtual import Script, StandInEngines
 from cuzkd.config import load_config
 from cuzkd.httperrors import json_errors
 from cuzkd.ratelimit import LimitedLog
-from cuzkd.supervisor.engines import EngineSet
-from cuzkd.supervisor.lifecycle import State
-from cuzkd.supervisor.notify import Notifier
-from cuzkd.supervisor.reload import ConfigReloader, ReloadOutcome
-from cuzkd.supervisor.views import SupervisorViews
+from cuzkd.supervisor.core.lifecycle import State
+from cuzkd.supervisor.daemon.notify import Notifier
+from cuzkd.supervisor.daemon.reload import ConfigReloader, ReloadOutcome
+from cuzkd.supervisor.engines.engineset import EngineSet
+from cuzkd.supervisor.web.readout import SupervisorViews
 
 
 def write_config(path: Path, *names: str) -> None:

@@ -35,12 +35,12 @@ from cuzkd.metrics.http import render
 from cuzkd.ratelimit import LimitedLog
 from cuzkd.status.client import StatusSource
 from cuzkd.status.document import StatusDocument
-from cuzkd.supervisor.engines import EngineSet, EngineView, plan
-from cuzkd.supervisor.lifecycle import State
-from cuzkd.supervisor.runclock import RunClock
-from cuzkd.supervisor.runner import EngineRunner
-from cuzkd.supervisor.stall import StallEvidence, StallWatch
-from cuzkd.supervisor.views import SupervisorViews
+from cuzkd.supervisor.core.lifecycle import State
+from cuzkd.supervisor.core.stall import StallEvidence, StallWatch
+from cuzkd.supervisor.engines.engineset import EngineSet, EngineView, plan
+from cuzkd.supervisor.engines.runclock import RunClock
+from cuzkd.supervisor.engines.runner import EngineRunner
+from cuzkd.supervisor.web.readout import SupervisorViews
 
 
 def config_of(tmp_path: Path, *engines: dict[str, Any]) -> Config:

@@ -16,12 +16,12 @@ from aiohttp import ClientTimeout, web
 from sv_virtual import Script, StandInEngines, run_virtual
 from test_supervisor_runner_virtual import config_of, in_state
 
-from cuzkd.control_client import BASE_URL, control_session
+from cuzkd.cli.control_client import BASE_URL, control_session
 from cuzkd.ratelimit import LimitedLog
-from cuzkd.supervisor.engines import EngineSet
-from cuzkd.supervisor.lifecycle import State
-from cuzkd.supervisor.runclock import RunClock
-from cuzkd.supervisor.servers import Servers
+from cuzkd.supervisor.core.lifecycle import State
+from cuzkd.supervisor.engines.engineset import EngineSet
+from cuzkd.supervisor.engines.runclock import RunClock
+from cuzkd.supervisor.web.servers import Servers
 
 
 def test_a_restart_that_the_shutdown_overtakes_returns(tmp_path: Path) -> None:

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from cuzkd.supervisor import signalinstall
-from cuzkd.supervisor.signals import LEFT_ALONE, TABLE, Decision, Meaning, decide, name_of
+from cuzkd.supervisor.core.signals import LEFT_ALONE, TABLE, Decision, Meaning, decide, name_of
+from cuzkd.supervisor.daemon import signalinstall
 
 FAULTS = {signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL, signal.SIGSYS,
           signal.SIGABRT, signal.SIGTRAP}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cuzkd.supervisor.process import EngineProcess, spawn_error_is_transient
+from cuzkd.supervisor.proc.spawn import EngineProcess, spawn_error_is_transient
 
 
 def _spawn_error(argv: list[str]) -> OSError:
@@ -51,7 +51,7 @@ def test_nul_byte_is_permanent() -> None:
 # limit to what is open now, so the spawn's pipes cannot be created.
 _EMFILE = """
 import os, resource
-from cuzkd.supervisor.process import EngineProcess, spawn_error_is_transient
+from cuzkd.supervisor.proc.spawn import EngineProcess, spawn_error_is_transient
 hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
 resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")), hard))
 try:

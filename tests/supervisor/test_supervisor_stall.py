@@ -21,7 +21,7 @@ from cuzkd.status.document import (
     StatusDocument,
     Synthesis,
 )
-from cuzkd.supervisor.stall import (
+from cuzkd.supervisor.core.stall import (
     MIN_BUSY_LIMIT,
     STARTUP_FACTOR,
     StallWatch,

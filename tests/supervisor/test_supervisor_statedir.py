@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from sv_harness import start_supervisor, write_config
 
-from cuzkd.supervisor.statedir import StateDirBusy, StateDirLock
+from cuzkd.supervisor.daemon.statedir import StateDirBusy, StateDirLock
 
 
 def test_second_owner_is_refused_naming_the_first(tmp_path: Path) -> None:

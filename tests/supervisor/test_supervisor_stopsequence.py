@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cuzkd.supervisor.stopsequence import (
+from cuzkd.supervisor.core.stopsequence import (
     DRAIN_POLL,
     DrainOver,
     Finished,

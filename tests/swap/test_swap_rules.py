@@ -7,7 +7,7 @@ import stat
 import pytest
 
 from cuzkd.swap import rules
-from cuzkd.swap.procexe import Executable, FileIdentity, executes
+from cuzkd.swap.inuse import Executable, FileIdentity, executes
 
 RID = "0123456789abcdef"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cuzkd.swap import procexe
+from cuzkd.swap import inuse
 from cuzkd.swap.releases import ReleaseStore, release_of_pid
 
 
@@ -74,7 +74,7 @@ def test_a_deleted_executable_protects_nothing_and_does_not_break_the_scan(
         shutil.rmtree(first.binary.parent)  # someone removed it behind the store's back
         again = store.install(source)  # same path again, but a new file
         assert again.binary == first.binary
-        exe = procexe.executable_of(proc.pid)
+        exe = inuse.executable_of(proc.pid)
         assert exe is not None
         assert exe.deleted
         assert exe.path == str(first.binary)
@@ -87,16 +87,16 @@ def test_a_pid_that_does_not_exist_maps_to_no_release(store, make_elf):
     proc = subprocess.Popen(["true"])
     proc.wait()  # reaped: the pid is free
     assert release_of_pid(proc.pid, store) is None
-    assert procexe.executable_of(proc.pid) is None
+    assert inuse.executable_of(proc.pid) is None
 
 
 def test_the_scan_sees_this_process_and_its_children(make_elf):
     binary = make_elf("scan")
     with running(binary) as proc:
-        found = {exe.pid: exe for exe in procexe.running_executables()}
+        found = {exe.pid: exe for exe in inuse.running_executables()}
     assert found[proc.pid].path == str(binary)
     assert not found[proc.pid].deleted
-    assert found[os.getpid()].key == procexe.identify(Path(sys.executable)).key
+    assert found[os.getpid()].key == inuse.identify(Path(sys.executable)).key
 
 
 def test_a_zombie_pins_nothing_and_does_not_break_the_scan(store, make_elf):
@@ -104,7 +104,7 @@ def test_a_zombie_pins_nothing_and_does_not_break_the_scan(store, make_elf):
     proc = subprocess.Popen([release.binary], stdin=subprocess.DEVNULL)
     try:
         os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)  # exited, not reaped: a zombie
-        assert procexe.executable_of(proc.pid) is None
+        assert inuse.executable_of(proc.pid) is None
         assert release_of_pid(proc.pid, store) is None
         assert store.prune(keep=0) == [release]
     finally:

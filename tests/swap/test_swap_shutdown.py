@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from sv_harness import FAKE_ENGINE, start_supervisor, wait_until, write_config
 
-from cuzkd.supervisor.statedir import StateDirLock
+from cuzkd.supervisor.daemon.statedir import StateDirLock
 from cuzkd.swap.releases import ReleaseStore, source_release_id
 
 GRACE = 10.0
@@ -86,7 +86,7 @@ def test_a_swap_asked_for_while_the_supervisor_stops_is_told_to_come_back(
     """The route answers 503 once the coordinator is closed; ``cuzkd swap`` exits 75."""
     from aiohttp import web
 
-    from cuzkd.swap import cli as swap_cli
+    from cuzkd.cli import swap_commands as swap_cli
     from cuzkd.swap.control import swap_routes
     from cuzkd.swap.rolling import SwapCoordinator
 

@@ -1,0 +1,230 @@
+"""Subcommands of the supervisor: ``run``, ``check-config``, ``status``, ``reload``,
+``start|stop|restart``.
+
+Config and control-socket errors propagate to :func:`cuzkd.cli.dispatch.main`, which maps them to
+exit codes (78, 69, 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import http.client
+import json
+import sys
+import time
+from typing import Any
+from urllib.parse import quote
+
+import msgspec
+
+from cuzkd.cli.control_client import ControlRequestFailed, ControlUnavailable, call, get_status
+from cuzkd.cli.engine_status import render_engine
+from cuzkd.cli.swap_commands import describe_active
+from cuzkd.config import (
+    START_WAIT_SLACK,
+    ConfigError,
+    control_socket_despite_errors,
+    load_config,
+    load_or_default,
+)
+from cuzkd.errortext import error_text
+from cuzkd.logs import LOG_FORMATS
+from cuzkd.status.document import StatusDecoder, StatusDocument
+from cuzkd.units import format_duration
+
+#: Seconds a control request may take (start/stop/restart: more, from the engine's timeouts).
+DEFAULT_TIMEOUT = 120.0
+
+
+def register(sub: argparse._SubParsersAction[Any]) -> None:
+    """Add this package's subcommands to ``cuzkd``."""
+    run = sub.add_parser("run", help="run the supervisor daemon (systemd service, container PID 1)")
+    run.add_argument("--config", metavar="PATH", help="TOML config (default: one bundled engine "
+                                                      "per GPU, or one CPU engine)")
+    run.add_argument("--demo", action="store_true",
+                     help="drive bursts of jobs of every proof kind, with idle gaps, into the "
+                          "bundled engines (run as demo engines)")
+    run.add_argument("--log-format", choices=LOG_FORMATS,
+                     help="console lines, JSON lines, or auto: console on a terminal, else "
+                          "JSON (default: the config's supervisor.log_format, auto)")
+    run.set_defaults(handler=_run)
+
+    check = sub.add_parser("check-config", help="validate a config file without starting")
+    check.add_argument("path", metavar="PATH")
+    check.set_defaults(handler=_check_config)
+
+    status = sub.add_parser("status", help="show the supervised engines, or one engine's "
+                                           "workers, jobs, budget and trouble")
+    status.add_argument("name", metavar="NAME", nargs="?",
+                        help="one engine: its GPU workers, jobs, memory budget, exit causes, "
+                             "stalls and last stderr lines")
+    status.add_argument("--config", metavar="PATH", help="config naming the control socket")
+    status.add_argument("--json", action="store_true", help="print the control API's JSON")
+    status.add_argument("--watch", metavar="SECONDS", nargs="?", type=float, const=1.0,
+                        help="with NAME: redraw every SECONDS (default 1) until Ctrl-C")
+    status.set_defaults(handler=_status)
+
+    reload = sub.add_parser("reload", help="apply the config file again and wait for the "
+                                           "outcome (what systemctl reload runs)")
+    reload.add_argument("--config", metavar="PATH", help="config naming the control socket")
+    reload.set_defaults(handler=_reload)
+
+    for verb in ("start", "stop", "restart"):
+        cmd = sub.add_parser(verb, help=f"{verb} one engine")
+        cmd.add_argument("name", metavar="NAME")
+        cmd.add_argument("--config", metavar="PATH", help="config naming the control socket")
+        cmd.set_defaults(handler=_engine_action, verb=verb)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from cuzkd.logs import configure_queued_logging  # the daemon's imports: `run` only
+    from cuzkd.supervisor.daemon.root import Supervisor
+
+    config = load_or_default(args.config)
+    sink = configure_queued_logging(level=config.supervisor.log_level,
+                                    log_format=args.log_format or config.supervisor.log_format)
+    try:
+        return asyncio.run(Supervisor(config, demo=args.demo, log_drops=sink.dropped).run())
+    finally:
+        sink.close()
+
+
+def _check_config(args: argparse.Namespace) -> int:
+    config = load_config(args.path)
+    names = ", ".join(e.name for e in config.engine)
+    print(f"{args.path}: OK ({len(config.engine)} engine(s): {names})")
+    return 0
+
+
+def _control(args: argparse.Namespace, method: str, path: str,
+             timeout: float = DEFAULT_TIMEOUT) -> Any:
+    config = load_or_default(args.config, resolve_hosts=False)
+    return call(config.control_socket, method, path, timeout=timeout)
+
+
+def _status(args: argparse.Namespace) -> int:
+    if args.name is not None or args.watch is not None:
+        return _engine_status(args)
+    body = _control(args, "GET", "/v1/engines")
+    if args.json:
+        print(json.dumps(body, indent=2))
+        return 0
+    print(f"{'ENGINE':<16} {'STATE':<9} {'PID':>7} {'UPTIME':>9} {'RESTARTS':>8}  "
+          f"{'RELEASE':<16}  LAST EXIT")
+    for eng in body["engines"]:
+        print(f"{eng['name']:<16} {eng['state']:<9} {eng['pid'] or '-':>7} "
+              f"{_uptime(eng['started_at']):>9} {eng['restarts']:>8}  "
+              f"{eng.get('release') or '-':<16}  {_last_exit(eng)}")
+    active = describe_active(body["release"]) if "release" in body else None
+    if active is not None:
+        print(active)
+    return 0
+
+
+def _uptime(started_at: float | None) -> str:
+    return "-" if started_at is None else format_duration(time.time() - started_at)
+
+
+def _engine_status(args: argparse.Namespace) -> int:
+    """``cuzkd status NAME [--watch [SECONDS]]``: see :mod:`cuzkd.cli.engine_status`."""
+    if args.name is None or (args.watch is not None and args.watch <= 0):
+        print("cuzkd status: --watch needs an engine NAME and a positive number of seconds",
+              file=sys.stderr)
+        return 2
+    redraw = args.watch is not None and sys.stdout.isatty() and not args.json
+    try:
+        while True:
+            frame = _engine_frame(args)
+            # On a terminal, home the cursor and clear: the view is redrawn in place.
+            sys.stdout.write(("\x1b[H\x1b[2J" if redraw else "") + frame)
+            sys.stdout.flush()
+            if args.watch is None:
+                return 0
+            if not redraw:
+                sys.stdout.write("\n")  # frames of a piped --watch, one blank line apart
+            time.sleep(args.watch)
+    except KeyboardInterrupt:
+        return 0
+
+
+def _engine_frame(args: argparse.Namespace) -> str:
+    body = _control(args, "GET", "/v1/engines")
+    info = next((e for e in body["engines"] if e["name"] == args.name), None)
+    if info is None:
+        raise ControlRequestFailed(f"no engine named {args.name!r}")
+    doc: StatusDocument | None = None
+    error: str | None = None
+    if info["status_address"] is None:  # supervised by its process alone: no document
+        error = "no status_url: supervised by its process alone"
+    elif info["state"] in ("starting", "running"):
+        try:
+            decoded = StatusDecoder().decode(get_status(info["status_address"]))
+        except (OSError, http.client.HTTPException, ValueError) as exc:  # incl. decode errors
+            error = error_text(exc)
+        else:  # what this view shows: the document fetched here, not the supervisor's last
+            doc = decoded.document
+            info = {**info, "status_field_errors": decoded.left_out()}
+    if args.json:
+        status = None if doc is None else msgspec.to_builtins(doc)
+        return json.dumps({"engine": info, "status": status, "error": error}, indent=2) + "\n"
+    return render_engine(info, doc, error, time.time())
+
+
+def _last_exit(eng: dict[str, Any]) -> str:
+    text = eng["last_exit_cause"] or "-"
+    if eng.get("next_restart_at"):
+        text += f" (restart in {max(0.0, eng['next_restart_at'] - time.time()):.1f}s)"
+    if eng.get("last_error"):
+        text += f" error: {eng['last_error']}"
+    if eng.get("status_field_errors"):
+        text += f" status fields {eng['status_field_errors']}"
+    return text
+
+
+def _reload(args: argparse.Namespace) -> int:
+    """Exit 0 once the supervisor applied its config file again (removed and changed engines
+    stopped, new ones started); 78 with the supervisor's reason (file and key) when it refused
+    the file and kept the running config.
+
+    A file that does not validate here is sent to the supervisor all the same: it must refuse
+    it itself, so that its metrics and the reload alert show it.
+    """
+    refused: ConfigError | None = None
+    try:
+        config = load_or_default(args.config, resolve_hosts=False)
+    except ConfigError as exc:
+        refused, socket, timeout = exc, control_socket_despite_errors(args.config), DEFAULT_TIMEOUT
+    else:
+        # The reload waits for the stop sequences of changed engines, as they run them now.
+        socket = config.control_socket
+        timeout = max([DEFAULT_TIMEOUT,
+                       *(e.stop_budget + START_WAIT_SLACK for e in config.engine)])
+    try:
+        body = call(socket, "POST", "/v1/reload", timeout=timeout)
+    except ControlRequestFailed as exc:
+        if exc.status == 422:  # refused: a config error, exit 78
+            raise ConfigError(str(exc)) from None
+        raise
+    except ControlUnavailable:
+        if refused is not None:  # the file's own error says more than a missing socket
+            raise refused from None
+        raise
+    print(f"reloaded: {len(body['engines'])} engine(s): {', '.join(body['engines'])}")
+    return 0
+
+
+def _engine_action(args: argparse.Namespace) -> int:
+    """start/restart answer once the engine is ``running``, stop once it is stopped; the
+    supervisor bounds each wait by the engine's own timeouts, and exit 1 says why it failed."""
+    config = load_or_default(args.config, resolve_hosts=False)
+    spec = next((e for e in config.engine if e.name == args.name), None)
+    # The supervisor's waits are bounded by the engine's timeouts (as it runs them: the file
+    # may have changed since), so wait for its answer at least that long.
+    timeout = DEFAULT_TIMEOUT if spec is None else max(
+        DEFAULT_TIMEOUT, spec.stop_budget + spec.start_timeout + 2 * START_WAIT_SLACK)
+    # Quoted: a name with '/', '?' or '#' must reach the API as a name ("no engine named").
+    body = call(config.control_socket, "POST",
+                f"/v1/engines/{quote(args.name, safe='')}/{args.verb}", timeout=timeout)
+    print(f"{body['name']}: {body['state']} (pid {body['pid'] or '-'})")
+    return 0

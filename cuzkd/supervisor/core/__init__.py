@@ -1,0 +1,1 @@
+"""The pure core: decisions from values and ``now`` (no asyncio, os, sockets or processes)."""

@@ -1,0 +1,56 @@
+"""Why an engine process ended, as one label value from a fixed, documented set.
+
+An operator reading ``cuzkd_engine_exits_total{cause=...}`` needs the cause they can act on,
+not the raw wait status: a SIGKILL from the kernel's OOM killer and one from the supervisor's
+own stop escalation look the same to ``waitpid``. So causes are decided by precedence:
+
+1. the supervisor's own intent -- :data:`INTENT_CAUSES`: ``stopped`` (an operator's stop or
+   restart, a reload, shutdown), ``swap`` (a binary swap's rolling restart), ``unhealthy``,
+   ``stalled``, ``start_timeout`` -- decided by the lifecycle, which knows why it stopped the
+   process;
+2. ``oom_killed``: a SIGKILL the supervisor did not send, while an OOM-kill counter moved (see
+   :mod:`cuzkd.supervisor.proc.oom`);
+3. ``core_dumped``: the process dumped core (WCOREDUMP: SIGSEGV, SIGABRT, ... with core
+   dumps enabled);
+4. ``signal_NAME``: killed by another signal (``signal_SIGKILL``, ``signal_SIGTERM``);
+5. ``exit_N``: exited with status N (``exit_0`` is a clean exit).
+
+Pure: the caller reads the counters and says whether it sent SIGKILL itself.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+#: Causes set by the supervisor's intent, highest precedence first (decided by the lifecycle).
+INTENT_CAUSES: tuple[str, ...] = ("stopped", "swap", "unhealthy", "stalled", "start_timeout")
+OOM_KILLED = "oom_killed"
+CORE_DUMPED = "core_dumped"
+
+
+def process_cause(wait_status: int, *, supervisor_killed: bool, oom_kills_moved: bool,
+                  ) -> tuple[str, bool]:
+    """(cause, clean) of a raw ``waitpid`` status, without the supervisor's intent.
+
+    ``supervisor_killed``: the supervisor sent SIGKILL to this process (its stop escalation or
+    a hurried stop), so a SIGKILL death is never blamed on the OOM killer. ``oom_kills_moved``:
+    an OOM-kill counter covering the process grew while it ran. ``clean`` is True only for
+    ``exit_0``.
+    """
+    if os.WIFSIGNALED(wait_status):
+        signum = os.WTERMSIG(wait_status)
+        if signum == signal.SIGKILL and oom_kills_moved and not supervisor_killed:
+            return OOM_KILLED, False
+        if os.WCOREDUMP(wait_status):
+            return CORE_DUMPED, False
+        return f"signal_{signal_name(signum)}", False
+    code = os.waitstatus_to_exitcode(wait_status)
+    return f"exit_{code}", code == 0
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return str(signum)

@@ -1,0 +1,320 @@
+"""One engine's process lifecycle as a pure state machine.
+
+The I/O shell (:mod:`cuzkd.supervisor.engines.runner`) feeds it events -- the process was spawned,
+a status poll answered or not, the process exited, an operator asked for stop/start/restart, a
+backoff timer fired -- with the current monotonic time, and executes the actions it returns.
+Nothing here touches processes, clocks or the event loop, so every rule (restart policy,
+backoff, hung-engine detection, exit accounting) is unit-tested directly with a fake clock.
+
+States: ``starting`` (spawned, status not answered yet) → ``running`` (status answered) →
+``stopping`` (stop signal sent) → ``stopped``; ``backoff`` (waiting to restart after a
+failure); ``failed`` (will not restart on its own: restart policy, or the command cannot be
+spawned).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter
+from dataclasses import dataclass, field
+
+from cuzkd.supervisor.core.backoff import Backoff
+
+
+class State(enum.StrEnum):
+    STARTING = "starting"
+    RUNNING = "running"
+    BACKOFF = "backoff"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class Spawn:
+    """Start a new process now, then report ``spawned`` or ``spawn_failed``."""
+
+
+@dataclass(frozen=True)
+class Stop:
+    """The stop sequence: drain (``drain``: the engine answered and was asked to stop, so its
+    in-flight work may end first), the stop signal, SIGKILL of the process group after
+    stop_timeout; report ``exited``. ``kill``: SIGKILL at once (a stalled engine has nothing
+    left to drain)."""
+
+    kill: bool = False
+    drain: bool = False
+
+
+@dataclass(frozen=True)
+class ScheduleStart:
+    """Report ``backoff_elapsed`` after ``delay`` seconds."""
+
+    delay: float
+
+
+@dataclass(frozen=True)
+class CancelScheduledStart:
+    """Drop a pending ScheduleStart timer."""
+
+
+Action = Spawn | Stop | ScheduleStart | CancelScheduledStart
+
+
+class _Intent(enum.Enum):
+    """Why a process is being stopped, which decides what its exit leads to."""
+
+    STOP = "stop"
+    RESTART = "restart"
+    SWAP = "swap"
+    UNHEALTHY = "unhealthy"
+    STALLED = "stalled"
+    START_TIMEOUT = "start_timeout"
+
+
+#: The exit cause counted for a process the supervisor stopped (precedence over what the
+#: process itself died of; see :mod:`cuzkd.supervisor.core.exitcause`).
+_INTENT_CAUSE: dict[_Intent, str] = {
+    _Intent.STOP: "stopped",
+    _Intent.RESTART: "stopped",
+    _Intent.SWAP: "swap",
+    _Intent.UNHEALTHY: "unhealthy",
+    _Intent.STALLED: "stalled",
+    _Intent.START_TIMEOUT: "start_timeout",
+}
+#: Intents whose exit is followed by a spawn at once, whatever the restart policy.
+_RESPAWN: frozenset[_Intent] = frozenset((_Intent.RESTART, _Intent.SWAP))
+
+
+@dataclass(frozen=True)
+class Policy:
+    restart: str  # always | on-failure | never
+    start_timeout: float
+    unhealthy_after: float
+
+
+@dataclass(frozen=True)
+class Transition:
+    """What one event did, for the structured log (one event per state change)."""
+
+    old: State
+    new: State
+    reason: str
+
+
+@dataclass
+class Lifecycle:
+    policy: Policy
+    backoff: Backoff
+    state: State = State.STOPPED
+    pid: int | None = None
+    #: monotonic time of the current process's spawn / first healthy answer / last answer
+    spawned_at: float | None = None
+    healthy_since: float | None = None
+    last_ok: float | None = None
+    #: monotonic time the pending backoff timer fires
+    next_start_at: float | None = None
+    restarts: int = 0
+    #: exit cause (:mod:`~cuzkd.supervisor.core.exitcause`: ``stopped``, ``exit_1``, ...) -> count
+    exits: Counter[str] = field(default_factory=Counter)
+    last_exit_cause: str | None = None
+    last_error: str | None = None
+    _intent: _Intent | None = None
+    _started_once: bool = False
+    #: transitions since the shell last called take_transitions() (it logs and clears them)
+    _transitions: list[Transition] = field(default_factory=list)
+
+    # -- operator requests -------------------------------------------------------------
+
+    def start_requested(self, now: float) -> list[Action]:
+        del now
+        if self.state in (State.STOPPED, State.FAILED):
+            return [Spawn()]
+        if self.state is State.BACKOFF:
+            return [CancelScheduledStart(), Spawn()]
+        if self.state is State.STOPPING:
+            self._intent = _Intent.RESTART
+        return []
+
+    def stop_requested(self, now: float) -> list[Action]:
+        del now
+        if self.state in (State.STARTING, State.RUNNING):
+            self._intent = _Intent.STOP
+            return self._stop("stop requested")
+        if self.state is State.BACKOFF:
+            self.next_start_at = None
+            self._move(State.STOPPED, "stop requested")
+            return [CancelScheduledStart()]
+        if self.state is State.STOPPING:
+            self._intent = _Intent.STOP
+        return []
+
+    def restart_requested(self, now: float, *, swap: bool = False) -> list[Action]:
+        """Graceful stop then start; ``swap``: for a binary swap (exit cause ``swap``, else
+        ``stopped``)."""
+        intent = _Intent.SWAP if swap else _Intent.RESTART
+        if self.state in (State.STARTING, State.RUNNING):
+            self._intent = intent
+            return self._stop("swap restart" if swap else "restart requested")
+        if self.state is State.STOPPING:
+            self._intent = intent
+            return []
+        return self.start_requested(now)
+
+    # -- process events ----------------------------------------------------------------
+
+    def spawned(self, pid: int, now: float) -> None:
+        if self._started_once:
+            self.restarts += 1
+        self._started_once = True
+        self.pid = pid
+        self.spawned_at = now
+        self.healthy_since = None
+        self.last_ok = None
+        self.next_start_at = None
+        self.last_error = None
+        self._intent = None
+        self._move(State.STARTING, "spawned")
+
+    def spawn_failed(self, error: str, now: float, *, transient: bool = False) -> list[Action]:
+        """The spawn raised. A ``transient`` error (descriptors or memory short for a moment)
+        is retried through the backoff like a crash; any other leaves the engine ``failed``
+        until an operator starts it again."""
+        self.pid = None
+        self.last_error = error
+        if not transient:
+            self._move(State.FAILED, f"spawn failed: {error}")
+            return []
+        delay = self.backoff.next_delay(None)
+        if delay <= 0:
+            return [Spawn()]
+        self.next_start_at = now + delay
+        self._move(State.BACKOFF, f"spawn failed: {error}, retrying in {delay:.3f}s")
+        return [ScheduleStart(delay)]
+
+    def poll(self, now: float, ok: bool, error: str | None = None, *,
+             fresh: bool = True) -> list[Action]:
+        """A status poll finished (``ok``: a valid document came back; else ``error`` says
+        why). The error is kept as ``last_error`` until a poll succeeds or the next spawn, and a
+        kill for silence names it: an engine killed for its status never reports only "silent".
+        A failed poll that is not ``fresh`` -- the supervisor was frozen for much of it (see
+        :mod:`~cuzkd.supervisor.engines.runclock`): its timeout ran out while nothing read the
+        reply -- says nothing about the engine and never leads to a kill; polls made after the
+        supervisor runs again do."""
+        if self.state not in (State.STARTING, State.RUNNING):
+            return []
+        if not ok and not fresh:
+            return []
+        if ok:
+            self.last_ok = now
+            self.last_error = None
+            if self.state is State.STARTING:
+                self.healthy_since = now
+                self._move(State.RUNNING, "status answered")
+            return []
+        if error:
+            self.last_error = error
+        why = f" (last error: {self.last_error})" if self.last_error else ""
+        if self.state is State.STARTING:
+            assert self.spawned_at is not None
+            if now - self.spawned_at >= self.policy.start_timeout:
+                return self._kill(_Intent.START_TIMEOUT,
+                                  f"status did not answer within start_timeout{why}")
+        elif self.last_ok is not None and now - self.last_ok >= self.policy.unhealthy_after:
+            return self._kill(_Intent.UNHEALTHY, f"status silent for unhealthy_after{why}")
+        return []
+
+    def settled(self, now: float) -> None:
+        """An engine without a status URL stayed alive through its settle time: it counts as
+        running (and healthy, for the backoff reset) from now on, like supervisord's
+        ``startsecs``."""
+        if self.state is State.STARTING:
+            self.healthy_since = self.last_ok = now
+            self._move(State.RUNNING, "process alive through its settle time")
+
+    def spawn_waiting(self, reason: str) -> None:
+        """A spawn waits (for the previous process's leftovers, for GPU memory): ``starting``
+        without a process, so the engine never reads as running while nothing runs."""
+        self.pid = None
+        self.next_start_at = None
+        if self.state is not State.STARTING:
+            self._move(State.STARTING, reason)
+
+    def spawn_abandoned(self, now: float) -> None:
+        """A spawn still waiting (leftovers, GPU memory) was given up because a stop came."""
+        del now
+        self.pid = None
+        self.next_start_at = None
+        self._intent = None
+        if self.state is not State.STOPPED:
+            self._move(State.STOPPED, "stop requested while waiting to spawn")
+
+    def stalled(self, now: float) -> list[Action]:
+        """The stall watchdog fired with ``stall_action = "restart"``: SIGKILL, then a restart
+        whatever the restart policy, through the backoff as after a crash (an engine that
+        stalls again at once must not cycle CUDA contexts and parameter loads flat out)."""
+        del now
+        if self.state is not State.RUNNING:
+            return []
+        self._intent = _Intent.STALLED
+        self._move(State.STOPPING, "stalled: work and no progress")
+        return [Stop(kill=True)]
+
+    def exited(self, cause: str, clean: bool, now: float) -> list[Action]:
+        """The process is gone. ``cause``: what it died of (``exit_N``, ``signal_NAME``,
+        ``oom_killed``, ``core_dumped``); ``clean``: exit 0. The supervisor's intent, if it
+        stopped the process, takes precedence as the counted cause."""
+        intent, self._intent = self._intent, None
+        healthy_for = now - self.healthy_since if self.healthy_since is not None else None
+        self.pid = None
+        self.spawned_at = None
+        self.healthy_since = None
+        if intent is not None:
+            cause, clean = _INTENT_CAUSE[intent], False
+        self.exits[cause] += 1
+        self.last_exit_cause = cause
+        if intent is _Intent.STOP:
+            self._move(State.STOPPED, f"stopped ({cause})")
+            return []
+        if intent in _RESPAWN:
+            return [Spawn()]
+        wants_restart = intent is _Intent.STALLED or self.policy.restart == "always" or (
+            self.policy.restart == "on-failure" and not clean
+        )
+        if not wants_restart:
+            self._move(State.STOPPED if clean else State.FAILED, f"exited ({cause}), "
+                                                                 f"restart={self.policy.restart}")
+            return []
+        delay = self.backoff.next_delay(healthy_for)
+        if delay <= 0:
+            return [Spawn()]
+        self.next_start_at = now + delay
+        self._move(State.BACKOFF, f"exited ({cause}), restarting in {delay:.3f}s")
+        return [ScheduleStart(delay)]
+
+    def backoff_elapsed(self, now: float) -> list[Action]:
+        del now
+        if self.state is not State.BACKOFF:
+            return []
+        return [Spawn()]
+
+    def take_transitions(self) -> list[Transition]:
+        taken, self._transitions = self._transitions, []
+        return taken
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _stop(self, reason: str) -> list[Action]:
+        """A requested stop: drained when the engine is up (a starting one has no work)."""
+        drain = self.state is State.RUNNING
+        self._move(State.STOPPING, reason)
+        return [Stop(drain=drain)]
+
+    def _kill(self, intent: _Intent, reason: str) -> list[Action]:
+        self._intent = intent
+        self._move(State.STOPPING, reason)
+        return [Stop()]
+
+    def _move(self, new: State, reason: str) -> None:
+        self._transitions.append(Transition(self.state, new, reason))
+        self.state = new

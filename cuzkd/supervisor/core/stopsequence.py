@@ -1,0 +1,176 @@
+"""One engine's stop sequence as a pure state object fed ``now``: drain, stop signal, SIGKILL.
+
+The sequence (docs/supervisor.md): let in-flight work end within ``drain_timeout`` -- ``http``
+asks the engine to drain and waits for it to exit, ``quiet`` waits for a status with no
+partition synthesizing or on a GPU -- then the stop signal to the process group, then SIGKILL
+after ``stop_timeout``. A stalled engine skips to SIGKILL (it has nothing left to drain).
+
+Every rule of it -- which deadline applies, when the status is read, which signal counts as the
+one that throws work away, how a drain is judged -- is decided here from values. The runner
+(:meth:`~cuzkd.supervisor.engines.runner.EngineRunner._stop_process`) is a loop that asks
+:meth:`step` what to do, does it, and reports back; so each branch is tested with plain
+numbers and the runner's own tests only need to show that the loop carries steps out.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+#: Longest pause between two status reads while a drain waits (the health interval, if shorter).
+DRAIN_POLL = 0.5
+
+
+@dataclass(frozen=True)
+class RequestDrain:
+    """Ask the engine to drain (``POST /v1/drain``); report :meth:`StopSequence.drain_answered`.
+    ``by``: the drain's deadline, which a request still unanswered then must not outlast (it
+    counts as refused)."""
+
+    by: float
+
+
+@dataclass(frozen=True)
+class ReadStatus:
+    """Read the engine's status now; report :meth:`StopSequence.status_read`. ``by``: the
+    drain's deadline, which a read still unanswered then must not outlast (no quiet seen):
+    a hung status must not stretch the stop past drain_timeout + stop_timeout."""
+
+    by: float
+
+
+@dataclass(frozen=True)
+class DrainOver:
+    """The drain has ended with ``result`` (``clean`` or ``timeout``) after ``seconds``."""
+
+    result: str
+    seconds: float
+
+
+@dataclass(frozen=True)
+class SendSignal:
+    """Signal the process group: SIGKILL when ``kill``, else the engine's stop signal.
+
+    ``ends_work``: the first signal of the sequence -- what is in flight now is what the stop
+    throws away (counted once). ``why``: a SIGKILL's reason, for the log.
+    """
+
+    kill: bool
+    ends_work: bool
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class WaitUntil:
+    """Wait for the process to exit, or until the monotonic time ``at``; then step again."""
+
+    at: float
+
+
+@dataclass(frozen=True)
+class Finished:
+    """Nothing more to do: the process exited, or the last signal (SIGKILL) is sent."""
+
+
+Step = RequestDrain | ReadStatus | DrainOver | SendSignal | WaitUntil | Finished
+
+
+class Phase(enum.Enum):
+    DRAINING = "draining"
+    SIGNAL_DUE = "signal_due"
+    SIGNALLED = "signalled"
+    KILL_DUE = "kill_due"
+    DONE = "done"
+
+
+@dataclass
+class StopSequence:
+    """What one stop does next; build it with :meth:`begin`."""
+
+    #: ``http``, ``quiet`` or ``none`` (none when this stop skips the drain)
+    drain_mode: str
+    drain_timeout: float
+    stop_timeout: float
+    #: seconds between two status reads while draining
+    read_every: float
+    phase: Phase
+    #: when the current phase ends by itself (drain_timeout, then stop_timeout)
+    deadline: float
+    started: float
+    #: why a SIGKILL due at once is sent (``stalled``)
+    kill_reason: str = ""
+    drain_requested: bool = False
+    next_read: float = 0.0
+    quiet_seen: bool = False
+
+    @classmethod
+    def begin(cls, now: float, *, drain_mode: str, drain_timeout: float, stop_timeout: float,
+              health_interval: float, kill_reason: str | None = None) -> StopSequence:
+        """A stop starting at ``now``. ``drain_mode`` ``none`` skips the drain (the engine's
+        setting, or a stop of an engine whose status never answered); ``kill_reason``: SIGKILL
+        at once, for that reason."""
+        if kill_reason is not None:
+            phase, deadline = Phase.KILL_DUE, now
+        elif drain_mode != "none":
+            phase, deadline = Phase.DRAINING, now + drain_timeout
+        else:
+            phase, deadline = Phase.SIGNAL_DUE, now
+        return cls(drain_mode, drain_timeout, stop_timeout, min(health_interval, DRAIN_POLL),
+                   phase, deadline, now, kill_reason or "", next_read=now)
+
+    @property
+    def draining(self) -> bool:
+        return self.phase is Phase.DRAINING
+
+    def drain_answered(self, accepted: bool) -> None:
+        """The drain request's answer: one refused ends the drain (no result is counted) and
+        the stop signal is due at once."""
+        if not accepted and self.phase is Phase.DRAINING:
+            self.phase = Phase.SIGNAL_DUE
+
+    def status_read(self, quiet: bool) -> None:
+        """A status read while draining; ``quiet``: it showed no compute in progress (only a
+        ``quiet`` drain ends on that; an ``http`` drain ends when the engine exits)."""
+        self.quiet_seen = self.quiet_seen or (quiet and self.drain_mode == "quiet")
+
+    def step(self, now: float, *, exited: bool, killed: bool = False) -> Step:
+        """What to do at ``now``. ``exited``: the process is gone; ``killed``: someone
+        (a hurried shutdown) SIGKILLed it meanwhile, so a drain it ended in is no clean one."""
+        match self.phase:
+            case Phase.DRAINING:
+                return self._drain_step(now, exited, killed)
+            case Phase.KILL_DUE:
+                if exited:  # gone before the stop began: nothing to kill, no work lost
+                    return self._finish()
+                self.phase = Phase.DONE
+                return SendSignal(kill=True, ends_work=True, why=self.kill_reason)
+            case Phase.SIGNAL_DUE:
+                if exited:
+                    return self._finish()
+                self.phase, self.deadline = Phase.SIGNALLED, now + self.stop_timeout
+                return SendSignal(kill=False, ends_work=True)
+            case Phase.SIGNALLED:
+                if exited:
+                    return self._finish()
+                if now >= self.deadline:
+                    self.phase = Phase.DONE
+                    return SendSignal(kill=True, ends_work=False, why="stop_timeout elapsed")
+                return WaitUntil(self.deadline)
+        return Finished()
+
+    def _drain_step(self, now: float, exited: bool, killed: bool) -> Step:
+        if self.drain_mode == "http" and not self.drain_requested:
+            self.drain_requested = True
+            return RequestDrain(by=self.deadline)
+        if exited or self.quiet_seen or now >= self.deadline:
+            clean = not killed if exited else self.quiet_seen
+            self.phase = Phase.DONE if exited else Phase.SIGNAL_DUE
+            return DrainOver("clean" if clean else "timeout", now - self.started)
+        if now >= self.next_read:
+            self.next_read = now + self.read_every
+            return ReadStatus(by=self.deadline)
+        return WaitUntil(min(self.next_read, self.deadline))
+
+    def _finish(self) -> Finished:
+        self.phase = Phase.DONE
+        return Finished()

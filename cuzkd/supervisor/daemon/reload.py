@@ -1,0 +1,132 @@
+"""Applying the config file again -- add, remove and restart changed engines only.
+
+Two ways in: SIGHUP, and ``POST /v1/reload`` on the control socket, which ``cuzkd reload``
+calls and which answers only once the reload is over, with its outcome. The shipped unit's
+``ExecReload`` is that command rather than ``kill -HUP``: a signal returns at once, so
+``systemctl reload`` (systemd before 253 has no ``Type=notify-reload``) would return before
+the new config runs, and could never report a refused file.
+
+A reload sends ``RELOADING=1`` when it begins and ``READY=1`` once the engines were added,
+removed and restarted. A bad file is refused whole and the running config kept; the outcome
+feeds ``cuzkd_config_last_reload_successful``. Reloads never overlap (a lock) and never run
+once the supervisor is stopping. Requests that arrive during a reload make one more reload
+after it, not one each: that one reads the file as it is by then, and every request that
+joined it gets its outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import structlog
+from aiohttp import web
+
+from cuzkd.config import Config, ConfigError, default_config
+from cuzkd.httperrors import error_response
+from cuzkd.supervisor.daemon.configread import OffLoopReader, reload_config
+from cuzkd.supervisor.daemon.notify import Notifier
+from cuzkd.supervisor.engines.engineset import EngineSet
+from cuzkd.supervisor.web.readout import SupervisorViews
+
+log = structlog.get_logger("cuzkd.supervisor")
+
+
+@dataclass(frozen=True)
+class ReloadOutcome:
+    """``error`` None: the file was read and applied; else why nothing changed."""
+
+    error: str | None
+    #: the engines configured after it
+    engines: tuple[str, ...]
+    #: the file was fine, the moment was not (the supervisor is starting or stopping)
+    busy: bool = False
+
+
+class ConfigReloader:
+    def __init__(self, engines: EngineSet, views: SupervisorViews, notifier: Notifier, *,
+                 stopping: Callable[[], bool], on_applied: Callable[[], None]) -> None:
+        self._engines = engines
+        self._views = views
+        self._notifier = notifier
+        self._stopping = stopping
+        self._on_applied = on_applied
+        self._lock = asyncio.Lock()
+        self._reader = OffLoopReader(reload_config)
+        #: the outcome of the reload waiting for the running one to end (requests join it)
+        self._queued: asyncio.Future[ReloadOutcome] | None = None
+
+    async def reload(self) -> ReloadOutcome:
+        """Read the file the running config came from (the embedded default without one) and
+        apply it; one that does not validate changes nothing. A reload already waiting to
+        run is joined: its outcome is returned."""
+        if self._queued is not None:
+            return await asyncio.shield(self._queued)
+        queued = self._queued = asyncio.get_running_loop().create_future()
+        try:
+            async with self._lock:
+                self._queued = None
+                outcome = await self._reload_once()
+        except BaseException:
+            queued.cancel()  # those who joined are told it did not happen
+            raise
+        queued.set_result(outcome)
+        return outcome
+
+    async def on_signal(self) -> None:
+        """SIGHUP's reload: its outcome is in the log and the metrics (nobody waits for it)."""
+        await self.reload()
+
+    def routes(self) -> Callable[[web.Application], None]:
+        """A control-app hook adding ``POST /v1/reload``: 200 once the file is applied, 422
+        when it was refused (the error names the file and key), 409 while starting or
+        stopping."""
+        async def handle(request: web.Request) -> web.Response:
+            del request
+            outcome = await self.reload()
+            if outcome.error is None:
+                return web.json_response({"applied": True, "engines": list(outcome.engines)})
+            return error_response(409 if outcome.busy else 422, f"reload refused: {outcome.error}")
+
+        def hook(app: web.Application) -> None:
+            app.router.add_post("/v1/reload", handle)
+
+        return hook
+
+    async def _reload_once(self) -> ReloadOutcome:
+        views = self._views
+        if self._stopping() or views.phase == "starting":
+            # starting: the engines are being spawned from the file just read
+            why = "stopping" if self._stopping() else "still starting"
+            return ReloadOutcome(f"the supervisor is {why}", tuple(self._engines.names()),
+                                 busy=True)
+        views.phase = "reloading"
+        self._notifier.reloading()
+        path = self._engines.config.path
+        try:
+            new = await self._reader.read(path) if path else default_config()
+        except ConfigError as exc:
+            views.reload_ok = False
+            log.error("reload_refused", error=str(exc), detail="keeping the running config")
+            return ReloadOutcome(str(exc), tuple(self._engines.names()))
+        else:
+            views.reload_ok = True
+            views.reload_success_at = time.time()
+            await self._apply(new)
+            return ReloadOutcome(None, tuple(self._engines.names()))
+        finally:
+            # READY=1 ends the reload for systemd: only once the engines were added, removed
+            # and restarted, and never after STOPPING=1.
+            if views.phase == "reloading":
+                views.phase = "running"
+                self._notifier.send("READY=1", views.status_line())
+
+    async def _apply(self, new: Config) -> None:
+        old = self._engines.config
+        if (new.supervisor, new.metrics) != (old.supervisor, old.metrics):
+            log.warning("reload_partial", detail="[supervisor] and [metrics] changes take "
+                                                 "effect at the next start")
+        await self._engines.apply(new)
+        self._on_applied()

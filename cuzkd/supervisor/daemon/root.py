@@ -1,0 +1,218 @@
+"""``cuzkd run``: the supervisor daemon.
+
+The composition root. One asyncio loop runs everything; :class:`Supervisor` builds the parts
+and wires them: the child table (every spawn, the reaper), the engine set (the runners, reload
+plans, shutdown of the engines), the control API on a Unix socket and the read-only metrics
+listener (both typed against the protocols in :mod:`.interfaces`, never this module), the
+reload (:mod:`.reload`: SIGHUP and ``POST /v1/reload``). What it keeps for itself is what is
+supervisor-wide: the state dir lock, the signals (what each means is :mod:`.signals`'
+table, installed by :mod:`.signalinstall`; this module carries the decisions out), the
+servers, sd_notify and the watchdog, the optional demo load. Every task it starts is
+cancelled and awaited before :meth:`Supervisor.run` returns; the shutdown -- engines, a swap
+in flight, the servers -- stays within ``shutdown_grace``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Mapping, Sequence
+
+import msgspec
+import structlog
+
+from cuzkd.config import Config
+from cuzkd.gpus import GpuView
+from cuzkd.ratelimit import LimitedLog, RateLimiter
+from cuzkd.supervisor.core import signals
+from cuzkd.supervisor.daemon import demo, dumps, errorlog
+from cuzkd.supervisor.daemon.notify import Notifier
+from cuzkd.supervisor.daemon.reload import ConfigReloader
+from cuzkd.supervisor.daemon.signalinstall import LoopSignals
+from cuzkd.supervisor.daemon.startup import startup_fields
+from cuzkd.supervisor.daemon.statedir import ControlSocketLock, StateDirBusy, StateDirLock
+from cuzkd.supervisor.engines.engineset import EngineSet
+from cuzkd.supervisor.proc.children import ChildTable
+from cuzkd.supervisor.proc.spawn import set_child_subreaper
+from cuzkd.supervisor.tasks import TaskSet
+from cuzkd.supervisor.web.control_routes import RouteHook, build_control_app
+from cuzkd.supervisor.web.listener import connection_limit
+from cuzkd.supervisor.web.metrics_routes import build_metrics_app
+from cuzkd.supervisor.web.readout import SupervisorViews
+from cuzkd.supervisor.web.servers import Servers, StartupError
+
+log = structlog.get_logger("cuzkd.supervisor")
+
+#: One line per signal and meaning per this many seconds (a second SIGUSR1 a few seconds after
+#: the first still dumps; a flood of them writes one dump a second).
+SIGNAL_LOG_INTERVAL = 1.0
+#: What a swap in flight is told when the shutdown cancels it.
+SHUTDOWN_REASON = "supervisor shutting down"
+
+
+class Supervisor:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        control_routes: Sequence[RouteHook] = (),
+        demo: bool = False,
+        gpu_view: GpuView | None = None,
+        log_drops: Callable[[], Mapping[str, int]] = dict,
+    ) -> None:
+        # --demo: bundled engines start as demo engines (Config.engine_command), reloads too.
+        self.config = msgspec.structs.replace(config, demo=True) if demo else config
+        #: every child's spawn and exit goes through here (see cuzkd.supervisor.proc.children)
+        self.children = ChildTable()
+        #: gpu_view: NVML for the GPU memory gate and cuzkd_gpu_*; loaded by run() unless
+        #: given (tests)
+        self.engines = EngineSet(self.config, self.children, on_change=self._notify_status,
+                                 gpu_view=gpu_view)
+        self.binaries = self.engines.binaries
+        self._notifier = Notifier()
+        self._stop_event = asyncio.Event()
+        self._stop_signals = 0
+        #: loop time by which the shutdown must be over (set by the first stop request)
+        self._stop_deadline: float | None = None
+        self._signal_log = LimitedLog(RateLimiter(SIGNAL_LOG_INTERVAL))
+        self._tasks = TaskSet()
+        self._metrics_bound = ("", 0)
+        #: repeated errors (accept failing, refused connections) log once per 10 s per kind
+        self._limited = LimitedLog()
+        #: log_drops: lines the log sink dropped, by reason (``cuzkd run``'s queued logging)
+        self.views = SupervisorViews(self.engines, self.children, self._limited, log_drops)
+        self._servers = Servers(self._limited)
+        self._reloader = ConfigReloader(self.engines, self.views, self._notifier,
+                                        stopping=lambda: self.stopping,
+                                        on_applied=self._notify_status)
+        self._control_routes = [*control_routes, self.binaries.routes(), self._reloader.routes()]
+
+    # -- the daemon ----------------------------------------------------------------------
+
+    async def run(self) -> int:
+        """Run until SIGTERM/SIGINT (or :meth:`request_stop`); the exit code."""
+        loop = asyncio.get_running_loop()
+        errorlog.install(loop, self._limited)
+        lock = StateDirLock(self.config.state_dir)
+        control_lock = ControlSocketLock(self.config.control_socket)
+        try:
+            lock.acquire()
+            control_lock.acquire()
+        except (StateDirBusy, OSError) as exc:
+            log.error("supervisor_start_failed", error=str(exc))
+            lock.release()
+            return 1
+        if not set_child_subreaper():
+            log.warning("subreaper_refused", detail="orphaned grandchildren will not be reaped")
+        self.children.install(loop)
+        self.engines.clock.start()  # from now on a freeze of the supervisor is seen
+        loop_signals = LoopSignals(loop, self._on_signal)
+        for signum in loop_signals.install():  # those that came during start-up, replayed
+            self._on_signal(signum)
+        try:
+            await self.engines.load_gpu_view()
+            await self.engines.stop_previous_leftovers()
+            await asyncio.to_thread(self.binaries.prepare)
+            await self._start_servers()
+            log.info("supervisor_started", pid=os.getpid(), **startup_fields(
+                self.config, *self._metrics_bound, self.binaries.active_release()))
+            self.engines.start_all()  # after a stop signal during start-up: none started
+            self.views.phase = "running"
+            self._notifier.send("READY=1", self.views.status_line())
+            self._tasks.start(self.binaries.accept_when_healthy())
+            if self._notifier.watchdog_interval is not None:
+                self._tasks.start(self._watchdog(self._notifier.watchdog_interval))
+            if self.config.demo:
+                self._tasks.start(demo.drive(self.engines.bundled_status_sources))
+            await self._stop_event.wait()
+            self.views.phase = "stopping"
+            self._notifier.send("STOPPING=1", "STATUS=stopping engines")
+            log.info("supervisor_stopping")
+            await self._tasks.cancel_all()
+            await self.engines.stop_all(self._grace_left(),
+                                        hurry=self._stop_signals > 1)
+            await self.engines.stop_adopted()
+            return 0
+        except StartupError as exc:
+            log.error("supervisor_start_failed", error=str(exc))
+            return 1
+        finally:
+            await self._shutdown(loop_signals)
+            control_lock.release()
+            lock.release()
+
+    def request_stop(self) -> None:
+        """Begin the shutdown: no engine starts any more, a swap in flight is cancelled (its
+        client told why), and ``shutdown_grace`` starts to run."""
+        if self._stop_deadline is None:
+            self._stop_deadline = (asyncio.get_running_loop().time()
+                                   + self.config.supervisor.shutdown_grace)
+        self.engines.begin_stopping()
+        self.binaries.coordinator.close(SHUTDOWN_REASON)
+        self._stop_event.set()
+
+    @property
+    def stopping(self) -> bool:
+        """True from the first stop signal (or :meth:`request_stop`) on."""
+        return self._stop_event.is_set()
+
+    async def _start_servers(self) -> None:
+        host, port = await self._servers.start(
+            build_control_app(self.engines, self.views.about, self._control_routes),
+            self.config.control_socket, build_metrics_app(self.views),
+            self.config.metrics.listen, lambda: connection_limit(len(self.engines)))
+        self._metrics_bound = (host, port)
+        self.views.metrics_address = f"{host}:{port}"
+
+    def _grace_left(self) -> float:
+        """Seconds left of ``shutdown_grace`` (all of it when no stop was requested: a
+        start-up that failed)."""
+        grace = self.config.supervisor.shutdown_grace
+        if self._stop_deadline is None:
+            return grace
+        return max(0.0, self._stop_deadline - asyncio.get_running_loop().time())
+
+    async def _shutdown(self, loop_signals: LoopSignals) -> None:
+        self.binaries.coordinator.close(SHUTDOWN_REASON)  # also after a failed start-up
+        await self._tasks.cancel_all()
+        await self.engines.close()
+        self.engines.clock.close()
+        await self._servers.close(self._grace_left())
+        loop_signals.uninstall()
+        self.children.uninstall()
+        self.children.reap()
+        log.info("supervisor_stopped", zombies_reaped=self.children.zombies_reaped)
+
+    # -- signals and children ----------------------------------------------------------
+
+    def _on_signal(self, signum: int) -> None:
+        """Carry out :func:`signals.decide`'s decision. Only sets flags and starts tasks: a
+        handler that awaited could be held up, and the second SIGTERM must always hurry."""
+        decision = signals.decide(signum, self.views.phase, self._stop_signals)
+        logged = decision.event is None or self._signal_log.log(
+            log, decision.level, decision.event, key=(signum, decision),
+            signal=signals.name_of(signum), action=decision.detail, phase=self.views.phase)
+        match decision:
+            case signals.Decision.STOP:
+                self._stop_signals += 1
+                self.request_stop()
+            case signals.Decision.HURRY:
+                self._stop_signals += 1
+                self.engines.kill_now()
+            case signals.Decision.RELOAD:
+                self._tasks.start(self._reloader.on_signal())
+            case signals.Decision.DUMP_STATE if logged:  # a flood dumps once per interval
+                dumps.log_state(log, {**self.views.about(),
+                                      "release": self.engines.release_verdict()},
+                                self.engines.engines_info())
+            case signals.Decision.DUMP_STACKS if logged:
+                dumps.log_task_stacks(log, asyncio.all_tasks())
+
+    async def _watchdog(self, interval: float) -> None:
+        while True:
+            self._notifier.send("WATCHDOG=1")
+            await asyncio.sleep(interval)
+
+    def _notify_status(self) -> None:
+        if self.views.phase != "stopping":
+            self._notifier.status(self.views.status_line())

@@ -1,0 +1,1 @@
+"""The engines: one runner per engine, the engine set, the releases they execute."""

@@ -1,0 +1,669 @@
+"""The I/O shell around one engine's :class:`~cuzkd.supervisor.core.lifecycle.Lifecycle`.
+
+It turns real happenings (spawn results, reaped exits, status polls, timers) into lifecycle
+events and executes the actions the lifecycle returns: spawn, stop, schedule or cancel a
+restart. The decisions around those are pure and made elsewhere: the stop's escalation by
+:mod:`.stopsequence`, the health loop's pace by :mod:`.cadence`; the process's descendants are
+its :class:`~cuzkd.supervisor.proc.descendants.DescendantWatch`'s. It owns every task it
+starts -- the health poll, the stop sequence, the two output readers -- and
+:meth:`EngineRunner.close` cancels and awaits them all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from cuzkd.config import BINARY_PLACEHOLDER, Config, EngineConfig
+from cuzkd.errortext import error_text
+from cuzkd.gpus import GpuView
+from cuzkd.metrics.sample import EngineSample, StopReason
+from cuzkd.ratelimit import LimitedLog, errno_name
+from cuzkd.status.client import StatusSource
+from cuzkd.supervisor.core.backoff import Backoff
+from cuzkd.supervisor.core.cadence import HealthCadence
+from cuzkd.supervisor.core.exitcause import INTENT_CAUSES, process_cause
+from cuzkd.supervisor.core.lifecycle import (
+    Action,
+    CancelScheduledStart,
+    Lifecycle,
+    Policy,
+    ScheduleStart,
+    Spawn,
+    State,
+    Stop,
+)
+from cuzkd.supervisor.core.stall import StallEvidence, StallWatch
+from cuzkd.supervisor.core.stopsequence import (
+    DrainOver,
+    Finished,
+    ReadStatus,
+    RequestDrain,
+    SendSignal,
+    StopSequence,
+    WaitUntil,
+)
+from cuzkd.supervisor.engines.drain import (
+    ENGINE_DEADLINE_SLACK,
+    IN_FLIGHT_STATES,
+    count_partitions,
+    is_quiet,
+    request_drain,
+)
+from cuzkd.supervisor.engines.gpugate import cuda_env, wait_for_gpus
+from cuzkd.supervisor.engines.runclock import RunClock, said_nothing
+from cuzkd.supervisor.proc import pids
+from cuzkd.supervisor.proc.children import SPAWN_ERRORS, ChildProcess, ChildTable
+from cuzkd.supervisor.proc.descendants import DescendantWatch
+from cuzkd.supervisor.proc.oom import OomCounters
+from cuzkd.supervisor.proc.output import log_lines
+from cuzkd.supervisor.proc.spawn import spawn_error_is_transient
+from cuzkd.supervisor.proc.tree import tree_usage
+from cuzkd.supervisor.tasks import TaskSet
+
+log = structlog.get_logger("cuzkd.supervisor")
+
+#: Lines of an engine's stderr kept for the exit log and ``cuzkd status NAME``.
+STDERR_TAIL_LINES = 20
+#: How long an exit report waits for the rest of a dead engine's stderr to be read.
+STDERR_DRAIN_TIMEOUT = 1.0
+
+#: Gives argv[0] for ``{binary}`` at every spawn; raises SpawnError when there is none.
+BinaryResolver = Callable[[], str]
+
+
+class SpawnError(Exception):
+    pass
+
+
+class EngineRunner:
+    """Runs one configured engine; its processes are spawned through the ``children`` table."""
+
+    def __init__(
+        self,
+        spec: EngineConfig,
+        config: Config,
+        *,
+        children: ChildTable,
+        binary_resolver: BinaryResolver,
+        on_change: Callable[[], None],
+        gpu_view: GpuView | None = None,
+        clock: RunClock | None = None,
+    ) -> None:
+        """``clock``: the supervisor's clock every deadline is read from, blind to its own
+        freezes (one for the whole supervisor); tests run the runner on an event loop with
+        virtual time and pass a ``RunClock(loop.time)``."""
+        self.spec = spec
+        self._run_clock = clock if clock is not None else RunClock()
+        self._clock = self._run_clock.now
+        self.argv = config.engine_command(spec)
+        self.status_address = config.status_address(spec)
+        self._socket_path = (
+            Path(self.status_address.removeprefix("unix:"))
+            if spec.bundled and self.status_address and self.status_address.startswith("unix:")
+            else None
+        )
+        self._children = children
+        self._binary_resolver = binary_resolver
+        self._on_change = on_change
+        self.lifecycle = Lifecycle(
+            Policy(spec.restart, spec.start_timeout, spec.unhealthy_after),
+            Backoff(spec.backoff_initial, spec.backoff_max, spec.backoff_multiplier,
+                    spec.backoff_reset_after),
+        )
+        self._log = log.bind(engine=spec.name)
+        #: None for an engine without a status URL: supervised by its process alone
+        self.status_source = StatusSource(
+            self.status_address, timeout=spec.status_timeout, log=self._log
+        ) if self.status_address is not None else None
+        self._process: ChildProcess | None = None
+        self._exited: asyncio.Event = asyncio.Event()
+        self.started_at: float | None = None  # unix time of the current spawn
+        self._spawns = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._tasks = TaskSet()
+        self._health_task: asyncio.Task[None] | None = None
+        self._changed = asyncio.Event()
+        self.stall = StallWatch(spec.stall_after)
+        self._cadence = HealthCadence(spec.health_interval, spec.start_timeout, spec.stall_after)
+        #: NVML, for the GPU memory gate of an engine with ``gpus`` (None: no gate)
+        self._gpu_view = gpu_view if spec.gpus else None
+        #: the spawn waiting for GPU memory, if any
+        self._gate: asyncio.Task[None] | None = None
+        #: pids of the previous process and its descendants (must release GPU memory first)
+        self._dead_pids: set[int] = set()
+        self._gpu_env = cuda_env(spec.gpus) if spec.gpus else {}
+        self._oom: OomCounters | None = None
+        #: the current process's last stderr lines; the dead one's, once it exited
+        self._stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
+        self._stderr_task: asyncio.Task[None] | None = None
+        self.last_exit_stderr: list[str] = []
+        self._exit_count = 0
+        #: the supervisor sent SIGKILL to the current process (never an OOM kill then)
+        self._killed = False
+        #: the stop signal went to the current process's group (its survivors may finish)
+        self._stop_signalled = False
+        #: repeated errors of this engine (spawn failing on every retry) log once per 10 s
+        self._limited = LimitedLog()
+        #: the current process's descendants, and the leftovers of exited ones being stopped
+        self.descendants = DescendantWatch(spec.name, config.state_dir / "procs",
+                                           spec.stop_timeout, children, self._log,
+                                           self._limited)
+        #: why the next stop is made (None: a health kill, not counted)
+        self._stop_reason: StopReason | None = None
+        #: reason -> partitions in flight when the supervisor stopped the engine
+        self.stop_inflight: Counter[str] = Counter()
+        #: drain result (clean, timeout) -> drains
+        self.drains: Counter[str] = Counter()
+        #: times the health loop died of an exception and was started again
+        self.health_loop_failures = 0
+
+    # -- requests ------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def pid(self) -> int | None:
+        return self.lifecycle.pid
+
+    def start(self) -> None:
+        self._apply(self.lifecycle.start_requested(self._clock()))
+
+    async def start_and_wait(self) -> None:
+        """Start (if not running) and return once a process was spawned, spawning failed, or
+        a stop came first."""
+        spawns = self._spawns
+        self.start()
+        if self.lifecycle.state in (State.STOPPING, State.BACKOFF):
+            await self._wait_spawned(spawns)
+
+    async def stop(self, reason: StopReason = "operator") -> None:
+        """Stop and return once no process is left (the stop sequence bounds it)."""
+        self.request_stop(reason)
+        await self.wait_stopped()
+
+    def request_stop(self, reason: StopReason = "operator") -> None:
+        """Begin the stop sequence (or cancel a pending restart) now, without waiting."""
+        self._stop_reason = reason
+        if self._gate is not None:  # nothing runs yet: the spawn waiting is dropped
+            self._gate.cancel()
+            self._gate = None
+            self._log.info("gpu_gate_abandoned" if self._gpu_view is not None
+                           else "engine_spawn_abandoned", reason="stop requested")
+            self.lifecycle.spawn_abandoned(self._clock())
+        self._apply(self.lifecycle.stop_requested(self._clock()))
+
+    async def wait_stopped(self) -> None:
+        await self.wait_for(lambda: self.lifecycle.state in (State.STOPPED, State.FAILED))
+
+    async def restart(self, *, swap: bool = False) -> None:
+        """Graceful stop then start; returns once the new process is spawned (or failed, or a
+        stop overtook it). ``swap``: a binary swap's restart (exit cause ``swap`` instead of
+        ``stopped``)."""
+        spawns = self._spawns
+        self._stop_reason = "swap" if swap else "operator"
+        self._apply(self.lifecycle.restart_requested(self._clock(), swap=swap))
+        await self._wait_spawned(spawns)
+
+    async def _wait_spawned(self, spawns: int) -> None:
+        """Until a spawn after the ``spawns``-th, or none is coming: ``failed``, or
+        ``stopped`` -- a stop (the supervisor's shutdown) overtook the restart, and a wait
+        for a spawn that will never come would hold its caller (a swap, a control request)
+        and with it the shutdown. Right after a start or restart request the engine is never
+        ``stopped``: it is stopping, in backoff, or starting (a spawn waiting)."""
+        await self.wait_for(lambda: self._spawns != spawns
+                            or self.lifecycle.state in (State.FAILED, State.STOPPED))
+
+    def kill_now(self) -> None:
+        """Skip the rest of the stop sequence (drain, stop_timeout): SIGKILL the group of a
+        stopping engine, and the leftovers of exited ones still being stopped."""
+        if self.lifecycle.state is State.STOPPING and self._process is not None:
+            self._log.warning("engine_kill", pid=self._process.pid, reason="stop hurried")
+            self._kill(self._process)
+        self.descendants.kill_now()
+
+    async def wait_for(self, predicate: Callable[[], bool], within: float | None = None) -> bool:
+        """Wait until ``predicate()`` holds after some state change; False on timeout."""
+        deadline = None if within is None else self._clock() + within
+        while not predicate():
+            remaining = None if deadline is None else deadline - self._clock()
+            if remaining is not None and remaining <= 0:
+                return False
+            try:
+                await asyncio.wait_for(self._changed.wait(), remaining)
+            except TimeoutError:
+                return False
+        return True
+
+    async def close(self) -> None:
+        """Cancel and await every task; the process must already be gone (or be abandoned).
+
+        Leftovers being stopped are seen to the end first (stop_timeout bounds it): an engine
+        removed by a reload must not leave helpers that ignored SIGTERM running.
+        """
+        await self.descendants.close()
+        if self._timer is not None:
+            self._timer.cancel()
+        await self._tasks.cancel_all()
+        if self.status_source is not None:
+            await self.status_source.close()
+
+    # -- events from the supervisor --------------------------------------------------------
+
+    def on_exit(self, wait_status: int) -> None:
+        """The reaper collected our process (the child table routed its exit here)."""
+        proc = self._process
+        assert proc is not None
+        known = self.descendants.known_pids()
+        leftovers = self.descendants.take_leftovers(proc.pid)
+        self._dead_pids = {proc.pid, *known, *(p.pid for p in leftovers)}
+        if self._stop_signalled and not self._killed and leftovers:
+            # The stop signal reached the whole group, and a wrapper shell that does not exec
+            # dies of it at once while the engine under it still shuts down: what is left gets
+            # stop_timeout to finish (no second signal), then SIGKILL.
+            self.descendants.stop(leftovers, proc.pid, signalled=True)
+        else:
+            # Leftover helpers of a dead engine would hold GPU memory (or its port) from its
+            # replacement: its group dies at once, escaped descendants get stop_timeout.
+            if proc.signal_group(signal.SIGKILL):
+                self._log.info("engine_group_killed", pid=proc.pid, reason="main process exited")
+            if leftovers:
+                self.descendants.stop(leftovers, proc.pid)
+        self._process = None
+        self.started_at = None
+        self._exited.set()
+        if self._health_task is not None:
+            self._health_task.cancel()
+        oom_moved = self._oom is not None and self._oom.moved()
+        cause, clean = process_cause(wait_status, supervisor_killed=self._killed,
+                                     oom_kills_moved=oom_moved)
+        # Taken before the lifecycle acts: an immediate restart replaces the tail.
+        tail, reader = self._stderr_tail, self._stderr_task
+        self.last_exit_stderr = list(tail)
+        self._exit_count += 1
+        self._apply(self.lifecycle.exited(cause, clean, self._clock()))
+        counted = self.lifecycle.last_exit_cause
+        self._log.info("engine_exited", pid=proc.pid, cause=counted, process_cause=cause)
+        if counted not in INTENT_CAUSES:
+            self._track(self._report_unexpected_exit(proc.pid, counted, tail, reader,
+                                                     self._exit_count))
+
+    async def _report_unexpected_exit(self, pid: int, cause: str | None, tail: deque[str],
+                                      reader: asyncio.Task[None] | None,
+                                      exit_number: int) -> None:
+        """Log an exit nobody asked for with the engine's last stderr lines, once the reader
+        has the rest of them (a leftover descendant may hold the pipe: bounded wait)."""
+        if reader is not None:
+            await asyncio.wait([reader], timeout=STDERR_DRAIN_TIMEOUT)
+        lines = list(tail)
+        if self._exit_count == exit_number:  # no later exit since: these are still the last
+            self.last_exit_stderr = lines
+        self._log.warning("engine_exit_unexpected", pid=pid, cause=cause, stderr_tail=lines)
+
+    # -- executing actions -------------------------------------------------------------
+
+    def _apply(self, actions: list[Action]) -> None:
+        pending = list(actions)
+        while pending:
+            match pending.pop(0):
+                case Spawn():
+                    if self._gate is not None:
+                        continue  # the spawn waiting (leftovers, GPU memory) is the one asked for
+                    if self._gpu_view is not None or self.descendants.sweeping:
+                        self._gate = self._track(self._spawn_when_ready())
+                        self.lifecycle.spawn_waiting(
+                            "waiting for the previous process's leftovers to stop"
+                            if self.descendants.sweeping else "waiting for GPU memory")
+                    else:
+                        pending.extend(self._spawn())
+                case Stop(kill=kill, drain=drain):
+                    reason, self._stop_reason = self._stop_reason, None
+                    self._track(self._stop_guarded(kill=kill, drain=drain, reason=reason))
+                case ScheduleStart(delay=delay):
+                    self._timer = asyncio.get_running_loop().call_later(delay, self._elapsed)
+                case CancelScheduledStart():
+                    if self._timer is not None:
+                        self._timer.cancel()
+                        self._timer = None
+        self._stop_reason = None  # a reason belongs to the request that set it
+        for t in self.lifecycle.take_transitions():
+            self._log.info("engine_state", old=str(t.old), new=str(t.new), reason=t.reason,
+                           pid=self.lifecycle.pid, cause=self.lifecycle.last_exit_cause,
+                           restart_delay=_delay(self.lifecycle.next_start_at, self._clock()))
+        self._changed.set()
+        self._changed = asyncio.Event()
+        self._on_change()
+
+    def _note_descendants(self) -> None:
+        """Remember the current process's live descendants (to stop them when it exits)."""
+        if self._process is not None:
+            self.descendants.note(self._process.pid,
+                                  walk=self._cadence.walk_due(self._clock()))
+
+    def _elapsed(self) -> None:
+        self._timer = None
+        self._apply(self.lifecycle.backoff_elapsed(self._clock()))
+
+    async def _spawn_when_ready(self) -> None:
+        """Spawn once the previous process's leftovers are gone -- a helper that ignored
+        SIGTERM holds its port or GPU memory until killed (``stop_timeout`` bounds it), and a
+        replacement spawned meanwhile would fail and count as a crash -- and, for an engine
+        pinned to GPUs, once they hold nothing of the previous process and have
+        ``gpu_memory_needed`` free, or after ``gpu_release_timeout`` (then say why)."""
+        if self.descendants.sweeping:
+            self._log.info("engine_spawn_waits_for_leftovers",
+                           pids=sorted(p.pid for p in self.descendants.sweeping))
+            await self.descendants.wait_swept()
+        spec = self.spec
+        if self._gpu_view is not None:
+            result = await wait_for_gpus(self._gpu_view, spec.gpus, self._dead_pids,
+                                         spec.gpu_memory_needed, spec.gpu_release_timeout)
+            if not result.ready:
+                self._log.warning("gpu_gate_timeout", gpus=spec.gpus, reason=result.reason,
+                                  waited_seconds=round(result.waited_seconds, 3))
+            elif result.reads > 1:
+                self._log.info("gpu_gate_passed", gpus=spec.gpus,
+                               waited_seconds=round(result.waited_seconds, 3))
+        self._gate = None
+        self._apply(self._spawn())
+
+    def _spawn(self) -> list[Action]:
+        """Spawn the process; what the lifecycle wants next if that failed."""
+        now = self._clock()
+        try:
+            argv = self._resolve_argv()
+            if self._socket_path is not None:
+                self._socket_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+                self._socket_path.unlink(missing_ok=True)  # a stale one would look alive
+            proc = self._children.spawn(argv, {**os.environ, **self.spec.env, **self._gpu_env,
+                                               pids.ENGINE_ENV: self.name}, self.on_exit)
+        except (*SPAWN_ERRORS, SpawnError) as exc:
+            # ValueError: execve's argument rules (NUL bytes); raised, it would escape the reaper.
+            transient = spawn_error_is_transient(exc)
+            self._limited.log(self._log, "error", "engine_spawn_failed", key=errno_name(exc),
+                              error=str(exc), errno=errno_name(exc), transient=transient,
+                              argv=self.argv)
+            return self.lifecycle.spawn_failed(str(exc), now, transient=transient)
+        self._process = proc
+        self._cadence.spawned()
+        self.descendants.spawned(proc.pid)
+        self._exited = asyncio.Event()
+        self.started_at = time.time()
+        self._spawns += 1
+        self._killed = False
+        self._stop_signalled = False
+        self._oom = OomCounters(proc.pid)
+        self.stall.started(now)
+        self.lifecycle.spawned(proc.pid, now)
+        self._log.info("engine_spawned", pid=proc.pid, argv=argv)
+        self._track(log_lines(proc.stdout, self._log, "stdout", proc.pid))
+        self._stderr_tail = deque(maxlen=STDERR_TAIL_LINES)
+        self._stderr_task = self._track(log_lines(proc.stderr, self._log, "stderr", proc.pid,
+                                                  tail=self._stderr_tail))
+        self._health_task = self._track(self._supervise_health())
+        return []
+
+    def _resolve_argv(self) -> list[str]:
+        argv = list(self.argv)
+        if argv[0] == BINARY_PLACEHOLDER:
+            argv[0] = self._binary_resolver()
+        return argv
+
+    async def _stop_guarded(self, *, kill: bool, drain: bool,
+                            reason: StopReason | None) -> None:
+        """:meth:`_stop_process`, whose failure (a bug) still ends in the process's end: its
+        group is SIGKILLed, so the engine never stays ``stopping`` with nothing stopping it."""
+        proc = self._process
+        try:
+            await self._stop_process(kill=kill, drain=drain, reason=reason)
+        except Exception as exc:  # the stop must end whatever went wrong
+            self._log.error("engine_stop_failed", error=error_text(exc), exc_info=exc)
+            if proc is not None and proc is self._process:
+                self._kill(proc)
+
+    async def _stop_process(self, *, kill: bool, drain: bool,
+                            reason: StopReason | None) -> None:
+        """Carry out the stop sequence (:mod:`.stopsequence` decides every step): drain (at
+        most drain_timeout), the stop signal, SIGKILL of the group after stop_timeout; ``kill``
+        skips to SIGKILL."""
+        proc = self._process
+        if proc is None:
+            return
+        exited, spec = self._exited, self.spec
+        sequence = StopSequence.begin(
+            self._clock(), drain_mode=spec.drain_mode if drain else "none",
+            drain_timeout=spec.drain_timeout, stop_timeout=spec.stop_timeout,
+            health_interval=spec.health_interval, kill_reason="stalled" if kill else None)
+        if sequence.draining:
+            self._log.info("engine_drain", pid=proc.pid, mode=spec.drain_mode,
+                           timeout=spec.drain_timeout)
+        while True:
+            match sequence.step(self._clock(), exited=exited.is_set(), killed=self._killed):
+                case RequestDrain(by=by):
+                    sequence.drain_answered(await self._until(by, self._request_drain(proc)))
+                case ReadStatus(by=by):
+                    sequence.status_read(await self._until(by, self._read_quiet()))
+                case DrainOver(result=result, seconds=seconds):
+                    self.drains[result] += 1
+                    (self._log.info if result == "clean" else self._log.warning)(
+                        "engine_drained", pid=proc.pid, mode=spec.drain_mode, result=result,
+                        seconds=round(seconds, 3))
+                case SendSignal(kill=kill_it, ends_work=ends_work, why=why):
+                    if ends_work:
+                        self._count_inflight(reason)
+                    if kill_it:
+                        self._log.warning("engine_kill", pid=proc.pid, reason=why)
+                        self._kill(proc)
+                    else:
+                        self._log.info("engine_stop", pid=proc.pid, signal=spec.stop_signal)
+                        self._stop_signalled = True
+                        proc.signal_group(spec.stop_signum)
+                case WaitUntil(at=at):
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(exited.wait(), max(0.0, at - self._clock()))
+                case Finished():
+                    return
+
+    async def _until(self, deadline: float, answer: Coroutine[Any, Any, bool]) -> bool:
+        """``answer``'s result, or False when it has none by the monotonic ``deadline``."""
+        try:
+            return await asyncio.wait_for(answer, max(0.0, deadline - self._clock()))
+        except TimeoutError:
+            return False
+
+    async def _request_drain(self, proc: ChildProcess) -> bool:
+        """Ask the engine to drain (``http``); False, logged, when it did not accept."""
+        assert self.status_address is not None  # config: http needs the engine's address
+        error = await request_drain(self.status_address,
+                                    self.spec.drain_timeout + ENGINE_DEADLINE_SLACK)
+        if error is not None:
+            self._log.warning("engine_drain_refused", pid=proc.pid, error=error)
+        return error is None
+
+    async def _read_quiet(self) -> bool:
+        """Read the status while draining (it also keeps the count of work in flight fresh);
+        True when it shows a quiet moment."""
+        if self.status_source is None or not await self.status_source.poll():
+            return False
+        doc = self.status_source.latest()
+        return doc is not None and is_quiet(doc)
+
+    def _count_inflight(self, reason: StopReason | None) -> None:
+        """Count the partitions in flight, by the last status read, as the engine is stopped
+        (what this stop throws away); health kills (reason None) are not counted."""
+        if reason is None or self.status_source is None:
+            return
+        lost = count_partitions(self.status_source.latest(), IN_FLIGHT_STATES)
+        self.stop_inflight[reason] += lost
+        if lost:
+            self._log.warning("engine_stop_inflight", reason=reason, partitions=lost)
+
+    def _kill(self, proc: ChildProcess) -> None:
+        """SIGKILL the group, remembering it so the death is not blamed on the OOM killer."""
+        if proc is self._process:
+            self._killed = True
+        proc.signal_group(signal.SIGKILL)
+
+    async def _supervise_health(self) -> None:
+        """Run the health loop for as long as the process lives: a loop that dies of an
+        exception (a bug, a document nobody foresaw) is logged, counted and started again after
+        ``health_interval`` -- an engine is never left without health checks while it runs."""
+        while True:
+            try:
+                await self._health_loop()
+                return
+            except Exception as exc:  # whatever it was, supervision goes on
+                self.health_loop_failures += 1
+                self._limited.log(self._log, "error", "engine_health_loop_failed",
+                                  key=type(exc).__name__, error=error_text(exc),
+                                  exc_info=exc)
+            await asyncio.sleep(self.spec.health_interval)
+
+    async def _health_loop(self) -> None:
+        cadence = self._cadence
+        if self.status_source is None:
+            await asyncio.sleep(cadence.settle_delay)
+            self.lifecycle.settled(self._clock())
+            self._apply([])
+            while self.lifecycle.state in (State.STARTING, State.RUNNING):  # no status to poll
+                self._note_descendants()
+                await asyncio.sleep(self.spec.health_interval)
+            return
+        while self.lifecycle.state in (State.STARTING, State.RUNNING):
+            await asyncio.sleep(cadence.poll_delay(self.lifecycle.state))
+            frozen_before = self._run_clock.frozen_seconds_total
+            ok = await self.status_source.poll()
+            self._note_descendants()
+            error = None if ok else self.status_source.last_error
+            now = self._clock()
+            # A poll that timed out while the supervisor was frozen tells nothing of the engine.
+            fresh = ok or not said_nothing(
+                self._run_clock.frozen_seconds_total - frozen_before, self.spec.status_timeout)
+            if error is not None and fresh and not cadence.failure_expected(
+                    now, self.lifecycle.state, self.lifecycle.spawned_at):
+                # polled every 100 ms while starting: one line per 10 s per kind of error
+                self._limited.log(self._log, "warning", "engine_status_failed",
+                                  key=self.status_source.last_error_kind,
+                                  state=str(self.lifecycle.state), error=error)
+            self._apply(self.lifecycle.poll(now, ok, error, fresh=fresh))
+            if ok and self.lifecycle.state is State.RUNNING:
+                if self._oom is not None:
+                    self._oom.refresh()
+                self._watch_stall(self.status_source, now)
+
+    def _watch_stall(self, status: StatusSource, now: float) -> None:
+        """Feed the stall watch a decoded document at the cadence's pace (it decides on a
+        scale of minutes; any change between two samples is progress, so sampling loses
+        none)."""
+        if not self._cadence.stall_sample_due(now):
+            return
+        doc = status.latest()
+        if doc is None:
+            return
+        self._cadence.stall_sampled(now)
+        evidence = self.stall.observe(now, doc, status.extensions())
+        if evidence is not None:
+            self._on_stall(now, evidence)
+
+    def _on_stall(self, now: float, evidence: StallEvidence) -> None:
+        """One structured event per stall, then the configured action."""
+        busy = evidence.oldest_busy
+        self._log.warning(
+            "engine_stalled", pid=self.lifecycle.pid, reason=evidence.reason,
+            action=self.spec.stall_action, limit_seconds=evidence.limit_seconds,
+            since_progress_seconds=round(evidence.since_progress_seconds, 3),
+            last_progress_at=time.time() - evidence.since_progress_seconds,
+            phases=evidence.phases, queue_depth=evidence.queue_depth,
+            oldest_busy=None if busy is None else {
+                "worker": busy.worker, "job": busy.job, "partition": busy.partition,
+                "proof_kind": busy.proof_kind, "busy_seconds": busy.busy_seconds})
+        if self.spec.stall_action == "restart":
+            self._stop_reason = "stall"
+            self._apply(self.lifecycle.stalled(now))
+
+    def _track(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        return self._tasks.start(coro)
+
+    # -- views ---------------------------------------------------------------------------
+
+    def info(self) -> dict[str, Any]:
+        """The control API's view of this engine."""
+        m = self.lifecycle
+        return {
+            "name": self.name,
+            "state": str(m.state),
+            "pid": m.pid,
+            "started_at": self.started_at,
+            "restarts": m.restarts,
+            "last_exit_cause": m.last_exit_cause,
+            "exits": dict(m.exits),
+            "next_restart_at": (_wall(m.next_start_at, self._clock())
+                                if m.state is State.BACKOFF else None),
+            "last_error": m.last_error,
+            "waiting_for_gpu": self._gate is not None and self._gpu_view is not None,
+            "stalled": self.stall.stalled,
+            "stalls_total": self.stall.stalls_total,
+            "last_exit_stderr": list(self.last_exit_stderr),
+            "status_address": self.status_address,
+            "command": self.argv,
+        }
+
+    async def sample(self, max_age: float) -> EngineSample:
+        """This engine for a scrape. Whatever goes wrong reading its document or its process
+        tree costs only those figures (status absent, so ``cuzkd_engine_up`` 0), logged: one
+        engine never fails the scrape of every other."""
+        alive = self.lifecycle.state in (State.STARTING, State.RUNNING)
+        source = self.status_source
+        pid = self.lifecycle.pid
+        doc, ext, rss, cpu = None, None, None, None
+        try:
+            if alive and source is not None:
+                doc = await source.fetch(max_age)
+                ext = source.extensions() if doc is not None else None
+            if pid is not None:
+                rss, cpu = tree_usage(pid)
+        except Exception as exc:  # this engine's figures only; the scrape goes on
+            doc = ext = None
+            self._limited.log(self._log, "error", "engine_sample_failed",
+                              key=type(exc).__name__, error=error_text(exc), exc_info=exc)
+        return EngineSample(
+            name=self.name,
+            state=str(self.lifecycle.state),
+            restarts_total=self.lifecycle.restarts,
+            exits_total=dict(self.lifecycle.exits),
+            start_time_seconds=self.started_at,
+            resident_memory_bytes=rss,
+            cpu_seconds_total=cpu,
+            status=doc,
+            extensions=ext,
+            fetch_duration_seconds=source.last_fetch_duration_seconds if source else None,
+            fetch_errors_total=source.fetch_errors_total if source else 0,
+            status_field_errors_total=dict(source.field_errors_total) if source else {},
+            status_polled=source is not None,
+            descendants_killed_total=self.descendants.killed,
+            stalls_total=self.stall.stalls_total,
+            stalled=self.stall.stalled,
+            stop_inflight_partitions_total=dict(self.stop_inflight),
+            drains_total=dict(self.drains),
+            health_loop_failures_total=self.health_loop_failures,
+        )
+
+
+def _delay(at: float | None, now: float) -> float | None:
+    return None if at is None else max(0.0, at - now)
+
+
+def _wall(at: float | None, now: float) -> float | None:
+    """Unix time of a monotonic instant."""
+    return None if at is None else time.time() + (at - now)

@@ -1,0 +1,1 @@
+"""OS processes: spawning, identity, the process tree, reaping, child table, output."""

@@ -1,0 +1,32 @@
+"""The read-only TCP listener: ``/metrics``, ``/status`` and ``/healthz``.
+
+``/healthz`` answers 200 for as long as the supervisor runs (its engines' health is in
+``/status`` and the metrics, not here: a load balancer should not drop a host because one GPU's
+engine is restarting). ``/status`` is the supervisor's state plus each engine's last status
+document; ``/metrics`` is the exporter's handler.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from cuzkd.httperrors import json_errors
+from cuzkd.metrics.http import make_metrics_handler
+from cuzkd.supervisor.web.targets import StatusView
+
+
+def build_metrics_app(supervisor: StatusView) -> web.Application:
+    app = web.Application(middlewares=[json_errors])
+
+    async def healthz(request: web.Request) -> web.Response:
+        del request
+        return web.json_response({"status": "ok"})
+
+    async def status(request: web.Request) -> web.Response:
+        del request
+        return web.json_response(await supervisor.status_document())
+
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/status", status)
+    app.router.add_get("/metrics", make_metrics_handler(supervisor.sample))
+    return app

@@ -1,0 +1,100 @@
+"""The supervisor's two HTTP faces, bound and closed together.
+
+The control API listens only on its 0600 Unix socket (:func:`cuzkd.unixsock.bind_private_socket`);
+the read-only metrics app on ``metrics.listen`` through the :class:`GatedListener`, which holds
+the connection count under the descriptor limit. Either failing to bind is a
+:class:`StartupError` naming the address: the daemon logs it and exits 1 before any engine
+starts.
+
+Closing is bounded (:meth:`Servers.close`): a request still being handled when the supervisor
+exits -- a ``cuzkd swap`` stream, a ``cuzkd restart`` waiting on its engine -- gets what is left
+of ``shutdown_grace``, then is cancelled; aiohttp's own default would wait 60 s for it, and again
+60 s for it to end cancelled, with the state dir still locked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+import structlog
+from aiohttp import web
+
+from cuzkd.httperrors import JsonErrorsRunner
+from cuzkd.ratelimit import LimitedLog, errno_name
+from cuzkd.supervisor.web.listener import IDLE_TIMEOUT, GatedListener
+from cuzkd.units import parse_listen
+from cuzkd.unixsock import bind_private_socket
+
+log = structlog.get_logger("cuzkd.supervisor")
+
+#: The least a request still in progress at exit gets to end, even with no grace left (aiohttp
+#: reads a wait of 0 as "no limit").
+MIN_HANDLER_WAIT = 0.5
+
+
+class StartupError(Exception):
+    """The daemon cannot start (state dir locked, port taken); the message says why."""
+
+
+class Servers:
+    def __init__(self, limited: LimitedLog) -> None:
+        #: repeated errors (accept failing, refused connections) log once per 10 s per kind
+        self._limited = limited
+        self._runners: list[web.AppRunner] = []
+        self._listener: GatedListener | None = None
+        self._control_socket: Path | None = None
+
+    async def start(self, control: web.Application, control_socket: Path,
+                    metrics: web.Application, metrics_listen: str,
+                    connection_limit: Callable[[], int]) -> tuple[str, int]:
+        """Serve both apps; the metrics listener's bound (host, port)."""
+        control_runner = JsonErrorsRunner(control, handle_signals=False, access_log=None)
+        metrics_runner = JsonErrorsRunner(metrics, handle_signals=False, access_log=None,
+                                          keepalive_timeout=IDLE_TIMEOUT)
+        for runner in (control_runner, metrics_runner):
+            await runner.setup()
+            self._runners.append(runner)
+        try:
+            sock = bind_private_socket(control_socket, make_parent=True)
+        except OSError as exc:
+            raise StartupError(f"cannot bind control socket {control_socket}: "
+                               f"{exc.strerror}") from None
+        self._control_socket = control_socket
+        await web.SockSite(control_runner, sock).start()
+        address = parse_listen(metrics_listen, allow_unix=False)
+        assert metrics_runner.server is not None  # set up above
+        self._listener = GatedListener(
+            metrics_runner.server, limit=connection_limit,
+            on_accept_error=self._on_accept_error, on_limit=self._on_limit)
+        try:
+            host, port = (await self._listener.start(address.host, address.port))[0]
+        except OSError as exc:
+            raise StartupError(f"cannot listen on metrics.listen {metrics_listen}: "
+                               f"{exc.strerror}") from None
+        return str(host), int(port)
+
+    async def close(self, within: float) -> None:
+        """Stop listening, and end within about ``within`` seconds (at least
+        :data:`MIN_HANDLER_WAIT`) however long the requests in progress would take."""
+        if self._listener is not None:
+            self._listener.close()
+        # aiohttp waits its shutdown_timeout twice -- for the handlers to end, then for the
+        # cancelled ones to unwind -- and takes it only at construction (a private attribute
+        # since): each wait gets half of what is left, the two runners close side by side.
+        wait = max(MIN_HANDLER_WAIT, within / 2)
+        for runner in self._runners:
+            runner._shutdown_timeout = wait
+        await asyncio.gather(*(runner.cleanup() for runner in self._runners))
+        if self._control_socket is not None:  # ours only once bound
+            self._control_socket.unlink(missing_ok=True)
+
+    def _on_limit(self, limit: int) -> None:
+        self._limited.log(log, "warning", "metrics_connection_refused", limit=limit,
+                          detail="at the connection limit (descriptor limit less a reserve); "
+                                 "silent connections are closed after 10 s")
+
+    def _on_accept_error(self, exc: OSError) -> None:
+        self._limited.log(log, "error", "metrics_accept_failed", key=errno_name(exc),
+                          error=str(exc), errno=errno_name(exc))
