@@ -7,7 +7,7 @@ import pytest
 
 from cuzkd.engine.backend import Backend
 from cuzkd.gpus import load_gpu_view
-from cuzkd.supervisor.engines.gpugate import blocker
+from cuzkd.supervisor.core.gpugate import blocker
 
 pytestmark = pytest.mark.gpu
 

@@ -17,6 +17,7 @@ from sv_harness import fake_engine, start_supervisor, write_config
 
 from cuzkd.supervisor.core.exitcause import process_cause
 from cuzkd.supervisor.proc.oom import OomCounters, memory_cgroup_events
+from cuzkd.supervisor.proc.reaper import ended
 
 
 def wait_status(code: str, *, core: bool = False, cwd: Path | None = None) -> int:
@@ -34,21 +35,22 @@ def wait_status(code: str, *, core: bool = False, cwd: Path | None = None) -> in
 
 
 def test_exit_codes_and_signals() -> None:
-    assert process_cause(wait_status("pass"), supervisor_killed=False,
+    assert process_cause(ended(wait_status("pass")), supervisor_killed=False,
                          oom_kills_moved=False) == ("exit_0", True)
-    assert process_cause(wait_status("raise SystemExit(7)"), supervisor_killed=False,
+    assert process_cause(ended(wait_status("raise SystemExit(7)")), supervisor_killed=False,
                          oom_kills_moved=True) == ("exit_7", False)
     term = wait_status("import os, signal; os.kill(os.getpid(), signal.SIGTERM)")
-    assert process_cause(term, supervisor_killed=False,
+    assert process_cause(ended(term), supervisor_killed=False,
                          oom_kills_moved=True) == ("signal_SIGTERM", False)
 
 
 def test_sigkill_is_oom_only_when_a_counter_moved_and_the_supervisor_did_not_send_it() -> None:
     kill = wait_status("import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
-    assert process_cause(kill, supervisor_killed=False, oom_kills_moved=False)[0] == \
+    assert process_cause(ended(kill), supervisor_killed=False, oom_kills_moved=False)[0] == \
         "signal_SIGKILL"
-    assert process_cause(kill, supervisor_killed=False, oom_kills_moved=True)[0] == "oom_killed"
-    assert process_cause(kill, supervisor_killed=True, oom_kills_moved=True)[0] == \
+    assert process_cause(ended(kill), supervisor_killed=False,
+                         oom_kills_moved=True)[0] == "oom_killed"
+    assert process_cause(ended(kill), supervisor_killed=True, oom_kills_moved=True)[0] == \
         "signal_SIGKILL"
 
 
@@ -61,7 +63,7 @@ def test_core_dump_beats_the_signal(tmp_path: Path) -> None:
     status = core_dumps_work(tmp_path)
     if status is None:
         pytest.skip("this machine writes no core dumps (kernel.core_pattern / limits)")
-    assert process_cause(status, supervisor_killed=False, oom_kills_moved=False) == \
+    assert process_cause(ended(status), supervisor_killed=False, oom_kills_moved=False) == \
         ("core_dumped", False)
 
 

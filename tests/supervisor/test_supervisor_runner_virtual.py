@@ -36,8 +36,9 @@ from cuzkd.ratelimit import LimitedLog
 from cuzkd.status.client import StatusSource
 from cuzkd.status.document import StatusDocument
 from cuzkd.supervisor.core.lifecycle import State
+from cuzkd.supervisor.core.reloadplan import plan
 from cuzkd.supervisor.core.stall import StallEvidence, StallWatch
-from cuzkd.supervisor.engines.engineset import EngineSet, EngineView, plan
+from cuzkd.supervisor.engines.engineset import EngineSet, EngineView
 from cuzkd.supervisor.engines.runclock import RunClock
 from cuzkd.supervisor.engines.runner import EngineRunner
 from cuzkd.supervisor.web.readout import SupervisorViews

@@ -15,13 +15,14 @@ own stop escalation look the same to ``waitpid``. So causes are decided by prece
 4. ``signal_NAME``: killed by another signal (``signal_SIGKILL``, ``signal_SIGTERM``);
 5. ``exit_N``: exited with status N (``exit_0`` is a clean exit).
 
-Pure: the caller reads the counters and says whether it sent SIGKILL itself.
+Pure: the caller decodes the wait status (:func:`cuzkd.supervisor.proc.reaper.ended`), reads
+the counters and says whether it sent SIGKILL itself.
 """
 
 from __future__ import annotations
 
-import os
 import signal
+from dataclasses import dataclass
 
 #: Causes set by the supervisor's intent, highest precedence first (decided by the lifecycle).
 INTENT_CAUSES: tuple[str, ...] = ("stopped", "swap", "unhealthy", "stalled", "start_timeout")
@@ -29,24 +30,33 @@ OOM_KILLED = "oom_killed"
 CORE_DUMPED = "core_dumped"
 
 
-def process_cause(wait_status: int, *, supervisor_killed: bool, oom_kills_moved: bool,
+@dataclass(frozen=True)
+class ProcessEnd:
+    """How a process ended, decoded from its wait status."""
+
+    #: the signal that killed it, or None when it exited
+    signal: int | None
+    #: its exit status when it exited (None when a signal killed it)
+    exit_code: int | None
+    core_dumped: bool = False
+
+
+def process_cause(end: ProcessEnd, *, supervisor_killed: bool, oom_kills_moved: bool,
                   ) -> tuple[str, bool]:
-    """(cause, clean) of a raw ``waitpid`` status, without the supervisor's intent.
+    """(cause, clean) of how a process ended, without the supervisor's intent.
 
     ``supervisor_killed``: the supervisor sent SIGKILL to this process (its stop escalation or
     a hurried stop), so a SIGKILL death is never blamed on the OOM killer. ``oom_kills_moved``:
     an OOM-kill counter covering the process grew while it ran. ``clean`` is True only for
     ``exit_0``.
     """
-    if os.WIFSIGNALED(wait_status):
-        signum = os.WTERMSIG(wait_status)
-        if signum == signal.SIGKILL and oom_kills_moved and not supervisor_killed:
+    if end.signal is not None:
+        if end.signal == signal.SIGKILL and oom_kills_moved and not supervisor_killed:
             return OOM_KILLED, False
-        if os.WCOREDUMP(wait_status):
+        if end.core_dumped:
             return CORE_DUMPED, False
-        return f"signal_{signal_name(signum)}", False
-    code = os.waitstatus_to_exitcode(wait_status)
-    return f"exit_{code}", code == 0
+        return f"signal_{signal_name(end.signal)}", False
+    return f"exit_{end.exit_code}", end.exit_code == 0
 
 
 def signal_name(signum: int) -> str:

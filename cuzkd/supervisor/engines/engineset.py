@@ -3,10 +3,10 @@
 It is what the control API, the read-only views and a binary swap act on -- it implements
 :class:`~cuzkd.supervisor.web.targets.ControlTarget` and the swap's
 :class:`~cuzkd.swap.rolling.SwapTarget` -- so none of them needs the daemon. A reload is a pure
-:func:`plan` (old specs, new specs → stop / keep / start / change) that :meth:`EngineSet.apply`
-carries out; shutdown is :meth:`EngineSet.stop_all`. Engine processes are spawned through the
-:class:`~cuzkd.supervisor.proc.children.ChildTable`; the set owns the engines' releases
-(:class:`~cuzkd.supervisor.engines.binaries.EngineBinaries`), kept across reloads.
+:func:`~cuzkd.supervisor.core.reloadplan.plan` (old specs, new specs → stop / keep / start / change)
+that :meth:`EngineSet.apply` carries out; shutdown is :meth:`EngineSet.stop_all`. Engine processes
+are spawned through the :class:`~cuzkd.supervisor.proc.children.ChildTable`; the set owns the
+engines' releases (:class:`~cuzkd.supervisor.engines.binaries.EngineBinaries`), kept across reloads.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from cuzkd.status.client import StatusSource
 from cuzkd.status.document import Extensions, StatusDocument
 from cuzkd.supervisor.core.healthwait import HealthWait, Observation
 from cuzkd.supervisor.core.lifecycle import State
+from cuzkd.supervisor.core.reloadplan import ReloadPlan, plan
 from cuzkd.supervisor.engines.binaries import EngineBinaries
 from cuzkd.supervisor.engines.runclock import RunClock
 from cuzkd.supervisor.engines.runner import EngineRunner
@@ -35,27 +36,6 @@ from cuzkd.supervisor.proc.children import ChildTable
 from cuzkd.supervisor.proc.leftovers import Records, leftovers
 
 log = structlog.get_logger("cuzkd.supervisor")
-
-
-@dataclass(frozen=True)
-class ReloadPlan:
-    """What a reload does to each engine, by name, in the new config's order."""
-
-    stop: list[str]  # gone from the config
-    keep: list[str]  # unchanged: its process runs on
-    start: list[str]  # new in the config
-    change: list[str]  # its table changed: stopped, then started with the new one
-
-
-def plan(old: Mapping[str, EngineConfig], new: Sequence[EngineConfig]) -> ReloadPlan:
-    """The reload from the running specs ``old`` (by name) to the config's ``new`` ones."""
-    names = {spec.name for spec in new}
-    return ReloadPlan(
-        stop=[name for name in old if name not in names],
-        keep=[s.name for s in new if s.name in old and old[s.name] == s],
-        start=[s.name for s in new if s.name not in old],
-        change=[s.name for s in new if s.name in old and old[s.name] != s],
-    )
 
 
 @dataclass(frozen=True)

@@ -8,17 +8,19 @@ at the first wake-up every deadline has passed at once although the engines answ
 their replies are waiting in the sockets. Blaming them for it would kill every engine, skipping
 the drain, for a fault of the supervisor's own.
 
-From inside a process the only sign of a freeze is a timer firing late. :class:`RunClock` keeps
-one timer of its own, a heartbeat every :data:`HEARTBEAT` seconds, and whenever it is read it
-compares the monotonic clock with the heartbeat's due time: lateness beyond
-:data:`FREEZE_THRESHOLD` is a freeze, seen by the first reading after the resume -- whichever
-callback reads first, so no decision is ever taken on a clock that still counts the freeze.
-:meth:`RunClock.now` is the monotonic clock less every freeze, so a deadline read from it
+From inside a process the only sign of a freeze is a timer firing late. :class:`RunClock` keeps one
+timer of its own, a heartbeat every :data:`HEARTBEAT` seconds, and whenever it is read it compares
+the monotonic clock with the heartbeat's due time: lateness beyond
+:data:`~cuzkd.supervisor.core.freezes.FREEZE_THRESHOLD` is a freeze, seen by the first reading after
+the resume -- whichever callback reads first, so no decision is ever taken on a clock that still
+counts the freeze. :meth:`RunClock.now` is the monotonic clock less every freeze, so a deadline read
+from it
 excludes them; :attr:`RunClock.frozen_seconds_total` read before and after a wait tells how
 much of it the supervisor spent frozen, so a status poll whose timeout ran out mostly while
-nothing read the reply says nothing about the engine (:func:`said_nothing`), and fresh evidence
-gathered after the supervisor runs again decides. The arithmetic is :class:`FreezeLedger`'s,
-pure and fed plain numbers.
+nothing read the reply says nothing about the engine
+(:func:`~cuzkd.supervisor.core.freezes.said_nothing`), and fresh evidence gathered after the
+supervisor runs again decides. The arithmetic is
+:class:`~cuzkd.supervisor.core.freezes.FreezeLedger`'s, pure and fed plain numbers.
 """
 
 from __future__ import annotations
@@ -26,61 +28,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import structlog
+
+from cuzkd.supervisor.core.freezes import FreezeLedger
 
 log = structlog.get_logger("cuzkd.supervisor")
 
 #: Seconds between two beats of the heartbeat timer.
 HEARTBEAT = 0.25
-#: A timer this many seconds late means the supervisor did not run (a busy loop is a few ms
-#: late; anything under this is not subtracted, which errs on the engine's side by at most it).
-FREEZE_THRESHOLD = 0.5
-#: A failed wait frozen for at least this share of its timeout was no fair trial.
-UNFAIR_SHARE = 0.5
-
-
-def said_nothing(frozen_during: float, timeout: float) -> bool:
-    """Whether a wait with ``timeout`` that failed, during which the supervisor was frozen for
-    ``frozen_during`` seconds, says nothing about the other side: its time ran out mostly while
-    nobody read the answer. A share, not "any freeze at all": a loop blocked again and again
-    (a hostile document, a starved host) must still find an engine that never answers."""
-    return frozen_during >= UNFAIR_SHARE * timeout
-
-
-@dataclass
-class FreezeLedger:
-    """The freezes seen so far, as intervals of the raw monotonic clock.
-
-    Several late timers can report one freeze, in any order; the time counted is the union of
-    what they report, so one freeze is never counted twice.
-    """
-
-    #: seconds the supervisor did not run, in all
-    frozen_total: float = 0.0
-    #: freezes seen (one per interval that did not overlap the previous one)
-    freezes: int = 0
-    #: the latest freeze, [start, end] on the raw clock
-    _start: float = 0.0
-    _end: float = float("-inf")
-
-    def late(self, due: float, now: float) -> float:
-        """A timer due at ``due`` fired (or was found overdue) at ``now``: the seconds of
-        freeze this adds to what was known (0 when it is not late enough, or known already)."""
-        if now - due <= FREEZE_THRESHOLD:
-            return 0.0
-        if due <= self._end:  # the same freeze, seen again by another timer
-            before = self._end - self._start
-            self._start, self._end = min(self._start, due), max(self._end, now)
-            added = (self._end - self._start) - before
-        else:
-            self._start, self._end = due, now
-            self.freezes += 1
-            added = now - due
-        self.frozen_total += added
-        return added
-
 
 class RunClock:
     """The supervisor's clock for its engines' deadlines (see the module doc).

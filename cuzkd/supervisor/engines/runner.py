@@ -31,7 +31,10 @@ from cuzkd.ratelimit import LimitedLog, errno_name
 from cuzkd.status.client import StatusSource
 from cuzkd.supervisor.core.backoff import Backoff
 from cuzkd.supervisor.core.cadence import HealthCadence
+from cuzkd.supervisor.core.drain import IN_FLIGHT_STATES, count_partitions, is_quiet
 from cuzkd.supervisor.core.exitcause import INTENT_CAUSES, process_cause
+from cuzkd.supervisor.core.freezes import said_nothing
+from cuzkd.supervisor.core.gpugate import cuda_env
 from cuzkd.supervisor.core.lifecycle import (
     Action,
     CancelScheduledStart,
@@ -52,20 +55,15 @@ from cuzkd.supervisor.core.stopsequence import (
     StopSequence,
     WaitUntil,
 )
-from cuzkd.supervisor.engines.drain import (
-    ENGINE_DEADLINE_SLACK,
-    IN_FLIGHT_STATES,
-    count_partitions,
-    is_quiet,
-    request_drain,
-)
-from cuzkd.supervisor.engines.gpugate import cuda_env, wait_for_gpus
-from cuzkd.supervisor.engines.runclock import RunClock, said_nothing
+from cuzkd.supervisor.engines.drainrequest import ENGINE_DEADLINE_SLACK, request_drain
+from cuzkd.supervisor.engines.gpuwait import wait_for_gpus
+from cuzkd.supervisor.engines.runclock import RunClock
 from cuzkd.supervisor.proc import pids
 from cuzkd.supervisor.proc.children import SPAWN_ERRORS, ChildProcess, ChildTable
 from cuzkd.supervisor.proc.descendants import DescendantWatch
 from cuzkd.supervisor.proc.oom import OomCounters
 from cuzkd.supervisor.proc.output import log_lines
+from cuzkd.supervisor.proc.reaper import ended
 from cuzkd.supervisor.proc.spawn import spawn_error_is_transient
 from cuzkd.supervisor.proc.tree import tree_usage
 from cuzkd.supervisor.tasks import TaskSet
@@ -286,7 +284,7 @@ class EngineRunner:
         if self._health_task is not None:
             self._health_task.cancel()
         oom_moved = self._oom is not None and self._oom.moved()
-        cause, clean = process_cause(wait_status, supervisor_killed=self._killed,
+        cause, clean = process_cause(ended(wait_status), supervisor_killed=self._killed,
                                      oom_kills_moved=oom_moved)
         # Taken before the lifecycle acts: an immediate restart replaces the tail.
         tail, reader = self._stderr_tail, self._stderr_task

@@ -14,6 +14,8 @@ import os
 import signal
 from collections.abc import Callable
 
+from cuzkd.supervisor.core.exitcause import ProcessEnd
+
 
 class Reaper:
     def __init__(self, on_exit: Callable[[int, int], object]) -> None:
@@ -41,3 +43,11 @@ class Reaper:
             if pid == 0:
                 return
             self._on_exit(pid, status)
+
+
+def ended(wait_status: int) -> ProcessEnd:
+    """Decode a raw ``waitpid`` status (the pure exit-cause rules take decoded values)."""
+    if os.WIFSIGNALED(wait_status):
+        return ProcessEnd(signal=os.WTERMSIG(wait_status), exit_code=None,
+                          core_dumped=os.WCOREDUMP(wait_status))
+    return ProcessEnd(signal=None, exit_code=os.waitstatus_to_exitcode(wait_status))

@@ -37,6 +37,7 @@ from typing import IO
 
 from cuzkd.supervisor.core.exitcause import process_cause
 from cuzkd.supervisor.proc import execshim
+from cuzkd.supervisor.proc.reaper import ended
 
 _libc = ctypes.CDLL(None, use_errno=True)
 PR_SET_CHILD_SUBREAPER = 36
@@ -217,4 +218,4 @@ def exit_cause(wait_status: int) -> tuple[str, bool]:
     """(``exit_N`` | ``signal_NAME`` | ``core_dumped``, clean) from a raw waitpid status, for
     processes without OOM accounting (one-shot commands); engines use
     :func:`cuzkd.supervisor.core.exitcause.process_cause` with their OOM counters."""
-    return process_cause(wait_status, supervisor_killed=False, oom_kills_moved=False)
+    return process_cause(ended(wait_status), supervisor_killed=False, oom_kills_moved=False)

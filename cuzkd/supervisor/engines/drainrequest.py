@@ -1,12 +1,8 @@
-"""What the stop sequence's drain needs: the engine's drain request and the reading of its
-status document.
+"""The stop sequence's ``http`` drain: ask the engine itself to drain.
 
-Every supervisor-initiated stop (operator, reload, swap, shutdown) first lets in-flight work end
-(docs/supervisor.md, the stop sequence): ``http`` asks the engine itself to drain -- the bundled
-engine's ``POST /v1/drain`` on the address its status is served on (a 0600 Unix socket for
-bundled engines) -- and ``quiet`` waits for a moment with no partition synthesizing or on a GPU,
-read from the engine's status. The decisions are pure functions of a status document; the one
-request is the only I/O here.
+The bundled engine's ``POST /v1/drain`` is served on the address its status is served on (a 0600
+Unix socket for bundled engines); the reading of its status for a quiet moment is the pure
+:mod:`cuzkd.supervisor.core.drain`.
 """
 
 from __future__ import annotations
@@ -16,30 +12,13 @@ from urllib.parse import urljoin
 import aiohttp
 
 from cuzkd.status.client import describe_exception, split_address
-from cuzkd.status.document import StatusDocument
 
-#: Partition states of work started and not finished: what a stop now would throw away.
-IN_FLIGHT_STATES = frozenset(("synthesizing", "synth_done", "gpu"))
-#: Partition states a quiet moment has none of (the issue's "synthesizing or gpu").
-BUSY_STATES = frozenset(("synthesizing", "gpu"))
 #: Beyond the supervisor's own drain_timeout, the deadline given to an engine asked to drain:
 #: the supervisor's clock decides (its stop signal ends the engine's drain), never a race
 #: between two deadlines.
 ENGINE_DEADLINE_SLACK = 5.0
 #: How long the drain request itself may take.
 REQUEST_TIMEOUT = 5.0
-
-
-def count_partitions(doc: StatusDocument | None, states: frozenset[str]) -> int:
-    """Partitions of the listed jobs in one of ``states`` (0 without a document)."""
-    if doc is None:
-        return 0
-    return sum(part.state in states for pipe in doc.pipelines for part in pipe.partitions)
-
-
-def is_quiet(doc: StatusDocument) -> bool:
-    """No partition synthesizing or on a GPU: stopping now loses no compute in progress."""
-    return count_partitions(doc, BUSY_STATES) == 0
 
 
 def drain_target(status_address: str) -> tuple[str | None, str]:

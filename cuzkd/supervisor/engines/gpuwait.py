@@ -7,7 +7,7 @@ each of those GPUs, no process of the previous one (``dead_pids``) holds device 
 free memory covers ``gpu_memory_needed`` -- at most ``gpu_release_timeout``, then it starts
 anyway (the engine's own error is better than never starting) and says so.
 
-:func:`blocker` is the pure rule; :func:`wait_for_gpus` polls a
+:func:`~cuzkd.supervisor.core.gpugate.blocker` is the pure rule; :func:`wait_for_gpus` polls a
 :class:`~cuzkd.gpus.GpuView` with an injectable clock and sleep.
 """
 
@@ -19,38 +19,10 @@ from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from cuzkd.gpus import GpuView, GpuViewError, NvmlDevice
-from cuzkd.units import format_bytes
+from cuzkd.supervisor.core.gpugate import blocker
 
 #: How often the gate re-reads NVML while it waits (seconds).
 POLL_INTERVAL = 0.25
-
-
-def cuda_env(gpus: Sequence[str]) -> dict[str, str]:
-    """The environment that pins an engine to ``gpus`` (NVML indices or UUIDs).
-
-    NVML numbers devices in PCI bus order, CUDA by default fastest first: PCI_BUS_ID makes the
-    indices an operator reads in ``nvidia-smi`` the ones CUDA uses (UUIDs need no ordering).
-    """
-    return {"CUDA_VISIBLE_DEVICES": ",".join(gpus), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
-
-
-def blocker(devices: Sequence[NvmlDevice], wanted: Sequence[str], dead_pids: Collection[int],
-            needed: int) -> str | None:
-    """Why the engine cannot start yet, or None when every wanted GPU is ready."""
-    for want in wanted:
-        device = next((d for d in devices if d.matches(want)), None)
-        if device is None:
-            return f"GPU {want!r} not found by NVML"
-        holders = sorted(pid for pid in device.processes if pid in dead_pids)
-        if holders:
-            held = sum(device.processes[pid] or 0 for pid in holders)
-            return (f"GPU {device.index} still holds {format_bytes(held)} of the previous "
-                    f"process (pid {', '.join(map(str, holders))})")
-        free = device.memory_total_bytes - device.memory_used_bytes
-        if free < needed:
-            return (f"GPU {device.index} has {format_bytes(free)} free, "
-                    f"{format_bytes(needed)} needed")
-    return None
 
 
 @dataclass(frozen=True)
