@@ -28,11 +28,9 @@ from urllib.parse import urlsplit
 import msgspec
 
 from cuzkd import validation
+from cuzkd.errors import EX_CONFIG, CuzkdError
 from cuzkd.logs import LogFormat
 from cuzkd.units import parse_duration, parse_listen, parse_size
-
-#: sysexits.h EX_CONFIG: what ``cuzkd run``/``check-config`` exit with on a bad config.
-EX_CONFIG = 78
 
 _T = TypeVar("_T")
 
@@ -54,8 +52,10 @@ MIN_INTERVAL = 0.01
 MAX_CONFIG_BYTES = 4 * 2**20
 
 
-class ConfigError(Exception):
+class ConfigError(CuzkdError):
     """A configuration mistake; the message is meant for the operator as is."""
+
+    exit_code = EX_CONFIG
 
 
 class Seconds(float):

@@ -24,7 +24,8 @@ from collections.abc import Callable, Sequence
 from cuzkd import __version__
 from cuzkd.cli import engine_commands, supervisor_commands, swap_commands
 from cuzkd.cli.control_client import ControlRequestFailed, ControlUnavailable
-from cuzkd.config import EX_CONFIG, ConfigError
+from cuzkd.config import ConfigError
+from cuzkd.errors import EX_CONFIG
 
 Handler = Callable[[argparse.Namespace], int]
 
