@@ -28,4 +28,5 @@ python3 -m venv .venv
 .venv/bin/python -m pip install -q -e '.[dev]'
 .venv/bin/ruff check cuzkd tests bench grafana deploy
 .venv/bin/mypy --strict cuzkd
+.venv/bin/lint-imports --no-cache  # the design's arrows: [tool.importlinter] in pyproject.toml
 exec .venv/bin/python -m pytest "$@"
