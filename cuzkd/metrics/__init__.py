@@ -1,1 +1,1 @@
-"""metrics."""
+"""The exporter: one plain ``SupervisorSample`` per scrape turned into Prometheus families."""
