@@ -1,2 +1,2 @@
 """The contract between engines and what watches them: the typed ``/status`` document, the
-engine-side tracker, derived counters, salvage of odd documents, the supervisor's fetching client."""
+engine-side tracker, derived counters, salvage of odd documents, the supervisor's client."""

@@ -1,1 +1,1 @@
-"""Binary swaps: the release store, the release history, the rolling swap and its canary analysis."""
+"""Binary swaps: the release store, the release history, the rolling swap, its canary analysis."""
