@@ -14,7 +14,9 @@ from pathlib import Path, PurePosixPath
 
 import psutil
 
-PROC_CGROUP = Path("/proc/self/cgroup")
+from cuzkd.procfs import PROC_ROOT
+
+PROC_CGROUP = PROC_ROOT / "self" / "cgroup"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 

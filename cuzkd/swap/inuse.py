@@ -17,7 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-_PROC = Path("/proc")
+from cuzkd.procfs import PROC_ROOT, listed_pids
+
 _DELETED_SUFFIX = " (deleted)"
 
 FileKey = tuple[int, int]
@@ -50,13 +51,13 @@ def identify(path: Path) -> FileIdentity | None:
     return FileIdentity(os.path.realpath(path), (st.st_dev, st.st_ino))
 
 
-def executable_of(pid: int) -> Executable | None:
+def executable_of(pid: int, *, proc_root: Path = PROC_ROOT) -> Executable | None:
     """What ``pid`` executes, or None for kernel threads, zombies, vanished or hidden processes.
 
     Any OSError means "cannot tell for this process": scanning other people's processes must
     never make a swap fail.
     """
-    link = _PROC / str(pid) / "exe"
+    link = proc_root / str(pid) / "exe"
     try:
         text = str(link.readlink())
     except OSError:
@@ -70,13 +71,12 @@ def executable_of(pid: int) -> Executable | None:
     return Executable(pid, text.removesuffix(_DELETED_SUFFIX) if deleted else text, deleted, key)
 
 
-def running_executables() -> Iterator[Executable]:
+def running_executables(*, proc_root: Path = PROC_ROOT) -> Iterator[Executable]:
     """What every visible process executes."""
-    for entry in _PROC.iterdir():
-        if entry.name.isdigit():
-            exe = executable_of(int(entry.name))
-            if exe is not None:
-                yield exe
+    for pid in listed_pids(proc_root):
+        exe = executable_of(pid, proc_root=proc_root)
+        if exe is not None:
+            yield exe
 
 
 def executes(exe: Executable, file: FileIdentity) -> bool:

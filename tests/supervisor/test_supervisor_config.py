@@ -10,16 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from cuzkd.config import (
-    MAX_CONFIG_BYTES,
-    Config,
-    ConfigError,
-    control_socket_despite_errors,
-    default_engines,
-    default_state_dir,
-    load_config,
-    visible_gpu_count,
-)
+from cuzkd.config import Config, ConfigError, control_socket_despite_errors, load_config
+from cuzkd.config.loading import MAX_CONFIG_BYTES
+from cuzkd.config.schema import default_engines, default_state_dir, visible_gpu_count
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -146,6 +139,15 @@ def test_engines_omitted_means_the_embedded_default(tmp_path: Path) -> None:
     assert config.engine == default_engines(visible_gpu_count())
     assert default_engines(0)[0].name == "cpu0"
     assert [e.gpus for e in default_engines(2)] == [["0"], ["1"]]
+
+
+def test_the_gpus_are_counted_from_the_drivers_proc_entries(tmp_path: Path) -> None:
+    proc = tmp_path / "proc"
+    assert visible_gpu_count(proc) == 0  # no NVIDIA driver
+    gpus = proc / "driver" / "nvidia" / "gpus"
+    for bus in ("0000:01:00.0", "0000:41:00.0"):
+        (gpus / bus).mkdir(parents=True)
+    assert visible_gpu_count(proc) == 2
 
 
 def test_example_config_is_valid() -> None:

@@ -74,10 +74,10 @@ def test_oom_counters_prefer_the_cgroup_and_fall_back_to_the_machine(tmp_path: P
     events = root / "eng" / "memory.events"
     events.parent.mkdir(parents=True)
     events.write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n")
-    vmstat = tmp_path / "vmstat"
+    vmstat = proc / "vmstat"
     vmstat.write_text("nr_free_pages 5\noom_kill 40\n")
-    assert memory_cgroup_events(7, proc=proc, root=root) == events
-    counters = OomCounters(7, proc=proc, root=root, vmstat=vmstat)
+    assert memory_cgroup_events(7, proc_root=proc, cgroup_root=root) == events
+    counters = OomCounters(7, proc_root=proc, cgroup_root=root)
     vmstat.write_text("nr_free_pages 5\noom_kill 41\n")  # someone else's OOM kill
     assert not counters.moved()
     events.write_text("oom 2\noom_kill 2\n")
@@ -97,8 +97,7 @@ def test_oom_counters_read_cgroup_v1() -> None:
         oom_control = root / "cg" / "memory" / "svc" / "eng" / "memory.oom_control"
         oom_control.parent.mkdir(parents=True)
         oom_control.write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 0\n")
-        counters = OomCounters(9, proc=root / "proc", root=root / "cg",
-                               vmstat=root / "missing")
+        counters = OomCounters(9, proc_root=root / "proc", cgroup_root=root / "cg")  # no vmstat
         assert not counters.moved()
         oom_control.write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 1\n")
         assert counters.moved()

@@ -27,6 +27,7 @@ from pathlib import Path
 import msgspec
 import structlog
 
+from cuzkd.procfs import PROC_ROOT, listed_pids
 from cuzkd.supervisor.proc import pids
 from cuzkd.supervisor.proc.pids import Proc
 
@@ -90,25 +91,26 @@ class Records:
             return []
 
 
-def leftovers(record: GroupRecord, boot_id: str) -> set[Proc]:
+def leftovers(record: GroupRecord, boot_id: str, *, proc_root: Path = PROC_ROOT) -> set[Proc]:
     """The processes of ``record`` still running, by the identity rules above (never this
     process or one of its ancestors)."""
     if record.boot_id != boot_id:
         return set()
-    found = {proc for pid, start in record.known if pids.alive(proc := Proc(pid, start))}
-    leader = pids.stat(record.pgid)
+    found = {proc for pid, start in record.known
+             if pids.alive(proc := Proc(pid, start), proc_root=proc_root)}
+    leader = pids.stat(record.pgid, proc_root=proc_root)
     if leader is None or leader.start == record.start:
-        found |= _group_members(record)
-    mine = pids.ancestors()
-    return {p for p in pids.with_descendants(found) if p.pid not in mine}
+        found |= _group_members(record, proc_root)
+    mine = pids.ancestors(proc_root=proc_root)
+    return {p for p in pids.with_descendants(found, proc_root=proc_root) if p.pid not in mine}
 
 
-def _group_members(record: GroupRecord) -> set[Proc]:
+def _group_members(record: GroupRecord, proc_root: Path) -> set[Proc]:
     members = set()
-    for pid in (int(e.name) for e in Path("/proc").iterdir() if e.name.isdigit()):
-        st = pids.stat(pid)
+    for pid in listed_pids(proc_root):
+        st = pids.stat(pid, proc_root=proc_root)
         if (st is not None and st.pgrp == record.pgid and st.start >= record.start
                 and st.state not in ("Z", "X")
-                and pids.engine_of(pid) in (None, record.engine)):
+                and pids.engine_of(pid, proc_root=proc_root) in (None, record.engine)):
             members.add(Proc(pid, st.start))
     return members

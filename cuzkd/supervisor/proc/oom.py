@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cuzkd.procfs import PROC_ROOT
+
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-VMSTAT = Path("/proc/vmstat")
 
 
 def _field(path: Path, name: str) -> int | None:
@@ -33,22 +34,22 @@ def _field(path: Path, name: str) -> int | None:
     return None
 
 
-def memory_cgroup_events(pid: int, *, proc: Path = Path("/proc"),
-                         root: Path = CGROUP_ROOT) -> Path | None:
+def memory_cgroup_events(pid: int, *, proc_root: Path = PROC_ROOT,
+                         cgroup_root: Path = CGROUP_ROOT) -> Path | None:
     """The file counting OOM kills in ``pid``'s memory cgroup (v2 or v1), None if unknown."""
     try:
-        lines = (proc / str(pid) / "cgroup").read_text().splitlines()
+        lines = (proc_root / str(pid) / "cgroup").read_text().splitlines()
     except OSError:
         return None
     for line in lines:
         _, controllers, path = line.split(":", 2)
         relative = path.lstrip("/")
         if controllers == "":  # cgroup v2 unified hierarchy
-            candidate = root / relative / "memory.events"
+            candidate = cgroup_root / relative / "memory.events"
             if candidate.is_file():
                 return candidate
         elif "memory" in controllers.split(","):
-            candidate = root / "memory" / relative / "memory.oom_control"
+            candidate = cgroup_root / "memory" / relative / "memory.oom_control"
             if candidate.is_file():
                 return candidate
     return None
@@ -57,20 +58,21 @@ def memory_cgroup_events(pid: int, *, proc: Path = Path("/proc"),
 class OomCounters:
     """OOM-kill counts covering one engine process: its memory cgroup and the machine."""
 
-    def __init__(self, pid: int, *, proc: Path = Path("/proc"), root: Path = CGROUP_ROOT,
-                 vmstat: Path = VMSTAT) -> None:
+    def __init__(self, pid: int, *, proc_root: Path = PROC_ROOT,
+                 cgroup_root: Path = CGROUP_ROOT) -> None:
         self._pid = pid
-        self._proc = proc
-        self._root = root
-        self._vmstat = vmstat
+        self._proc_root = proc_root
+        self._cgroup_root = cgroup_root
+        self._vmstat = proc_root / "vmstat"
         self._cgroup: Path | None = None
         self._cgroup_start: int | None = None
-        self._machine_start = _field(vmstat, "oom_kill")
+        self._machine_start = _field(self._vmstat, "oom_kill")
         self.refresh()
 
     def refresh(self) -> None:
         """Follow the process into the memory cgroup it is in now (call while it lives)."""
-        events = memory_cgroup_events(self._pid, proc=self._proc, root=self._root)
+        events = memory_cgroup_events(self._pid, proc_root=self._proc_root,
+                                      cgroup_root=self._cgroup_root)
         if events is not None and events != self._cgroup:
             self._cgroup = events
             self._cgroup_start = _field(events, "oom_kill")

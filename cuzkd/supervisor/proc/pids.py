@@ -12,6 +12,10 @@ Descendants are attributed to an engine in two ways: the supervisor's tree walks
 live descendants, noted at every health poll), and the ``CUZKD_ENGINE`` variable every engine
 gets in its environment, which its descendants inherit; that finds a helper double-forked out of
 the tree (re-parented to the supervisor, a subreaper) before any walk saw it.
+
+What reads ``/proc`` takes its root (``proc_root``, :mod:`cuzkd.procfs`), so the parsing is
+tested on fixture trees; :func:`send` and :func:`stop` do not: they signal real processes, and
+the identity checked before a signal must be the live kernel's.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from cuzkd.procfs import PROC_ROOT
 from cuzkd.supervisor.proc.tree import children, descendants
 
 #: Environment variable naming the engine a process was started for (inherited by its
@@ -51,10 +56,11 @@ class Stat:
     start: int
 
 
-def stat(pid: int) -> Stat | None:
-    """The fields of ``/proc/PID/stat`` we use; None when the process is gone."""
+def stat(pid: int, *, proc_root: Path = PROC_ROOT) -> Stat | None:
+    """The fields of ``/proc/PID/stat`` we use; None when the process is gone (or its line
+    does not parse)."""
     try:
-        raw = Path(f"/proc/{pid}/stat").read_bytes()
+        raw = (proc_root / str(pid) / "stat").read_bytes()
     except OSError:
         return None
     # comm (field 2) may hold spaces and parentheses: split after its last ')'
@@ -65,41 +71,41 @@ def stat(pid: int) -> Stat | None:
         return None
 
 
-def identify(pid: int) -> Proc | None:
+def identify(pid: int, *, proc_root: Path = PROC_ROOT) -> Proc | None:
     """``pid`` as a :class:`Proc`, None when it is gone or already dead (a zombie)."""
-    st = stat(pid)
+    st = stat(pid, proc_root=proc_root)
     return None if st is None or st.state in ("Z", "X") else Proc(pid, st.start)
 
 
-def alive(proc: Proc) -> bool:
+def alive(proc: Proc, *, proc_root: Path = PROC_ROOT) -> bool:
     """True while ``proc`` (that very process, not a pid reuse) runs and is not a zombie."""
-    return identify(proc.pid) == proc
+    return identify(proc.pid, proc_root=proc_root) == proc
 
 
-def boot_id() -> str | None:
+def boot_id(*, proc_root: Path = PROC_ROOT) -> str | None:
     """The kernel's boot id (start times are only comparable within one boot); None where
     ``/proc`` does not show it."""
     try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
+        return (proc_root / "sys" / "kernel" / "random" / "boot_id").read_text().strip() or None
     except OSError:
         return None
 
 
-def ancestors() -> set[int]:
+def ancestors(*, proc_root: Path = PROC_ROOT) -> set[int]:
     """This process and its ancestors: never to be stopped as anybody's leftovers."""
     found: set[int] = set()
     pid = os.getpid()
     while pid > 0 and pid not in found:
         found.add(pid)
-        st = stat(pid)
+        st = stat(pid, proc_root=proc_root)
         pid = st.ppid if st is not None else 0
     return found
 
 
-def engine_of(pid: int) -> str | None:
+def engine_of(pid: int, *, proc_root: Path = PROC_ROOT) -> str | None:
     """The ``CUZKD_ENGINE`` a process was started with; None if unreadable or unset."""
     try:
-        environ = Path(f"/proc/{pid}/environ").read_bytes()
+        environ = (proc_root / str(pid) / "environ").read_bytes()
     except OSError:
         return None
     prefix = f"{ENGINE_ENV}=".encode()
@@ -109,24 +115,25 @@ def engine_of(pid: int) -> str | None:
     return None
 
 
-def with_descendants(procs: Iterable[Proc]) -> set[Proc]:
+def with_descendants(procs: Iterable[Proc], *, proc_root: Path = PROC_ROOT) -> set[Proc]:
     """``procs`` (those still alive) and every live descendant of theirs."""
     found: set[Proc] = set()
     for proc in procs:
-        if alive(proc):
+        if alive(proc, proc_root=proc_root):
             found.add(proc)
-            found.update(p for p in map(identify, descendants(proc.pid)) if p is not None)
+            found.update(p for pid in descendants(proc.pid, proc_root=proc_root)
+                         if (p := identify(pid, proc_root=proc_root)) is not None)
     return found
 
 
-def adopted(known: Iterable[int]) -> dict[Proc, str | None]:
+def adopted(known: Iterable[int], *, proc_root: Path = PROC_ROOT) -> dict[Proc, str | None]:
     """The supervisor's children that are not in ``known`` (its engines and one-shots):
     descendants re-parented to it, with the engine each was started for (None: unknown)."""
     skip = set(known)
     out: dict[Proc, str | None] = {}
-    for pid in children(os.getpid()):
-        if pid not in skip and (proc := identify(pid)) is not None:
-            out[proc] = engine_of(pid)
+    for pid in children(os.getpid(), proc_root=proc_root):
+        if pid not in skip and (proc := identify(pid, proc_root=proc_root)) is not None:
+            out[proc] = engine_of(pid, proc_root=proc_root)
     return out
 
 

@@ -9,6 +9,12 @@ engine down reads a handful of files instead of the whole process table. Without
 
 The children file may miss a child forked at the very moment it is read; for RSS and CPU totals
 sampled at every scrape that is harmless.
+
+The children-file walk takes its ``/proc`` root (``proc_root``, :mod:`cuzkd.procfs`) so it
+is tested on fixture trees. psutil -- the fallback walk and :func:`tree_usage`'s RSS and CPU --
+keeps its own root, ``psutil.PROCFS_PATH``, left at ``/proc``: it is a module global, and
+rebinding it per call would change it for every thread at once (the scrape runs on one). A
+fixture tree therefore always has the children files, so the fallback is never reached.
 """
 
 from __future__ import annotations
@@ -17,11 +23,13 @@ from pathlib import Path
 
 import psutil
 
+from cuzkd.procfs import PROC_ROOT
 
-def _children(pid: int) -> list[int] | None:
+
+def _children(pid: int, proc_root: Path) -> list[int] | None:
     """Direct children of every thread of ``pid``; None when the kernel has no children file."""
     try:
-        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        tasks = list((proc_root / str(pid) / "task").iterdir())
     except OSError:
         return []  # gone
     kids: list[int] = []
@@ -37,9 +45,9 @@ def _children(pid: int) -> list[int] | None:
     return kids
 
 
-def children(pid: int) -> list[int]:
+def children(pid: int, *, proc_root: Path = PROC_ROOT) -> list[int]:
     """Pids of ``pid``'s direct children."""
-    kids = _children(pid)
+    kids = _children(pid, proc_root)
     if kids is not None:
         return kids
     try:
@@ -48,12 +56,12 @@ def children(pid: int) -> list[int]:
         return []
 
 
-def descendants(pid: int) -> list[int]:
+def descendants(pid: int, *, proc_root: Path = PROC_ROOT) -> list[int]:
     """Pids of ``pid``'s descendants (children, grandchildren, ...), in no particular order."""
     found: list[int] = []
     stack = [pid]
     while stack:
-        kids = _children(stack.pop())
+        kids = _children(stack.pop(), proc_root)
         if kids is None:
             try:
                 return [p.pid for p in psutil.Process(pid).children(recursive=True)]

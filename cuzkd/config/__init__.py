@@ -1,0 +1,39 @@
+"""The supervisor's configuration: TOML in, typed and fully validated structs out.
+
+Everything an operator can get wrong is caught before any engine starts: unknown keys, wrong
+types, duplicate names and impossible values all raise :class:`ConfigError` naming the file,
+the key and the problem. Three modules, one job each: :mod:`.schema` (the structs, their
+defaults, the placeholder constants), :mod:`.loading` (reading the file safely -- size cap,
+FIFO -- and decoding it, its errors turned into messages) and :mod:`.checks` (the rules between
+fields). This front names what the rest of cuzkd uses.
+"""
+
+from cuzkd.config.loading import (
+    control_socket_despite_errors,
+    load_config,
+    load_or_default,
+    parse_config,
+)
+from cuzkd.config.schema import (
+    BINARY_PLACEHOLDER,
+    START_WAIT_SLACK,
+    Config,
+    ConfigError,
+    EngineConfig,
+    SupervisorConfig,
+    default_config,
+)
+
+__all__ = [
+    "BINARY_PLACEHOLDER",
+    "START_WAIT_SLACK",
+    "Config",
+    "ConfigError",
+    "EngineConfig",
+    "SupervisorConfig",
+    "control_socket_despite_errors",
+    "default_config",
+    "load_config",
+    "load_or_default",
+    "parse_config",
+]

@@ -1,0 +1,192 @@
+"""Reading a config file safely and decoding it: bytes in, a checked :class:`Config` out.
+
+The path is operator-controlled and may name anything. The read is capped at
+:data:`MAX_CONFIG_BYTES` (a path naming /dev/zero must not be read into memory without end),
+and a FIFO (``--config <(...)``, or one a reload reads) can be read without blocking in
+``open`` and given a deadline. Every failure -- the file, its encoding, its TOML, a value
+msgspec refuses -- becomes a :class:`ConfigError` whose message names the file and the key
+(``engine[1].backoff_max``); ``cuzkd run`` / ``cuzkd check-config`` turn it into exit code 78
+(EX_CONFIG). The rules between fields are :mod:`cuzkd.config.checks`'s.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import stat
+import time
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import msgspec
+
+from cuzkd import validation
+from cuzkd.config.checks import check, check_metrics_host
+from cuzkd.config.schema import (
+    Bytes,
+    Config,
+    ConfigError,
+    EngineConfig,
+    Seconds,
+    default_config,
+    default_engines,
+    visible_gpu_count,
+)
+from cuzkd.units import parse_duration, parse_size
+
+_T = TypeVar("_T")
+
+#: Largest config file read: a real one is a few KiB.
+MAX_CONFIG_BYTES = 4 * 2**20
+
+
+def load_or_default(path: str | Path | None, *, resolve_hosts: bool = True) -> Config:
+    """The config at ``path``, or the embedded default when no path is given."""
+    return load_config(path, resolve_hosts=resolve_hosts) if path else default_config()
+
+
+def control_socket_despite_errors(path: str | Path) -> Path:
+    """The control socket ``path`` names, for a file that does not validate as a whole: from
+    its ``[supervisor]`` table alone while the file still parses as TOML, else the default.
+
+    ``cuzkd reload`` needs it so that the running supervisor refuses the broken file itself --
+    recorded in ``cuzkd_config_last_reload_successful`` and its alert -- instead of the client
+    giving up before asking.
+    """
+    try:
+        raw = tomllib.loads(_read_config_bytes(path, None).decode())
+        supervisor = raw.get("supervisor", {})
+        return parse_config({"supervisor": supervisor}, str(path)).control_socket
+    except (OSError, ValueError, ConfigError):  # the TOML and UTF-8 errors are ValueErrors
+        return Config().control_socket
+
+
+def load_config(path: str | Path, *, resolve_hosts: bool = True,
+                fifo_wait: float | None = None) -> Config:
+    """Read, validate and resolve a TOML config file; raise ConfigError naming file and key.
+
+    ``resolve_hosts=False`` skips what only running the daemon needs (the metrics.listen host
+    resolving): client commands read the file for the control socket alone, and must keep
+    working while DNS does not. ``fifo_wait``: a FIFO is read without blocking in ``open`` and
+    must reach its end within that many seconds (a reload's read must end); None waits for a
+    writer as ``cat`` does (``--config <(...)``).
+    """
+    where = str(path)
+    try:
+        raw = tomllib.loads(_read_config_bytes(path, fifo_wait).decode())
+    except TimeoutError:  # an OSError: before the handler below
+        raise ConfigError(f"{where}: no writer sent it within {fifo_wait:g}s (a FIFO)") from None
+    except FileNotFoundError:
+        raise ConfigError(f"{where}: file not found") from None
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{where}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at "
+                          f"offset {exc.start}); TOML files must be UTF-8") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{where}: invalid TOML: {exc}") from None
+    config = parse_config(raw, where)
+    if resolve_hosts:
+        check_metrics_host(config, where)
+    return config
+
+
+def _read_config_bytes(path: str | Path, fifo_wait: float | None) -> bytes:
+    """The file's bytes, at most MAX_CONFIG_BYTES (a path naming /dev/zero must not be read
+    into memory without end)."""
+    if fifo_wait is None:
+        with Path(path).open("rb") as fh:
+            data = fh.read(MAX_CONFIG_BYTES + 1)
+    else:
+        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as fh:
+            if stat.S_ISFIFO(os.fstat(fh.fileno()).st_mode):
+                data = _read_fifo(fh.fileno(), fifo_wait)
+            else:
+                data = fh.read(MAX_CONFIG_BYTES + 1)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES} bytes; not a cuzkd config")
+    return data
+
+
+def _read_fifo(fd: int, wait: float) -> bytes:
+    """A non-blocking FIFO read to its end (a writer came and closed), or TimeoutError after
+    ``wait`` seconds. Linux reports no hang-up before a writer has come, so "no writer yet" is
+    told apart from "the writer is done". Stops once past MAX_CONFIG_BYTES."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    deadline = time.monotonic() + wait
+    chunks: list[bytes] = []
+    size = 0
+    while (left := deadline - time.monotonic()) > 0:
+        events = poller.poll(left * 1000)
+        try:
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            continue
+        if chunk:
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > MAX_CONFIG_BYTES:
+                break  # refused by the caller
+        elif any(mask & select.POLLHUP for _, mask in events):
+            break
+    else:
+        raise TimeoutError
+    return b"".join(chunks)
+
+
+def parse_config(raw: Mapping[str, Any], where: str) -> Config:
+    """Validate an already-parsed TOML document (``where`` names it in messages)."""
+    data = dict(raw)
+    _check_deadlines(data.get("metrics"), where)
+    for internal in ("path", "demo"):  # fields of Config no file sets
+        if internal in data:
+            raise ConfigError(f"{where}: key `{internal}`: unknown key")
+    defaults = data.pop("engine_defaults", {})
+    if not isinstance(defaults, dict):
+        raise ConfigError(f"{where}: key `engine_defaults`: expected a table")
+    if "name" in defaults:
+        raise ConfigError(f"{where}: key `engine_defaults.name`: names must be set per engine")
+    # Validate the defaults on their own first so their mistakes name `engine_defaults.*`.
+    _convert({"name": "defaults", **defaults}, EngineConfig, where, "engine_defaults")
+    engines = data.get("engine", [])
+    if isinstance(engines, list):
+        data["engine"] = [
+            {**defaults, **e} if isinstance(e, dict) else e for e in engines
+        ]
+    config = _convert(data, Config, where, "")
+    if not config.engine:
+        config = msgspec.structs.replace(config, engine=default_engines(visible_gpu_count()))
+    config = msgspec.structs.replace(config, path=where)
+    check(config, where)
+    return config
+
+
+def _duration_hook(typ: type, obj: Any) -> Any:
+    if typ is Seconds:
+        if not isinstance(obj, str | int | float) or isinstance(obj, bool):
+            raise ValueError(f"expected a duration such as '30s' or a number, got {obj!r}")
+        return Seconds(parse_duration(obj))
+    if typ is Bytes:
+        if not isinstance(obj, str | int) or isinstance(obj, bool):
+            raise ValueError(f"expected a size such as '20GiB' or a number, got {obj!r}")
+        return Bytes(parse_size(obj))
+    raise NotImplementedError
+
+
+def _check_deadlines(metrics: object, where: str) -> None:
+    """Each ``[metrics] proof_deadlines`` value on its own: msgspec names a bad value of a
+    table of arbitrary keys only as ``proof_deadlines[...]``, this names its proof kind."""
+    deadlines = metrics.get("proof_deadlines") if isinstance(metrics, dict) else None
+    if isinstance(deadlines, dict):
+        for kind, value in deadlines.items():
+            _convert(value, Seconds, where, f"metrics.proof_deadlines.{kind}")
+
+
+def _convert(data: Any, typ: type[_T], where: str, prefix: str) -> _T:
+    try:
+        return msgspec.convert(data, typ, dec_hook=_duration_hook)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(validation.describe(exc, where, prefix)) from None

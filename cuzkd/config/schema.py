@@ -1,0 +1,239 @@
+"""What a cuzkd config is: the typed structs a TOML file decodes into, and their defaults.
+
+Every field's type, range and default is stated here once, so the loader
+(:mod:`cuzkd.config.loading`) can hand the decoding to msgspec and the checks
+(:mod:`cuzkd.config.checks`) add only the rules between fields. Durations and sizes are their
+own types (:class:`Seconds`, :class:`Bytes`) so the decoder resolves them to float seconds and
+int bytes at load, and nothing downstream parses strings. When the file names no engine, the
+embedded default runs one bundled engine per GPU the driver shows.
+
+The structs are frozen and compare by value: a SIGHUP reload diffs engines with ``==``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated, Literal
+
+import msgspec
+
+from cuzkd.errors import EX_CONFIG, CuzkdError
+from cuzkd.logs import LogFormat
+from cuzkd.procfs import PROC_ROOT
+
+#: argv[0] placeholder for "the active release's binary" (resolved at spawn time by swap).
+BINARY_PLACEHOLDER = "{binary}"
+
+DEFAULT_METRICS_LISTEN = "127.0.0.1:9822"
+
+#: ``cuzkd start|restart`` wait this long beyond the engine's start_timeout for ``running``.
+START_WAIT_SLACK = 5.0
+
+
+class ConfigError(CuzkdError):
+    """A configuration mistake; the message is meant for the operator as is."""
+
+    exit_code = EX_CONFIG
+
+
+class Seconds(float):
+    """A duration in seconds; the file says ``"250ms"``, ``"30s"``, ``"5m"`` or a number."""
+
+
+class Bytes(int):
+    """A size in bytes; the file says ``"20GiB"``, ``"512MB"`` or a number."""
+
+
+_NAME = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9_-]+$", min_length=1, max_length=64)]
+_POSITIVE_INT = Annotated[int, msgspec.Meta(ge=1)]
+Restart = Literal["always", "on-failure", "never"]
+LogLevel = Literal["debug", "info", "warning", "error"]
+StallAction = Literal["restart", "alert"]
+#: How a supervisor-initiated stop lets in-flight work end first (docs/supervisor.md, the stop
+#: sequence): ``http`` asks the engine to drain (``POST /v1/drain``, the bundled engine's),
+#: ``quiet`` waits for a moment with no partition synthesizing or on a GPU (any engine with a
+#: status), ``none`` sends the stop signal at once.
+DrainMode = Literal["http", "quiet", "none"]
+
+
+class SupervisorConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """``[supervisor]``. Empty ``state_dir``/``control_socket`` mean "the default"."""
+
+    state_dir: str = ""
+    control_socket: str = ""
+    shutdown_grace: Seconds = Seconds(30)
+    log_level: LogLevel = "info"
+    #: "auto": console lines on a terminal, JSON lines elsewhere; `run --log-format` overrides
+    log_format: LogFormat = "auto"
+    #: swap: the binary ``{binary}`` engines run before the first swap (optional)
+    initial_binary: str = ""
+    #: swap: how many releases to keep on disk
+    keep_releases: _POSITIVE_INT = 3
+    #: swap: how long the ``{binary}`` engines must stay healthy at start before the active
+    #: release (an ``initial_binary`` seed, or one a crash left on trial) is accepted
+    release_settle: Seconds = Seconds(10)
+
+
+#: Chain deadlines the proof-latency alert compares each kind's p99 job duration with: a
+#: WinningPoSt later than ~20 s loses the block; a WindowPoSt must land within its 30-minute
+#: deadline window. ``[metrics] proof_deadlines`` overrides or adds kinds ("0s" drops one).
+DEFAULT_PROOF_DEADLINES: dict[str, float] = {"winning": 20.0, "wpost": 1200.0}
+_PROOF_KIND = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+
+
+class MetricsConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """``[metrics]``: the TCP listener for /metrics, /status and /healthz (read-only)."""
+
+    listen: str = DEFAULT_METRICS_LISTEN
+    #: proof kind -> latency deadline, exported as ``cuzkd_proof_deadline_seconds``
+    proof_deadlines: dict[_PROOF_KIND, Seconds] = msgspec.field(default_factory=dict)
+
+    def deadlines(self) -> dict[str, float]:
+        """The defaults with the file's overrides; kinds set to 0 are left out."""
+        merged = {**DEFAULT_PROOF_DEADLINES, **self.proof_deadlines}
+        return {kind: float(limit) for kind, limit in merged.items() if limit > 0}
+
+
+class EngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """One ``[[engine]]``. ``command=None`` is the bundled engine run with this Python."""
+
+    name: _NAME
+    command: list[str] | None = None
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+    status_url: str = ""
+    listen: str = ""
+    restart: Restart = "always"
+    backoff_initial: Seconds = Seconds(0.1)
+    backoff_max: Seconds = Seconds(30)
+    backoff_multiplier: Annotated[float, msgspec.Meta(ge=1.0, le=100.0)] = 2.0
+    backoff_reset_after: Seconds = Seconds(60)
+    start_timeout: Seconds = Seconds(60)
+    health_interval: Seconds = Seconds(1)
+    #: how long one status fetch may take: independent of health_interval, because a busy
+    #: engine's 1 MB document over a congested link can take longer than one poll period
+    status_timeout: Seconds = Seconds(5)
+    unhealthy_after: Seconds = Seconds(15)
+    stop_signal: str = "SIGTERM"
+    stop_timeout: Seconds = Seconds(10)
+    #: unset: ``http`` for the bundled engine, ``quiet`` with a status_url, else ``none``
+    drain: DrainMode | None = None
+    drain_timeout: Seconds = Seconds(20)
+    #: stall watchdog: work and no progress for this long is a stall ("0s": off)
+    stall_after: Seconds = Seconds(600)
+    stall_action: StallAction = "restart"
+    #: GPUs the engine is pinned to: NVML indices ("0") or UUIDs ("GPU-..."); sets
+    #: CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER=PCI_BUS_ID, and each start waits for their
+    #: memory (the previous process's released, gpu_memory_needed free) up to
+    #: gpu_release_timeout
+    gpus: list[str] = msgspec.field(default_factory=list)
+    gpu_memory_needed: Bytes = Bytes(0)
+    gpu_release_timeout: Seconds = Seconds(30)
+
+    @property
+    def bundled(self) -> bool:
+        return self.command is None
+
+    @property
+    def uses_binary(self) -> bool:
+        """True when argv[0] is ``{binary}``: the engine runs the active swap release."""
+        return self.command is not None and self.command[0] == BINARY_PLACEHOLDER
+
+    @property
+    def drain_mode(self) -> DrainMode:
+        """``drain`` as configured, or its default for this kind of engine."""
+        if self.drain is not None:
+            return self.drain
+        if self.bundled:
+            return "http"
+        return "quiet" if self.status_url else "none"
+
+    @property
+    def stop_budget(self) -> float:
+        """The longest a stop may take before the final SIGKILL: drain, then stop_timeout."""
+        return (self.drain_timeout if self.drain_mode != "none" else 0.0) + self.stop_timeout
+
+    @property
+    def stop_signum(self) -> signal.Signals:
+        return signal.Signals[self.stop_signal]
+
+
+class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """The whole file. ``path`` is None for the embedded default."""
+
+    supervisor: SupervisorConfig = SupervisorConfig()
+    metrics: MetricsConfig = MetricsConfig()
+    engine: list[EngineConfig] = msgspec.field(default_factory=list)
+    path: str | None = None
+    #: set by ``cuzkd run --demo``, never by the file: bundled engines start as demo engines
+    demo: bool = False
+
+    @property
+    def state_dir(self) -> Path:
+        return Path(self.supervisor.state_dir) if self.supervisor.state_dir else default_state_dir()
+
+    @property
+    def control_socket(self) -> Path:
+        if self.supervisor.control_socket:
+            return Path(self.supervisor.control_socket)
+        return self.state_dir / "control.sock"
+
+    def engine_command(self, engine: EngineConfig) -> list[str]:
+        """argv for ``engine`` (``{binary}`` left in place: resolved at spawn time)."""
+        if engine.command is not None:
+            return list(engine.command)
+        return [sys.executable, "-m", "cuzkd", "engine", "--listen", self._bundled_listen(engine),
+                *(["--demo"] if self.demo else [])]
+
+    def status_address(self, engine: EngineConfig) -> str | None:
+        """``unix:/path`` (GET /status over the socket) or ``http://host:port/status``; None
+        for a ``command`` without ``status_url``, supervised by its process alone."""
+        if engine.status_url:
+            return engine.status_url
+        if not engine.bundled:
+            return None
+        listen = self._bundled_listen(engine)
+        return listen if listen.startswith("unix:") else f"http://{listen}/status"
+
+    def _bundled_listen(self, engine: EngineConfig) -> str:
+        if engine.listen:
+            return engine.listen
+        return f"unix:{self.state_dir / 'engines' / f'{engine.name}.sock'}"
+
+
+def default_state_dir() -> Path:
+    """The directory systemd made for the service (``$STATE_DIRECTORY``, from
+    ``StateDirectory=``; a ``DynamicUser=`` service is not root), /var/lib/cuzkd as root, else
+    $XDG_STATE_HOME/cuzkd (~/.local/state/cuzkd)."""
+    given = os.environ.get("STATE_DIRECTORY", "").split(":")[0]
+    if given:
+        return Path(given)
+    if os.geteuid() == 0:
+        return Path("/var/lib/cuzkd")
+    xdg = os.environ.get("XDG_STATE_HOME")
+    base = Path(xdg) if xdg else Path.home() / ".local" / "state"
+    return base / "cuzkd"
+
+
+def visible_gpu_count(proc_root: Path = PROC_ROOT) -> int:
+    """GPUs the NVIDIA driver exposes (``driver/nvidia/gpus``: no CuPy needed in the
+    supervisor)."""
+    try:
+        return sum(1 for _ in (proc_root / "driver" / "nvidia" / "gpus").iterdir())
+    except OSError:
+        return 0
+
+
+def default_engines(gpus: int) -> list[EngineConfig]:
+    """One bundled engine per GPU pinned with ``gpus`` (NVML index, PCI bus order like
+    /proc/driver/nvidia/gpus), or one CPU engine."""
+    if gpus == 0:
+        return [EngineConfig(name="cpu0")]
+    return [EngineConfig(name=f"gpu{i}", gpus=[str(i)]) for i in range(gpus)]
+
+
+def default_config() -> Config:
+    """The embedded default used when ``cuzkd run`` gets no ``--config``."""
+    return Config(engine=default_engines(visible_gpu_count()))
