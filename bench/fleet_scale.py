@@ -60,9 +60,9 @@ PORT = 19822
 SCRAPE_SECS = 15.0
 JOB = "cuzkd"
 
-sys.path.insert(0, str(REPO / "tests" / "ops"))  # ops_support: Grafana variables, PromQL
+sys.path.insert(0, str(REPO / "tests"))  # support.ops: Grafana variables, PromQL
 sys.path.insert(0, str(BENCH))
-import ops_support  # noqa: E402
+from support import ops  # noqa: E402
 
 # --- the recorded host ---------------------------------------------------------------------
 
@@ -270,9 +270,9 @@ def dashboard_queries() -> list[tuple[str, str, str]]:
     out = []
     for panel in dash["panels"]:
         for target in panel["targets"]:
-            expr = ops_support.substitute(target["expr"], rate_interval="1m", range_="5m")
+            expr = ops.substitute(target["expr"], rate_interval="1m", range_="5m")
             title = panel["title"] + (f" {target['refId']}" if len(panel["targets"]) > 1 else "")
-            out.append((title, expr, ops_support.inline_records(expr)))
+            out.append((title, expr, ops.inline_records(expr)))
     return out
 
 

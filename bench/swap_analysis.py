@@ -37,8 +37,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))  # support.canary_fleet
-sys.path.insert(0, str(REPO / "tests" / "supervisor"))  # sv_harness
+sys.path.insert(0, str(REPO / "tests"))  # support: canary_fleet, supervisor_harness, waiting
 
 from support.canary_fleet import (  # noqa: E402
     Loader,
@@ -46,7 +45,12 @@ from support.canary_fleet import (  # noqa: E402
     job_outcomes,
     release_script,
 )
-from sv_harness import RunningSupervisor, start_supervisor, wait_until, write_config  # noqa: E402
+from support.supervisor_harness import (  # noqa: E402
+    RunningSupervisor,
+    start_supervisor,
+    write_config,
+)
+from support.waiting import wait_until  # noqa: E402
 
 ENGINES = ("gpu0", "gpu1", "gpu2", "gpu3")
 

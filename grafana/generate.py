@@ -6,7 +6,7 @@ a handful of panel kinds. Writing each JSON by hand lets them drift (a query wit
 ``instance=~"$instance"``, a panel without a unit); here every selector comes from :func:`sel`
 and every panel from one builder per panel type, so the rules in
 ``shared/reference/grafana-dashboards.md`` hold by construction. The generated JSON is
-committed (Grafana provisions files, not Python) and ``tests/ops/test_ops_dashboards.py``
+committed (Grafana provisions files, not Python) and ``tests/ops/test_dashboards.py``
 regenerates it and compares byte for byte, then lints the JSON itself.
 
 Run ``python grafana/generate.py`` after an edit (``--check`` only compares). Standard library

@@ -12,7 +12,7 @@
 #      with the tree) when that directory exists, else from the package index;
 #   3. cuzkd itself runs from this checkout (PYTHONPATH), so nothing of it is installed.
 # PYTEST_ADDOPTS narrows the test run (e.g. -k); CUZKD_GPU_CHECK_SIZE_LOG2 / _JOBS size the
-# busy-fraction load (tests/gpu/test_gpu_engine.py).
+# busy-fraction load (tests/gpu/test_engine.py).
 # The first lines of summary.txt say what the machine offered (driver, devices, Pythons, CuPy):
 # read them first when a run fails early.
 set -uo pipefail

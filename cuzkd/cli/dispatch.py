@@ -6,7 +6,7 @@ come from the supervisor, ``engine``/``bench`` from the reference engine, ``swap
 swap package. Registering is cheap by rule: a subcommand's heavy imports (NumPy, aiohttp, the
 daemon, the engine) happen in its handler, so ``cuzkd --version``, ``status``, ``stop``,
 ``reload`` and ``swap`` start in a fraction of the engine's import time
-(``tests/supervisor/test_supervisor_cli_status.py`` holds it).
+(``tests/supervisor/test_cli_status.py`` holds it).
 Every subcommand handler takes the parsed arguments and returns the process exit code; the
 errors every client subcommand can meet are turned into exit codes here, once, following
 sysexits.h: 78 (EX_CONFIG) for a bad config, 69 (EX_UNAVAILABLE) when the supervisor's control

@@ -31,7 +31,7 @@ from cuzkd.engine.ntt import NttPlan
 
 # Host memory per element of a partition of n elements, phase by phase. Measured with
 # tracemalloc (NumPy reports its buffers to it) and kept honest by a test that measures again:
-# tests/engine/test_engine_prover.py::test_reservations_cover_the_measured_working_sets.
+# tests/engine/test_prover.py::test_reservations_cover_the_measured_working_sets.
 
 #: The witness: a, b, c (uint64 each), from synthesis until the device phase ends.
 WITNESS_BYTES_PER_ELEMENT = 3 * 8

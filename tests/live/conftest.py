@@ -1,23 +1,12 @@
-"""The session's live stack (see live_stack.py), and import paths for the live tests.
-
-pytest's importlib mode puts no test directory on ``sys.path``: add this one (live_support,
-live_stack) and those of the helpers reused from other areas (sv_harness, ops_support).
-"""
+"""The live stack of the live tests (see tests/support/live_stack.py)."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-_TESTS = Path(__file__).resolve().parent.parent
-for _dir in (_TESTS / "live", _TESTS / "supervisor", _TESTS / "ops"):
-    if str(_dir) not in sys.path:
-        sys.path.insert(0, str(_dir))
-
-from live_stack import LiveStack, live_stack  # noqa: E402
+from support.live_stack import LiveStack, live_stack
 
 
 @pytest.fixture(scope="package")

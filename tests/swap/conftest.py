@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -51,8 +50,3 @@ def make_elf(tmp_path: Path) -> MakeBinary:
 
     return make
 
-
-# The end-to-end tests drive a real `cuzkd run` with the supervisor tests' harness.
-_SUPERVISOR_TESTS = str(Path(__file__).resolve().parent.parent / "supervisor")
-if _SUPERVISOR_TESTS not in sys.path:
-    sys.path.insert(0, _SUPERVISOR_TESTS)

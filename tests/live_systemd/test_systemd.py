@@ -1,0 +1,236 @@
+"""The shipped systemd/cuzkd.service, unmodified, under the distribution's systemd as PID 1.
+
+One machine for the module (see conftest.py); the tests run in file order and each leaves the
+unit running for the next, except the last, which stops it. The watchdog tests wait for real
+time: the unit's WatchdogSec=30s is part of what is tested, so it is not shortened.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import time
+from pathlib import Path
+
+import pytest
+from support.cuzkd_machine import CONFIG_PATH, METRICS, engine_values, engines_config
+from support.systemd import Machine
+from support.waiting import wait_until
+
+from cuzkd.units import parse_duration
+
+UNIT = "cuzkd.service"
+DYNAMIC_UIDS = range(61184, 65520)  # systemd's DynamicUser= range
+
+pytestmark = pytest.mark.timeout(240)
+
+STUBBORN_MARK = "cuzkd-live-stubborn"
+# One line of Python: ignore SIGTERM, fork a child that starts its own session, sleep.
+_STUBBORN = ("import os, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+             "os.fork() or (os.setsid(), time.sleep(3600)); time.sleep(3600)")
+STUBBORN_ENGINE = (f'\n[[engine]]\nname = "stubborn"\n'
+                   f'command = ["/opt/cuzkd/bin/python3", "-c", {json.dumps(_STUBBORN)}, '
+                   f'"{STUBBORN_MARK}"]\nstop_timeout = "1s"\n')
+
+
+def _main_pid(machine: Machine) -> int:
+    return int(machine.show(UNIT, "MainPID")["MainPID"])
+
+
+def _metrics(machine: Machine) -> str:
+    code, body = machine.http_get(f"{METRICS}/metrics")
+    assert code == 200, body
+    return body
+
+
+def _wait_engines_up(machine: Machine, names: set[str], timeout: float = 60) -> dict[str, float]:
+    """Until exactly ``names`` are configured and every one of them is up."""
+    def up() -> dict[str, float] | None:
+        values = engine_values(_metrics(machine), "cuzkd_engine_up")
+        return values if set(values) == names and all(values.values()) else None
+    return wait_until(up, timeout, f"engines {sorted(names)} up", interval=0.2)  # type: ignore[no-any-return]
+
+
+def _wait_active(machine: Machine) -> None:
+    wait_until(lambda: machine.show(UNIT, "ActiveState")["ActiveState"] == "active", 60,
+               "the unit active again", interval=0.2)
+
+
+def _ensure_active(machine: Machine) -> None:
+    if machine.show(UNIT, "ActiveState")["ActiveState"] != "active":
+        machine.systemctl("reset-failed", UNIT, check=False)
+        machine.systemctl("start", UNIT)
+    _wait_engines_up(machine, _configured(machine))
+
+
+def _configured(machine: Machine) -> set[str]:
+    text = (machine.root / CONFIG_PATH.lstrip("/")).read_text()
+    return {line.split('"')[1] for line in text.splitlines() if line.startswith("name = ")}
+
+
+def _unit_processes(machine: Machine) -> set[int]:
+    return machine.cgroup_pids(machine.show(UNIT, "ControlGroup")["ControlGroup"])
+
+
+def test_start_returns_after_ready_with_the_listener_up(machine: Machine) -> None:
+    assert machine.show(UNIT, "ActiveState")["ActiveState"] == "inactive"
+    machine.systemctl("start", UNIT)
+    # No polling: Type=notify makes `start` wait for READY=1, sent after the listener is up.
+    props = machine.show(UNIT, "ActiveState", "SubState", "Type", "StatusText")
+    assert (props["ActiveState"], props["SubState"], props["Type"]) == (
+        "active", "running", "notify")
+    assert props["StatusText"], "READY=1 carries a STATUS= line"
+    code, body = machine.http_get(f"{METRICS}/healthz")
+    assert code == 200, body
+    _wait_engines_up(machine, {"alpha", "beta"})
+
+
+def test_reload_applies_the_new_config_in_the_same_process(machine: Machine) -> None:
+    """``systemctl reload`` returns once the new engine set runs (ExecReload is ``cuzkd
+    reload``, which waits); a file cuzkd refuses fails the reload and changes nothing."""
+    _ensure_active(machine)
+    pid = _main_pid(machine)
+    before = engine_values(_metrics(machine), "cuzkd_engine_start_time_seconds")
+    config = machine.root / CONFIG_PATH.lstrip("/")
+    config.write_text(engines_config("alpha", "gamma"))
+    machine.systemctl("reload", UNIT)
+    assert _main_pid(machine) == pid
+    assert machine.show(UNIT, "ActiveState")["ActiveState"] == "active"
+    metrics = _metrics(machine)  # no waiting: the reload is over when systemctl returns
+    assert set(engine_values(metrics, "cuzkd_engine_start_time_seconds")) == {"alpha", "gamma"}
+    _wait_engines_up(machine, {"alpha", "gamma"})
+    after = engine_values(_metrics(machine), "cuzkd_engine_start_time_seconds")
+    assert after["alpha"] == before["alpha"], "an unchanged engine keeps running"
+
+    good = config.read_text()
+    config.write_text(good + '[[engine]]\nname = "alpha"\n')  # a duplicate name
+    refused = machine.systemctl("reload", UNIT, check=False)
+    assert refused.returncode != 0
+    props = machine.show(UNIT, "ActiveState", "MainPID")
+    assert (props["ActiveState"], int(props["MainPID"])) == ("active", pid)
+    assert "cuzkd_config_last_reload_successful 0" in _metrics(machine)
+    assert engine_values(_metrics(machine), "cuzkd_engine_start_time_seconds") == after
+    config.write_text(good)
+    machine.systemctl("reload", UNIT)
+    assert "cuzkd_config_last_reload_successful 1" in _metrics(machine)
+
+
+def test_dynamic_user_owns_the_state_dir_and_the_hardening_holds(machine: Machine) -> None:
+    _ensure_active(machine)
+    main = machine.host_pid(_main_pid(machine))
+    uid = os.stat(f"/proc/{main}").st_uid
+    assert uid in DYNAMIC_UIDS, f"main process runs as uid {uid}"
+    state = machine.root / "var/lib/private/cuzkd"
+    assert os.lstat(machine.root / "var/lib/cuzkd").st_mode & stat.S_IFLNK, \
+        "DynamicUser= keeps state under /var/lib/private behind a symlink"
+    assert (state.stat().st_uid, stat.S_IMODE(state.stat().st_mode)) == (uid, 0o750)
+    sock = os.lstat(state / "control.sock")
+    assert stat.S_ISSOCK(sock.st_mode)
+    assert (sock.st_uid, stat.S_IMODE(sock.st_mode)) == (uid, 0o600)
+    for pid in _unit_processes(machine):  # the supervisor and every engine
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+        status = dict(line.split(":", 1) for line in lines if ":" in line)
+        assert int(status["Uid"].split()[0]) == uid, pid
+        assert status["NoNewPrivs"].strip() == "1", pid
+        assert int(status["CapBnd"].strip(), 16) == 0, pid
+        assert status["Seccomp"].strip() == "2", pid  # SystemCallFilter= is a seccomp filter
+
+
+def test_journal_has_the_unit_output_as_json(machine: Machine) -> None:
+    _ensure_active(machine)
+    requires = machine.show("cuzkd-live.target", "Requires")["Requires"].split()
+    assert "systemd-journald.socket" in requires
+
+    main = _main_pid(machine)
+
+    def lines() -> list[str] | None:
+        # _SYSTEMD_UNIT= is what the unit's processes wrote; `-u` would add systemd's own
+        # "Started ..." lines about the unit, which are not cuzkd's to format. _PID= keeps the
+        # daemon's (its engines' lines come through it); ExecReload's `cuzkd reload` writes
+        # one line of text for the operator, as any command does.
+        out = machine.run("journalctl", "--no-pager", "-o", "cat", f"_SYSTEMD_UNIT={UNIT}",
+                          f"_PID={main}").stdout.splitlines()
+        return out if any('"supervisor_started"' in line for line in out) else None
+
+    out = wait_until(lines, 30, "cuzkd's start in the journal", interval=0.2)
+    events = [json.loads(line) for line in out if line.strip()]
+    assert all(isinstance(e, dict) and "event" in e for e in events)
+    assert {"supervisor_started"} <= {e["event"] for e in events}
+
+
+def test_watchdog_pings_keep_the_unit_active_past_watchdog_sec(machine: Machine) -> None:
+    _ensure_active(machine)
+    props = machine.show(UNIT, "WatchdogUSec", "ActiveEnterTimestampMonotonic", "MainPID",
+                         "NRestarts")
+    watchdog = parse_duration(props["WatchdogUSec"])  # systemctl shows spans as "30s"
+    assert watchdog == parse_duration("30s"), "the shipped WatchdogSec="
+    since = int(props["ActiveEnterTimestampMonotonic"]) / 1e6
+    # The machine shares the host's CLOCK_MONOTONIC (no time namespace).
+    remaining = since + watchdog * 1.2 - time.monotonic()
+    if remaining > 0:
+        time.sleep(remaining)  # the duration under test, not a synchronisation
+    after = machine.show(UNIT, "ActiveState", "MainPID", "NRestarts",
+                         "WatchdogTimestampMonotonic")
+    assert after["ActiveState"] == "active"
+    assert (after["MainPID"], after["NRestarts"]) == (props["MainPID"], props["NRestarts"])
+    last_ping = int(after["WatchdogTimestampMonotonic"]) / 1e6
+    assert time.monotonic() - last_ping < watchdog, "pings arrive within WatchdogSec"
+
+
+def test_a_frozen_event_loop_is_ended_by_the_watchdog(machine: Machine) -> None:
+    _ensure_active(machine)
+    props = machine.show(UNIT, "MainPID", "NRestarts")
+    machine.systemctl("kill", "--kill-whom=main", "--signal=SIGSTOP", UNIT)
+    try:
+        wait_until(lambda: machine.show(UNIT, "Result")["Result"] == "watchdog", 45,
+                   "Result=watchdog", interval=0.5)
+    finally:
+        # The watchdog's SIGABRT waits for the stopped process; let it land instead of
+        # waiting for TimeoutAbortSec's SIGKILL.
+        machine.systemctl("kill", "--kill-whom=main", "--signal=SIGCONT", UNIT, check=False)
+    # Restart=on-failure: a watchdog timeout is a failure, so a new process takes over.
+    wait_until(lambda: machine.show(UNIT, "NRestarts")["NRestarts"] != props["NRestarts"], 30,
+               "the restart after the watchdog", interval=0.2)
+    _wait_active(machine)
+    assert machine.show(UNIT, "MainPID")["MainPID"] != props["MainPID"]
+    _wait_engines_up(machine, _configured(machine))
+
+
+def test_sigkill_of_the_whole_unit_is_followed_by_a_clean_restart(machine: Machine) -> None:
+    _ensure_active(machine)
+    props = machine.show(UNIT, "MainPID", "NRestarts")
+    old = _unit_processes(machine)
+    assert len(old) >= 3, "the supervisor and its engines"
+    machine.systemctl("kill", "--signal=SIGKILL", UNIT)
+    wait_until(lambda: machine.show(UNIT, "NRestarts")["NRestarts"]
+               == str(int(props["NRestarts"]) + 1), 30, "the restart", interval=0.2)
+    _wait_active(machine)
+    assert machine.show(UNIT, "MainPID")["MainPID"] != props["MainPID"]
+    _wait_engines_up(machine, _configured(machine))
+    assert not old & _unit_processes(machine), "nothing of the killed run is left"
+    code, _ = machine.http_get(f"{METRICS}/healthz")
+    assert code == 200
+
+
+def test_stop_ends_every_process_of_the_unit_within_the_stop_timeout(machine: Machine) -> None:
+    _ensure_active(machine)
+    # A hostile engine as well: it ignores SIGTERM and leaves a child in a session of its own.
+    (machine.root / CONFIG_PATH.lstrip("/")).write_text(
+        engines_config("alpha", "gamma") + STUBBORN_ENGINE)
+    machine.systemctl("reload", UNIT)
+    wait_until(lambda: len([c for _p, c in machine.processes() if STUBBORN_MARK in c]) == 2,
+               30, "the stubborn engine and its setsid child", interval=0.2)
+    control_group = machine.show(UNIT, "ControlGroup")["ControlGroup"]
+    assert len(machine.cgroup_pids(control_group)) >= 5
+    timeout = parse_duration(machine.show(UNIT, "TimeoutStopUSec")["TimeoutStopUSec"])
+    started = time.monotonic()
+    machine.systemctl("stop", UNIT)
+    elapsed = time.monotonic() - started
+    props = machine.show(UNIT, "ActiveState", "Result", "ExecMainStatus")
+    assert elapsed < timeout
+    assert (props["ActiveState"], props["Result"]) == ("inactive", "success")
+    assert props["ExecMainStatus"] == "0", "cuzkd exits 0 after stopping its engines"
+    assert not machine.cgroup_pids(control_group)
+    assert not [cmd for _pid, cmd in machine.processes()
+                if "/usr/local/bin/cuzkd" in cmd or "-m cuzkd" in cmd or STUBBORN_MARK in cmd]

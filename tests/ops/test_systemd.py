@@ -1,0 +1,141 @@
+"""systemd/cuzkd.service: systemd's own verifier, its security score, and the settings cuzkd needs.
+
+`systemd-analyze verify` refuses a unit whose ExecStart binary is missing, so it checks a copy
+whose ExecStart points at an executable that exists here (the venv's cuzkd). The exposure score
+comes from `systemd-analyze security --offline=true` and must stay at or below 3.0 and match
+what docs/operations.md tells operators.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from support import ops
+
+from cuzkd.cli.dispatch import build_parser
+from cuzkd.config import load_config
+from cuzkd.units import parse_duration
+
+UNIT = ops.REPO / "systemd" / "cuzkd.service"
+UNIT_CONFIG = ops.REPO / "systemd" / "cuzkd.toml"
+SHIPPED_BINARY = "/usr/local/bin/cuzkd"
+MAX_EXPOSURE = 3.0
+
+
+def _directives(text: str) -> dict[str, list[str]]:
+    """``Section.Key`` → values in order (systemd allows repeated keys)."""
+    out: dict[str, list[str]] = defaultdict(list)
+    section = ""
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        if line.startswith("["):
+            section = line.strip("[]")
+            continue
+        key, _, value = line.partition("=")
+        out[f"{section}.{key.strip()}"].append(value.strip())
+    return out
+
+
+def _runnable_copy(tmp_path: Path, text: str | None = None) -> Path:
+    """The unit with ExecStart pointing at an existing cuzkd (or /bin/true)."""
+    here = Path(sys.executable).parent / "cuzkd"
+    binary = str(here) if here.exists() else "/bin/true"
+    text = (UNIT.read_text(encoding="utf-8") if text is None else text)
+    assert SHIPPED_BINARY in text
+    path = tmp_path / "cuzkd.service"
+    path.write_text(text.replace(SHIPPED_BINARY, binary), encoding="utf-8")
+    return path
+
+
+def _systemd_analyze(*args: str) -> subprocess.CompletedProcess[str]:
+    if shutil.which("systemd-analyze") is None:
+        pytest.fail("systemd-analyze not installed (apt-get install systemd)")
+    return subprocess.run(["systemd-analyze", *args], capture_output=True, text=True,
+                          timeout=60, check=False)
+
+
+def test_verify_is_clean(tmp_path: Path) -> None:
+    result = _systemd_analyze("verify", str(_runnable_copy(tmp_path)))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout + result.stderr == "", "verify printed warnings"
+
+
+def test_verify_catches_a_broken_unit(tmp_path: Path) -> None:
+    """The check above is not vacuous: a misspelt directive makes verify complain."""
+    text = UNIT.read_text(encoding="utf-8").replace("KillMode=mixed", "KilMode=mixed")
+    result = _systemd_analyze("verify", str(_runnable_copy(tmp_path, text)))
+    assert "KilMode" in result.stdout + result.stderr
+
+
+def _exposure(tmp_path: Path) -> float:
+    result = _systemd_analyze("security", "--offline=true", str(_runnable_copy(tmp_path)))
+    if "--offline" in result.stderr and "unrecognized" in result.stderr:
+        pytest.skip(f"this systemd has no offline security analysis: {result.stderr.strip()}")
+    match = re.search(r"Overall exposure level for cuzkd\.service: (\d+\.\d+)", result.stdout)
+    assert match, result.stdout + result.stderr
+    return float(match.group(1))
+
+
+def test_security_exposure_is_low_and_documented(tmp_path: Path) -> None:
+    score = _exposure(tmp_path)
+    assert score <= MAX_EXPOSURE
+    docs = (ops.REPO / "docs" / "operations.md").read_text(encoding="utf-8")
+    assert f"exposure score **{score:.1f}**" in docs, f"docs/operations.md must state {score}"
+    readme = (ops.REPO / "README.md").read_text(encoding="utf-8")
+    assert f"scores **{score:.1f}**" in readme, f"README's Install (systemd) must state {score}"
+
+
+def test_unit_has_the_settings_cuzkd_relies_on() -> None:
+    d = _directives(UNIT.read_text(encoding="utf-8"))
+    expected = {
+        "Service.Type": "notify", "Service.NotifyAccess": "main",
+        "Service.Restart": "on-failure", "Service.KillMode": "mixed",
+        "Service.StateDirectory": "cuzkd", "Service.RuntimeDirectory": "cuzkd",
+        "Service.ConfigurationDirectory": "cuzkd", "Service.DevicePolicy": "closed",
+        "Service.NoNewPrivileges": "yes", "Service.ProtectSystem": "strict",
+        "Service.ProtectHome": "yes", "Service.PrivateTmp": "yes",
+        "Service.ProtectKernelTunables": "yes", "Service.ProtectKernelModules": "yes",
+        "Service.ProtectKernelLogs": "yes", "Install.WantedBy": "multi-user.target",
+    }
+    for key, value in expected.items():
+        assert d[key] == [value], key
+    assert parse_duration(d["Service.WatchdogSec"][0]) > 0
+    assert d["Service.ExecStart"] == [f"{SHIPPED_BINARY} run --config /etc/cuzkd/cuzkd.toml"]
+    args = build_parser().parse_args(d["Service.ExecStart"][0].split()[1:])
+    assert args.command == "run" and args.config == "/etc/cuzkd/cuzkd.toml"
+    # a reload that waits for its outcome, on the same file (see the unit's comment)
+    assert d["Service.ExecReload"] == [f"{SHIPPED_BINARY} reload --config /etc/cuzkd/cuzkd.toml"]
+    args = build_parser().parse_args(d["Service.ExecReload"][0].split()[1:])
+    assert args.command == "reload" and args.config == "/etc/cuzkd/cuzkd.toml"
+    assert d["Service.RestrictAddressFamilies"] == ["AF_UNIX AF_INET AF_INET6"]
+    assert d["Service.SystemCallFilter"][0] == "@system-service"
+    assert d["Service.CapabilityBoundingSet"] == [""]
+    assert all("nvidia" in a for a in d["Service.DeviceAllow"]) and d["Service.DeviceAllow"]
+    assert "PrivateDevices" not in {k.split(".")[1] for k in d}, "would hide /dev/nvidia*"
+
+
+def test_stop_timeout_exceeds_shutdown_grace_of_the_shipped_config() -> None:
+    d = _directives(UNIT.read_text(encoding="utf-8"))
+    config = load_config(UNIT_CONFIG)
+    assert parse_duration(d["Service.TimeoutStopSec"][0]) > config.supervisor.shutdown_grace
+    # shutdown_grace caps every engine's stop sequence (drain + stop_timeout), which
+    # check-config keeps within it: so systemd's SIGKILL never cuts a stop sequence short.
+    assert all(e.stop_budget <= config.supervisor.shutdown_grace for e in config.engine)
+    assert config.state_dir == Path("/var/lib/cuzkd"), "the unit's StateDirectory"
+    assert config.metrics.listen.startswith("127.0.0.1:")
+
+
+def test_docs_show_the_shipped_units_stop_timeout() -> None:
+    """docs/supervisor.md quotes the unit: its TimeoutStopSec must be the shipped one."""
+    shipped = _directives(UNIT.read_text(encoding="utf-8"))["Service.TimeoutStopSec"]
+    docs = (ops.REPO / "docs" / "supervisor.md").read_text(encoding="utf-8")
+    quoted = re.findall(r"^TimeoutStopSec=(\S+)$", docs, flags=re.MULTILINE)
+    assert quoted and all(parse_duration(q) == parse_duration(shipped[0]) for q in quoted)

@@ -1,0 +1,168 @@
+"""The reload in-process: stand-in engines, a real config file, a real sd_notify socket.
+
+:class:`~cuzkd.supervisor.daemon.reload.ConfigReloader` runs on an ordinary event loop (the file is
+read on a thread, which a virtual clock would not wait for); the engines are stand-ins spawned
+through the real child table, so a reload's stops and spawns take microseconds. The end-to-end
+reload tests (real processes, real SIGHUP, systemd's notify-reload) stay in
+``test_reload.py``, ``test_notify.py`` and ``tests/live_systemd``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+from support.stand_ins import Script, StandInEngines
+
+from cuzkd.config import load_config
+from cuzkd.httperrors import json_errors
+from cuzkd.ratelimit import LimitedLog
+from cuzkd.supervisor.core.lifecycle import State
+from cuzkd.supervisor.daemon.notify import Notifier
+from cuzkd.supervisor.daemon.reload import ConfigReloader, ReloadOutcome
+from cuzkd.supervisor.engines.engineset import EngineSet
+from cuzkd.supervisor.web.readout import SupervisorViews
+
+
+def write_config(path: Path, *names: str) -> None:
+    lines = [f'[supervisor]\nstate_dir = "{path.parent / "state"}"\n']
+    # start_timeout bounds the second a process-only engine must live to count as running
+    lines += [f'[[engine]]\nname = "{n}"\ncommand = ["stand-in"]\nstart_timeout = "100ms"\n'
+              for n in names]
+    path.write_text("\n".join(lines))
+
+
+def received(sock: socket.socket) -> list[str]:
+    messages = []
+    while True:
+        try:
+            messages.append(sock.recv(4096).decode())
+        except BlockingIOError:
+            return messages
+
+
+@dataclass
+class Rig:
+    """An engine set of stand-ins run from ``config_path``, its views (``running``) and its
+    reloader, which records each applied engine list in ``applied``."""
+
+    config_path: Path
+    notifier: Notifier = field(default_factory=lambda: Notifier({}))
+    engines: StandInEngines = field(init=False)
+    group: EngineSet = field(init=False)
+    views: SupervisorViews = field(init=False)
+    reloader: ConfigReloader = field(init=False)
+    applied: list[list[str]] = field(default_factory=list)
+    stopping: bool = False
+
+    def __post_init__(self) -> None:
+        self.engines = StandInEngines(Script())
+        self.group = EngineSet(load_config(self.config_path), self.engines.table)
+        self.views = SupervisorViews(self.group, self.engines.table, LimitedLog())
+        self.views.phase = "running"
+        self.reloader = ConfigReloader(
+            self.group, self.views, self.notifier, stopping=lambda: self.stopping,
+            on_applied=lambda: self.applied.append(self.group.names()))
+
+    async def close(self) -> None:
+        await self.group.stop_all(30)
+        await self.group.close()
+
+
+def test_a_reload_applies_a_good_file_refuses_a_bad_one_and_tells_systemd(
+        tmp_path: Path) -> None:
+    config_path = tmp_path / "cuzkd.toml"
+    write_config(config_path, "a", "b")
+    notify_path = tmp_path / "notify.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as notify:
+        notify.bind(str(notify_path))
+        notify.setblocking(False)
+
+        async def main() -> None:
+            rig = Rig(config_path, Notifier({"NOTIFY_SOCKET": str(notify_path)}))
+            rig.group.start_all()
+            b = rig.group.runner("b")
+            await b.wait_for(lambda: b.lifecycle.state is State.RUNNING)
+
+            config_path.write_bytes(b"[[engine]]\nname = 7\n\xff")  # not TOML, not UTF-8
+            await rig.reloader.reload()
+            assert not rig.views.reload_ok and rig.group.names() == ["a", "b"]
+            assert not rig.applied and rig.views.phase == "running"
+            refused = received(notify)
+            assert refused[0].startswith("RELOADING=1\nMONOTONIC_USEC=")
+            assert refused[1].startswith("READY=1\nSTATUS=")
+
+            write_config(config_path, "a", "c")
+            await rig.reloader.reload()
+            assert rig.views.reload_ok and rig.applied == [["a", "c"]]
+            assert b.lifecycle.state is State.STOPPED and rig.engines.spawned[1].signals
+            assert [m.split("\n")[0] for m in received(notify)] == ["RELOADING=1", "READY=1"]
+
+            rig.stopping = True
+            write_config(config_path, "a")
+            await rig.reloader.reload()
+            assert rig.group.names() == ["a", "c"] and received(notify) == []
+            await rig.close()
+
+        asyncio.run(main())
+
+
+def test_a_storm_of_reloads_during_one_makes_one_more_not_one_each(tmp_path: Path) -> None:
+    config_path = tmp_path / "cuzkd.toml"
+    write_config(config_path, "a")
+
+    async def main() -> tuple[list[list[str]], set[ReloadOutcome]]:
+        rig = Rig(config_path)
+        write_config(config_path, "a", "b")
+        # the first takes the lock and reads; the second waits for it; the other 48 join the
+        # second, which reads the file as it is after the first
+        outcomes = await asyncio.gather(*(rig.reloader.reload() for _ in range(50)))
+        await rig.close()
+        return rig.applied, set(outcomes)
+
+    applied, outcomes = asyncio.run(main())
+    assert applied == [["a", "b"], ["a", "b"]]
+    assert outcomes == {ReloadOutcome(None, ("a", "b"))}  # each caller hears how its ended
+
+
+def test_the_reload_route_answers_once_the_file_is_applied_or_refused(tmp_path: Path) -> None:
+    """``POST /v1/reload`` (what ``cuzkd reload`` and the unit's ExecReload call): 200 with the
+    engines once applied, 422 naming the file and key when refused, 409 while stopping or
+    starting."""
+    config_path = tmp_path / "cuzkd.toml"
+    write_config(config_path, "a")
+
+    async def main() -> None:
+        rig = Rig(config_path)
+        app = web.Application(middlewares=[json_errors])
+        rig.reloader.routes()(app)
+        async with TestClient(TestServer(app)) as client:
+            write_config(config_path, "a", "b")
+            resp = await client.post("/v1/reload")
+            assert (resp.status, await resp.json()) == (200, {"applied": True,
+                                                              "engines": ["a", "b"]})
+            assert rig.group.names() == ["a", "b"]  # already applied when the answer came
+
+            config_path.write_text(config_path.read_text() + '[[engine]]\nname = "a"\n')
+            resp = await client.post("/v1/reload")
+            body = await resp.json()
+            assert resp.status == 422 and body["error"].startswith("reload refused: ")
+            assert "duplicate engine name" in body["error"] and "engine[2].name" in body["error"]
+            assert rig.group.names() == ["a", "b"]
+
+            rig.stopping = True
+            resp = await client.post("/v1/reload")
+            assert resp.status == 409
+            assert (await resp.json())["error"] == "reload refused: the supervisor is stopping"
+            rig.stopping, rig.views.phase = False, "starting"  # engines spawned from the file
+            resp = await client.post("/v1/reload")
+            assert resp.status == 409
+            assert (await resp.json())["error"] == ("reload refused: the supervisor is still "
+                                                    "starting")
+        await rig.close()
+
+    asyncio.run(main())

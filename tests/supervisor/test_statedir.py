@@ -1,0 +1,61 @@
+"""The state-dir and control-socket locks: one owner each, and no symlink in the state dir can
+redirect their writes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from support.supervisor_harness import start_supervisor, write_config
+
+from cuzkd.supervisor.daemon.statedir import StateDirBusy, StateDirLock
+
+
+def test_second_owner_is_refused_naming_the_first(tmp_path: Path) -> None:
+    first = StateDirLock(tmp_path / "state")
+    first.acquire()
+    try:
+        with pytest.raises(StateDirBusy, match=f"pid {os.getpid()}"):
+            StateDirLock(tmp_path / "state").acquire()
+    finally:
+        first.release()
+    StateDirLock(tmp_path / "state").acquire()  # free again once released
+
+
+def test_a_planted_pid_file_symlink_is_not_followed(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "cuzkd.pid").symlink_to(victim)
+    with pytest.raises(OSError):
+        StateDirLock(state).acquire()
+    assert victim.read_text() == "precious\n"  # not truncated, not overwritten with our pid
+
+
+def test_a_second_supervisor_on_the_same_control_socket_is_refused(tmp_path: Path) -> None:
+    """Different state dirs, one control socket: the second must not unlink and take the
+    first's socket over."""
+    control = tmp_path / "run" / "cuzkd.sock"
+    first_dir, second_dir = tmp_path / "one", tmp_path / "two"
+    first_dir.mkdir()
+    second_dir.mkdir()
+    engines = [{"name": "a", "command": ["sleep", "600"], "stop_timeout": "2s"}]
+    first = start_supervisor(write_config(first_dir, engines,
+                                          supervisor={"control_socket": str(control)}))
+    try:
+        inode = control.stat().st_ino
+        second = subprocess.run(
+            [sys.executable, "-m", "cuzkd", "run", "--config",
+             str(write_config(second_dir, engines, supervisor={"control_socket": str(control)}))],
+            capture_output=True, text=True, timeout=60)
+        assert second.returncode == 1
+        assert f"another cuzkd (pid {first.proc.pid}) is running with control_socket " \
+               f"{control}" in second.stdout + second.stderr
+        assert control.stat().st_ino == inode
+        assert first.about()["pid"] == first.proc.pid
+    finally:
+        assert first.stop() == 0

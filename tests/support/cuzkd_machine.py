@@ -1,0 +1,68 @@
+"""What the live systemd tests install on the machine: cuzkd, its config and the shipped unit.
+
+cuzkd goes where the unit expects it (/usr/local/bin/cuzkd), run by a virtual environment in
+/opt/cuzkd whose interpreter is the distribution's Python: the unit's dynamic user must be able
+to read every file, and ProtectHome= hides an interpreter or checkout under /root or /home. The
+checkout's package and this test run's site-packages are bound in read-only (the engines are
+started as ``sys.executable -m cuzkd``, so the environment must find both).
+"""
+
+from __future__ import annotations
+
+import sys
+import sysconfig
+from pathlib import Path
+
+from support.live import parse_exposition
+from support.systemd import Payload, boot_payload
+
+REPO = Path(__file__).resolve().parents[2]
+UNIT = REPO / "systemd" / "cuzkd.service"
+CONFIG_PATH = "/etc/cuzkd/cuzkd.toml"
+METRICS = "http://127.0.0.1:9822"
+_HIDDEN = ("/root", "/home", "/run/user")
+
+
+def engines_config(*names: str) -> str:
+    """The unit's config with bundled (CPU) engines ``names``."""
+    engines = "".join(f'\n[[engine]]\nname = "{name}"\n' for name in names)
+    return ('[supervisor]\nstate_dir = "/var/lib/cuzkd"\nshutdown_grace = "30s"\n\n'
+            f'[metrics]\nlisten = "127.0.0.1:9822"\n{engines}')
+
+
+def machine_python() -> str:
+    """An interpreter outside any home directory with this test run's Python ABI."""
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    candidates = [f"/usr/bin/python{version}", f"/usr/local/bin/python{version}",
+                  getattr(sys, "_base_executable", sys.executable)]
+    for candidate in candidates:
+        if Path(candidate).exists() and not candidate.startswith(_HIDDEN):
+            return candidate
+    raise AssertionError(f"no Python {version} outside a home directory (tried {candidates}); "
+                         "the unit's ProtectHome= would hide it")
+
+
+def cuzkd_payload() -> Payload:
+    python = machine_python()
+    site = Path(sysconfig.get_paths()["purelib"])
+    payload = boot_payload()
+    payload.files.update({
+        "/etc/systemd/system/cuzkd.service": UNIT.read_bytes(),  # unmodified
+        CONFIG_PATH: engines_config("alpha", "beta"),
+        "/usr/local/bin/cuzkd": ("#!/opt/cuzkd/bin/python3\nimport sys\n\n"
+                                 "from cuzkd.cli import main\n\nsys.exit(main())\n"),
+        f"/opt/cuzkd/lib/python{sys.version_info.major}.{sys.version_info.minor}"
+        "/site-packages/cuzkd-live.pth": "/opt/cuzkd-live/src\n/opt/cuzkd-live/site\n",
+    })
+    payload.modes["/usr/local/bin/cuzkd"] = 0o755
+    payload.venvs.append(("/opt/cuzkd", python))
+    payload.binds += [(REPO / "cuzkd", "/opt/cuzkd-live/src/cuzkd"),
+                      (site, "/opt/cuzkd-live/site")]
+    return payload
+
+
+def engine_values(text: str, name: str) -> dict[str, float]:
+    """``engine -> value`` of one per-engine series in a scrape."""
+    return {dict(labels)["engine"]: value
+            for (sample, labels), value in parse_exposition(text).samples.items()
+            if sample == name}
