@@ -1,6 +1,6 @@
 """The supervisor's ``/proc`` readers on a fixture tree (``proc_root``): what each returns.
 
-The real-``/proc`` tests (test_supervisor_leftover_records.py, test_supervisor_orphans.py) show
+The real-``/proc`` tests (test_leftover_records.py, test_orphans.py) show
 the readers agree with the kernel; these show the cases the kernel will not produce on demand:
 a command name with spaces and parentheses, a pid that is gone, a field that does not parse, a
 zombie, a boot id missing or empty, a process tree across threads.
