@@ -11,6 +11,9 @@ go through the real selector, polled without waiting.
 :class:`StandIn` (a pid, two pipes already at EOF) that follows a :class:`Script` -- exit by
 itself after so many (virtual) seconds, die of the stop signal or ignore it -- and whose exits
 are fed to the table's ``dispatch`` exactly as the reaper would.
+
+:func:`engine_set` and :func:`views_of` build an engine set and its read-only views the way the
+composition root does (its releases, its phase, a swap coordinator), without the daemon.
 """
 
 from __future__ import annotations
@@ -25,7 +28,15 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, TypeVar
 
+from cuzkd.config import Config
+from cuzkd.ratelimit import LimitedLog
+from cuzkd.supervisor.core.phase import PhaseView, SupervisorPhase
+from cuzkd.supervisor.engines.binaries import EngineBinaries
+from cuzkd.supervisor.engines.engineset import EngineSet
+from cuzkd.supervisor.engines.runclock import RunClock
 from cuzkd.supervisor.proc.children import ChildProcess, ChildTable
+from cuzkd.supervisor.web.readout import SupervisorViews
+from cuzkd.swap.rolling import SwapCoordinator
 
 T = TypeVar("T")
 
@@ -189,3 +200,29 @@ def no_such_file() -> OSError:
 
 def too_many_files() -> OSError:
     return OSError(errno.EMFILE, "Too many open files")
+
+
+def running_phase() -> SupervisorPhase:
+    """The supervisor's phase once it started (reloads allowed, engines may start)."""
+    phase = SupervisorPhase(started_at=0.0)
+    phase.started()
+    return phase
+
+
+def engine_set(config: Config, table: ChildTable, *, phase: PhaseView | None = None,
+               clock: RunClock | None = None) -> EngineSet:
+    """An engine set as the composition root builds it: the releases in ``config``'s state
+    dir, ``phase`` (a :func:`running_phase` unless given)."""
+    return EngineSet(config, table,
+                     binaries=EngineBinaries(config.supervisor, config.state_dir),
+                     phase=phase if phase is not None else running_phase(), clock=clock)
+
+
+def views_of(group: EngineSet, table: ChildTable,
+             phase: PhaseView | None = None) -> SupervisorViews:
+    """``group``'s read-only views, with a swap coordinator over its state dir's releases."""
+    config = group.config
+    swaps = SwapCoordinator(EngineBinaries(config.supervisor, config.state_dir).store, group,
+                            keep_releases=config.supervisor.keep_releases)
+    return SupervisorViews(group, table, phase if phase is not None else running_phase(),
+                           swaps, LimitedLog())
