@@ -4,9 +4,12 @@ It turns real happenings (spawn results, reaped exits, status polls, timers) int
 events and executes the actions the lifecycle returns: spawn, stop, schedule or cancel a
 restart. The decisions around those are pure and made elsewhere: the stop's escalation by
 :mod:`.stopsequence`, the health loop's pace by :mod:`.cadence`; the process's descendants are
-its :class:`~cuzkd.supervisor.proc.descendants.DescendantWatch`'s. It owns every task it
-starts -- the health poll, the stop sequence, the two output readers -- and
-:meth:`EngineRunner.close` cancels and awaits them all.
+its :class:`~cuzkd.supervisor.proc.descendants.DescendantWatch`'s, its last stderr lines its
+:class:`~cuzkd.supervisor.engines.stderrtail.StderrTail`'s. The rest of the supervisor reads
+the engine through the runner's queries (:attr:`EngineRunner.state`,
+:meth:`EngineRunner.not_up_reason`, :meth:`EngineRunner.info`), never its lifecycle or
+descendant watch. It owns every task it starts -- the health poll, the stop sequence, the two
+output readers -- and :meth:`EngineRunner.close` cancels and awaits them all.
 """
 
 from __future__ import annotations
@@ -216,14 +219,13 @@ class EngineRunner:
     def request_stop(self, reason: StopReason = "operator") -> None:
         """Begin the stop sequence (or cancel a pending restart) now, without waiting."""
         self._stop_reason = reason
+        abandoned: list[Action] = []
         if self._gate is not None:  # nothing runs yet: the spawn waiting is dropped
             self._gate.cancel()
             self._gate = None
             self._log.info("gpu_gate_abandoned" if self._gpu_view is not None
                            else "engine_spawn_abandoned", reason="stop requested")
             abandoned = self.lifecycle.spawn_abandoned(self._clock())
-        else:
-            abandoned = []
         self._apply([*abandoned, *self.lifecycle.stop_requested(self._clock())])
 
     async def wait_stopped(self) -> None:
