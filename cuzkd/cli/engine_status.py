@@ -3,7 +3,8 @@
 What operators used to script by hand against cuzk's ``/status``: every GPU worker (state,
 full job id, partition, current busy time), every listed job (kind, age, partitions per
 phase) and the memory budget -- and its trouble: exits by cause, stalls, and the last stderr
-lines of the process that exited last. Pure rendering of a control-API engine entry plus a decoded
+lines of the process that exited last. Pure rendering of a control-API engine entry (an
+:class:`~cuzkd.supervisor.engines.info.EngineInfo`) plus a decoded
 :class:`~cuzkd.status.document.StatusDocument`, so it reads the bundled engine and a plain
 cuzk alike; job ids are printed whole, however long -- they are what an operator greps logs for.
 """
@@ -12,13 +13,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
 
 from cuzkd.status.document import PARTITION_STATES, StatusDocument
+from cuzkd.supervisor.engines.info import EngineInfo
 from cuzkd.units import format_bytes, format_duration
 
 
-def render_engine(info: dict[str, Any], doc: StatusDocument | None, error: str | None,
+def render_engine(info: EngineInfo, doc: StatusDocument | None, error: str | None,
                   now: float) -> str:
     """The whole view; ``doc`` is None when the status could not be read (``error`` says why)."""
     lines = [_headline(info, now), *_trouble_lines(info)]
@@ -34,33 +35,33 @@ def render_engine(info: dict[str, Any], doc: StatusDocument | None, error: str |
     return "\n".join(lines) + "\n"
 
 
-def _trouble_lines(info: dict[str, Any]) -> list[str]:
+def _trouble_lines(info: EngineInfo) -> list[str]:
     """Last exit cause with the count per cause, the stall watchdog's view, a start held by
     the GPU memory gate, the supervisor's last error for the engine (why its status or its
     spawn failed), and the values of its status document that did not decode."""
-    exits = ", ".join(f"{cause} {n}" for cause, n in sorted(info.get("exits", {}).items()))
-    stalled = "   STALLED now" if info.get("stalled") else ""
-    gate = "   waiting for GPU memory" if info.get("waiting_for_gpu") else ""
-    error = [f"last error: {info['last_error']}"] if info.get("last_error") else []
-    if info.get("status_field_errors"):
-        error.append(f"status fields {info['status_field_errors']}")
-    return [f"last exit {info.get('last_exit_cause') or '-'}   exits {exits or '-'}   "
-            f"stalls {info.get('stalls_total', 0)}{stalled}{gate}", *error]
+    exits = ", ".join(f"{cause} {n}" for cause, n in sorted(info.exits.items()))
+    stalled = "   STALLED now" if info.stalled else ""
+    gate = "   waiting for GPU memory" if info.waiting_for_gpu else ""
+    error = [f"last error: {info.last_error}"] if info.last_error else []
+    if info.status_field_errors:
+        error.append(f"status fields {info.status_field_errors}")
+    return [f"last exit {info.last_exit_cause or '-'}   exits {exits or '-'}   "
+            f"stalls {info.stalls_total}{stalled}{gate}", *error]
 
 
-def _stderr_lines(info: dict[str, Any]) -> list[str]:
-    tail: list[str] = info.get("last_exit_stderr") or []
+def _stderr_lines(info: EngineInfo) -> list[str]:
+    tail = info.last_exit_stderr
     if not tail:
         return []
     return ["", f"stderr of the last exited process (last {len(tail)} lines):",
             *(f"  | {line}" for line in tail)]
 
 
-def _headline(info: dict[str, Any], now: float) -> str:
-    started = info.get("started_at")
+def _headline(info: EngineInfo, now: float) -> str:
+    started = info.started_at
     up = format_duration(now - started) if started is not None else "-"
-    return (f"{info['name']}  {info['state']}  pid {info.get('pid') or '-'}  up {up}  "
-            f"restarts {info.get('restarts', 0)}  status {info.get('status_address') or '-'}")
+    return (f"{info.name}  {info.state}  pid {info.pid or '-'}  up {up}  "
+            f"restarts {info.restarts}  status {info.status_address or '-'}")
 
 
 def _budget_line(doc: StatusDocument) -> str:

@@ -31,6 +31,7 @@ from cuzkd.config import (
 from cuzkd.errortext import error_text
 from cuzkd.logs import LOG_FORMATS
 from cuzkd.status.document import StatusDecoder, StatusDocument
+from cuzkd.supervisor.engines.info import EngineInfo
 from cuzkd.units import format_duration
 
 #: Seconds a control request may take (start/stop/restart: more, from the engine's timeouts).
@@ -112,10 +113,10 @@ def _status(args: argparse.Namespace) -> int:
         return 0
     print(f"{'ENGINE':<16} {'STATE':<9} {'PID':>7} {'UPTIME':>9} {'RESTARTS':>8}  "
           f"{'RELEASE':<16}  LAST EXIT")
-    for eng in body["engines"]:
-        print(f"{eng['name']:<16} {eng['state']:<9} {eng['pid'] or '-':>7} "
-              f"{_uptime(eng['started_at']):>9} {eng['restarts']:>8}  "
-              f"{eng.get('release') or '-':<16}  {_last_exit(eng)}")
+    for eng in msgspec.convert(body["engines"], list[EngineInfo]):
+        print(f"{eng.name:<16} {eng.state:<9} {eng.pid or '-':>7} "
+              f"{_uptime(eng.started_at):>9} {eng.restarts:>8}  "
+              f"{eng.release or '-':<16}  {_last_exit(eng)}")
     active = describe_active(body["release"]) if "release" in body else None
     if active is not None:
         print(active)
@@ -150,35 +151,37 @@ def _engine_status(args: argparse.Namespace) -> int:
 
 def _engine_frame(args: argparse.Namespace) -> str:
     body = _control(args, "GET", "/v1/engines")
-    info = next((e for e in body["engines"] if e["name"] == args.name), None)
+    engines = msgspec.convert(body["engines"], list[EngineInfo])
+    info = next((e for e in engines if e.name == args.name), None)
     if info is None:
         raise ControlRequestFailed(f"no engine named {args.name!r}")
     doc: StatusDocument | None = None
     error: str | None = None
-    if info["status_address"] is None:  # supervised by its process alone: no document
+    if info.status_address is None:  # supervised by its process alone: no document
         error = "no status_url: supervised by its process alone"
-    elif info["state"] in ("starting", "running"):
+    elif info.state in ("starting", "running"):
         try:
-            decoded = StatusDecoder().decode(get_status(info["status_address"]))
+            decoded = StatusDecoder().decode(get_status(info.status_address))
         except (OSError, http.client.HTTPException, ValueError) as exc:  # incl. decode errors
             error = error_text(exc)
         else:  # what this view shows: the document fetched here, not the supervisor's last
             doc = decoded.document
-            info = {**info, "status_field_errors": decoded.left_out()}
+            info = msgspec.structs.replace(info, status_field_errors=decoded.left_out())
     if args.json:
         status = None if doc is None else msgspec.to_builtins(doc)
-        return json.dumps({"engine": info, "status": status, "error": error}, indent=2) + "\n"
+        return json.dumps({"engine": info.as_json(), "status": status, "error": error},
+                          indent=2) + "\n"
     return render_engine(info, doc, error, time.time())
 
 
-def _last_exit(eng: dict[str, Any]) -> str:
-    text = eng["last_exit_cause"] or "-"
-    if eng.get("next_restart_at"):
-        text += f" (restart in {max(0.0, eng['next_restart_at'] - time.time()):.1f}s)"
-    if eng.get("last_error"):
-        text += f" error: {eng['last_error']}"
-    if eng.get("status_field_errors"):
-        text += f" status fields {eng['status_field_errors']}"
+def _last_exit(eng: EngineInfo) -> str:
+    text = eng.last_exit_cause or "-"
+    if eng.next_restart_at:
+        text += f" (restart in {max(0.0, eng.next_restart_at - time.time()):.1f}s)"
+    if eng.last_error:
+        text += f" error: {eng.last_error}"
+    if eng.status_field_errors:
+        text += f" status fields {eng.status_field_errors}"
     return text
 
 
@@ -224,7 +227,8 @@ def _engine_action(args: argparse.Namespace) -> int:
     timeout = DEFAULT_TIMEOUT if spec is None else max(
         DEFAULT_TIMEOUT, spec.stop_budget + spec.start_timeout + 2 * START_WAIT_SLACK)
     # Quoted: a name with '/', '?' or '#' must reach the API as a name ("no engine named").
-    body = call(config.control_socket, "POST",
-                f"/v1/engines/{quote(args.name, safe='')}/{args.verb}", timeout=timeout)
-    print(f"{body['name']}: {body['state']} (pid {body['pid'] or '-'})")
+    info = msgspec.convert(call(config.control_socket, "POST",
+                                f"/v1/engines/{quote(args.name, safe='')}/{args.verb}",
+                                timeout=timeout), EngineInfo)
+    print(f"{info.name}: {info.state} (pid {info.pid or '-'})")
     return 0

@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import msgspec
@@ -31,6 +32,7 @@ from cuzkd.status.document import (
     StatusDocument,
     Synthesis,
 )
+from cuzkd.supervisor.engines.info import EngineInfo
 from cuzkd.units import format_bytes, format_duration
 
 #: cuzk's job ids are long; the view must never cut them.
@@ -118,6 +120,11 @@ def _plain_cuzk_document() -> StatusDocument:
     )
 
 
+def _entry(fields: dict[str, Any]) -> EngineInfo:
+    """A control-API engine entry, decoded as the CLI decodes it."""
+    return msgspec.convert(fields, EngineInfo)
+
+
 def _row(text: str, first_cell: str) -> list[str]:
     (line,) = [ln for ln in text.splitlines() if ln.split() and ln.split()[0] == first_cell]
     return line.split()
@@ -126,7 +133,7 @@ def _row(text: str, first_cell: str) -> list[str]:
 def test_engine_view_of_a_plain_cuzk_document() -> None:
     info = {"name": "cuzk1", "state": "running", "pid": 4242, "started_at": 1000.0,
             "restarts": 2, "status_address": "http://127.0.0.1:9821/status"}
-    text = render_engine(info, _plain_cuzk_document(), None, now=1000.0 + 3720)
+    text = render_engine(_entry(info), _plain_cuzk_document(), None, now=1000.0 + 3720)
     assert text.splitlines()[0] == ("cuzk1  running  pid 4242  up 1h02m  restarts 2  "
                                     "status http://127.0.0.1:9821/status")
     assert "budget 16.0 GiB / 64.0 GiB used (25%)   synthesis 2 / 6 active   queue 3" in text
@@ -152,7 +159,7 @@ def test_engine_view_of_a_document_with_values_left_out_names_them() -> None:
     info = {"name": "cuzk1", "state": "running", "pid": 4242, "started_at": 1000.0,
             "restarts": 0, "status_address": "http://127.0.0.1:9821/status",
             "status_field_errors": left_out}
-    text = render_engine(info, doc, None, now=1000.0 + 60)
+    text = render_engine(_entry(info), doc, None, now=1000.0 + 60)
     assert f"status fields {left_out}" in text.splitlines()
     assert "budget ? / 64.0 GiB used   synthesis 2 / ? active   queue ?" in text
     assert _row(text, "0") == ["0", "0", "proving", "2.2s", "4", LONG_JOB_ID]
@@ -162,7 +169,7 @@ def test_engine_view_of_a_document_with_values_left_out_names_them() -> None:
 def test_engine_view_when_the_status_is_unavailable() -> None:
     info = {"name": "gpu0", "state": "backoff", "pid": None, "started_at": None, "restarts": 5,
             "status_address": "unix:/run/x.sock"}
-    text = render_engine(info, None, None, now=0.0)
+    text = render_engine(_entry(info), None, None, now=0.0)
     assert "gpu0  backoff  pid -  up -  restarts 5" in text
     assert "status: unavailable (engine not running)" in text
 
@@ -170,7 +177,8 @@ def test_engine_view_when_the_status_is_unavailable() -> None:
 def test_engine_view_without_a_status_url_never_prints_none() -> None:
     info = {"name": "plain", "state": "running", "pid": 7, "started_at": 0.0, "restarts": 0,
             "status_address": None}
-    text = render_engine(info, None, "no status_url: supervised by its process alone", now=1.0)
+    text = render_engine(_entry(info), None, "no status_url: supervised by its process alone",
+                         now=1.0)
     assert text.splitlines()[0] == "plain  running  pid 7  up 1s  restarts 0  status -"
     assert "None" not in text
 
@@ -180,18 +188,19 @@ def test_engine_view_shows_exit_causes_stalls_the_gpu_gate_and_the_stderr_tail()
             "status_address": "unix:/run/x.sock", "last_exit_cause": "oom_killed",
             "exits": {"oom_killed": 1, "stalled": 1}, "stalls_total": 1, "stalled": False,
             "waiting_for_gpu": True, "last_exit_stderr": ["allocating 40 GiB", "Killed"]}
-    lines = render_engine(info, None, None, now=0.0).splitlines()
+    lines = render_engine(_entry(info), None, None, now=0.0).splitlines()
     assert lines[1] == ("last exit oom_killed   exits oom_killed 1, stalled 1   stalls 1   "
                         "waiting for GPU memory")
     assert lines[-3:] == ["stderr of the last exited process (last 2 lines):",
                           "  | allocating 40 GiB", "  | Killed"]
-    quiet = render_engine({**info, "waiting_for_gpu": False, "last_exit_stderr": [],
-                           "stalled": True}, None, None, now=0.0)
+    quiet = render_engine(_entry({**info, "waiting_for_gpu": False, "last_exit_stderr": [],
+                                  "stalled": True}), None, None, now=0.0)
     assert quiet.splitlines()[1].endswith("stalls 1   STALLED now")
     assert "stderr of the last" not in quiet
     assert "last error" not in quiet
-    failing = render_engine({**info, "last_error": "HTTP 500 Internal Server Error: 'boom'"},
-                            None, None, now=0.0)
+    failing = render_engine(
+        _entry({**info, "last_error": "HTTP 500 Internal Server Error: 'boom'"}),
+        None, None, now=0.0)
     assert failing.splitlines()[2] == "last error: HTTP 500 Internal Server Error: 'boom'"
 
 

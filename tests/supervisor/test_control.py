@@ -12,10 +12,12 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from aiohttp import web
 from support.supervisor_harness import fake_engine, start_supervisor, unix_request, write_config
 
 from cuzkd.httperrors import JsonErrorsRunner
+from cuzkd.supervisor.engines.info import EngineInfo
 from cuzkd.supervisor.web.control_routes import build_control_app
 
 
@@ -100,7 +102,7 @@ def test_control_routes_hooks_extend_the_app() -> None:
         app.router.add_post("/v1/swap", swap)
 
     fake: Any = object()
-    app = build_control_app(fake, dict, [hook])
+    app = build_control_app(fake, dict, dict, [hook])
     assert seen == [app]
     assert any(r.resource is not None and r.resource.canonical == "/v1/swap"
                for r in app.router.routes())
@@ -164,11 +166,11 @@ def test_a_failed_stop_answers_409_and_the_cli_exits_1(tmp_path: Path) -> None:
         async def stop_engine(self, name: str) -> str:
             return "not stopped 35s after the stop request: engine is stopping"
 
-        def engine_info(self, name: str) -> dict[str, Any]:
-            return {"name": name, "state": "stopping", "pid": 42}
+        def engine_info(self, name: str) -> EngineInfo:
+            return EngineInfo(name=name, state="stopping", pid=42)
 
     async def serve_and_stop() -> subprocess.CompletedProcess[str]:
-        runner = web.AppRunner(build_control_app(StuckSupervisor(), dict, []))  # type: ignore[arg-type]
+        runner = web.AppRunner(build_control_app(StuckSupervisor(), dict, dict, []))  # type: ignore[arg-type]
         await runner.setup()
         sock = tmp_path / "control.sock"
         await web.UnixSite(runner, str(sock)).start()
@@ -193,7 +195,7 @@ def test_protocol_errors_on_the_control_socket_are_json(tmp_path: Path) -> None:
     """A request line longer than aiohttp's limit never reaches a middleware; still JSON."""
 
     async def exchange() -> bytes:
-        runner = JsonErrorsRunner(build_control_app(object(), dict, []))  # type: ignore[arg-type]
+        runner = JsonErrorsRunner(build_control_app(object(), dict, dict, []))  # type: ignore[arg-type]
         await runner.setup()
         sock = tmp_path / "control.sock"
         await web.UnixSite(runner, str(sock)).start()
@@ -220,3 +222,66 @@ def test_client_commands_do_not_need_the_metrics_host_to_resolve(tmp_path: Path)
     assert out.returncode == 69 and "cannot reach the supervisor" in out.stderr, out.stderr
     out = cli("check-config", str(config))
     assert out.returncode == 78 and "does not resolve" in out.stderr, out.stderr
+
+
+#: The keys of an engine entry on the control API, in the order they have always had.
+ENTRY_KEYS = ["name", "state", "pid", "started_at", "restarts", "last_exit_cause", "exits",
+              "next_restart_at", "last_error", "waiting_for_gpu", "stalled", "stalls_total",
+              "last_exit_stderr", "status_address", "command", "release",
+              "status_field_errors"]
+
+
+def test_an_engine_entry_goes_from_the_supervisor_to_the_cli_unchanged(tmp_path: Path) -> None:
+    """One typed entry (:class:`EngineInfo`) on both sides of the socket: the control API
+    serves it with the keys it always had, and ``cuzkd status`` decodes it back into the same
+    value and prints it (``--json``: the very JSON the API served)."""
+    info = EngineInfo(
+        name="gpu0", state="backoff", pid=None, started_at=None, restarts=3,
+        last_exit_cause="oom_killed", exits={"oom_killed": 2, "exit_1": 1},
+        next_restart_at=1e12, last_error="status silent", waiting_for_gpu=True, stalled=True,
+        stalls_total=4, last_exit_stderr=["allocating", "Killed"], status_address=None,
+        command=["{binary}", "--gpu", "0"], release="r-abc", status_field_errors="left out")
+
+    class OneEngine:
+        stopping = False
+
+        def engines_info(self) -> list[EngineInfo]:
+            return [info]
+
+    async def serve_and_ask() -> tuple[Any, list[subprocess.CompletedProcess[str]]]:
+        runner = web.AppRunner(build_control_app(
+            OneEngine(), dict, lambda: {"id": None}, []))  # type: ignore[arg-type]
+        await runner.setup()
+        sock = tmp_path / "control.sock"
+        await web.UnixSite(runner, str(sock)).start()
+        config = tmp_path / "c.toml"
+        config.write_text(f'[supervisor]\ncontrol_socket = "{sock}"\n[[engine]]\nname = "a"\n')
+        outs = []
+        try:
+            served = await asyncio.to_thread(unix_request, sock, "GET", "/v1/engines")
+            for args in (["--json"], [], ["gpu0", "--json"]):
+                proc = await asyncio.create_subprocess_exec(
+                    sys.executable, "-m", "cuzkd", "status", *args, "--config", str(config),
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                out, err = await proc.communicate()
+                assert proc.returncode is not None
+                outs.append(subprocess.CompletedProcess(args, proc.returncode, out.decode(),
+                                                        err.decode()))
+        finally:
+            await runner.cleanup()
+        return served, outs
+
+    (status, body), (as_json, table, one) = asyncio.run(serve_and_ask())
+    assert status == 200
+    [entry] = body["engines"]
+    assert list(entry) == ENTRY_KEYS
+    assert msgspec.convert(entry, EngineInfo) == info
+    assert as_json.returncode == 0 and json.loads(as_json.stdout) == body
+    assert table.returncode == 0, table.stderr
+    row = next(line for line in table.stdout.splitlines() if line.startswith("gpu0"))
+    assert row.split()[:5] == ["gpu0", "backoff", "-", "-", "3"] and "r-abc" in row
+    assert "oom_killed" in row and "error: status silent" in row
+    assert one.returncode == 0, one.stderr
+    shown = json.loads(one.stdout)
+    assert shown["engine"] == entry and list(shown["engine"]) == ENTRY_KEYS
+    assert shown["error"] == "no status_url: supervised by its process alone"

@@ -119,11 +119,11 @@ def test_a_freeze_with_a_poll_in_flight_kills_nothing_and_fresh_polls_decide(
             runner = runner_of(tmp_path, engines, status_url=address, drain="none",
                                stall_after="0s")
             runner.start()
-            assert await runner.wait_for(lambda: runner.lifecycle.state is State.RUNNING)
+            assert await runner.wait_for(lambda: runner.state is State.RUNNING)
             await server.arrived.wait()  # a poll is in flight: its reply comes in 0.5 s
             virtual_loop().freeze(16.0)
             await answered(server, 3)
-            assert runner.lifecycle.state is State.RUNNING and len(engines.spawned) == 1
+            assert runner.state is State.RUNNING and len(engines.spawned) == 1
             assert not engines.spawned[0].signals
             last_ok = runner.lifecycle.last_ok
             assert last_ok is not None
@@ -205,7 +205,7 @@ def test_a_loop_blocked_again_and_again_still_finds_a_hung_engine(tmp_path: Path
             runner = runner_of(tmp_path, engines, status_url=address, drain="none",
                                stall_after="0s")
             runner.start()
-            assert await runner.wait_for(lambda: runner.lifecycle.state is State.RUNNING)
+            assert await runner.wait_for(lambda: runner.state is State.RUNNING)
             last_ok = runner.lifecycle.last_ok
             assert last_ok is not None
             server.hang = True
@@ -232,7 +232,7 @@ def test_stop_timeout_counts_only_the_time_the_supervisor_ran(tmp_path: Path) ->
             runner = runner_of(tmp_path, engines, status_url=address, drain="none",
                                stop_timeout="10s", stall_after="0s")
             runner.start()
-            assert await runner.wait_for(lambda: runner.lifecycle.state is State.RUNNING)
+            assert await runner.wait_for(lambda: runner.state is State.RUNNING)
             virtual_loop().call_later(1.0, virtual_loop().freeze, 20.0)
             await finish(runner, server)
         return engines.spawned[0], runner._run_clock.frozen_seconds_total, 0.0

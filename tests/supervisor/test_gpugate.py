@@ -178,18 +178,18 @@ async def test_restart_waits_until_the_dead_engine_releases_its_gpu(sup: Supervi
 
     async def body() -> None:
         runner.start()
-        assert await runner.wait_for(lambda: runner.lifecycle.state is State.RUNNING, 20)
+        assert await runner.wait_for(lambda: runner.state is State.RUNNING, 20)
         first = runner.pid
         assert first is not None
         assert {k: environ(first)[k] for k in cuda_env(["0"])} == cuda_env(["0"])
         gpus.set(device(processes={first: 8 * GIB}))  # its memory outlives it for a while
         os.kill(first, signal.SIGKILL)
-        assert await runner.wait_for(lambda: runner.info()["waiting_for_gpu"], 20)
+        assert await runner.wait_for(lambda: runner.info().waiting_for_gpu, 20)
         await gpus.reads_past(3)
-        assert runner.pid is None and runner.info()["waiting_for_gpu"]
+        assert runner.pid is None and runner.info().waiting_for_gpu
         gpus.set(device())  # the driver let go
         assert await runner.wait_for(lambda: runner.pid not in (None, first), 20)
-        assert not runner.info()["waiting_for_gpu"]
+        assert not runner.info().waiting_for_gpu
         assert environ(runner.pid)["CUDA_VISIBLE_DEVICES"] == "0"
 
     with structlog.testing.capture_logs() as logs:
@@ -206,7 +206,7 @@ async def test_the_gate_gives_up_after_gpu_release_timeout_and_starts_anyway(
 
     async def body() -> None:
         runner.start()
-        assert runner.info()["waiting_for_gpu"]
+        assert runner.info().waiting_for_gpu
         assert await runner.wait_for(lambda: runner.pid is not None, 20)
 
     with structlog.testing.capture_logs() as logs:
@@ -225,7 +225,7 @@ async def test_free_memory_must_cover_gpu_memory_needed(sup: Supervisor,
     async def body() -> None:
         runner.start()
         await gpus.reads_past(3)
-        assert runner.pid is None and runner.info()["waiting_for_gpu"]
+        assert runner.pid is None and runner.info().waiting_for_gpu
         gpus.set(device(used=60 * GIB))
         assert await runner.wait_for(lambda: runner.pid is not None, 20)
 
@@ -241,8 +241,8 @@ async def test_a_stop_while_waiting_drops_the_spawn(sup: Supervisor, tmp_path: P
         runner.start()
         await gpus.reads_past(1)
         await asyncio.wait_for(runner.stop(), 5)
-        assert runner.lifecycle.state is State.STOPPED and runner.pid is None
-        assert not runner.info()["waiting_for_gpu"]
+        assert runner.state is State.STOPPED and runner.pid is None
+        assert not runner.info().waiting_for_gpu
         reads = gpus.reads
         gpus.set(device())
         runner.start()  # startable again, and the new gate passes at once

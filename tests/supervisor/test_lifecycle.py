@@ -273,3 +273,20 @@ def test_a_spawn_abandoned_while_waiting_for_gpus_leaves_it_stopped() -> None:
     assert (m.state, m.pid) == (State.STOPPED, None)
     assert m.stop_requested(100.6) == []
     assert m.start_requested(101.0) == [Spawn()]
+
+
+def test_every_event_returns_a_list_of_actions_for_the_shell_to_carry_out() -> None:
+    """The runner handles each event alike (``_apply(m.event(...))``): the events that never
+    ask for anything answer an empty list, never None."""
+    m = machine()
+    assert m.start_requested(0.0) == [Spawn()]
+    assert m.spawn_waiting("waiting for GPU memory") == []
+    assert m.spawned(1, 0.0) == []
+    assert m.settled(0.5) == []  # a process-only engine alive through its settle time
+    assert m.state is State.RUNNING
+    assert m.stalled(1.0) == [Stop(kill=True)]
+    assert m.exited("signal_SIGKILL", False, 1.1) == [Spawn()]  # the first restart: at once
+    assert m.backoff_elapsed(2.1) == []  # not in backoff
+    assert m.spawn_waiting("waiting for the previous process's leftovers to stop") == []
+    assert m.spawn_abandoned(2.2) == []
+    assert m.state is State.STOPPED

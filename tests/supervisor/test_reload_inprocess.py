@@ -16,16 +16,15 @@ from pathlib import Path
 
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
-from support.stand_ins import Script, StandInEngines
+from support.stand_ins import Script, StandInEngines, engine_set, running_phase
 
 from cuzkd.config import load_config
 from cuzkd.httperrors import json_errors
-from cuzkd.ratelimit import LimitedLog
 from cuzkd.supervisor.core.lifecycle import State
+from cuzkd.supervisor.core.phase import Phase, SupervisorPhase
 from cuzkd.supervisor.daemon.notify import Notifier
 from cuzkd.supervisor.daemon.reload import ConfigReloader, ReloadOutcome
 from cuzkd.supervisor.engines.engineset import EngineSet
-from cuzkd.supervisor.web.readout import SupervisorViews
 
 
 def write_config(path: Path, *names: str) -> None:
@@ -47,25 +46,23 @@ def received(sock: socket.socket) -> list[str]:
 
 @dataclass
 class Rig:
-    """An engine set of stand-ins run from ``config_path``, its views (``running``) and its
-    reloader, which records each applied engine list in ``applied``."""
+    """An engine set of stand-ins run from ``config_path``, the supervisor's phase
+    (``running``) and its reloader, which records each applied engine list in ``applied``."""
 
     config_path: Path
     notifier: Notifier = field(default_factory=lambda: Notifier({}))
+    phase: SupervisorPhase = field(default_factory=running_phase)
     engines: StandInEngines = field(init=False)
     group: EngineSet = field(init=False)
-    views: SupervisorViews = field(init=False)
     reloader: ConfigReloader = field(init=False)
     applied: list[list[str]] = field(default_factory=list)
-    stopping: bool = False
 
     def __post_init__(self) -> None:
         self.engines = StandInEngines(Script())
-        self.group = EngineSet(load_config(self.config_path), self.engines.table)
-        self.views = SupervisorViews(self.group, self.engines.table, LimitedLog())
-        self.views.phase = "running"
+        self.group = engine_set(load_config(self.config_path), self.engines.table,
+                                phase=self.phase)
         self.reloader = ConfigReloader(
-            self.group, self.views, self.notifier, stopping=lambda: self.stopping,
+            self.group, self.phase, self.notifier, status_line=lambda: "STATUS=test",
             on_applied=lambda: self.applied.append(self.group.names()))
 
     async def close(self) -> None:
@@ -86,23 +83,23 @@ def test_a_reload_applies_a_good_file_refuses_a_bad_one_and_tells_systemd(
             rig = Rig(config_path, Notifier({"NOTIFY_SOCKET": str(notify_path)}))
             rig.group.start_all()
             b = rig.group.runner("b")
-            await b.wait_for(lambda: b.lifecycle.state is State.RUNNING)
+            await b.wait_for(lambda: b.state is State.RUNNING)
 
             config_path.write_bytes(b"[[engine]]\nname = 7\n\xff")  # not TOML, not UTF-8
             await rig.reloader.reload()
-            assert not rig.views.reload_ok and rig.group.names() == ["a", "b"]
-            assert not rig.applied and rig.views.phase == "running"
+            assert not rig.phase.reload_ok and rig.group.names() == ["a", "b"]
+            assert not rig.applied and rig.phase.phase is Phase.RUNNING
             refused = received(notify)
             assert refused[0].startswith("RELOADING=1\nMONOTONIC_USEC=")
             assert refused[1].startswith("READY=1\nSTATUS=")
 
             write_config(config_path, "a", "c")
             await rig.reloader.reload()
-            assert rig.views.reload_ok and rig.applied == [["a", "c"]]
-            assert b.lifecycle.state is State.STOPPED and rig.engines.spawned[1].signals
+            assert rig.phase.reload_ok and rig.applied == [["a", "c"]]
+            assert b.state is State.STOPPED and rig.engines.spawned[1].signals
             assert [m.split("\n")[0] for m in received(notify)] == ["RELOADING=1", "READY=1"]
 
-            rig.stopping = True
+            rig.phase.stop()
             write_config(config_path, "a")
             await rig.reloader.reload()
             assert rig.group.names() == ["a", "c"] and received(notify) == []
@@ -154,15 +151,21 @@ def test_the_reload_route_answers_once_the_file_is_applied_or_refused(tmp_path: 
             assert "duplicate engine name" in body["error"] and "engine[2].name" in body["error"]
             assert rig.group.names() == ["a", "b"]
 
-            rig.stopping = True
+            rig.phase.stop()
             resp = await client.post("/v1/reload")
             assert resp.status == 409
             assert (await resp.json())["error"] == "reload refused: the supervisor is stopping"
-            rig.stopping, rig.views.phase = False, "starting"  # engines spawned from the file
+        await rig.close()
+
+        write_config(config_path, "a")
+        starting = Rig(config_path, phase=SupervisorPhase(started_at=0.0))
+        app = web.Application(middlewares=[json_errors])
+        starting.reloader.routes()(app)
+        async with TestClient(TestServer(app)) as client:  # engines spawned from the file
             resp = await client.post("/v1/reload")
             assert resp.status == 409
             assert (await resp.json())["error"] == ("reload refused: the supervisor is still "
                                                     "starting")
-        await rig.close()
+        await starting.close()
 
     asyncio.run(main())

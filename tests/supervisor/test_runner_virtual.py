@@ -25,25 +25,25 @@ from support.stand_ins import (
     StandIn,
     StandInEngines,
     config_of,
+    engine_set,
     exited,
     in_state,
     no_such_file,
     too_many_files,
+    views_of,
 )
 from support.started import started
 from support.virtual_clock import run_virtual
 
 from cuzkd.metrics.http import render
-from cuzkd.ratelimit import LimitedLog
 from cuzkd.status.client import StatusSource
 from cuzkd.status.document import StatusDocument
 from cuzkd.supervisor.core.lifecycle import State
 from cuzkd.supervisor.core.reloadplan import plan
 from cuzkd.supervisor.core.stall import StallEvidence, StallWatch
-from cuzkd.supervisor.engines.engineset import EngineSet, EngineView
+from cuzkd.supervisor.engines.engineset import EngineView
 from cuzkd.supervisor.engines.runclock import RunClock
 from cuzkd.supervisor.engines.runner import EngineRunner
-from cuzkd.supervisor.web.readout import SupervisorViews
 
 
 def runner_of(tmp_path: Path, engines: StandInEngines, **keys: Any) -> EngineRunner:
@@ -118,7 +118,7 @@ def test_stop_escalates_from_the_stop_signal_to_sigkill_after_stop_timeout(
 
     proc, asked, runner = run_virtual(main)
     assert proc.signals == [(asked, signal.SIGINT), (asked + 10, signal.SIGKILL)]
-    assert runner.lifecycle.state is State.STOPPED and runner.lifecycle.restarts == 0
+    assert runner.state is State.STOPPED and runner.lifecycle.restarts == 0
 
 
 def test_an_engine_that_ends_on_the_stop_signal_gets_no_sigkill(tmp_path: Path) -> None:
@@ -180,7 +180,7 @@ def test_a_spawn_that_cannot_succeed_fails_and_a_transient_one_is_retried(
         retried = runner_of(tmp_path, short, backoff_initial="1s")
         started = asyncio.get_running_loop().time()
         retried.start()
-        assert retried.lifecycle.state is State.BACKOFF and not short.failures
+        assert retried.state is State.BACKOFF and not short.failures
         await short.next_spawn()
         await in_state(retried, State.RUNNING)
         await finish(retried)
@@ -188,7 +188,7 @@ def test_a_spawn_that_cannot_succeed_fails_and_a_transient_one_is_retried(
 
     fails, retried, (started, spawned_at) = run_virtual(main)
     assert "No such file" in str(fails.lifecycle.last_error) and not fails.lifecycle.restarts
-    assert 0.8 <= spawned_at - started <= 1 and retried.lifecycle.state is State.STOPPED
+    assert 0.8 <= spawned_at - started <= 1 and retried.state is State.STOPPED
 
 
 def test_reload_restarts_a_changed_running_engine_and_keeps_the_others(tmp_path: Path) -> None:
@@ -197,8 +197,8 @@ def test_reload_restarts_a_changed_running_engine_and_keeps_the_others(tmp_path:
         before = config_of(tmp_path, {"name": "a"}, {"name": "b"})
         after = config_of(tmp_path, {"name": "a", "command": ["stand-in", "--new"]}, {"name": "b"},
                           {"name": "c"})
-        group = EngineSet(before, engines.table,
-                          clock=RunClock(asyncio.get_running_loop().time))
+        group = engine_set(before, engines.table,
+                           clock=RunClock(asyncio.get_running_loop().time))
         group.start_all()
         await asyncio.gather(*(in_state(group.runner(n), State.RUNNING) for n in ("a", "b")))
         todo = await group.apply(after)
@@ -233,16 +233,16 @@ def test_shutdown_grace_caps_every_stop_then_sigkill(tmp_path: Path) -> None:
     SIGKILL; a hurried stop (second signal) kills at once."""
     async def main() -> tuple[list[StandIn], float]:
         engines = StandInEngines(Script(ignores_stop=True), Script())
-        group = EngineSet(config_of(tmp_path, {"name": "stubborn", "stop_timeout": "20s"},
-                                    {"name": "polite", "stop_timeout": "20s"}), engines.table,
-                          clock=RunClock(asyncio.get_running_loop().time))
+        group = engine_set(config_of(tmp_path, {"name": "stubborn", "stop_timeout": "20s"},
+                                     {"name": "polite", "stop_timeout": "20s"}), engines.table,
+                           clock=RunClock(asyncio.get_running_loop().time))
         group.start_all()
         await asyncio.gather(*(in_state(group.runner(n), State.RUNNING)
                                for n in ("stubborn", "polite")))
         asked = asyncio.get_running_loop().time()
         await group.stop_all(grace=7)
         await group.close()
-        assert all(group.runner(n).lifecycle.state is State.STOPPED
+        assert all(group.runner(n).state is State.STOPPED
                    for n in ("stubborn", "polite"))
         return engines.spawned, asked
 
@@ -252,8 +252,8 @@ def test_shutdown_grace_caps_every_stop_then_sigkill(tmp_path: Path) -> None:
 
     async def hurried() -> tuple[StandIn, float]:
         engines = StandInEngines(Script(ignores_stop=True))
-        group = EngineSet(config_of(tmp_path, {"name": "stubborn"}), engines.table,
-                          clock=RunClock(asyncio.get_running_loop().time))
+        group = engine_set(config_of(tmp_path, {"name": "stubborn"}), engines.table,
+                           clock=RunClock(asyncio.get_running_loop().time))
         group.start_all()
         await in_state(group.runner("stubborn"), State.RUNNING)
         asked = asyncio.get_running_loop().time()
@@ -275,9 +275,9 @@ def test_a_reload_while_a_scrape_waits_never_mixes_engines_up(tmp_path: Path) ->
         address = await server.start_unix(tmp_path / "hang.sock")
         keys = {"status_url": address, "drain": "none", "start_timeout": "10m"}
         engines = StandInEngines(Script())
-        group = EngineSet(config_of(tmp_path, {"name": "a", **keys}, {"name": "b", **keys}),
-                          engines.table,
-                          clock=RunClock(asyncio.get_running_loop().time))
+        group = engine_set(config_of(tmp_path, {"name": "a", **keys}, {"name": "b", **keys}),
+                           engines.table,
+                           clock=RunClock(asyncio.get_running_loop().time))
         group.start_all()
         scrape = await started(group.views(max_age=0))  # it has taken its list of runners
         await group.apply(config_of(tmp_path, {"name": "c", **keys}, {"name": "b", **keys}))
@@ -289,7 +289,7 @@ def test_a_reload_while_a_scrape_waits_never_mixes_engines_up(tmp_path: Path) ->
         return views, after
 
     views, after = run_virtual(main)
-    assert [(v.info["name"], v.sample.name) for v in views] == [("a", "a"), ("b", "b")]
+    assert [(v.info.name, v.sample.name) for v in views] == [("a", "a"), ("b", "b")]
     assert after == ["c", "b"]
 
 
@@ -334,8 +334,8 @@ def test_wait_healthy_on_virtual_time(tmp_path: Path) -> None:
     settle period is named with its exit."""
     async def main() -> tuple[str | None, str | None, float]:
         engines = StandInEngines(Script(), Script(runs_for=3, status=exited(4)))
-        group = EngineSet(config_of(tmp_path, {"name": "e", "restart": "never"}), engines.table,
-                          clock=RunClock(asyncio.get_running_loop().time))
+        group = engine_set(config_of(tmp_path, {"name": "e", "restart": "never"}), engines.table,
+                           clock=RunClock(asyncio.get_running_loop().time))
         group.start_all()
         started = asyncio.get_running_loop().time()
         healthy = await group.wait_healthy("e", settle=10)
@@ -439,7 +439,7 @@ def test_one_engines_document_never_breaks_the_scrape_of_the_others(tmp_path: Pa
             {"name": name, "status_url": await server.start_unix(tmp_path / f"{name}.sock"),
              **keys} for name, server in servers.items()])
         engines = StandInEngines(Script(), Script())
-        group = EngineSet(config, engines.table, clock=RunClock(asyncio.get_running_loop().time))
+        group = engine_set(config, engines.table, clock=RunClock(asyncio.get_running_loop().time))
         group.start_all()
         for name in servers:
             await in_state(group.runner(name), State.RUNNING)
@@ -452,7 +452,7 @@ def test_one_engines_document_never_breaks_the_scrape_of_the_others(tmp_path: Pa
             runner = group.runner("deep")
             assert runner.status_source is not None
             runner.status_source = ExplodingSource(runner.status_source.address, timeout=1)
-        views = SupervisorViews(group, engines.table, LimitedLog())
+        views = views_of(group, engines.table)
         text = render(await views.sample(), accept="", accept_encoding="").body.decode()
         status = await views.status_document()
         await group.stop_all(30)

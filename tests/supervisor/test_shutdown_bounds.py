@@ -13,13 +13,12 @@ import asyncio
 from pathlib import Path
 
 from aiohttp import ClientTimeout, web
-from support.stand_ins import Script, StandInEngines, config_of, in_state
+from support.stand_ins import Script, StandInEngines, config_of, engine_set, in_state, running_phase
 from support.virtual_clock import run_virtual
 
 from cuzkd.cli.control_client import BASE_URL, control_session
 from cuzkd.ratelimit import LimitedLog
 from cuzkd.supervisor.core.lifecycle import State
-from cuzkd.supervisor.engines.engineset import EngineSet
 from cuzkd.supervisor.engines.runclock import RunClock
 from cuzkd.supervisor.web.servers import Servers
 
@@ -27,8 +26,8 @@ from cuzkd.supervisor.web.servers import Servers
 def test_a_restart_that_the_shutdown_overtakes_returns(tmp_path: Path) -> None:
     async def main() -> tuple[str | None, int]:
         engines = StandInEngines(Script(ignores_stop=True))
-        group = EngineSet(config_of(tmp_path, {"name": "e", "stop_timeout": "10s"}),
-                          engines.table, clock=RunClock(asyncio.get_running_loop().time))
+        group = engine_set(config_of(tmp_path, {"name": "e", "stop_timeout": "10s"}),
+                           engines.table, clock=RunClock(asyncio.get_running_loop().time))
         group.start_all()
         runner = group.runner("e")
         await in_state(runner, State.RUNNING)
@@ -97,17 +96,19 @@ def test_a_reload_the_shutdown_overtakes_starts_no_engine(tmp_path: Path) -> Non
     ends, neither the changed engine nor an added one may start behind the shutdown's back."""
     async def main() -> tuple[int, list[State]]:
         engines = StandInEngines(Script(ignores_stop=True))
-        group = EngineSet(config_of(tmp_path, {"name": "e", "stop_timeout": "10s"}),
-                          engines.table, clock=RunClock(asyncio.get_running_loop().time))
+        phase = running_phase()
+        group = engine_set(config_of(tmp_path, {"name": "e", "stop_timeout": "10s"}),
+                           engines.table, phase=phase,
+                           clock=RunClock(asyncio.get_running_loop().time))
         group.start_all()
         await in_state(group.runner("e"), State.RUNNING)
         new = config_of(tmp_path, {"name": "e", "stop_timeout": "9s"}, {"name": "added"})
         reload = asyncio.ensure_future(group.apply(new))
         await in_state(group.runner("e"), State.STOPPING)
-        group.begin_stopping()  # the first stop signal
+        phase.stop()  # the first stop signal
         await group.stop_all(grace=30)
         await reload
-        states = [group.runner(n).lifecycle.state for n in group.names()]
+        states = [group.runner(n).state for n in group.names()]
         await group.stop_all(grace=30)
         await group.close()
         return len(engines.spawned), states

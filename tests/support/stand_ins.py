@@ -5,6 +5,9 @@
 itself after so many (virtual) seconds, die of the stop signal or ignore it -- and whose exits
 are fed to the table's ``dispatch`` exactly as the reaper would. Run them on the virtual clock
 (:mod:`support.virtual_clock`): their scripts are timers.
+
+:func:`engine_set` and :func:`views_of` build an engine set and its read-only views the way the
+composition root does (its releases, its phase, a swap coordinator), without the daemon.
 """
 
 from __future__ import annotations
@@ -20,9 +23,16 @@ from pathlib import Path
 from typing import IO, Any
 
 from cuzkd.config import Config, parse_config
+from cuzkd.ratelimit import LimitedLog
 from cuzkd.supervisor.core.lifecycle import State
+from cuzkd.supervisor.core.phase import PhaseView, SupervisorPhase
+from cuzkd.supervisor.engines.binaries import EngineBinaries
+from cuzkd.supervisor.engines.engineset import EngineSet
+from cuzkd.supervisor.engines.runclock import RunClock
 from cuzkd.supervisor.engines.runner import EngineRunner
 from cuzkd.supervisor.proc.children import ChildProcess, ChildTable
+from cuzkd.supervisor.web.readout import SupervisorViews
+from cuzkd.swap.rolling import SwapCoordinator
 
 
 def exited(code: int) -> int:
@@ -136,4 +146,30 @@ def config_of(tmp_path: Path, *engines: dict[str, Any]) -> Config:
 
 async def in_state(runner: EngineRunner, state: State) -> None:
     """Wait for ``runner`` to reach ``state`` (a transition, never a time)."""
-    assert await runner.wait_for(lambda: runner.lifecycle.state is state)
+    assert await runner.wait_for(lambda: runner.state is state)
+
+
+def running_phase() -> SupervisorPhase:
+    """The supervisor's phase once it started (reloads allowed, engines may start)."""
+    phase = SupervisorPhase(started_at=0.0)
+    phase.started()
+    return phase
+
+
+def engine_set(config: Config, table: ChildTable, *, phase: PhaseView | None = None,
+               clock: RunClock | None = None) -> EngineSet:
+    """An engine set as the composition root builds it: the releases in ``config``'s state
+    dir, ``phase`` (a :func:`running_phase` unless given)."""
+    return EngineSet(config, table,
+                     binaries=EngineBinaries(config.supervisor, config.state_dir),
+                     phase=phase if phase is not None else running_phase(), clock=clock)
+
+
+def views_of(group: EngineSet, table: ChildTable,
+             phase: PhaseView | None = None) -> SupervisorViews:
+    """``group``'s read-only views, with a swap coordinator over its state dir's releases."""
+    config = group.config
+    swaps = SwapCoordinator(EngineBinaries(config.supervisor, config.state_dir).store, group,
+                            keep_releases=config.supervisor.keep_releases)
+    return SupervisorViews(group, table, phase if phase is not None else running_phase(),
+                           swaps, LimitedLog())

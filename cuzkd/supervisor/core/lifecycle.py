@@ -2,7 +2,8 @@
 
 The I/O shell (:mod:`cuzkd.supervisor.engines.runner`) feeds it events -- the process was spawned,
 a status poll answered or not, the process exited, an operator asked for stop/start/restart, a
-backoff timer fired -- with the current monotonic time, and executes the actions it returns.
+backoff timer fired -- with the current monotonic time, and executes the actions it returns:
+every event returns a list of them (empty: nothing to do), so the shell handles each alike.
 Nothing here touches processes, clocks or the event loop, so every rule (restart policy,
 backoff, hung-engine detection, exit accounting) is unit-tested directly with a fake clock.
 
@@ -163,7 +164,7 @@ class Lifecycle:
 
     # -- process events ----------------------------------------------------------------
 
-    def spawned(self, pid: int, now: float) -> None:
+    def spawned(self, pid: int, now: float) -> list[Action]:
         if self._started_once:
             self.restarts += 1
         self._started_once = True
@@ -175,6 +176,7 @@ class Lifecycle:
         self.last_error = None
         self._intent = None
         self._move(State.STARTING, "spawned")
+        return []
 
     def spawn_failed(self, error: str, now: float, *, transient: bool = False) -> list[Action]:
         """The spawn raised. A ``transient`` error (descriptors or memory short for a moment)
@@ -224,23 +226,25 @@ class Lifecycle:
             return self._kill(_Intent.UNHEALTHY, f"status silent for unhealthy_after{why}")
         return []
 
-    def settled(self, now: float) -> None:
+    def settled(self, now: float) -> list[Action]:
         """An engine without a status URL stayed alive through its settle time: it counts as
         running (and healthy, for the backoff reset) from now on, like supervisord's
         ``startsecs``."""
         if self.state is State.STARTING:
             self.healthy_since = self.last_ok = now
             self._move(State.RUNNING, "process alive through its settle time")
+        return []
 
-    def spawn_waiting(self, reason: str) -> None:
+    def spawn_waiting(self, reason: str) -> list[Action]:
         """A spawn waits (for the previous process's leftovers, for GPU memory): ``starting``
         without a process, so the engine never reads as running while nothing runs."""
         self.pid = None
         self.next_start_at = None
         if self.state is not State.STARTING:
             self._move(State.STARTING, reason)
+        return []
 
-    def spawn_abandoned(self, now: float) -> None:
+    def spawn_abandoned(self, now: float) -> list[Action]:
         """A spawn still waiting (leftovers, GPU memory) was given up because a stop came."""
         del now
         self.pid = None
@@ -248,6 +252,7 @@ class Lifecycle:
         self._intent = None
         if self.state is not State.STOPPED:
             self._move(State.STOPPED, "stop requested while waiting to spawn")
+        return []
 
     def stalled(self, now: float) -> list[Action]:
         """The stall watchdog fired with ``stall_action = "restart"``: SIGKILL, then a restart

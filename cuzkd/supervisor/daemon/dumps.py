@@ -14,17 +14,18 @@ import io
 from collections.abc import Iterable
 from typing import Any
 
+from cuzkd.supervisor.engines.info import EngineInfo
+
 #: Frames kept per task stack (a deep await chain is cut at its oldest end).
 STACK_LIMIT = 40
 
 
-def log_state(logger: Any, supervisor: dict[str, Any],
-              engines: Iterable[dict[str, Any]]) -> None:
+def log_state(logger: Any, supervisor: dict[str, Any], engines: Iterable[EngineInfo]) -> None:
     """One ``supervisor_state_dump`` event, then one ``engine_state_dump`` per engine."""
     logger.info("supervisor_state_dump", **supervisor)
     for info in engines:
-        logger.info("engine_state_dump", engine=info["name"],
-                    **{k: v for k, v in info.items() if k != "name"})
+        logger.info("engine_state_dump", engine=info.name,
+                    **{k: v for k, v in info.as_json().items() if k != "name"})
 
 
 def log_task_stacks(logger: Any, tasks: Iterable[asyncio.Task[Any]]) -> None:

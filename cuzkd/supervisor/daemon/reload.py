@@ -12,6 +12,10 @@ feeds ``cuzkd_config_last_reload_successful``. Reloads never overlap (a lock) an
 once the supervisor is stopping. Requests that arrive during a reload make one more reload
 after it, not one each: that one reads the file as it is by then, and every request that
 joined it gets its outcome.
+
+Whether a reload may run, and the outcome it leaves, are the supervisor's phase
+(:class:`~cuzkd.supervisor.core.phase.SupervisorPhase`): the reload is, with the composition
+root, its only writer, through its reload transitions.
 """
 
 from __future__ import annotations
@@ -26,10 +30,10 @@ from aiohttp import web
 
 from cuzkd.config import Config, ConfigError, default_config
 from cuzkd.httperrors import error_response
+from cuzkd.supervisor.core.phase import SupervisorPhase
 from cuzkd.supervisor.daemon.configread import OffLoopReader, reload_config
 from cuzkd.supervisor.daemon.notify import Notifier
 from cuzkd.supervisor.engines.engineset import EngineSet
-from cuzkd.supervisor.web.readout import SupervisorViews
 
 log = structlog.get_logger("cuzkd.supervisor")
 
@@ -46,12 +50,13 @@ class ReloadOutcome:
 
 
 class ConfigReloader:
-    def __init__(self, engines: EngineSet, views: SupervisorViews, notifier: Notifier, *,
-                 stopping: Callable[[], bool], on_applied: Callable[[], None]) -> None:
+    def __init__(self, engines: EngineSet, phase: SupervisorPhase, notifier: Notifier, *,
+                 status_line: Callable[[], str], on_applied: Callable[[], None]) -> None:
+        """``status_line``: sd_notify's ``STATUS=`` sent with ``READY=1``."""
         self._engines = engines
-        self._views = views
+        self._phase = phase
         self._notifier = notifier
-        self._stopping = stopping
+        self._status_line = status_line
         self._on_applied = on_applied
         self._lock = asyncio.Lock()
         self._reader = OffLoopReader(reload_config)
@@ -96,32 +101,28 @@ class ConfigReloader:
         return hook
 
     async def _reload_once(self) -> ReloadOutcome:
-        views = self._views
-        if self._stopping() or views.phase == "starting":
-            # starting: the engines are being spawned from the file just read
-            why = "stopping" if self._stopping() else "still starting"
+        phase = self._phase
+        why = phase.begin_reload()
+        if why is not None:
             return ReloadOutcome(f"the supervisor is {why}", tuple(self._engines.names()),
                                  busy=True)
-        views.phase = "reloading"
         self._notifier.reloading()
         path = self._engines.config.path
         try:
             new = await self._reader.read(path) if path else default_config()
         except ConfigError as exc:
-            views.reload_ok = False
+            phase.reload_read(False, time.time())
             log.error("reload_refused", error=str(exc), detail="keeping the running config")
             return ReloadOutcome(str(exc), tuple(self._engines.names()))
         else:
-            views.reload_ok = True
-            views.reload_success_at = time.time()
+            phase.reload_read(True, time.time())
             await self._apply(new)
             return ReloadOutcome(None, tuple(self._engines.names()))
         finally:
             # READY=1 ends the reload for systemd: only once the engines were added, removed
             # and restarted, and never after STOPPING=1.
-            if views.phase == "reloading":
-                views.phase = "running"
-                self._notifier.send("READY=1", views.status_line())
+            if phase.end_reload():
+                self._notifier.send("READY=1", self._status_line())
 
     async def _apply(self, new: Config) -> None:
         old = self._engines.config

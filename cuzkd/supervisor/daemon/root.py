@@ -1,21 +1,29 @@
 """``cuzkd run``: the supervisor daemon.
 
 The composition root. One asyncio loop runs everything; :class:`Supervisor` builds the parts
-and wires them: the child table (every spawn, the reaper), the engine set (the runners, reload
-plans, shutdown of the engines), the control API on a Unix socket and the read-only metrics
-listener (both typed against the protocols in :mod:`.interfaces`, never this module), the
-reload (:mod:`.reload`: SIGHUP and ``POST /v1/reload``). What it keeps for itself is what is
-supervisor-wide: the state dir lock, the signals (what each means is :mod:`.signals`'
-table, installed by :mod:`.signalinstall`; this module carries the decisions out), the
-servers, sd_notify and the watchdog, the optional demo load. Every task it starts is
-cancelled and awaited before :meth:`Supervisor.run` returns; the shutdown -- engines, a swap
-in flight, the servers -- stays within ``shutdown_grace``.
+and wires them: the child table (every spawn, the reaper), the releases ``{binary}`` engines
+execute (:class:`~cuzkd.supervisor.engines.binaries.EngineBinaries`), the engine set (the
+runners, reload plans, shutdown of the engines; handed the releases and the phase), the swap
+coordinator over the release store and the engine set, the control API on a Unix socket (with
+the swap's and the reload's routes) and the read-only metrics listener (both typed against the
+protocols in :mod:`cuzkd.supervisor.web.targets`, never this module), the reload
+(:mod:`.reload`: SIGHUP and ``POST /v1/reload``). What it keeps for itself is what is
+supervisor-wide: the phase and the last reload outcome (the one
+:class:`~cuzkd.supervisor.core.phase.SupervisorPhase`, which only it and its reload write;
+everything else reads it), the state dir lock, the signals (what each means is
+:mod:`cuzkd.supervisor.core.signals`' table, installed by :mod:`.signalinstall`; this module
+carries the decisions out), the servers, sd_notify and the watchdog, the optional demo load.
+The current config is the engine set's (:attr:`EngineSet.config
+<cuzkd.supervisor.engines.engineset.EngineSet.config>`), read from there by every part. Every
+task it starts is cancelled and awaited before :meth:`Supervisor.run` returns; the shutdown --
+engines, a swap in flight, the servers -- stays within ``shutdown_grace``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
 
 import msgspec
@@ -25,12 +33,14 @@ from cuzkd.config import Config
 from cuzkd.gpus import GpuView
 from cuzkd.ratelimit import LimitedLog, RateLimiter
 from cuzkd.supervisor.core import signals
+from cuzkd.supervisor.core.phase import SupervisorPhase
 from cuzkd.supervisor.daemon import demo, dumps, errorlog
 from cuzkd.supervisor.daemon.notify import Notifier
 from cuzkd.supervisor.daemon.reload import ConfigReloader
 from cuzkd.supervisor.daemon.signalinstall import LoopSignals
 from cuzkd.supervisor.daemon.startup import startup_fields
 from cuzkd.supervisor.daemon.statedir import ControlSocketLock, StateDirBusy, StateDirLock
+from cuzkd.supervisor.engines.binaries import EngineBinaries
 from cuzkd.supervisor.engines.engineset import EngineSet
 from cuzkd.supervisor.proc.children import ChildTable
 from cuzkd.supervisor.proc.spawn import set_child_subreaper
@@ -40,6 +50,8 @@ from cuzkd.supervisor.web.listener import connection_limit
 from cuzkd.supervisor.web.metrics_routes import build_metrics_app
 from cuzkd.supervisor.web.readout import SupervisorViews
 from cuzkd.supervisor.web.servers import Servers, StartupError
+from cuzkd.swap.control import swap_routes
+from cuzkd.swap.rolling import SwapCoordinator
 
 log = structlog.get_logger("cuzkd.supervisor")
 
@@ -61,15 +73,22 @@ class Supervisor:
         log_drops: Callable[[], Mapping[str, int]] = dict,
     ) -> None:
         # --demo: bundled engines start as demo engines (Config.engine_command), reloads too.
-        self.config = msgspec.structs.replace(config, demo=True) if demo else config
+        config = msgspec.structs.replace(config, demo=True) if demo else config
+        #: starting, running, reloading, stopping; the last reload's outcome
+        self.phase = SupervisorPhase(started_at=time.time())
         #: every child's spawn and exit goes through here (see cuzkd.supervisor.proc.children)
         self.children = ChildTable()
+        # Built once, from the config at start: a reload keeps the store and the coordinator.
+        self.binaries = EngineBinaries(config.supervisor, config.state_dir)
         #: gpu_view: NVML for the GPU memory gate and cuzkd_gpu_*; loaded by run() unless
         #: given (tests)
-        self.engines = EngineSet(self.config, self.children, on_change=self._notify_status,
+        self.engines = EngineSet(config, self.children, binaries=self.binaries,
+                                 phase=self.phase, on_change=self._notify_status,
                                  gpu_view=gpu_view)
-        self.binaries = self.engines.binaries
+        self.swaps = SwapCoordinator(self.binaries.store, self.engines,
+                                     keep_releases=config.supervisor.keep_releases)
         self._notifier = Notifier()
+        #: set by the first stop request (the phase says "stopping" from then on)
         self._stop_event = asyncio.Event()
         self._stop_signals = 0
         #: loop time by which the shutdown must be over (set by the first stop request)
@@ -80,12 +99,19 @@ class Supervisor:
         #: repeated errors (accept failing, refused connections) log once per 10 s per kind
         self._limited = LimitedLog()
         #: log_drops: lines the log sink dropped, by reason (``cuzkd run``'s queued logging)
-        self.views = SupervisorViews(self.engines, self.children, self._limited, log_drops)
+        self.views = SupervisorViews(self.engines, self.children, self.phase, self.swaps,
+                                     self._limited, log_drops)
         self._servers = Servers(self._limited)
-        self._reloader = ConfigReloader(self.engines, self.views, self._notifier,
-                                        stopping=lambda: self.stopping,
+        self._reloader = ConfigReloader(self.engines, self.phase, self._notifier,
+                                        status_line=self.views.status_line,
                                         on_applied=self._notify_status)
-        self._control_routes = [*control_routes, self.binaries.routes(), self._reloader.routes()]
+        self._control_routes = [*control_routes, swap_routes(self.swaps),
+                                self._reloader.routes()]
+
+    @property
+    def config(self) -> Config:
+        """The current config (the engine set's: the last reload's)."""
+        return self.engines.config
 
     # -- the daemon ----------------------------------------------------------------------
 
@@ -115,17 +141,17 @@ class Supervisor:
             await asyncio.to_thread(self.binaries.prepare)
             await self._start_servers()
             log.info("supervisor_started", pid=os.getpid(), **startup_fields(
-                self.config, *self._metrics_bound, self.binaries.active_release()))
+                self.config, *self._metrics_bound, self.swaps.active_release()))
             self.engines.start_all()  # after a stop signal during start-up: none started
-            self.views.phase = "running"
+            self.phase.started()
             self._notifier.send("READY=1", self.views.status_line())
-            self._tasks.start(self.binaries.accept_when_healthy())
+            self._tasks.start(self.swaps.accept_when_healthy(
+                self.config.supervisor.release_settle))
             if self._notifier.watchdog_interval is not None:
                 self._tasks.start(self._watchdog(self._notifier.watchdog_interval))
             if self.config.demo:
                 self._tasks.start(demo.drive(self.engines.bundled_status_sources))
             await self._stop_event.wait()
-            self.views.phase = "stopping"
             self._notifier.send("STOPPING=1", "STATUS=stopping engines")
             log.info("supervisor_stopping")
             await self._tasks.cancel_all()
@@ -147,18 +173,14 @@ class Supervisor:
         if self._stop_deadline is None:
             self._stop_deadline = (asyncio.get_running_loop().time()
                                    + self.config.supervisor.shutdown_grace)
-        self.engines.begin_stopping()
-        self.binaries.coordinator.close(SHUTDOWN_REASON)
+        self.phase.stop()
+        self.swaps.close(SHUTDOWN_REASON)
         self._stop_event.set()
-
-    @property
-    def stopping(self) -> bool:
-        """True from the first stop signal (or :meth:`request_stop`) on."""
-        return self._stop_event.is_set()
 
     async def _start_servers(self) -> None:
         host, port = await self._servers.start(
-            build_control_app(self.engines, self.views.about, self._control_routes),
+            build_control_app(self.engines, self.views.about, self.swaps.active_verdict,
+                              self._control_routes),
             self.config.control_socket, build_metrics_app(self.views),
             self.config.metrics.listen, lambda: connection_limit(len(self.engines)))
         self._metrics_bound = (host, port)
@@ -173,7 +195,7 @@ class Supervisor:
         return max(0.0, self._stop_deadline - asyncio.get_running_loop().time())
 
     async def _shutdown(self, loop_signals: LoopSignals) -> None:
-        self.binaries.coordinator.close(SHUTDOWN_REASON)  # also after a failed start-up
+        self.swaps.close(SHUTDOWN_REASON)  # also after a failed start-up
         await self._tasks.cancel_all()
         await self.engines.close()
         self.engines.clock.close()
@@ -188,10 +210,11 @@ class Supervisor:
     def _on_signal(self, signum: int) -> None:
         """Carry out :func:`signals.decide`'s decision. Only sets flags and starts tasks: a
         handler that awaited could be held up, and the second SIGTERM must always hurry."""
-        decision = signals.decide(signum, self.views.phase, self._stop_signals)
+        phase = self.phase.phase
+        decision = signals.decide(signum, phase, self._stop_signals)
         logged = decision.event is None or self._signal_log.log(
             log, decision.level, decision.event, key=(signum, decision),
-            signal=signals.name_of(signum), action=decision.detail, phase=self.views.phase)
+            signal=signals.name_of(signum), action=decision.detail, phase=str(phase))
         match decision:
             case signals.Decision.STOP:
                 self._stop_signals += 1
@@ -203,7 +226,7 @@ class Supervisor:
                 self._tasks.start(self._reloader.on_signal())
             case signals.Decision.DUMP_STATE if logged:  # a flood dumps once per interval
                 dumps.log_state(log, {**self.views.about(),
-                                      "release": self.engines.release_verdict()},
+                                      "release": self.swaps.active_verdict()},
                                 self.engines.engines_info())
             case signals.Decision.DUMP_STACKS if logged:
                 dumps.log_task_stacks(log, asyncio.all_tasks())
@@ -214,5 +237,5 @@ class Supervisor:
             await asyncio.sleep(interval)
 
     def _notify_status(self) -> None:
-        if self.views.phase != "stopping":
+        if not self.phase.stopping:
             self._notifier.status(self.views.status_line())

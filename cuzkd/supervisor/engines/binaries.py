@@ -1,9 +1,12 @@
-"""The supervisor's side of binary swaps: its release store, its swap coordinator, ``{binary}``.
+"""The releases ``{binary}`` engines execute: the release store, seeded, and ``{binary}``.
 
 One :class:`EngineBinaries` per :class:`~cuzkd.supervisor.daemon.root.Supervisor`, kept across
-SIGHUP reloads so a reload never forgets swap counts or races a swap in progress. The swap
-package knows nothing about the supervisor (it talks to the ``SwapTarget`` protocol); this
-module is where the two meet, so the dependency runs supervisor → swap only.
+SIGHUP reloads. It is the engine set's
+:class:`~cuzkd.supervisor.engines.engineset.BinaryReleases`: the path to exec for ``{binary}``
+at every spawn, the release a running process executes. The composition root builds it, hands
+it to the engine set, and builds the swap coordinator over the same store (the swap package
+knows nothing about the supervisor: it restarts engines through the ``SwapTarget`` protocol,
+which the engine set implements), so the dependency runs supervisor → swap only.
 
 ``initial_binary`` only seeds a store that has no active release. When the store already has
 one and ``initial_binary`` holds other content, the active release is kept and
@@ -13,7 +16,7 @@ every engine at once (and could not roll back).
 
 A release put into service without a swap's health checks (the seed, or one a crash left on
 trial) is accepted in the release history once every ``{binary}`` engine has been healthy for
-``release_settle``: :meth:`EngineBinaries.accept_when_healthy`, a task the supervisor owns.
+``release_settle``: the coordinator's ``accept_when_healthy``, a task the supervisor owns.
 """
 
 from __future__ import annotations
@@ -23,11 +26,8 @@ from pathlib import Path
 import structlog
 
 from cuzkd.config import BINARY_PLACEHOLDER, SupervisorConfig
-from cuzkd.supervisor.engines.runner import SpawnError
-from cuzkd.supervisor.web.control_routes import RouteHook
-from cuzkd.swap.control import swap_routes
+from cuzkd.supervisor.proc.spawn import SpawnError
 from cuzkd.swap.releases import ReleaseError, ReleaseStore, release_of_pid, source_release_id
-from cuzkd.swap.rolling import SwapCoordinator, SwapTarget
 
 log = structlog.get_logger("cuzkd.supervisor")
 
@@ -36,11 +36,9 @@ _RELEASE_CACHE_MAX = 1024
 
 
 class EngineBinaries:
-    def __init__(self, config: SupervisorConfig, state_dir: Path, target: SwapTarget) -> None:
+    def __init__(self, config: SupervisorConfig, state_dir: Path) -> None:
         self.store = ReleaseStore(state_dir)
-        self.coordinator = SwapCoordinator(self.store, target, keep_releases=config.keep_releases)
         self._initial = Path(config.initial_binary) if config.initial_binary else None
-        self._release_settle = config.release_settle
         # (pid, spawn time) → release: a process never changes its executable, and keying on the
         # spawn time too keeps a reused pid from inheriting a dead engine's answer.
         self._release_cache: dict[tuple[int, float], str | None] = {}
@@ -75,10 +73,6 @@ class EngineBinaries:
                         initial_release=initial_id, active_release=active.id,
                         detail="the active release stays; `cuzkd swap PATH` changes it")
 
-    async def accept_when_healthy(self) -> None:
-        """Accept a pending active release once its engines stay healthy (see module doc)."""
-        await self.coordinator.accept_when_healthy(self._release_settle)
-
     def resolve(self) -> str:
         """The runner's ``binary_resolver``: the active binary's real path, at every spawn."""
         try:
@@ -86,14 +80,6 @@ class EngineBinaries:
         except ReleaseError as exc:
             raise SpawnError(f"command uses {BINARY_PLACEHOLDER}: {exc} (set "
                              "supervisor.initial_binary or run `cuzkd swap PATH`)") from None
-
-    def routes(self) -> RouteHook:
-        """The control-app hook adding ``POST /v1/swap``."""
-        return swap_routes(self.coordinator)
-
-    def active_release(self) -> str | None:
-        """The active release id; None when there is none or the store is unusable."""
-        return self.coordinator.active_release()
 
     def release_of(self, pid: int | None, started_at: float | None) -> str | None:
         """The release the process ``pid`` executes (its ``/proc/PID/exe``), looked up once.

@@ -5,8 +5,13 @@ It is what the control API, the read-only views and a binary swap act on -- it i
 :class:`~cuzkd.swap.rolling.SwapTarget` -- so none of them needs the daemon. A reload is a pure
 :func:`~cuzkd.supervisor.core.reloadplan.plan` (old specs, new specs → stop / keep / start / change)
 that :meth:`EngineSet.apply` carries out; shutdown is :meth:`EngineSet.stop_all`. Engine processes
-are spawned through the :class:`~cuzkd.supervisor.proc.children.ChildTable`; the set owns the
-engines' releases (:class:`~cuzkd.supervisor.engines.binaries.EngineBinaries`), kept across reloads.
+are spawned through the :class:`~cuzkd.supervisor.proc.children.ChildTable`.
+
+The set holds the one current config (:attr:`EngineSet.config`: a reload replaces it, and
+every reader -- the views, the reload, the daemon -- goes through it). Two things it is handed
+by the composition root rather than owning: the supervisor's phase, read-only (it is
+``stopping`` when the phase is: no engine starts behind the shutdown's back), and the
+:class:`BinaryReleases` (``{binary}``'s path at each spawn, the release a process executes).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import asyncio
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 import msgspec
 import structlog
@@ -27,8 +32,9 @@ from cuzkd.status.client import StatusSource
 from cuzkd.status.document import Extensions, StatusDocument
 from cuzkd.supervisor.core.healthwait import HealthWait, Observation
 from cuzkd.supervisor.core.lifecycle import State
+from cuzkd.supervisor.core.phase import PhaseView
 from cuzkd.supervisor.core.reloadplan import ReloadPlan, plan
-from cuzkd.supervisor.engines.binaries import EngineBinaries
+from cuzkd.supervisor.engines.info import EngineInfo
 from cuzkd.supervisor.engines.runclock import RunClock
 from cuzkd.supervisor.engines.runner import EngineRunner
 from cuzkd.supervisor.proc import pids
@@ -43,31 +49,42 @@ class EngineView:
     """One engine as a scrape saw it: its control-API entry and its sample, taken together
     (a reload between the two can never attach one engine's status to another)."""
 
-    info: dict[str, Any]
+    info: EngineInfo
     sample: EngineSample
+
+
+class BinaryReleases(Protocol):
+    """The releases ``{binary}`` engines execute (:class:`~.binaries.EngineBinaries`)."""
+
+    def resolve(self) -> str:
+        """The path to exec for ``{binary}`` now; raises SpawnError when there is none."""
+        ...
+
+    def release_of(self, pid: int | None, started_at: float | None) -> str | None:
+        """The release the process ``pid``, spawned at ``started_at``, executes."""
+        ...
 
 
 class EngineSet:
     def __init__(self, config: Config, children: ChildTable, *,
+                 binaries: BinaryReleases, phase: PhaseView,
                  on_change: Callable[[], None] = lambda: None,
                  gpu_view: GpuView | None = None,
                  clock: RunClock | None = None) -> None:
         """``clock``: the runners' clock, blind to the supervisor's freezes (tests on virtual
         time pass ``RunClock(loop.time)``)."""
-        #: the config the engines run from (a reload replaces its engine tables)
-        self.config = config
+        self._config = config
         self.children = children
         #: NVML for the GPU memory gate (and cuzkd_gpu_*); :meth:`load_gpu_view` unless given
         self.gpu_view = gpu_view
         self._gpu_view_given = gpu_view is not None
-        # Built once, from the config at start: a reload keeps the store and the coordinator.
-        self.binaries = EngineBinaries(config.supervisor, config.state_dir, self)
+        self._binaries = binaries
+        self._phase = phase
         self._on_change = on_change
         #: the supervisor's one clock for engine deadlines (the daemon runs its heartbeat)
         self.clock = clock if clock is not None else RunClock()
         self._clock = self.clock.now
         self._runners: dict[str, EngineRunner] = {}
-        self._stopping = False
         #: engine -> leftovers of the previous supervisor stopped at start-up (counted once
         #: that engine's runner exists)
         self._inherited_kills: dict[str, int] = {}
@@ -80,16 +97,19 @@ class EngineSet:
     def names(self) -> list[str]:
         return list(self._runners)
 
+    @property
+    def config(self) -> Config:
+        """The config the engines run from: the one read at start, then the last reload's
+        (whose ``[supervisor]``, ``[metrics]`` and demo setting stay those of the start)."""
+        return self._config
+
     def running(self) -> int:
-        return sum(r.lifecycle.state is State.RUNNING for r in self._runners.values())
+        return sum(r.state is State.RUNNING for r in self._runners.values())
 
     @property
     def stopping(self) -> bool:
-        """True once shutdown began: nothing is started any more."""
-        return self._stopping
-
-    def begin_stopping(self) -> None:
-        self._stopping = True
+        """True once shutdown began (the supervisor's phase): nothing is started any more."""
+        return self._phase.stopping
 
     def start_all(self) -> None:
         """Add and start every configured engine (nothing once stopping)."""
@@ -101,7 +121,7 @@ class EngineSet:
         shutdown's stop_all took its list would be abandoned running (then SIGKILLed by
         PDEATHSIG, without a drain)."""
         runner = self.add(spec)
-        if not self._stopping:
+        if not self.stopping:
             runner.start()
 
     async def load_gpu_view(self) -> None:
@@ -118,10 +138,10 @@ class EngineSet:
 
     def add(self, spec: EngineConfig) -> EngineRunner:
         runner = EngineRunner(spec, self.config, children=self.children,
-                              binary_resolver=self.binaries.resolve,
+                              binary_resolver=self._binaries.resolve,
                               on_change=self._on_change, gpu_view=self.gpu_view,
-                              clock=self.clock)
-        runner.descendants.killed = self._inherited_kills.pop(spec.name, 0)
+                              clock=self.clock,
+                              inherited_kills=self._inherited_kills.pop(spec.name, 0))
         self._runners[spec.name] = runner
         return runner
 
@@ -144,8 +164,8 @@ class EngineSet:
         for runner in gone:
             await runner.close()
             del self._runners[runner.name]
-        self.config = msgspec.structs.replace(new, supervisor=self.config.supervisor,
-                                              metrics=self.config.metrics, demo=self.config.demo)
+        self._config = msgspec.structs.replace(new, supervisor=self.config.supervisor,
+                                               metrics=self.config.metrics, demo=self.config.demo)
         old = self._runners
         self._runners = {}
         for spec in new.engine:
@@ -159,8 +179,8 @@ class EngineSet:
 
     async def stop_all(self, grace: float, *, hurry: bool = False) -> None:
         """Run every engine's stop sequence in parallel; ``grace`` caps them all: after it,
-        SIGKILL whatever is left. ``hurry``: SIGKILL at once (a second stop signal)."""
-        self._stopping = True
+        SIGKILL whatever is left. ``hurry``: SIGKILL at once (a second stop signal). The
+        phase is ``stopping`` by then: no engine starts after its stop."""
         runners = list(self._runners.values())
         for r in runners:
             r.request_stop("shutdown")
@@ -223,7 +243,7 @@ class EngineSet:
         same way, with its engine's stop_timeout (the largest for unknown ones).
         """
         runners = list(self._runners.values())
-        await asyncio.gather(*(r.descendants.wait_swept() for r in runners))
+        await asyncio.gather(*(r.wait_leftovers_stopped() for r in runners))
         left = pids.adopted(self.children.pids())
         if not left:
             return
@@ -231,7 +251,7 @@ class EngineSet:
         for proc, engine in left.items():
             runner = self._runners.get(engine) if engine is not None else None
             if runner is not None:
-                runner.descendants.stop(pids.with_descendants([proc]))
+                runner.stop_leftovers(pids.with_descendants([proc]))
             else:
                 unknown |= pids.with_descendants([proc])
         if unknown:
@@ -239,22 +259,18 @@ class EngineSet:
             log.warning("adopted_stopping", pids=sorted(p.pid for p in unknown), timeout=timeout)
             stopped = await pids.stop(unknown, timeout)
             log.warning("adopted_stopped", pids=[p.pid for p in stopped])
-        await asyncio.gather(*(r.descendants.wait_swept() for r in runners))
+        await asyncio.gather(*(r.wait_leftovers_stopped() for r in runners))
 
     # -- the control target ------------------------------------------------------------
 
     def has_engine(self, name: str) -> bool:
         return name in self._runners
 
-    def engines_info(self) -> list[dict[str, Any]]:
+    def engines_info(self) -> list[EngineInfo]:
         return [self._info(r) for r in self._runners.values()]
 
-    def engine_info(self, name: str) -> dict[str, Any]:
+    def engine_info(self, name: str) -> EngineInfo:
         return self._info(self.runner(name))
-
-    def release_verdict(self) -> dict[str, Any]:
-        """The active release and its verdict in the release history."""
-        return self.binaries.coordinator.active_verdict()
 
     def engine_names_using_binary(self) -> list[str]:
         """The engines a swap restarts: ``{binary}`` ones, except those stopped.
@@ -264,7 +280,7 @@ class EngineSet:
         lack of a release, and the swap is what starts it.
         """
         return [name for name, r in self._runners.items()
-                if r.spec.uses_binary and r.lifecycle.state is not State.STOPPED]
+                if r.spec.uses_binary and r.state is not State.STOPPED]
 
     async def restart_engine(self, name: str, *, swap: bool = False) -> None:
         """Restart ``name``; while stopping, log and do nothing (see :meth:`start_engine`).
@@ -279,11 +295,11 @@ class EngineSet:
         runner = self.runner(name)
         runner.request_stop("operator")
         within = runner.spec.stop_budget + pids.KILL_SETTLE
-        if await runner.wait_for(lambda: runner.lifecycle.state in (State.STOPPED, State.FAILED),
+        if await runner.wait_for(lambda: runner.state in (State.STOPPED, State.FAILED),
                                  within=within):
             return None
         return (f"not stopped {within:g}s after the stop request (drain, stop_timeout "
-                f"{runner.spec.stop_timeout:g}s, then SIGKILL): engine is {runner.lifecycle.state}")
+                f"{runner.spec.stop_timeout:g}s, then SIGKILL): engine is {runner.state}")
 
     async def start_engine(self, name: str) -> None:
         """Start ``name``; while stopping, log and do nothing: shutdown owns the engines, and
@@ -299,31 +315,31 @@ class EngineSet:
         runner = self.runner(name)
         within = runner.spec.start_timeout + START_WAIT_SLACK
         settled = (State.RUNNING, State.FAILED, State.BACKOFF, State.STOPPED)
-        if not await runner.wait_for(lambda: runner.lifecycle.state in settled, within=within):
+        if not await runner.wait_for(lambda: runner.state in settled, within=within):
             return (f"not running within start_timeout + {START_WAIT_SLACK:g}s ({within:g}s): "
-                    f"{not_up(runner)}")
-        if runner.lifecycle.state is State.RUNNING:
+                    f"{runner.not_up_reason()}")
+        if runner.state is State.RUNNING:
             return None
-        return f"did not start: {not_up(runner)}"
+        return f"did not start: {runner.not_up_reason()}"
 
     def _refuse_spawn(self, action: str, name: str) -> bool:
-        if self._stopping:
+        if self.stopping:
             log.warning(f"{action}_refused", engine=name, reason="supervisor stopping")
-        return self._stopping
+        return self.stopping
 
     async def wait_healthy(self, name: str, settle: float) -> str | None:
         """None once the status answered and the process then stayed up ``settle`` seconds;
         otherwise why not (the rule: :class:`~cuzkd.supervisor.core.healthwait.HealthWait`)."""
         runner = self.runner(name)
         if runner.pid is None:
-            return not_up(runner)
+            return runner.not_up_reason()
         clock = self._clock
         watch = HealthWait(runner.pid, runner.spec.start_timeout, settle, started=clock())
 
         def over(now: float | None = None) -> bool:
-            m = runner.lifecycle
             return watch.observe(Observation(clock() if now is None else now, runner.pid,
-                                             m.state, m.last_error, not_up(runner)))
+                                             runner.state, runner.last_error,
+                                             runner.not_up_reason()))
 
         while not over():
             deadline = watch.deadline  # moves once the status answered: wait anew then
@@ -340,7 +356,7 @@ class EngineSet:
         """A fresh status document of ``name`` and its cumulative extensions (the engine's
         own, or derived from the polls for a plain cuzk); (None, None) without an answer."""
         runner = self.runner(name)
-        if runner.status_source is None or runner.lifecycle.state is not State.RUNNING:
+        if runner.status_source is None or runner.state is not State.RUNNING:
             return None, None
         doc = await runner.status_source.fetch(max_age=0.0)
         return doc, runner.status_source.extensions() if doc is not None else None
@@ -363,23 +379,11 @@ class EngineSet:
         return [EngineView(self._info(r), dataclasses.replace(s, release=self._release_of(r)))
                 for r, s in zip(runners, samples, strict=True)]
 
-    def _info(self, runner: EngineRunner) -> dict[str, Any]:
-        source = runner.status_source
-        return {**runner.info(), "release": self._release_of(runner),
-                # the last decoded document's values that did not decode (a healthy engine)
-                "status_field_errors": source.field_errors if source is not None else None}
+    def _info(self, runner: EngineRunner) -> EngineInfo:
+        return runner.info(release=self._release_of(runner))
 
     def _release_of(self, runner: EngineRunner) -> str | None:
         """The release a ``{binary}`` engine's process executes (from ``/proc/PID/exe``)."""
         if not runner.spec.uses_binary:
             return None
-        return self.binaries.release_of(runner.pid, runner.started_at)
-
-
-def not_up(runner: EngineRunner) -> str:
-    """Why an engine is not up, naming only what is known (never "error: None")."""
-    m = runner.lifecycle
-    known = [f"last exit: {m.last_exit_cause}" if m.last_exit_cause else "",
-             f"error: {m.last_error}" if m.last_error else ""]
-    detail = ", ".join(part for part in known if part)
-    return f"engine is {m.state}" + (f" ({detail})" if detail else "")
+        return self._binaries.release_of(runner.pid, runner.started_at)

@@ -4,9 +4,12 @@ It turns real happenings (spawn results, reaped exits, status polls, timers) int
 events and executes the actions the lifecycle returns: spawn, stop, schedule or cancel a
 restart. The decisions around those are pure and made elsewhere: the stop's escalation by
 :mod:`.stopsequence`, the health loop's pace by :mod:`.cadence`; the process's descendants are
-its :class:`~cuzkd.supervisor.proc.descendants.DescendantWatch`'s. It owns every task it
-starts -- the health poll, the stop sequence, the two output readers -- and
-:meth:`EngineRunner.close` cancels and awaits them all.
+its :class:`~cuzkd.supervisor.proc.descendants.DescendantWatch`'s, its last stderr lines its
+:class:`~cuzkd.supervisor.engines.stderrtail.StderrTail`'s. The rest of the supervisor reads
+the engine through the runner's queries (:attr:`EngineRunner.state`,
+:meth:`EngineRunner.not_up_reason`, :meth:`EngineRunner.info`), never its lifecycle or
+descendant watch. It owns every task it starts -- the health poll, the stop sequence, the two
+output readers -- and :meth:`EngineRunner.close` cancels and awaits them all.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import contextlib
 import os
 import signal
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -57,30 +60,23 @@ from cuzkd.supervisor.core.stopsequence import (
 )
 from cuzkd.supervisor.engines.drainrequest import ENGINE_DEADLINE_SLACK, request_drain
 from cuzkd.supervisor.engines.gpuwait import wait_for_gpus
+from cuzkd.supervisor.engines.info import EngineInfo
 from cuzkd.supervisor.engines.runclock import RunClock
+from cuzkd.supervisor.engines.stderrtail import ExitedTail, StderrTail
 from cuzkd.supervisor.proc import pids
 from cuzkd.supervisor.proc.children import SPAWN_ERRORS, ChildProcess, ChildTable
 from cuzkd.supervisor.proc.descendants import DescendantWatch
 from cuzkd.supervisor.proc.oom import OomCounters
 from cuzkd.supervisor.proc.output import log_lines
 from cuzkd.supervisor.proc.reaper import ended
-from cuzkd.supervisor.proc.spawn import spawn_error_is_transient
+from cuzkd.supervisor.proc.spawn import SpawnError, spawn_error_is_transient
 from cuzkd.supervisor.proc.tree import tree_usage
 from cuzkd.supervisor.tasks import TaskSet
 
 log = structlog.get_logger("cuzkd.supervisor")
 
-#: Lines of an engine's stderr kept for the exit log and ``cuzkd status NAME``.
-STDERR_TAIL_LINES = 20
-#: How long an exit report waits for the rest of a dead engine's stderr to be read.
-STDERR_DRAIN_TIMEOUT = 1.0
-
 #: Gives argv[0] for ``{binary}`` at every spawn; raises SpawnError when there is none.
 BinaryResolver = Callable[[], str]
-
-
-class SpawnError(Exception):
-    pass
 
 
 class EngineRunner:
@@ -96,10 +92,13 @@ class EngineRunner:
         on_change: Callable[[], None],
         gpu_view: GpuView | None = None,
         clock: RunClock | None = None,
+        inherited_kills: int = 0,
     ) -> None:
         """``clock``: the supervisor's clock every deadline is read from, blind to its own
         freezes (one for the whole supervisor); tests run the runner on an event loop with
-        virtual time and pass a ``RunClock(loop.time)``."""
+        virtual time and pass a ``RunClock(loop.time)``. ``inherited_kills``: leftovers of
+        the previous supervisor's process of this engine, stopped at start-up (counted as
+        descendants killed)."""
         self.spec = spec
         self._run_clock = clock if clock is not None else RunClock()
         self._clock = self._run_clock.now
@@ -113,6 +112,8 @@ class EngineRunner:
         self._children = children
         self._binary_resolver = binary_resolver
         self._on_change = on_change
+        #: the state machine; outside the runner, its queries (:attr:`state`,
+        #: :meth:`not_up_reason`, :meth:`info`) are what the supervisor reads
         self.lifecycle = Lifecycle(
             Policy(spec.restart, spec.start_timeout, spec.unhealthy_after),
             Backoff(spec.backoff_initial, spec.backoff_max, spec.backoff_multiplier,
@@ -142,10 +143,7 @@ class EngineRunner:
         self._gpu_env = cuda_env(spec.gpus) if spec.gpus else {}
         self._oom: OomCounters | None = None
         #: the current process's last stderr lines; the dead one's, once it exited
-        self._stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
-        self._stderr_task: asyncio.Task[None] | None = None
-        self.last_exit_stderr: list[str] = []
-        self._exit_count = 0
+        self._stderr = StderrTail()
         #: the supervisor sent SIGKILL to the current process (never an OOM kill then)
         self._killed = False
         #: the stop signal went to the current process's group (its survivors may finish)
@@ -153,9 +151,10 @@ class EngineRunner:
         #: repeated errors of this engine (spawn failing on every retry) log once per 10 s
         self._limited = LimitedLog()
         #: the current process's descendants, and the leftovers of exited ones being stopped
-        self.descendants = DescendantWatch(spec.name, config.state_dir / "procs",
-                                           spec.stop_timeout, children, self._log,
-                                           self._limited)
+        self._descendants = DescendantWatch(spec.name, config.state_dir / "procs",
+                                            spec.stop_timeout, children, self._log,
+                                            self._limited)
+        self._descendants.killed = inherited_kills
         #: why the next stop is made (None: a health kill, not counted)
         self._stop_reason: StopReason | None = None
         #: reason -> partitions in flight when the supervisor stopped the engine
@@ -174,6 +173,32 @@ class EngineRunner:
     @property
     def pid(self) -> int | None:
         return self.lifecycle.pid
+
+    @property
+    def state(self) -> State:
+        return self.lifecycle.state
+
+    @property
+    def last_error(self) -> str | None:
+        """Why the last status poll or spawn failed (None once one succeeded)."""
+        return self.lifecycle.last_error
+
+    def not_up_reason(self) -> str:
+        """Why the engine is not up, naming only what is known (never "error: None")."""
+        m = self.lifecycle
+        known = [f"last exit: {m.last_exit_cause}" if m.last_exit_cause else "",
+                 f"error: {m.last_error}" if m.last_error else ""]
+        detail = ", ".join(part for part in known if part)
+        return f"engine is {m.state}" + (f" ({detail})" if detail else "")
+
+    async def wait_leftovers_stopped(self) -> None:
+        """Until no leftover of this engine's exited processes is being stopped."""
+        await self._descendants.wait_swept()
+
+    def stop_leftovers(self, procs: set[pids.Proc]) -> None:
+        """Stop ``procs`` (descendants adopted for this engine) as its leftovers are: the stop
+        signal, SIGKILL after stop_timeout, counted as descendants killed."""
+        self._descendants.stop(procs)
 
     def start(self) -> None:
         self._apply(self.lifecycle.start_requested(self._clock()))
@@ -194,13 +219,14 @@ class EngineRunner:
     def request_stop(self, reason: StopReason = "operator") -> None:
         """Begin the stop sequence (or cancel a pending restart) now, without waiting."""
         self._stop_reason = reason
+        abandoned: list[Action] = []
         if self._gate is not None:  # nothing runs yet: the spawn waiting is dropped
             self._gate.cancel()
             self._gate = None
             self._log.info("gpu_gate_abandoned" if self._gpu_view is not None
                            else "engine_spawn_abandoned", reason="stop requested")
-            self.lifecycle.spawn_abandoned(self._clock())
-        self._apply(self.lifecycle.stop_requested(self._clock()))
+            abandoned = self.lifecycle.spawn_abandoned(self._clock())
+        self._apply([*abandoned, *self.lifecycle.stop_requested(self._clock())])
 
     async def wait_stopped(self) -> None:
         await self.wait_for(lambda: self.lifecycle.state in (State.STOPPED, State.FAILED))
@@ -229,7 +255,7 @@ class EngineRunner:
         if self.lifecycle.state is State.STOPPING and self._process is not None:
             self._log.warning("engine_kill", pid=self._process.pid, reason="stop hurried")
             self._kill(self._process)
-        self.descendants.kill_now()
+        self._descendants.kill_now()
 
     async def wait_for(self, predicate: Callable[[], bool], within: float | None = None) -> bool:
         """Wait until ``predicate()`` holds after some state change; False on timeout."""
@@ -250,7 +276,7 @@ class EngineRunner:
         Leftovers being stopped are seen to the end first (stop_timeout bounds it): an engine
         removed by a reload must not leave helpers that ignored SIGTERM running.
         """
-        await self.descendants.close()
+        await self._descendants.close()
         if self._timer is not None:
             self._timer.cancel()
         await self._tasks.cancel_all()
@@ -263,21 +289,21 @@ class EngineRunner:
         """The reaper collected our process (the child table routed its exit here)."""
         proc = self._process
         assert proc is not None
-        known = self.descendants.known_pids()
-        leftovers = self.descendants.take_leftovers(proc.pid)
+        known = self._descendants.known_pids()
+        leftovers = self._descendants.take_leftovers(proc.pid)
         self._dead_pids = {proc.pid, *known, *(p.pid for p in leftovers)}
         if self._stop_signalled and not self._killed and leftovers:
             # The stop signal reached the whole group, and a wrapper shell that does not exec
             # dies of it at once while the engine under it still shuts down: what is left gets
             # stop_timeout to finish (no second signal), then SIGKILL.
-            self.descendants.stop(leftovers, proc.pid, signalled=True)
+            self._descendants.stop(leftovers, proc.pid, signalled=True)
         else:
             # Leftover helpers of a dead engine would hold GPU memory (or its port) from its
             # replacement: its group dies at once, escaped descendants get stop_timeout.
             if proc.signal_group(signal.SIGKILL):
                 self._log.info("engine_group_killed", pid=proc.pid, reason="main process exited")
             if leftovers:
-                self.descendants.stop(leftovers, proc.pid)
+                self._descendants.stop(leftovers, proc.pid)
         self._process = None
         self.started_at = None
         self._exited.set()
@@ -287,26 +313,18 @@ class EngineRunner:
         cause, clean = process_cause(ended(wait_status), supervisor_killed=self._killed,
                                      oom_kills_moved=oom_moved)
         # Taken before the lifecycle acts: an immediate restart replaces the tail.
-        tail, reader = self._stderr_tail, self._stderr_task
-        self.last_exit_stderr = list(tail)
-        self._exit_count += 1
+        tail = self._stderr.exited()
         self._apply(self.lifecycle.exited(cause, clean, self._clock()))
         counted = self.lifecycle.last_exit_cause
         self._log.info("engine_exited", pid=proc.pid, cause=counted, process_cause=cause)
         if counted not in INTENT_CAUSES:
-            self._track(self._report_unexpected_exit(proc.pid, counted, tail, reader,
-                                                     self._exit_count))
+            self._track(self._report_unexpected_exit(proc.pid, counted, tail))
 
-    async def _report_unexpected_exit(self, pid: int, cause: str | None, tail: deque[str],
-                                      reader: asyncio.Task[None] | None,
-                                      exit_number: int) -> None:
+    async def _report_unexpected_exit(self, pid: int, cause: str | None,
+                                      tail: ExitedTail) -> None:
         """Log an exit nobody asked for with the engine's last stderr lines, once the reader
         has the rest of them (a leftover descendant may hold the pipe: bounded wait)."""
-        if reader is not None:
-            await asyncio.wait([reader], timeout=STDERR_DRAIN_TIMEOUT)
-        lines = list(tail)
-        if self._exit_count == exit_number:  # no later exit since: these are still the last
-            self.last_exit_stderr = lines
+        lines = await self._stderr.settle(tail)
         self._log.warning("engine_exit_unexpected", pid=pid, cause=cause, stderr_tail=lines)
 
     # -- executing actions -------------------------------------------------------------
@@ -318,11 +336,11 @@ class EngineRunner:
                 case Spawn():
                     if self._gate is not None:
                         continue  # the spawn waiting (leftovers, GPU memory) is the one asked for
-                    if self._gpu_view is not None or self.descendants.sweeping:
+                    if self._gpu_view is not None or self._descendants.sweeping:
                         self._gate = self._track(self._spawn_when_ready())
-                        self.lifecycle.spawn_waiting(
+                        pending.extend(self.lifecycle.spawn_waiting(
                             "waiting for the previous process's leftovers to stop"
-                            if self.descendants.sweeping else "waiting for GPU memory")
+                            if self._descendants.sweeping else "waiting for GPU memory"))
                     else:
                         pending.extend(self._spawn())
                 case Stop(kill=kill, drain=drain):
@@ -346,7 +364,7 @@ class EngineRunner:
     def _note_descendants(self) -> None:
         """Remember the current process's live descendants (to stop them when it exits)."""
         if self._process is not None:
-            self.descendants.note(self._process.pid,
+            self._descendants.note(self._process.pid,
                                   walk=self._cadence.walk_due(self._clock()))
 
     def _elapsed(self) -> None:
@@ -359,10 +377,10 @@ class EngineRunner:
         replacement spawned meanwhile would fail and count as a crash -- and, for an engine
         pinned to GPUs, once they hold nothing of the previous process and have
         ``gpu_memory_needed`` free, or after ``gpu_release_timeout`` (then say why)."""
-        if self.descendants.sweeping:
+        if self._descendants.sweeping:
             self._log.info("engine_spawn_waits_for_leftovers",
-                           pids=sorted(p.pid for p in self.descendants.sweeping))
-            await self.descendants.wait_swept()
+                           pids=sorted(p.pid for p in self._descendants.sweeping))
+            await self._descendants.wait_swept()
         spec = self.spec
         if self._gpu_view is not None:
             result = await wait_for_gpus(self._gpu_view, spec.gpus, self._dead_pids,
@@ -395,7 +413,7 @@ class EngineRunner:
             return self.lifecycle.spawn_failed(str(exc), now, transient=transient)
         self._process = proc
         self._cadence.spawned()
-        self.descendants.spawned(proc.pid)
+        self._descendants.spawned(proc.pid)
         self._exited = asyncio.Event()
         self.started_at = time.time()
         self._spawns += 1
@@ -403,14 +421,13 @@ class EngineRunner:
         self._stop_signalled = False
         self._oom = OomCounters(proc.pid)
         self.stall.started(now)
-        self.lifecycle.spawned(proc.pid, now)
+        actions = self.lifecycle.spawned(proc.pid, now)
         self._log.info("engine_spawned", pid=proc.pid, argv=argv)
         self._track(log_lines(proc.stdout, self._log, "stdout", proc.pid))
-        self._stderr_tail = deque(maxlen=STDERR_TAIL_LINES)
-        self._stderr_task = self._track(log_lines(proc.stderr, self._log, "stderr", proc.pid,
-                                                  tail=self._stderr_tail))
+        self._stderr.read_by(self._track(log_lines(proc.stderr, self._log, "stderr", proc.pid,
+                                                   tail=self._stderr.spawned())))
         self._health_task = self._track(self._supervise_health())
-        return []
+        return actions
 
     def _resolve_argv(self) -> list[str]:
         argv = list(self.argv)
@@ -532,8 +549,7 @@ class EngineRunner:
         cadence = self._cadence
         if self.status_source is None:
             await asyncio.sleep(cadence.settle_delay)
-            self.lifecycle.settled(self._clock())
-            self._apply([])
+            self._apply(self.lifecycle.settled(self._clock()))
             while self.lifecycle.state in (State.STARTING, State.RUNNING):  # no status to poll
                 self._note_descendants()
                 await asyncio.sleep(self.spec.health_interval)
@@ -595,27 +611,31 @@ class EngineRunner:
 
     # -- views ---------------------------------------------------------------------------
 
-    def info(self) -> dict[str, Any]:
-        """The control API's view of this engine."""
-        m = self.lifecycle
-        return {
-            "name": self.name,
-            "state": str(m.state),
-            "pid": m.pid,
-            "started_at": self.started_at,
-            "restarts": m.restarts,
-            "last_exit_cause": m.last_exit_cause,
-            "exits": dict(m.exits),
-            "next_restart_at": (_wall(m.next_start_at, self._clock())
-                                if m.state is State.BACKOFF else None),
-            "last_error": m.last_error,
-            "waiting_for_gpu": self._gate is not None and self._gpu_view is not None,
-            "stalled": self.stall.stalled,
-            "stalls_total": self.stall.stalls_total,
-            "last_exit_stderr": list(self.last_exit_stderr),
-            "status_address": self.status_address,
-            "command": self.argv,
-        }
+    def info(self, release: str | None = None) -> EngineInfo:
+        """This engine for the control API, ``/status`` and the CLI; ``release``: the one its
+        process executes (the engine set knows the releases)."""
+        m, source = self.lifecycle, self.status_source
+        return EngineInfo(
+            name=self.name,
+            state=str(m.state),
+            pid=m.pid,
+            started_at=self.started_at,
+            restarts=m.restarts,
+            last_exit_cause=m.last_exit_cause,
+            exits=dict(m.exits),
+            next_restart_at=(_wall(m.next_start_at, self._clock())
+                             if m.state is State.BACKOFF else None),
+            last_error=m.last_error,
+            waiting_for_gpu=self._gate is not None and self._gpu_view is not None,
+            stalled=self.stall.stalled,
+            stalls_total=self.stall.stalls_total,
+            last_exit_stderr=list(self._stderr.last_exit),
+            status_address=self.status_address,
+            command=list(self.argv),
+            release=release,
+            # the last decoded document's values that did not decode (a healthy engine)
+            status_field_errors=source.field_errors if source is not None else None,
+        )
 
     async def sample(self, max_age: float) -> EngineSample:
         """This engine for a scrape. Whatever goes wrong reading its document or its process
@@ -649,7 +669,7 @@ class EngineRunner:
             fetch_errors_total=source.fetch_errors_total if source else 0,
             status_field_errors_total=dict(source.field_errors_total) if source else {},
             status_polled=source is not None,
-            descendants_killed_total=self.descendants.killed,
+            descendants_killed_total=self._descendants.killed,
             stalls_total=self.stall.stalls_total,
             stalled=self.stall.stalled,
             stop_inflight_partitions_total=dict(self.stop_inflight),

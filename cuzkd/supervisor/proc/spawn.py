@@ -50,6 +50,11 @@ _SHIM = (sys.executable, "-I", "-S", "-c",
 _STDERR_KEPT = 8192
 
 
+class SpawnError(Exception):
+    """A spawn refused before any process was started: there is no executable to give it
+    (``{binary}`` with no active release). Never transient: an operator must act."""
+
+
 #: Spawn errors that pass by themselves: descriptors, processes or memory short for a moment
 #: (``ulimit -n`` reached under a connection flood), a binary still being written (ETXTBSY), a
 #: full disk for the socket directory. Retried through the backoff; every other error

@@ -3,8 +3,8 @@
 Everything that changes state lives here, so only the socket's owner (root under systemd) can
 stop or restart engines; the TCP metrics listener is read-only. ``start`` and ``restart``
 answer once the engine is ``running`` (200) or could not get there (409 with the reason);
-``stop`` once it is stopped. Other packages add routes (``POST /v1/swap``) through the
-``control_routes`` hooks the Supervisor is given. The app acts on a
+``stop`` once it is stopped. Other packages add routes (``POST /v1/swap``, ``POST
+/v1/reload``) through the hooks the composition root wires in. The app acts on a
 :class:`~cuzkd.supervisor.web.targets.ControlTarget` (the engine set), never the daemon. Every
 error is a JSON ``{"error": "..."}`` with a 4xx/5xx status.
 """
@@ -26,14 +26,16 @@ RouteHook = Callable[[web.Application], None]
 
 
 def build_control_app(supervisor: ControlTarget, describe: Callable[[], dict[str, Any]],
+                      release_verdict: Callable[[], dict[str, Any]],
                       hooks: Sequence[RouteHook]) -> web.Application:
-    """The control app acting on ``supervisor``; ``describe`` answers ``GET /v1/supervisor``."""
+    """The control app acting on ``supervisor``; ``describe`` answers ``GET /v1/supervisor``,
+    ``release_verdict`` gives ``GET /v1/engines`` the active release and its verdict."""
     app = web.Application(middlewares=[json_errors])
 
     async def engines(request: web.Request) -> web.Response:
         del request
-        return web.json_response({"engines": supervisor.engines_info(),
-                                  "release": supervisor.release_verdict()})
+        return web.json_response({"engines": [i.as_json() for i in supervisor.engines_info()],
+                                  "release": release_verdict()})
 
     async def about(request: web.Request) -> web.Response:
         del request
@@ -43,7 +45,7 @@ def build_control_app(supervisor: ControlTarget, describe: Callable[[], dict[str
         name = request.match_info["name"]
         if not supervisor.has_engine(name):
             return web.json_response({"error": f"no engine named {name!r}"}, status=404)
-        return web.json_response(supervisor.engine_info(name))
+        return web.json_response(supervisor.engine_info(name).as_json())
 
     async def action(request: web.Request) -> web.Response:
         name = request.match_info["name"]
@@ -64,7 +66,7 @@ def build_control_app(supervisor: ControlTarget, describe: Callable[[], dict[str
         else:
             return web.json_response({"error": f"unknown action {verb!r} (use start, stop or "
                                                "restart)"}, status=404)
-        info = supervisor.engine_info(name)
+        info = supervisor.engine_info(name).as_json()
         if problem is not None:
             # 409: the engine is not in the state asked for; the body still shows where it is.
             return web.json_response({"error": f"{verb} {name}: {problem}", "engine": info},

@@ -1,9 +1,10 @@
 """The supervisor as its read-only faces show it: ``/metrics``, ``/status``, ``/v1/supervisor``.
 
 :class:`SupervisorViews` implements :class:`~cuzkd.supervisor.web.targets.StatusView` from the
-parts the composition root built -- the engine set, the child table -- and the few facts only
-the root knows (its phase, its bound address, the last reload's outcome), which it writes into
-the view's attributes. Nothing here changes state.
+parts the composition root built -- the engine set, the child table, the swap coordinator, the
+supervisor's phase and last reload outcome (read-only: a
+:class:`~cuzkd.supervisor.core.phase.PhaseView`) -- and the metrics listener's bound address,
+which the root sets once it is bound. Nothing here changes state.
 """
 
 from __future__ import annotations
@@ -20,38 +21,38 @@ import structlog
 from cuzkd.gpus import GpuViewError, NvmlDevice
 from cuzkd.metrics.sample import SupervisorSample
 from cuzkd.ratelimit import LimitedLog
+from cuzkd.supervisor.core.phase import PhaseView
 from cuzkd.supervisor.engines.engineset import EngineSet
 from cuzkd.supervisor.proc.children import ChildTable
+from cuzkd.swap.rolling import SwapCoordinator
 
 log = structlog.get_logger("cuzkd.supervisor")
 
 
 class SupervisorViews:
-    def __init__(self, engines: EngineSet, children: ChildTable, limited: LimitedLog,
+    def __init__(self, engines: EngineSet, children: ChildTable, phase: PhaseView,
+                 swaps: SwapCoordinator, limited: LimitedLog,
                  log_drops: Callable[[], Mapping[str, int]] = dict) -> None:
         self._engines = engines
         self._children = children
+        self._phase = phase
+        self._swaps = swaps
         self._limited = limited
         self._log_drops = log_drops
-        #: starting | running | reloading | stopping
-        self.phase = "starting"
         self.started_at = time.time()
         #: the metrics listener's bound HOST:PORT, once bound
         self.metrics_address: str | None = None
-        #: the last reload's outcome; the config read at start counts as the first success
-        self.reload_ok = True
-        self.reload_success_at = time.time()
 
     async def sample(self, max_age: float = 1.0) -> SupervisorSample:
-        engines, binaries = self._engines, self._engines.binaries
+        engines, swaps = self._engines, self._swaps
         return SupervisorSample(
             engines=[view.sample for view in await engines.views(max_age)],
             zombies_reaped_total=self._children.zombies_reaped,
-            swaps_total=dict(binaries.coordinator.counts),
-            rollbacks_total=dict(binaries.coordinator.rollback_counts),
-            active_release=binaries.active_release(),
-            config_reload_ok=self.reload_ok,
-            config_reload_success_time=self.reload_success_at,
+            swaps_total=dict(swaps.counts),
+            rollbacks_total=dict(swaps.rollback_counts),
+            active_release=swaps.active_release(),
+            config_reload_ok=self._phase.reload_ok,
+            config_reload_success_time=self._phase.reload_success_at,
             proof_deadlines=engines.config.metrics.deadlines(),
             gpus=await self._gpu_devices(),
             freezes_total=engines.clock.freezes,
@@ -64,7 +65,7 @@ class SupervisorViews:
         config = self._engines.config
         return {
             "pid": os.getpid(),
-            "state": self.phase,
+            "state": str(self._phase.phase),
             "started_at": self.started_at,
             "config": config.path,
             "state_dir": str(config.state_dir),
@@ -73,14 +74,14 @@ class SupervisorViews:
             "engines_running": self._engines.running(),
             "engines_total": len(self._engines),
             "zombies_reaped_total": self._children.zombies_reaped,
-            "active_release": self._engines.binaries.active_release(),
+            "active_release": self._swaps.active_release(),
         }
 
     async def status_document(self) -> dict[str, Any]:
         """``GET /status``: supervisor state and each engine's last status document."""
         views = await self._engines.views(max_age=1.0)
         return {"supervisor": self.about(),
-                "engines": [{**v.info, "status": msgspec.to_builtins(v.sample.status)}
+                "engines": [{**v.info.as_json(), "status": msgspec.to_builtins(v.sample.status)}
                             for v in views]}
 
     def status_line(self) -> str:

@@ -1,0 +1,52 @@
+"""One engine as the control API, ``/status``, the SIGUSR1 dump and the CLI show it.
+
+The daemon builds an :class:`EngineInfo` per engine (:meth:`EngineRunner.info
+<cuzkd.supervisor.engines.runner.EngineRunner.info>`), the faces encode it as JSON, and
+``cuzkd status``/``start``/``stop``/``restart`` decode that JSON back into it: one typed
+definition of the entry on both sides of the socket. The CLI imports this module, so it needs
+nothing but ``msgspec`` (``cuzkd status`` must not pay for aiohttp, NumPy or the engine).
+Every field but the name and the state has a default: a client still reads an entry from a
+supervisor that did not send a field yet.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+
+class EngineInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """Fields in the order the JSON has always had them (a script may print it)."""
+
+    name: str
+    #: the lifecycle state: starting, running, backoff, stopping, stopped, failed
+    state: str
+    pid: int | None = None
+    #: unix time of the current process's spawn
+    started_at: float | None = None
+    restarts: int = 0
+    last_exit_cause: str | None = None
+    #: exit cause -> count
+    exits: dict[str, int] = {}
+    #: unix time of the pending restart (in backoff only)
+    next_restart_at: float | None = None
+    last_error: str | None = None
+    #: the start is held by the GPU memory gate
+    waiting_for_gpu: bool = False
+    stalled: bool = False
+    stalls_total: int = 0
+    #: the last stderr lines of the process that exited last
+    last_exit_stderr: list[str] = []
+    status_address: str | None = None
+    command: list[str] = []
+    #: the release a ``{binary}`` engine's process executes
+    release: str | None = None
+    #: the last decoded status document's values that did not decode
+    status_field_errors: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        """The JSON object the control API serves."""
+        encoded: dict[str, Any] = msgspec.to_builtins(self)
+        return encoded
+
