@@ -23,8 +23,8 @@ from support.piece_server import PieceServer
 from sv_virtual import Script, StandIn, StandInEngines, VirtualClockLoop, run_virtual
 
 from cuzkd.config import parse_config
+from cuzkd.states import State
 from cuzkd.supervisor.core.freezes import FREEZE_THRESHOLD, FreezeLedger
-from cuzkd.supervisor.core.lifecycle import State
 from cuzkd.supervisor.engines.runclock import HEARTBEAT, RunClock
 from cuzkd.supervisor.engines.runner import EngineRunner
 

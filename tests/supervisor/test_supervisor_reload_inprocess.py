@@ -21,7 +21,7 @@ from sv_virtual import Script, StandInEngines
 from cuzkd.config import load_config
 from cuzkd.httperrors import json_errors
 from cuzkd.ratelimit import LimitedLog
-from cuzkd.supervisor.core.lifecycle import State
+from cuzkd.states import State
 from cuzkd.supervisor.daemon.notify import Notifier
 from cuzkd.supervisor.daemon.reload import ConfigReloader, ReloadOutcome
 from cuzkd.supervisor.engines.engineset import EngineSet

@@ -33,9 +33,9 @@ from sv_virtual import (
 from cuzkd.config import Config, parse_config
 from cuzkd.metrics.http import render
 from cuzkd.ratelimit import LimitedLog
+from cuzkd.states import State
 from cuzkd.status.client import StatusSource
 from cuzkd.status.document import StatusDocument
-from cuzkd.supervisor.core.lifecycle import State
 from cuzkd.supervisor.core.reloadplan import plan
 from cuzkd.supervisor.core.stall import StallEvidence, StallWatch
 from cuzkd.supervisor.engines.engineset import EngineSet, EngineView

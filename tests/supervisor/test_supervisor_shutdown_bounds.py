@@ -18,7 +18,7 @@ from test_supervisor_runner_virtual import config_of, in_state
 
 from cuzkd.cli.control_client import BASE_URL, control_session
 from cuzkd.ratelimit import LimitedLog
-from cuzkd.supervisor.core.lifecycle import State
+from cuzkd.states import State
 from cuzkd.supervisor.engines.engineset import EngineSet
 from cuzkd.supervisor.engines.runclock import RunClock
 from cuzkd.supervisor.web.servers import Servers

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from cuzkd.states import Phase
 from cuzkd.supervisor.core.signals import LEFT_ALONE, TABLE, Decision, Meaning, decide, name_of
 from cuzkd.supervisor.daemon import signalinstall
 
@@ -43,7 +44,7 @@ def test_each_meaning() -> None:
 
 
 def test_the_first_stop_signal_stops_and_any_later_one_hurries_in_every_phase() -> None:
-    for phase in ("starting", "running", "reloading", "stopping"):
+    for phase in Phase:
         for signum in (signal.SIGTERM, signal.SIGINT):
             assert decide(signum, phase, stops=0) is Decision.STOP
             assert decide(signum, phase, stops=1) is Decision.HURRY
@@ -51,20 +52,20 @@ def test_the_first_stop_signal_stops_and_any_later_one_hurries_in_every_phase() 
 
 
 def test_sighup_reloads_only_while_running_or_reloading() -> None:
-    assert decide(signal.SIGHUP, "running", 0) is Decision.RELOAD
-    assert decide(signal.SIGHUP, "reloading", 0) is Decision.RELOAD  # queued behind it
-    assert decide(signal.SIGHUP, "starting", 0) is Decision.NO_RELOAD
-    assert decide(signal.SIGHUP, "stopping", 1) is Decision.NO_RELOAD
+    assert decide(signal.SIGHUP, Phase.RUNNING, 0) is Decision.RELOAD
+    assert decide(signal.SIGHUP, Phase.RELOADING, 0) is Decision.RELOAD  # queued behind it
+    assert decide(signal.SIGHUP, Phase.STARTING, 0) is Decision.NO_RELOAD
+    assert decide(signal.SIGHUP, Phase.STOPPING, 1) is Decision.NO_RELOAD
     assert Decision.NO_RELOAD.event == "signal_ignored"
     assert Decision.RELOAD.event is None  # the reload logs its own outcome
 
 
 def test_dumps_in_any_phase_and_the_rest_is_ignored_with_a_line() -> None:
-    for phase in ("starting", "running", "stopping"):
+    for phase in (Phase.STARTING, Phase.RUNNING, Phase.STOPPING):
         assert decide(signal.SIGUSR1, phase, 1) is Decision.DUMP_STATE
         assert decide(signal.SIGQUIT, phase, 1) is Decision.DUMP_STACKS
         assert decide(signal.SIGRTMIN + 3, phase, 0) is Decision.IGNORE
-    assert decide(signal.SIGSEGV, "running", 0) is Decision.IGNORE  # not installed; if asked
+    assert decide(signal.SIGSEGV, Phase.RUNNING, 0) is Decision.IGNORE  # not installed; if asked
     assert Decision.IGNORE.event == "signal_ignored" and Decision.IGNORE.level == "warning"
 
 

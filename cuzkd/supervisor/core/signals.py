@@ -34,6 +34,8 @@ from __future__ import annotations
 import enum
 import signal
 
+from cuzkd.states import Phase
+
 
 class Meaning(enum.Enum):
     STOP = "stop"
@@ -115,7 +117,7 @@ def name_of(signum: int) -> str:
         return f"signal {signum}"
 
 
-def decide(signum: int, phase: str, stops: int) -> Decision:
+def decide(signum: int, phase: Phase, stops: int) -> Decision:
     """The decision for ``signum`` arriving in ``phase`` (``starting``, ``running``,
     ``reloading``, ``stopping``) after ``stops`` stop signals.
 
@@ -127,7 +129,7 @@ def decide(signum: int, phase: str, stops: int) -> Decision:
     if meaning is Meaning.RELOAD:
         # While reloading, another is queued (the file may have changed again); never while
         # starting (the engines are being spawned from the file just read) or stopping.
-        return Decision.RELOAD if phase in ("running", "reloading") else Decision.NO_RELOAD
+        return Decision.RELOAD if phase in (Phase.RUNNING, Phase.RELOADING) else Decision.NO_RELOAD
     if meaning is Meaning.DUMP_STATE:
         return Decision.DUMP_STATE
     if meaning is Meaning.DUMP_STACKS:

@@ -26,6 +26,7 @@ from aiohttp import web
 
 from cuzkd.config import Config, ConfigError, default_config
 from cuzkd.httperrors import error_response
+from cuzkd.states import Phase
 from cuzkd.supervisor.daemon.configread import OffLoopReader, reload_config
 from cuzkd.supervisor.daemon.notify import Notifier
 from cuzkd.supervisor.engines.engineset import EngineSet
@@ -97,12 +98,12 @@ class ConfigReloader:
 
     async def _reload_once(self) -> ReloadOutcome:
         views = self._views
-        if self._stopping() or views.phase == "starting":
+        if self._stopping() or views.phase == Phase.STARTING:
             # starting: the engines are being spawned from the file just read
             why = "stopping" if self._stopping() else "still starting"
             return ReloadOutcome(f"the supervisor is {why}", tuple(self._engines.names()),
                                  busy=True)
-        views.phase = "reloading"
+        views.phase = Phase.RELOADING
         self._notifier.reloading()
         path = self._engines.config.path
         try:
@@ -119,8 +120,8 @@ class ConfigReloader:
         finally:
             # READY=1 ends the reload for systemd: only once the engines were added, removed
             # and restarted, and never after STOPPING=1.
-            if views.phase == "reloading":
-                views.phase = "running"
+            if views.phase == Phase.RELOADING:
+                views.phase = Phase.RUNNING
                 self._notifier.send("READY=1", views.status_line())
 
     async def _apply(self, new: Config) -> None:

@@ -24,6 +24,7 @@ import structlog
 from cuzkd.config import Config
 from cuzkd.gpus import GpuView
 from cuzkd.ratelimit import LimitedLog, RateLimiter
+from cuzkd.states import Phase
 from cuzkd.supervisor.core import signals
 from cuzkd.supervisor.daemon import demo, dumps, errorlog
 from cuzkd.supervisor.daemon.notify import Notifier
@@ -117,7 +118,7 @@ class Supervisor:
             log.info("supervisor_started", pid=os.getpid(), **startup_fields(
                 self.config, *self._metrics_bound, self.binaries.active_release()))
             self.engines.start_all()  # after a stop signal during start-up: none started
-            self.views.phase = "running"
+            self.views.phase = Phase.RUNNING
             self._notifier.send("READY=1", self.views.status_line())
             self._tasks.start(self.binaries.accept_when_healthy())
             if self._notifier.watchdog_interval is not None:
@@ -125,7 +126,7 @@ class Supervisor:
             if self.config.demo:
                 self._tasks.start(demo.drive(self.engines.bundled_status_sources))
             await self._stop_event.wait()
-            self.views.phase = "stopping"
+            self.views.phase = Phase.STOPPING
             self._notifier.send("STOPPING=1", "STATUS=stopping engines")
             log.info("supervisor_stopping")
             await self._tasks.cancel_all()
@@ -214,5 +215,5 @@ class Supervisor:
             await asyncio.sleep(interval)
 
     def _notify_status(self) -> None:
-        if self.views.phase != "stopping":
+        if self.views.phase != Phase.STOPPING:
             self._notifier.status(self.views.status_line())

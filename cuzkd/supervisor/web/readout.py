@@ -20,6 +20,7 @@ import structlog
 from cuzkd.gpus import GpuViewError, NvmlDevice
 from cuzkd.metrics.sample import SupervisorSample
 from cuzkd.ratelimit import LimitedLog
+from cuzkd.states import Phase
 from cuzkd.supervisor.engines.engineset import EngineSet
 from cuzkd.supervisor.proc.children import ChildTable
 
@@ -33,8 +34,7 @@ class SupervisorViews:
         self._children = children
         self._limited = limited
         self._log_drops = log_drops
-        #: starting | running | reloading | stopping
-        self.phase = "starting"
+        self.phase = Phase.STARTING
         self.started_at = time.time()
         #: the metrics listener's bound HOST:PORT, once bound
         self.metrics_address: str | None = None
