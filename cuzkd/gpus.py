@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from cuzkd.errors import CuzkdError
+
 
 @dataclass(frozen=True)
 class NvmlDevice:
@@ -44,7 +46,7 @@ class GpuView(Protocol):
     def devices(self) -> Sequence[NvmlDevice]: ...
 
 
-class GpuViewError(Exception):
+class GpuViewError(CuzkdError):
     pass
 
 

@@ -9,8 +9,9 @@ and every panel from one builder per panel type, so the rules in
 committed (Grafana provisions files, not Python) and ``tests/ops/test_dashboards.py``
 regenerates it and compares byte for byte, then lints the JSON itself.
 
-Run ``python grafana/generate.py`` after an edit (``--check`` only compares). Standard library
-only, so it runs anywhere.
+Run ``.venv/bin/python grafana/generate.py`` after an edit (``--check`` only compares). Standard
+library only, plus the dependency-free :mod:`cuzkd.states` (the engine states it draws are the
+exporter's own), so any Python that can import the checkout's ``cuzkd`` runs it.
 
 Panels whose series exist only after an event (an engine exit, a failed job) or on optional
 hardware carry ``"cuzkdEventOnly": true`` on the target: a live check may find them empty on a
@@ -26,6 +27,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from cuzkd.states import State
 
 OUT_DIR = Path(__file__).resolve().parent / "dashboards"
 
@@ -306,8 +309,13 @@ def dashboard(uid: str, title: str, description: str, tags: Sequence[str],
     }
 
 
-ENGINE_STATES = [(1, "starting", "blue"), (2, "running", "green"), (3, "backoff", "orange"),
-                 (4, "stopping", "purple"), (5, "stopped", "text"), (6, "failed", "red")]
+#: The colour each engine state is drawn in.
+STATE_COLOURS = {State.STARTING: "blue", State.RUNNING: "green", State.BACKOFF: "orange",
+                 State.STOPPING: "purple", State.STOPPED: "text", State.FAILED: "red"}
+#: (code, state, colour) of every engine state: ``cuzkd_engine_state`` is one series per state,
+#: folded into one value per engine (the state's code) for the state timeline.
+ENGINE_STATES = [(code, state.value, STATE_COLOURS[state])
+                 for code, state in enumerate(State, start=1)]
 
 
 def fleet() -> Json:
@@ -327,7 +335,7 @@ def fleet() -> Json:
         stat("Engines in backoff (crash-looping)", "Engines waiting to be restarted after "
              "exiting or failing their health check, per host. Bad: anything above 0 for more "
              "than a minute — the engine keeps crashing; see exit causes below and its logs.",
-             [Q(agg("instance", sel("cuzkd_engine_state", state="backoff")), "{{instance}}")],
+             [Q(agg("instance", sel("cuzkd_engine_state", state=State.BACKOFF)), "{{instance}}")],
              "short", thresholds=[{"color": "green", "value": None},
                                   {"color": "red", "value": 1}]),
         stat("Active binary release", "The engine binary release each supervisor runs (set by "

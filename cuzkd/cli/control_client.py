@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from cuzkd.errors import EX_UNAVAILABLE, CuzkdError
 from cuzkd.errortext import error_text
 
 if TYPE_CHECKING:
@@ -24,15 +25,21 @@ if TYPE_CHECKING:
 
 #: Requests go over the Unix socket; the host part only fills the URL.
 BASE_URL = "http://cuzkd"
+#: How long ``cuzkd status NAME`` waits for the engine's own status: a person is waiting, and an
+#: engine that answers at all answers within milliseconds.
+STATUS_TIMEOUT = 5.0
 
 
-class ControlUnavailable(Exception):
+class ControlUnavailable(CuzkdError):
     """The supervisor cannot be reached (no socket, refused, permission denied)."""
 
+    exit_code = EX_UNAVAILABLE
 
-class ControlRequestFailed(Exception):
+
+class ControlRequestFailed(CuzkdError):
     """The supervisor answered with an error; the message is its ``error``, ``status`` the
-    HTTP status (None for a problem the client found in the answer)."""
+    HTTP status (None for a problem the client found in the answer). Exit 1: the request was
+    refused."""
 
     def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
@@ -90,7 +97,7 @@ def call(socket_path: Path, method: str, path: str, *, timeout: float = 120.0) -
     return body
 
 
-def get_status(address: str, *, timeout: float = 5.0) -> bytes:
+def get_status(address: str, *, timeout: float = STATUS_TIMEOUT) -> bytes:
     """The body of an engine's status at ``unix:SOCKET`` (its ``/status``) or an ``http://`` URL.
 
     For ``cuzkd status NAME``, which reads the document where the supervisor does (the

@@ -7,11 +7,11 @@ swap package. Registering is cheap by rule: a subcommand's heavy imports (NumPy,
 daemon, the engine) happen in its handler, so ``cuzkd --version``, ``status``, ``stop``,
 ``reload`` and ``swap`` start in a fraction of the engine's import time
 (``tests/supervisor/test_cli_status.py`` holds it).
-Every subcommand handler takes the parsed arguments and returns the process exit code; the
-errors every client subcommand can meet are turned into exit codes here, once, following
-sysexits.h: 78 (EX_CONFIG) for a bad config, 69 (EX_UNAVAILABLE) when the supervisor's control
-socket cannot be reached, 1 when the supervisor refuses a request; 141 (as if SIGPIPE had ended
-it) when whoever read the output went away.
+Every subcommand handler takes the parsed arguments and returns the process exit code; an error
+that escapes a handler is a :class:`~cuzkd.errors.CuzkdError` and ends the command with its own
+``exit_code`` (:mod:`cuzkd.errors`, following sysexits.h): 78 (EX_CONFIG) for a bad config, 69
+(EX_UNAVAILABLE) when the supervisor's control socket cannot be reached, 1 when the supervisor
+refuses a request; 141 (as if SIGPIPE had ended it) when whoever read the output went away.
 """
 
 from __future__ import annotations
@@ -23,15 +23,9 @@ from collections.abc import Callable, Sequence
 
 from cuzkd import __version__
 from cuzkd.cli import engine_commands, supervisor_commands, swap_commands
-from cuzkd.cli.control_client import ControlRequestFailed, ControlUnavailable
-from cuzkd.config import ConfigError
-from cuzkd.errors import EX_CONFIG
+from cuzkd.errors import EX_SIGPIPE, CuzkdError
 
 Handler = Callable[[argparse.Namespace], int]
-
-EX_UNAVAILABLE = 69
-#: A command whose output pipe closed exits as if SIGPIPE had ended it (128 + 13).
-EX_SIGPIPE = 141
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,14 +56,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `cuzkd status | head -1`: nobody reads the rest
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # for the exit flush
         return EX_SIGPIPE
-    except ConfigError as exc:
-        return _fail(exc, EX_CONFIG)
-    except ControlUnavailable as exc:
-        return _fail(exc, EX_UNAVAILABLE)
-    except ControlRequestFailed as exc:
-        return _fail(exc, 1)
-
-
-def _fail(error: Exception, code: int) -> int:
-    print(f"cuzkd: {error}", file=sys.stderr)
-    return code
+    except CuzkdError as exc:
+        print(f"cuzkd: {exc}", file=sys.stderr)
+        return exc.exit_code

@@ -30,12 +30,17 @@ from cuzkd.config import (
 )
 from cuzkd.errortext import error_text
 from cuzkd.logs import LOG_FORMATS
+from cuzkd.states import ALIVE
 from cuzkd.status.document import StatusDecoder, StatusDocument
 from cuzkd.supervisor.engines.info import EngineInfo
 from cuzkd.units import format_duration
 
 #: Seconds a control request may take (start/stop/restart: more, from the engine's timeouts).
 DEFAULT_TIMEOUT = 120.0
+#: Beyond the longest wait the supervisor bounds its answer by (an engine's stop sequence, its
+#: start_timeout + START_WAIT_SLACK), how long a control request still waits for that answer:
+#: the supervisor's bound decides the outcome, never the client's timeout.
+ANSWER_SLACK = 5.0
 
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
@@ -159,7 +164,7 @@ def _engine_frame(args: argparse.Namespace) -> str:
     error: str | None = None
     if info.status_address is None:  # supervised by its process alone: no document
         error = "no status_url: supervised by its process alone"
-    elif info.state in ("starting", "running"):
+    elif info.state in ALIVE:
         try:
             decoded = StatusDecoder().decode(get_status(info.status_address))
         except (OSError, http.client.HTTPException, ValueError) as exc:  # incl. decode errors
@@ -202,7 +207,7 @@ def _reload(args: argparse.Namespace) -> int:
         # The reload waits for the stop sequences of changed engines, as they run them now.
         socket = config.control_socket
         timeout = max([DEFAULT_TIMEOUT,
-                       *(e.stop_budget + START_WAIT_SLACK for e in config.engine)])
+                       *(e.stop_budget + ANSWER_SLACK for e in config.engine)])
     try:
         body = call(socket, "POST", "/v1/reload", timeout=timeout)
     except ControlRequestFailed as exc:
@@ -225,7 +230,7 @@ def _engine_action(args: argparse.Namespace) -> int:
     # The supervisor's waits are bounded by the engine's timeouts (as it runs them: the file
     # may have changed since), so wait for its answer at least that long.
     timeout = DEFAULT_TIMEOUT if spec is None else max(
-        DEFAULT_TIMEOUT, spec.stop_budget + spec.start_timeout + 2 * START_WAIT_SLACK)
+        DEFAULT_TIMEOUT, spec.stop_budget + spec.start_timeout + START_WAIT_SLACK + ANSWER_SLACK)
     # Quoted: a name with '/', '?' or '#' must reach the API as a name ("no engine named").
     info = msgspec.convert(call(config.control_socket, "POST",
                                 f"/v1/engines/{quote(args.name, safe='')}/{args.verb}",

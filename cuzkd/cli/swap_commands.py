@@ -21,10 +21,8 @@ from typing import Any
 
 from cuzkd.cli.control_client import BASE_URL, call, control_session
 from cuzkd.config import load_or_default
-
-#: A swap the supervisor's shutdown cancelled (sysexits.h EX_TEMPFAIL): nothing was judged, the
-#: store is as before; run it again once the supervisor is back.
-EX_TEMPFAIL = 75
+from cuzkd.errors import EX_TEMPFAIL
+from cuzkd.states import SwapResult
 
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
@@ -217,10 +215,10 @@ def _report(result: dict[str, Any], operation: str) -> int:
     if not result:
         print("cuzkd swap: the supervisor closed the stream without a result", file=sys.stderr)
         return 1
-    if result["result"] == "ok":
+    if result["result"] == SwapResult.OK:
         print(f"{operation} ok: release {result['release']} active, engines: "
               f"{', '.join(result['engines']) or 'none use {binary}'}")
         return 0
     print(f"{operation} {result['result']}: {result['reason']} "
           f"(active release: {result['release']})", file=sys.stderr)
-    return EX_TEMPFAIL if result["result"] == "cancelled" else 1
+    return EX_TEMPFAIL if result["result"] == SwapResult.CANCELLED else 1

@@ -22,8 +22,10 @@ from collections import deque
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 
+from cuzkd.errors import CuzkdError
 
-class BudgetExceededError(ValueError):
+
+class BudgetExceededError(CuzkdError, ValueError):
     """A reservation larger than the whole budget: it could never be granted."""
 
 

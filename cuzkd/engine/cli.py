@@ -49,7 +49,6 @@ from cuzkd.logs import configure_logging
 from cuzkd.status.tracker import StatusTracker
 from cuzkd.unixsock import remove_stale_socket
 
-EX_CONFIG = 78
 _log = structlog.get_logger("cuzkd.engine")
 
 
@@ -67,11 +66,8 @@ def run_engine(args: argparse.Namespace) -> int:
         return asyncio.run(serve(config, args.listen))
     except ProverConfigError as exc:
         print(f"cuzkd engine: config error: {exc}", file=sys.stderr)
-        return EX_CONFIG
-    except BackendError as exc:
-        print(f"cuzkd engine: {exc}", file=sys.stderr)
-        return EX_CONFIG
-    except ListenError as exc:
+        return exc.exit_code
+    except (BackendError, ListenError) as exc:
         print(f"cuzkd engine: {exc}", file=sys.stderr)
         return exc.exit_code
 

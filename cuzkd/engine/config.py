@@ -31,6 +31,7 @@ import msgspec
 
 from cuzkd import validation
 from cuzkd.engine.memlimit import usable_memory_bytes
+from cuzkd.errors import EX_CONFIG, CuzkdError
 from cuzkd.status.document import PARTITIONS as PARTITIONS
 from cuzkd.units import parse_duration, parse_size
 
@@ -86,8 +87,10 @@ class ProverConfig:
         return value
 
 
-class ProverConfigError(ValueError):
+class ProverConfigError(CuzkdError, ValueError):
     """Invalid configuration; the message names the file and the key."""
+
+    exit_code = EX_CONFIG
 
 
 def resolve(raw: _RawConfig, source: str, *,

@@ -22,12 +22,13 @@ from typing import Any, TextIO
 
 import aiohttp
 
+from cuzkd.errors import CuzkdError
 from cuzkd.status.document import StatusDocument, decode_status
 
 POLL_INTERVAL_SECS = 0.2
 
 
-class BenchError(RuntimeError):
+class BenchError(CuzkdError, RuntimeError):
     """The engine refused a request or answered something unexpected."""
 
 

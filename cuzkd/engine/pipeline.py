@@ -44,6 +44,7 @@ from cuzkd.engine.backend import Backend
 from cuzkd.engine.budget import BudgetExceededError, MemoryBudget
 from cuzkd.engine.config import MAX_SIZE_LOG2, MIN_SIZE_LOG2, PARTITIONS, ProverConfig
 from cuzkd.engine.ntt import NttPlan
+from cuzkd.errors import CuzkdError
 from cuzkd.status.document import Allocation
 from cuzkd.status.tracker import StatusTracker
 
@@ -58,11 +59,11 @@ INJECTED_FAILURE = "injected failure (test-only failure rate)"
 _T = TypeVar("_T")
 
 
-class JobRequestError(ValueError):
+class JobRequestError(CuzkdError, ValueError):
     """A job request the engine cannot accept (the message says which field is wrong)."""
 
 
-class EngineDrainingError(RuntimeError):
+class EngineDrainingError(CuzkdError, RuntimeError):
     """The engine is shutting down and accepts no new jobs."""
 
 

@@ -18,6 +18,7 @@ import msgspec
 from aiohttp import web
 
 from cuzkd.engine.pipeline import Engine, EngineDrainingError, Job, JobRequestError
+from cuzkd.errors import EX_UNAVAILABLE, EX_USAGE, CuzkdError
 from cuzkd.httperrors import BODY_TIMEOUT, error_response, json_errors, read_body
 from cuzkd.status.document import encode_status
 from cuzkd.units import ListenAddress, parse_listen
@@ -152,17 +153,15 @@ def build_app(engine: Engine, *, body_timeout: float = BODY_TIMEOUT) -> web.Appl
     return app
 
 
-class ListenError(Exception):
-    """``--listen`` cannot be served; ``exit_code`` is 64 (bad address) or 69 (unusable)."""
+class ListenError(CuzkdError):
+    """``--listen`` cannot be served; ``exit_code`` is EX_USAGE (the address itself is wrong)
+    or EX_UNAVAILABLE (the address is fine but cannot be used now)."""
 
     def __init__(self, message: str, exit_code: int) -> None:
         super().__init__(message)
         self.exit_code = exit_code
 
 
-#: sysexits.h: the address itself is wrong / the address is fine but cannot be used now.
-EX_USAGE = 64
-EX_UNAVAILABLE = 69
 #: bind() errors that mean the address is wrong rather than busy or forbidden.
 _BAD_ADDRESS_ERRNOS = (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT, errno.EINVAL)
 

@@ -9,32 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
 from cuzkd.gpus import NvmlDevice
 from cuzkd.status.document import Extensions, StatusDocument
-
-#: Every supervisor-side engine state, exported as ``cuzkd_engine_state{state=...}``, in the
-#: order of their codes on the dashboards (grafana/generate.py reads them from here; a test ties
-#: them to ``cuzkd.supervisor.core.lifecycle.State``).
-ENGINE_STATES: tuple[str, ...] = ("starting", "running", "backoff", "stopping", "stopped", "failed")
-#: A swap's results (what ``cuzkd swap`` reports); ``failed`` is a rollback that could not bring
-#: every engine back; ``cancelled``: the supervisor shut down while it ran (the store was put
-#: back as it found it).
-SwapResult = Literal["ok", "rolled_back", "refused", "failed", "cancelled"]
-#: The ``result`` label of ``cuzkd_binary_swaps_total``, always exported (0 before the first):
-#: ``failed`` counts as ``rolled_back`` (the store was flipped back).
-SWAP_RESULTS: tuple[SwapResult, ...] = ("ok", "rolled_back", "refused", "cancelled")
-#: The ``result`` label of ``cuzkd_binary_rollbacks_total`` (``cuzkd swap --rollback``): a
-#: rollback refused (no accepted release to go to) or undone (its engines failed) is ``failed``;
-#: one the supervisor's shutdown cut short is ``cancelled``.
-ROLLBACK_RESULTS: tuple[str, ...] = ("ok", "failed", "cancelled")
-#: Why the supervisor stopped an engine: the ``reason`` label of
-#: ``cuzkd_engine_stop_inflight_partitions_total`` (a fixed set).
-StopReason = Literal["operator", "reload", "swap", "stall", "shutdown"]
-STOP_REASONS: tuple[StopReason, ...] = ("operator", "reload", "swap", "stall", "shutdown")
-#: How a stop sequence's drain ended: the ``result`` label of ``cuzkd_engine_drains_total``.
-DRAIN_RESULTS: tuple[str, ...] = ("clean", "timeout")
 
 
 @dataclass(frozen=True)
@@ -42,7 +19,7 @@ class EngineSample:
     """One engine as the supervisor sees it at scrape time."""
 
     name: str
-    #: one of ENGINE_STATES
+    #: one of :class:`cuzkd.states.State`
     state: str
     restarts_total: int
     #: exit cause (``exit_1``, ``signal_SIGKILL``, ``unhealthy``, ...) -> count
@@ -69,10 +46,10 @@ class EngineSample:
     #: stalls the watchdog declared, and whether one lasts now
     stalls_total: int = 0
     stalled: bool = False
-    #: stop reason (operator, reload, swap, stall, shutdown) -> partitions in flight when the
+    #: stop reason (:class:`cuzkd.states.StopReason`) -> partitions in flight when the
     #: supervisor stopped the engine
     stop_inflight_partitions_total: Mapping[str, int] = field(default_factory=dict)
-    #: drain result (clean, timeout) -> drains of the stop sequence
+    #: drain result (:class:`cuzkd.states.DrainResult`) -> drains of the stop sequence
     drains_total: Mapping[str, int] = field(default_factory=dict)
     #: times the engine's health loop died of an exception and was started again
     health_loop_failures_total: int = 0
@@ -85,9 +62,9 @@ class EngineSample:
 class SupervisorSample:
     engines: Sequence[EngineSample]
     zombies_reaped_total: int
-    #: swap result (ok, rolled_back, refused) -> count
+    #: swap result (:data:`cuzkd.states.SWAP_RESULTS`) -> count
     swaps_total: Mapping[str, int] = field(default_factory=dict)
-    #: ``cuzkd swap --rollback`` result (ok, failed) -> count
+    #: ``cuzkd swap --rollback`` result (:data:`cuzkd.states.ROLLBACK_RESULTS`) -> count
     rollbacks_total: Mapping[str, int] = field(default_factory=dict)
     #: the active release id, None before the first swap/initial_binary
     active_release: str | None = None

@@ -15,16 +15,9 @@ from prometheus_client.metrics_core import Metric
 from cuzkd import __version__
 from cuzkd.gpus import NvmlDevice
 from cuzkd.logqueue import DROP_REASONS
-from cuzkd.metrics.sample import (
-    DRAIN_RESULTS,
-    ENGINE_STATES,
-    ROLLBACK_RESULTS,
-    STOP_REASONS,
-    SWAP_RESULTS,
-    EngineSample,
-    SupervisorSample,
-)
+from cuzkd.metrics.sample import EngineSample, SupervisorSample
 from cuzkd.metrics.tally import first_by
+from cuzkd.states import ROLLBACK_RESULTS, SWAP_RESULTS, DrainResult, State, StopReason
 from cuzkd.status.salvage import REASONS as FIELD_ERROR_REASONS
 
 
@@ -82,9 +75,10 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
     for engine in engines:
         name = [engine.name]
         running = engine.start_time_seconds is not None
-        answered = engine.status is not None if engine.status_polled else engine.state == "running"
+        answered = (engine.status is not None if engine.status_polled
+                    else engine.state == State.RUNNING)
         up.add_metric(name, 1 if running and answered else 0)
-        for candidate in ENGINE_STATES:
+        for candidate in State:
             state.add_metric([engine.name, candidate], 1 if engine.state == candidate else 0)
         restarts.add_metric(name, engine.restarts_total)
         stalls.add_metric(name, engine.stalls_total)
@@ -104,10 +98,10 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
             field_errors.add_metric([engine.name, why],
                                     engine.status_field_errors_total.get(why, 0))
         descendants_killed.add_metric(name, engine.descendants_killed_total)
-        for reason in STOP_REASONS:
+        for reason in StopReason:
             stop_inflight.add_metric([engine.name, reason],
                                      engine.stop_inflight_partitions_total.get(reason, 0))
-        for result in DRAIN_RESULTS:
+        for result in DrainResult:
             drains.add_metric([engine.name, result], engine.drains_total.get(result, 0))
         loop_failures.add_metric(name, engine.health_loop_failures_total)
         if engine.release is not None:

@@ -40,6 +40,7 @@ from typing import Any
 import aiohttp
 import structlog
 
+from cuzkd.errors import CuzkdError
 from cuzkd.errortext import error_text
 from cuzkd.ratelimit import LimitedLog
 from cuzkd.status.derive import ExtensionDeriver
@@ -66,7 +67,7 @@ def split_address(address: str) -> tuple[str | None, str]:
     return None, address
 
 
-class StatusFetchError(Exception):
+class StatusFetchError(CuzkdError):
     """A fetch failed; the message says why (never empty). ``kind`` is a short, bounded key
     (``timeout``, ``connect``, ``http_500``, ``too_large``, ``invalid``, ...) for rate-limited
     logging."""

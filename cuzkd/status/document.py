@@ -25,6 +25,7 @@ from typing import Annotated, Any, Literal, NamedTuple
 
 import msgspec
 
+from cuzkd.errors import CuzkdError
 from cuzkd.errortext import error_text
 from cuzkd.status.salvage import FieldError, Reason, Salvage, Unsalvageable
 
@@ -210,7 +211,7 @@ class StatusDocument(msgspec.Struct, frozen=True, gc=False):
     cuzkd_extensions: Extensions | None = None
 
 
-class StatusDecodeError(ValueError):
+class StatusDecodeError(CuzkdError, ValueError):
     """The bytes are not a status document; the message says which field is wrong."""
 
 

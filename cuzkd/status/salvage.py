@@ -36,6 +36,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from cuzkd.errors import CuzkdError
+
 #: Why a value was refused: the ``reason`` label of ``cuzkd_status_field_errors_total``.
 #: ``invalid_utf8``: a string with bytes that are no UTF-8 (one odd byte costs its value).
 Reason = Literal["out_of_range", "wrong_type", "unknown_value", "invalid_utf8", "missing"]
@@ -69,7 +71,7 @@ class FieldError:
         return self.message if self.path == "$" else f"{self.message} - at `{self.path}`"
 
 
-class Unsalvageable(ValueError):
+class Unsalvageable(CuzkdError, ValueError):
     """Nothing of the type could be kept; the message is the error that left none."""
 
 

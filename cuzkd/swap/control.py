@@ -25,6 +25,7 @@ import msgspec
 from aiohttp import web
 
 from cuzkd.httperrors import read_body
+from cuzkd.states import SwapResult
 from cuzkd.swap.analysis import Criteria
 from cuzkd.swap.releases import ReleaseError
 from cuzkd.swap.rolling import (
@@ -120,7 +121,7 @@ def swap_routes(coordinator: SwapCoordinator) -> Callable[[web.Application], Non
         try:
             outcome = await job
         except SwapInProgress as exc:  # lost a race with another request since the check
-            outcome = SwapOutcome("refused", coordinator.active_release(), None, str(exc))
+            outcome = SwapOutcome(SwapResult.REFUSED, coordinator.active_release(), None, str(exc))
         if not client_gone and await _send(response, outcome.as_json()):
             await response.write_eof()
         return response

@@ -29,6 +29,7 @@ from typing import Any, Literal
 import msgspec
 
 from cuzkd import validation
+from cuzkd.errors import CuzkdError
 
 Verdict = Literal["pending", "accepted", "rejected"]
 #: How a release came to be put into service.
@@ -39,7 +40,7 @@ FORMAT = 1
 MAX_RECORDS = 100
 
 
-class HistoryError(Exception):
+class HistoryError(CuzkdError):
     """The history file cannot be read or written; the message names the file and the problem."""
 
 

@@ -28,6 +28,7 @@ from typing import Any, BinaryIO, TypeVar
 
 import structlog
 
+from cuzkd.errors import CuzkdError
 from cuzkd.swap import history, inuse, rules
 from cuzkd.swap.fsutil import (
     fsync_dir,
@@ -55,7 +56,7 @@ _log = structlog.get_logger(__name__)
 T = TypeVar("T")
 
 
-class ReleaseError(Exception):
+class ReleaseError(CuzkdError):
     """A release operation was refused or found the store unusable; the message says why."""
 
 

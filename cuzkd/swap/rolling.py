@@ -30,7 +30,8 @@ from typing import Any, Literal, Protocol, TypeVar
 import msgspec
 import structlog
 
-from cuzkd.metrics.sample import ROLLBACK_RESULTS, SWAP_RESULTS, SwapResult
+from cuzkd.errors import CuzkdError
+from cuzkd.states import ROLLBACK_RESULTS, SWAP_RESULTS, SwapResult
 from cuzkd.status.document import Extensions, StatusDocument
 from cuzkd.swap import analysis
 from cuzkd.swap.history import Verdict
@@ -83,11 +84,11 @@ class AnalysisPlan:
     on_inconclusive: OnInconclusive = "rollback"
 
 
-class SwapInProgress(Exception):
+class SwapInProgress(CuzkdError):
     """Another swap holds the lock; the caller answers 409."""
 
 
-class SwapCancelled(Exception):
+class SwapCancelled(CuzkdError):
     """:meth:`SwapCoordinator.close` came while the operation waited; the message says why."""
 
 
@@ -192,9 +193,9 @@ class SwapCoordinator:
 
     def refuse(self, reason: str) -> SwapOutcome:
         """Count and describe a swap refused before anything changed."""
-        self._count("refused")
+        self._count(SwapResult.REFUSED)
         _log.warning("swap_refused", reason=reason)
-        return SwapOutcome("refused", self.active_release(), None, reason)
+        return SwapOutcome(SwapResult.REFUSED, self.active_release(), None, reason)
 
     async def swap(
         self,
@@ -220,7 +221,7 @@ class SwapCoordinator:
         judged), and the answer is the same ``cancelled`` -- run it again later."""
         async with self._exclusive():
             if self.closed is not None:
-                return SwapOutcome("cancelled", self.active_release(), None, self.closed)
+                return SwapOutcome(SwapResult.CANCELLED, self.active_release(), None, self.closed)
             underway = _Underway(operation, self.active_release())
             try:
                 return await work(underway)
@@ -248,12 +249,12 @@ class SwapCoordinator:
         if trial is not None and self.active_release() != trial.id and self._pending(trial):
             await self._judge(trial, "rejected", f"cancelled: {reason}", progress)
         if underway.operation == "swap":
-            self._count("cancelled")
+            self._count(SwapResult.CANCELLED)
         else:
-            self._count_rollback("cancelled")
+            self._count_rollback(SwapResult.CANCELLED)
         _log.warning("swap_cancelled", operation=underway.operation, reason=reason,
                      release=self.active_release())
-        return SwapOutcome("cancelled", self.active_release(), underway.before, reason)
+        return SwapOutcome(SwapResult.CANCELLED, self.active_release(), underway.before, reason)
 
     def _pending(self, release: Release) -> bool:
         try:
@@ -331,17 +332,18 @@ class SwapCoordinator:
                 moved += more
         found = None if verdict is None else verdict.as_json()
         if reason is None:
-            self._count("ok")
+            self._count(SwapResult.OK)
             accepted = _healthy(engines, settle) + (
                 "" if verdict is None else f"; {verdict.summary()}")
             await self._judge(release, "accepted", accepted, progress, analysis=found)
             _log.info("swap_done", release=release.id, engines=engines)
             await self._prune(progress)
-            return SwapOutcome("ok", release.id, previous.id if previous else None, None,
+            return SwapOutcome(SwapResult.OK, release.id, previous.id if previous else None, None,
                                engines, found)
         await self._judge(release, "rejected", reason, progress, analysis=found)
         outcome = await self._undo(release, previous, moved, reason, settle, progress)
-        self._count("rolled_back")  # once the engines are back (a cancel counts otherwise)
+        # once the engines are back (a cancel counts otherwise)
+        self._count(SwapResult.ROLLED_BACK)
         return dataclasses.replace(outcome, analysis=found)
 
     async def _analyse(self, canaries: Sequence[str], rest: Sequence[str],
@@ -422,26 +424,27 @@ class SwapCoordinator:
                 raise ReleaseError(_no_target(current))
             await asyncio.to_thread(self.store.activate, target)
         except (ReleaseError, OSError) as exc:
-            self._count_rollback("failed")
+            self._count_rollback(SwapResult.FAILED)
             _log.warning("swap_rollback_refused", reason=str(exc))
-            return SwapOutcome("refused", self.active_release(), None, str(exc))
+            return SwapOutcome(SwapResult.REFUSED, self.active_release(), None, str(exc))
         self._step(progress, "activated", release=target.id, previous=current.id)
         engines = self.target.engine_names_using_binary()
         moved, reason = await self._roll(engines, settle, progress)
         if reason is None:
-            self._count_rollback("ok")
+            self._count_rollback(SwapResult.OK)
             await self._judge(current, "rejected",
                               f"rolled back by `cuzkd swap --rollback` to {target.id}",
                               progress)
             _log.info("swap_rollback_done", release=target.id, replaced=current.id)
-            return SwapOutcome("ok", target.id, current.id, None, engines)
+            return SwapOutcome(SwapResult.OK, target.id, current.id, None, engines)
         await self._judge(target, "rejected", f"rollback to it failed: {reason}", progress)
         failure = await self._flip_back(moved, settle, progress)
-        self._count_rollback("failed")  # once the engines are back (a cancel counts otherwise)
+        # once the engines are back (a cancel counts otherwise)
+        self._count_rollback(SwapResult.FAILED)
         detail = f"{reason}; the rollback was undone"
         if failure is not None:
             detail += f"; {failure}"
-        return SwapOutcome("failed", self.active_release(), target.id, detail, moved)
+        return SwapOutcome(SwapResult.FAILED, self.active_release(), target.id, detail, moved)
 
     async def accept_when_healthy(self, settle: float, retry: float = ACCEPT_RETRY) -> None:
         """Accept the active release once every ``{binary}`` engine is healthy through settle.
@@ -527,13 +530,14 @@ class SwapCoordinator:
             # Nothing to go back to (the first release of a fresh state dir): leave it active,
             # the engines stay in backoff/failed and the operator sees why.
             self._step(progress, "rollback_impossible", reason=reason)
-            return SwapOutcome("failed", release.id, None, reason, moved)
+            return SwapOutcome(SwapResult.FAILED, release.id, None, reason, moved)
         failure = await self._flip_back(moved, settle, progress)
         if failure is not None and self.active_release() == release.id:
             # current still names the new release: the moved engines stay on it.
-            return SwapOutcome("failed", release.id, previous.id, f"{reason}; {failure}", moved)
+            return SwapOutcome(SwapResult.FAILED, release.id, previous.id,
+                               f"{reason}; {failure}", moved)
         detail = reason if failure is None else f"{reason}; {failure}"
-        return SwapOutcome("rolled_back", previous.id, release.id, detail, moved)
+        return SwapOutcome(SwapResult.ROLLED_BACK, previous.id, release.id, detail, moved)
 
     async def _flip_back(self, moved: Sequence[str], settle: float,
                          progress: Progress) -> str | None:
@@ -602,10 +606,10 @@ class SwapCoordinator:
             raise SwapInProgress("a swap is already in progress")
         return self._lock
 
-    def _count(self, result: str) -> None:
+    def _count(self, result: SwapResult) -> None:
         self.counts[result] += 1
 
-    def _count_rollback(self, result: str) -> None:
+    def _count_rollback(self, result: SwapResult) -> None:
         self.rollback_counts[result] += 1
 
     @staticmethod

@@ -7,7 +7,8 @@ import pytest
 
 from cuzkd import __version__
 from cuzkd.gpus import NvmlDevice
-from cuzkd.metrics.sample import ENGINE_STATES, SupervisorSample
+from cuzkd.metrics.sample import SupervisorSample
+from cuzkd.states import DrainResult, State, StopReason
 from cuzkd.status.document import (
     COUNTED_PHASES,
     JOB_DURATION_BUCKETS,
@@ -131,11 +132,27 @@ def test_engine_not_running_is_down_even_with_a_document(example_status, make_en
     assert not s.named("cuzkd_engine_cpu_seconds_total")
 
 
-@pytest.mark.parametrize("current", ENGINE_STATES)
+@pytest.mark.parametrize("current", list(State))
 def test_state_is_one_hot(current, make_engine, scrape):
+    """``cuzkd_engine_state`` has one series for every engine state of :mod:`cuzkd.states`."""
     s = scrape(one([make_engine("e0", state=current)]))
     states = {dict(labels)["state"]: v for labels, v in s.named("cuzkd_engine_state").items()}
-    assert states == {state: (1 if state == current else 0) for state in ENGINE_STATES}
+    assert states == {str(state): (1 if state == current else 0) for state in State}
+
+
+def test_every_stop_reason_and_drain_result_is_exported_from_zero(make_engine, scrape):
+    """The stop and drain counters exist at 0 for every word of :mod:`cuzkd.states` (alerts
+    on ``increase()`` see the first one), and count what the engine reported."""
+    s = scrape(one([make_engine("e0", stop_inflight_partitions_total={"reload": 3},
+                                drains_total={"timeout": 2})]))
+    lost = {dict(labels)["reason"]: v for labels, v in
+            s.named("cuzkd_engine_stop_inflight_partitions_total").items()}
+    assert lost == {str(reason): (3 if reason is StopReason.RELOAD else 0)
+                    for reason in StopReason}
+    drains = {dict(labels)["result"]: v for labels, v in
+              s.named("cuzkd_engine_drains_total").items()}
+    assert drains == {str(result): (2 if result is DrainResult.TIMEOUT else 0)
+                      for result in DrainResult}
 
 
 def test_supervisor_families(make_engine, scrape):

@@ -19,8 +19,7 @@ import pytest
 import yaml
 from support import ops
 
-from cuzkd.metrics.sample import ENGINE_STATES
-from cuzkd.supervisor.core.lifecycle import State
+from cuzkd.states import State
 from cuzkd.units import parse_duration
 
 GENERATOR = ops.REPO / "grafana" / "generate.py"
@@ -373,11 +372,16 @@ def test_composite_panel_queries_compute_what_they_claim(tmp_path: Path) -> None
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_engine_state_names_are_one_list_for_lifecycle_metrics_and_dashboards() -> None:
-    """``cuzkd.metrics.sample.ENGINE_STATES`` is the published list (``cuzkd_engine_state``'s
-    ``state`` label); the lifecycle's states and the dashboards' state codes (generator, kept
-    standard-library only) are the same names in the same order."""
-    assert tuple(state.value for state in State) == ENGINE_STATES
-    generator = _load_generator()
-    assert [(code, name) for code, name, _ in generator.ENGINE_STATES] == [
-        (code, name) for code, name in enumerate(ENGINE_STATES, start=1)]
+def test_the_engine_state_timeline_draws_every_engine_state() -> None:
+    """The fleet's state timeline folds every ``cuzkd_engine_state`` series (one per state of
+    ``cuzkd.states.State``) into its code, and names every code: a state the exporter exports
+    is never a blank or a mislabelled stretch on the dashboard."""
+    panel = next(p for d in ops.load_dashboards().values() for p in d["panels"]
+                 if p["title"] == "Engine states")
+    (mappings,) = panel["fieldConfig"]["defaults"]["mappings"]
+    codes = {int(code): mapping["text"] for code, mapping in mappings["options"].items()}
+    assert codes == {code: str(state) for code, state in enumerate(State, start=1)}
+    (target,) = panel["targets"]
+    folded = re.findall(r'state="(\w+)"\} \* (\d+)', target["expr"])
+    assert [(name, int(code)) for name, code in folded] == [
+        (str(state), code) for code, state in enumerate(State, start=1)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from cuzkd.states import State
 from cuzkd.supervisor.core.cadence import (
     DESCENDANT_WALK,
     PROCESS_SETTLE,
@@ -10,7 +11,6 @@ from cuzkd.supervisor.core.cadence import (
     STARTING_QUIET,
     HealthCadence,
 )
-from cuzkd.supervisor.core.lifecycle import State
 
 
 def cadence(*, health_interval: float = 2.0, start_timeout: float = 60.0,

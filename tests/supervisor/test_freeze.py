@@ -24,8 +24,8 @@ from support.stand_ins import Script, StandIn, StandInEngines
 from support.virtual_clock import VirtualClockLoop, run_virtual
 
 from cuzkd.config import parse_config
+from cuzkd.states import State
 from cuzkd.supervisor.core.freezes import FREEZE_THRESHOLD, FreezeLedger
-from cuzkd.supervisor.core.lifecycle import State
 from cuzkd.supervisor.engines.runclock import HEARTBEAT, RunClock
 from cuzkd.supervisor.engines.runner import EngineRunner
 

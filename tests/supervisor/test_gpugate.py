@@ -17,8 +17,8 @@ from support.supervisor_harness import fake_engine, start_supervisor, write_conf
 
 from cuzkd.config import parse_config
 from cuzkd.gpus import GpuViewError, NvmlDevice, load_gpu_view
+from cuzkd.states import State
 from cuzkd.supervisor.core.gpugate import blocker, cuda_env
-from cuzkd.supervisor.core.lifecycle import State
 from cuzkd.supervisor.daemon.root import Supervisor
 from cuzkd.supervisor.engines.gpuwait import wait_for_gpus
 from cuzkd.supervisor.engines.runner import EngineRunner

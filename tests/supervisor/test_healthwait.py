@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from cuzkd.states import State
 from cuzkd.supervisor.core.healthwait import HealthWait, Observation
-from cuzkd.supervisor.core.lifecycle import State
 
 
 def seen(now: float, state: State, pid: int | None = 7, error: str | None = None) -> Observation:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from cuzkd.states import State
 from cuzkd.supervisor.core.backoff import Backoff
 from cuzkd.supervisor.core.lifecycle import (
     CancelScheduledStart,
@@ -9,7 +10,6 @@ from cuzkd.supervisor.core.lifecycle import (
     Policy,
     ScheduleStart,
     Spawn,
-    State,
     Stop,
 )
 

@@ -20,8 +20,8 @@ from support.stand_ins import Script, StandInEngines, engine_set, running_phase
 
 from cuzkd.config import load_config
 from cuzkd.httperrors import json_errors
-from cuzkd.supervisor.core.lifecycle import State
-from cuzkd.supervisor.core.phase import Phase, SupervisorPhase
+from cuzkd.states import Phase, State
+from cuzkd.supervisor.core.phase import SupervisorPhase
 from cuzkd.supervisor.daemon.notify import Notifier
 from cuzkd.supervisor.daemon.reload import ConfigReloader, ReloadOutcome
 from cuzkd.supervisor.engines.engineset import EngineSet

@@ -36,9 +36,9 @@ from support.started import started
 from support.virtual_clock import run_virtual
 
 from cuzkd.metrics.http import render
+from cuzkd.states import State
 from cuzkd.status.client import StatusSource
 from cuzkd.status.document import StatusDocument
-from cuzkd.supervisor.core.lifecycle import State
 from cuzkd.supervisor.core.reloadplan import plan
 from cuzkd.supervisor.core.stall import StallEvidence, StallWatch
 from cuzkd.supervisor.engines.engineset import EngineView

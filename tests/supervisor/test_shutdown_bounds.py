@@ -18,7 +18,7 @@ from support.virtual_clock import run_virtual
 
 from cuzkd.cli.control_client import BASE_URL, control_session
 from cuzkd.ratelimit import LimitedLog
-from cuzkd.supervisor.core.lifecycle import State
+from cuzkd.states import State
 from cuzkd.supervisor.engines.runclock import RunClock
 from cuzkd.supervisor.web.servers import Servers
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from cuzkd.supervisor.core.phase import Phase
+from cuzkd.states import Phase
 from cuzkd.supervisor.core.signals import LEFT_ALONE, TABLE, Decision, Meaning, decide, name_of
 from cuzkd.supervisor.daemon import signalinstall
 
@@ -65,7 +65,7 @@ def test_dumps_in_any_phase_and_the_rest_is_ignored_with_a_line() -> None:
         assert decide(signal.SIGUSR1, phase, 1) is Decision.DUMP_STATE
         assert decide(signal.SIGQUIT, phase, 1) is Decision.DUMP_STACKS
         assert decide(signal.SIGRTMIN + 3, phase, 0) is Decision.IGNORE
-    assert decide(signal.SIGSEGV, "running", 0) is Decision.IGNORE  # not installed; if asked
+    assert decide(signal.SIGSEGV, Phase.RUNNING, 0) is Decision.IGNORE  # not installed; if asked
     assert Decision.IGNORE.event == "signal_ignored" and Decision.IGNORE.level == "warning"
 
 

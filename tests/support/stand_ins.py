@@ -24,7 +24,7 @@ from typing import IO, Any
 
 from cuzkd.config import Config, parse_config
 from cuzkd.ratelimit import LimitedLog
-from cuzkd.supervisor.core.lifecycle import State
+from cuzkd.states import State
 from cuzkd.supervisor.core.phase import PhaseView, SupervisorPhase
 from cuzkd.supervisor.engines.binaries import EngineBinaries
 from cuzkd.supervisor.engines.engineset import EngineSet

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cuzkd.supervisor.core.lifecycle import State
+from cuzkd.states import State
 
 #: Seconds of a start during which failed status polls are not logged (see failure_expected).
 STARTING_QUIET = 5.0

@@ -4,10 +4,10 @@ An operator reading ``cuzkd_engine_exits_total{cause=...}`` needs the cause they
 not the raw wait status: a SIGKILL from the kernel's OOM killer and one from the supervisor's
 own stop escalation look the same to ``waitpid``. So causes are decided by precedence:
 
-1. the supervisor's own intent -- :data:`INTENT_CAUSES`: ``stopped`` (an operator's stop or
-   restart, a reload, shutdown), ``swap`` (a binary swap's rolling restart), ``unhealthy``,
-   ``stalled``, ``start_timeout`` -- decided by the lifecycle, which knows why it stopped the
-   process;
+1. the supervisor's own intent -- :data:`cuzkd.states.INTENT_CAUSES`: ``stopped`` (an
+   operator's stop or restart, a reload, shutdown), ``swap`` (a binary swap's rolling restart),
+   ``unhealthy``, ``stalled``, ``start_timeout`` -- decided by the lifecycle, which knows why it
+   stopped the process;
 2. ``oom_killed``: a SIGKILL the supervisor did not send, while an OOM-kill counter moved (see
    :mod:`cuzkd.supervisor.proc.oom`);
 3. ``core_dumped``: the process dumped core (WCOREDUMP: SIGSEGV, SIGABRT, ... with core
@@ -24,10 +24,7 @@ from __future__ import annotations
 import signal
 from dataclasses import dataclass
 
-#: Causes set by the supervisor's intent, highest precedence first (decided by the lifecycle).
-INTENT_CAUSES: tuple[str, ...] = ("stopped", "swap", "unhealthy", "stalled", "start_timeout")
-OOM_KILLED = "oom_killed"
-CORE_DUMPED = "core_dumped"
+from cuzkd.states import ExitCause
 
 
 @dataclass(frozen=True)
@@ -52,9 +49,9 @@ def process_cause(end: ProcessEnd, *, supervisor_killed: bool, oom_kills_moved: 
     """
     if end.signal is not None:
         if end.signal == signal.SIGKILL and oom_kills_moved and not supervisor_killed:
-            return OOM_KILLED, False
+            return ExitCause.OOM_KILLED, False
         if end.core_dumped:
-            return CORE_DUMPED, False
+            return ExitCause.CORE_DUMPED, False
         return f"signal_{signal_name(end.signal)}", False
     return f"exit_{end.exit_code}", end.exit_code == 0
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cuzkd.supervisor.core.lifecycle import State
+from cuzkd.states import State
 
 
 @dataclass(frozen=True)

@@ -7,28 +7,19 @@ every event returns a list of them (empty: nothing to do), so the shell handles 
 Nothing here touches processes, clocks or the event loop, so every rule (restart policy,
 backoff, hung-engine detection, exit accounting) is unit-tested directly with a fake clock.
 
-States: ``starting`` (spawned, status not answered yet) → ``running`` (status answered) →
-``stopping`` (stop signal sent) → ``stopped``; ``backoff`` (waiting to restart after a
-failure); ``failed`` (will not restart on its own: restart policy, or the command cannot be
-spawned).
+States (:class:`cuzkd.states.State`): ``starting`` (spawned, status not answered yet) →
+``running`` (status answered) → ``stopping`` (stop signal sent) → ``stopped``; ``backoff``
+(waiting to restart after a failure); ``failed`` (will not restart on its own: restart policy,
+or the command cannot be spawned).
 """
 
 from __future__ import annotations
 
-import enum
 from collections import Counter
 from dataclasses import dataclass, field
 
+from cuzkd.states import ALIVE, AT_REST, INTENT_CAUSE, State, StopIntent
 from cuzkd.supervisor.core.backoff import Backoff
-
-
-class State(enum.StrEnum):
-    STARTING = "starting"
-    RUNNING = "running"
-    BACKOFF = "backoff"
-    STOPPING = "stopping"
-    STOPPED = "stopped"
-    FAILED = "failed"
 
 
 @dataclass(frozen=True)
@@ -62,29 +53,8 @@ class CancelScheduledStart:
 Action = Spawn | Stop | ScheduleStart | CancelScheduledStart
 
 
-class _Intent(enum.Enum):
-    """Why a process is being stopped, which decides what its exit leads to."""
-
-    STOP = "stop"
-    RESTART = "restart"
-    SWAP = "swap"
-    UNHEALTHY = "unhealthy"
-    STALLED = "stalled"
-    START_TIMEOUT = "start_timeout"
-
-
-#: The exit cause counted for a process the supervisor stopped (precedence over what the
-#: process itself died of; see :mod:`cuzkd.supervisor.core.exitcause`).
-_INTENT_CAUSE: dict[_Intent, str] = {
-    _Intent.STOP: "stopped",
-    _Intent.RESTART: "stopped",
-    _Intent.SWAP: "swap",
-    _Intent.UNHEALTHY: "unhealthy",
-    _Intent.STALLED: "stalled",
-    _Intent.START_TIMEOUT: "start_timeout",
-}
 #: Intents whose exit is followed by a spawn at once, whatever the restart policy.
-_RESPAWN: frozenset[_Intent] = frozenset((_Intent.RESTART, _Intent.SWAP))
+_RESPAWN: frozenset[StopIntent] = frozenset((StopIntent.RESTART, StopIntent.SWAP))
 
 
 @dataclass(frozen=True)
@@ -120,7 +90,7 @@ class Lifecycle:
     exits: Counter[str] = field(default_factory=Counter)
     last_exit_cause: str | None = None
     last_error: str | None = None
-    _intent: _Intent | None = None
+    _intent: StopIntent | None = None
     _started_once: bool = False
     #: transitions since the shell last called take_transitions() (it logs and clears them)
     _transitions: list[Transition] = field(default_factory=list)
@@ -129,32 +99,32 @@ class Lifecycle:
 
     def start_requested(self, now: float) -> list[Action]:
         del now
-        if self.state in (State.STOPPED, State.FAILED):
+        if self.state in AT_REST:
             return [Spawn()]
         if self.state is State.BACKOFF:
             return [CancelScheduledStart(), Spawn()]
         if self.state is State.STOPPING:
-            self._intent = _Intent.RESTART
+            self._intent = StopIntent.RESTART
         return []
 
     def stop_requested(self, now: float) -> list[Action]:
         del now
-        if self.state in (State.STARTING, State.RUNNING):
-            self._intent = _Intent.STOP
+        if self.state in ALIVE:
+            self._intent = StopIntent.STOP
             return self._stop("stop requested")
         if self.state is State.BACKOFF:
             self.next_start_at = None
             self._move(State.STOPPED, "stop requested")
             return [CancelScheduledStart()]
         if self.state is State.STOPPING:
-            self._intent = _Intent.STOP
+            self._intent = StopIntent.STOP
         return []
 
     def restart_requested(self, now: float, *, swap: bool = False) -> list[Action]:
         """Graceful stop then start; ``swap``: for a binary swap (exit cause ``swap``, else
         ``stopped``)."""
-        intent = _Intent.SWAP if swap else _Intent.RESTART
-        if self.state in (State.STARTING, State.RUNNING):
+        intent = StopIntent.SWAP if swap else StopIntent.RESTART
+        if self.state in ALIVE:
             self._intent = intent
             return self._stop("swap restart" if swap else "restart requested")
         if self.state is State.STOPPING:
@@ -203,7 +173,7 @@ class Lifecycle:
         :mod:`~cuzkd.supervisor.engines.runclock`): its timeout ran out while nothing read the
         reply -- says nothing about the engine and never leads to a kill; polls made after the
         supervisor runs again do."""
-        if self.state not in (State.STARTING, State.RUNNING):
+        if self.state not in ALIVE:
             return []
         if not ok and not fresh:
             return []
@@ -220,10 +190,10 @@ class Lifecycle:
         if self.state is State.STARTING:
             assert self.spawned_at is not None
             if now - self.spawned_at >= self.policy.start_timeout:
-                return self._kill(_Intent.START_TIMEOUT,
+                return self._kill(StopIntent.START_TIMEOUT,
                                   f"status did not answer within start_timeout{why}")
         elif self.last_ok is not None and now - self.last_ok >= self.policy.unhealthy_after:
-            return self._kill(_Intent.UNHEALTHY, f"status silent for unhealthy_after{why}")
+            return self._kill(StopIntent.UNHEALTHY, f"status silent for unhealthy_after{why}")
         return []
 
     def settled(self, now: float) -> list[Action]:
@@ -261,7 +231,7 @@ class Lifecycle:
         del now
         if self.state is not State.RUNNING:
             return []
-        self._intent = _Intent.STALLED
+        self._intent = StopIntent.STALLED
         self._move(State.STOPPING, "stalled: work and no progress")
         return [Stop(kill=True)]
 
@@ -275,15 +245,15 @@ class Lifecycle:
         self.spawned_at = None
         self.healthy_since = None
         if intent is not None:
-            cause, clean = _INTENT_CAUSE[intent], False
+            cause, clean = INTENT_CAUSE[intent], False
         self.exits[cause] += 1
         self.last_exit_cause = cause
-        if intent is _Intent.STOP:
+        if intent is StopIntent.STOP:
             self._move(State.STOPPED, f"stopped ({cause})")
             return []
         if intent in _RESPAWN:
             return [Spawn()]
-        wants_restart = intent is _Intent.STALLED or self.policy.restart == "always" or (
+        wants_restart = intent is StopIntent.STALLED or self.policy.restart == "always" or (
             self.policy.restart == "on-failure" and not clean
         )
         if not wants_restart:
@@ -315,7 +285,7 @@ class Lifecycle:
         self._move(State.STOPPING, reason)
         return [Stop(drain=drain)]
 
-    def _kill(self, intent: _Intent, reason: str) -> list[Action]:
+    def _kill(self, intent: StopIntent, reason: str) -> list[Action]:
         self._intent = intent
         self._move(State.STOPPING, reason)
         return [Stop()]

@@ -10,21 +10,14 @@ disagree.
 The composition root (:mod:`cuzkd.supervisor.daemon.root`) creates the one
 :class:`SupervisorPhase` and is, with the reload it runs, the only writer; the views, the
 routes, the signal decision and the engine set read it through :class:`PhaseView`, its
-read-only half. Pure: times come in as arguments, and it imports nothing but ``enum`` (the
-signal decision, imported first thing at ``cuzkd run``'s start, reads its names; not even
-``typing``).
+read-only half. Pure: times come in as arguments, and it imports nothing but the names
+(:class:`cuzkd.states.Phase`; the signal decision, imported first thing at ``cuzkd run``'s start,
+reads them; not even ``typing``).
 """
 
 from __future__ import annotations
 
-import enum
-
-
-class Phase(enum.StrEnum):
-    STARTING = "starting"
-    RUNNING = "running"
-    RELOADING = "reloading"
-    STOPPING = "stopping"
+from cuzkd.states import Phase
 
 
 class PhaseView:

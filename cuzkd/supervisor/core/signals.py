@@ -34,7 +34,7 @@ from __future__ import annotations
 import enum
 import signal
 
-from cuzkd.supervisor.core.phase import Phase
+from cuzkd.states import Phase
 
 
 class Meaning(enum.Enum):
@@ -118,7 +118,8 @@ def name_of(signum: int) -> str:
 
 
 def decide(signum: int, phase: Phase, stops: int) -> Decision:
-    """The decision for ``signum`` arriving in ``phase`` after ``stops`` stop signals.
+    """The decision for ``signum`` arriving in ``phase`` (``starting``, ``running``,
+    ``reloading``, ``stopping``) after ``stops`` stop signals.
 
     A signal missing from :data:`TABLE` (never installed, but asked about) is ignored.
     """

@@ -17,6 +17,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from cuzkd.states import DrainResult
+
 #: Longest pause between two status reads while a drain waits (the health interval, if shorter).
 DRAIN_POLL = 0.5
 
@@ -43,7 +45,7 @@ class ReadStatus:
 class DrainOver:
     """The drain has ended with ``result`` (``clean`` or ``timeout``) after ``seconds``."""
 
-    result: str
+    result: DrainResult
     seconds: float
 
 
@@ -165,7 +167,8 @@ class StopSequence:
         if exited or self.quiet_seen or now >= self.deadline:
             clean = not killed if exited else self.quiet_seen
             self.phase = Phase.DONE if exited else Phase.SIGNAL_DUE
-            return DrainOver("clean" if clean else "timeout", now - self.started)
+            return DrainOver(DrainResult.CLEAN if clean else DrainResult.TIMEOUT,
+                             now - self.started)
         if now >= self.next_read:
             self.next_read = now + self.read_every
             return ReadStatus(by=self.deadline)

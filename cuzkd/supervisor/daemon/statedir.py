@@ -14,8 +14,10 @@ import fcntl
 import os
 from pathlib import Path
 
+from cuzkd.errors import CuzkdError
 
-class StateDirBusy(Exception):
+
+class StateDirBusy(CuzkdError):
     """Another live supervisor holds the lock; the message names it and what it holds."""
 
 

@@ -17,7 +17,8 @@ from cuzkd.status.client import describe_exception, split_address
 #: the supervisor's clock decides (its stop signal ends the engine's drain), never a race
 #: between two deadlines.
 ENGINE_DEADLINE_SLACK = 5.0
-#: How long the drain request itself may take.
+#: How long the drain request itself may take: an engine accepts at once (202) and drains after
+#: answering, so one that has not answered by then is not going to drain.
 REQUEST_TIMEOUT = 5.0
 
 

@@ -28,10 +28,10 @@ import structlog
 from cuzkd.config import START_WAIT_SLACK, Config, EngineConfig
 from cuzkd.gpus import GpuView, load_gpu_view
 from cuzkd.metrics.sample import EngineSample
+from cuzkd.states import AT_REST, START_SETTLED, State, StopReason
 from cuzkd.status.client import StatusSource
 from cuzkd.status.document import Extensions, StatusDocument
 from cuzkd.supervisor.core.healthwait import HealthWait, Observation
-from cuzkd.supervisor.core.lifecycle import State
 from cuzkd.supervisor.core.phase import PhaseView
 from cuzkd.supervisor.core.reloadplan import ReloadPlan, plan
 from cuzkd.supervisor.engines.info import EngineInfo
@@ -42,6 +42,10 @@ from cuzkd.supervisor.proc.children import ChildTable
 from cuzkd.supervisor.proc.leftovers import Records, leftovers
 
 log = structlog.get_logger("cuzkd.supervisor")
+
+#: SIGTERM to SIGKILL for leftovers of an engine not (or no longer) configured, which get the
+#: largest configured stop_timeout: this when no engine is configured at all.
+FALLBACK_STOP_TIMEOUT = 5.0
 
 
 @dataclass(frozen=True)
@@ -160,7 +164,7 @@ class EngineSet:
         """Carry out a reload to ``new``'s engines (its other tables are the caller's)."""
         todo = plan({name: r.spec for name, r in self._runners.items()}, new.engine)
         gone = [self._runners[name] for name in (*todo.stop, *todo.change)]
-        await asyncio.gather(*(r.stop("reload") for r in gone))
+        await asyncio.gather(*(r.stop(StopReason.RELOAD) for r in gone))
         for runner in gone:
             await runner.close()
             del self._runners[runner.name]
@@ -183,7 +187,7 @@ class EngineSet:
         phase is ``stopping`` by then: no engine starts after its stop."""
         runners = list(self._runners.values())
         for r in runners:
-            r.request_stop("shutdown")
+            r.request_stop(StopReason.SHUTDOWN)
         if hurry:
             self.kill_now()
         try:
@@ -224,7 +228,7 @@ class EngineSet:
         async def stop(engine: str, left: set[pids.Proc]) -> None:
             spec = specs.get(engine)
             timeout = spec.stop_timeout if spec is not None else max(
-                (s.stop_timeout for s in specs.values()), default=pids.KILL_SETTLE)
+                (s.stop_timeout for s in specs.values()), default=FALLBACK_STOP_TIMEOUT)
             log.warning("previous_leftovers_stopping", engine=engine,
                         pids=sorted(p.pid for p in left), timeout=timeout)
             stopped = await pids.stop(left, timeout)
@@ -255,7 +259,7 @@ class EngineSet:
             else:
                 unknown |= pids.with_descendants([proc])
         if unknown:
-            timeout = max((r.spec.stop_timeout for r in runners), default=pids.KILL_SETTLE)
+            timeout = max((r.spec.stop_timeout for r in runners), default=FALLBACK_STOP_TIMEOUT)
             log.warning("adopted_stopping", pids=sorted(p.pid for p in unknown), timeout=timeout)
             stopped = await pids.stop(unknown, timeout)
             log.warning("adopted_stopped", pids=[p.pid for p in stopped])
@@ -293,10 +297,9 @@ class EngineSet:
         """Stop ``name``; None once it is stopped, else why not (still running after its
         stop sequence + :data:`pids.KILL_SETTLE` seconds: even SIGKILL did not end it)."""
         runner = self.runner(name)
-        runner.request_stop("operator")
+        runner.request_stop(StopReason.OPERATOR)
         within = runner.spec.stop_budget + pids.KILL_SETTLE
-        if await runner.wait_for(lambda: runner.state in (State.STOPPED, State.FAILED),
-                                 within=within):
+        if await runner.wait_for(lambda: runner.state in AT_REST, within=within):
             return None
         return (f"not stopped {within:g}s after the stop request (drain, stop_timeout "
                 f"{runner.spec.stop_timeout:g}s, then SIGKILL): engine is {runner.state}")
@@ -314,8 +317,7 @@ class EngineSet:
         start_timeout + :data:`START_WAIT_SLACK`."""
         runner = self.runner(name)
         within = runner.spec.start_timeout + START_WAIT_SLACK
-        settled = (State.RUNNING, State.FAILED, State.BACKOFF, State.STOPPED)
-        if not await runner.wait_for(lambda: runner.state in settled, within=within):
+        if not await runner.wait_for(lambda: runner.state in START_SETTLED, within=within):
             return (f"not running within start_timeout + {START_WAIT_SLACK:g}s ({within:g}s): "
                     f"{runner.not_up_reason()}")
         if runner.state is State.RUNNING:

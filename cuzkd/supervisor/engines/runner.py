@@ -29,13 +29,22 @@ import structlog
 from cuzkd.config import BINARY_PLACEHOLDER, Config, EngineConfig
 from cuzkd.errortext import error_text
 from cuzkd.gpus import GpuView
-from cuzkd.metrics.sample import EngineSample, StopReason
+from cuzkd.metrics.sample import EngineSample
 from cuzkd.ratelimit import LimitedLog, errno_name
+from cuzkd.states import (
+    ALIVE,
+    AT_REST,
+    INTENT_CAUSES,
+    START_PENDING,
+    DrainResult,
+    State,
+    StopReason,
+)
 from cuzkd.status.client import StatusSource
 from cuzkd.supervisor.core.backoff import Backoff
 from cuzkd.supervisor.core.cadence import HealthCadence
 from cuzkd.supervisor.core.drain import IN_FLIGHT_STATES, count_partitions, is_quiet
-from cuzkd.supervisor.core.exitcause import INTENT_CAUSES, process_cause
+from cuzkd.supervisor.core.exitcause import process_cause
 from cuzkd.supervisor.core.freezes import said_nothing
 from cuzkd.supervisor.core.gpugate import cuda_env
 from cuzkd.supervisor.core.lifecycle import (
@@ -45,7 +54,6 @@ from cuzkd.supervisor.core.lifecycle import (
     Policy,
     ScheduleStart,
     Spawn,
-    State,
     Stop,
 )
 from cuzkd.supervisor.core.stall import StallEvidence, StallWatch
@@ -208,15 +216,15 @@ class EngineRunner:
         a stop came first."""
         spawns = self._spawns
         self.start()
-        if self.lifecycle.state in (State.STOPPING, State.BACKOFF):
+        if self.lifecycle.state in START_PENDING:
             await self._wait_spawned(spawns)
 
-    async def stop(self, reason: StopReason = "operator") -> None:
+    async def stop(self, reason: StopReason = StopReason.OPERATOR) -> None:
         """Stop and return once no process is left (the stop sequence bounds it)."""
         self.request_stop(reason)
         await self.wait_stopped()
 
-    def request_stop(self, reason: StopReason = "operator") -> None:
+    def request_stop(self, reason: StopReason = StopReason.OPERATOR) -> None:
         """Begin the stop sequence (or cancel a pending restart) now, without waiting."""
         self._stop_reason = reason
         abandoned: list[Action] = []
@@ -229,14 +237,14 @@ class EngineRunner:
         self._apply([*abandoned, *self.lifecycle.stop_requested(self._clock())])
 
     async def wait_stopped(self) -> None:
-        await self.wait_for(lambda: self.lifecycle.state in (State.STOPPED, State.FAILED))
+        await self.wait_for(lambda: self.lifecycle.state in AT_REST)
 
     async def restart(self, *, swap: bool = False) -> None:
         """Graceful stop then start; returns once the new process is spawned (or failed, or a
         stop overtook it). ``swap``: a binary swap's restart (exit cause ``swap`` instead of
         ``stopped``)."""
         spawns = self._spawns
-        self._stop_reason = "swap" if swap else "operator"
+        self._stop_reason = StopReason.SWAP if swap else StopReason.OPERATOR
         self._apply(self.lifecycle.restart_requested(self._clock(), swap=swap))
         await self._wait_spawned(spawns)
 
@@ -247,7 +255,7 @@ class EngineRunner:
         and with it the shutdown. Right after a start or restart request the engine is never
         ``stopped``: it is stopping, in backoff, or starting (a spawn waiting)."""
         await self.wait_for(lambda: self._spawns != spawns
-                            or self.lifecycle.state in (State.FAILED, State.STOPPED))
+                            or self.lifecycle.state in AT_REST)
 
     def kill_now(self) -> None:
         """Skip the rest of the stop sequence (drain, stop_timeout): SIGKILL the group of a
@@ -471,7 +479,7 @@ class EngineRunner:
                     sequence.status_read(await self._until(by, self._read_quiet()))
                 case DrainOver(result=result, seconds=seconds):
                     self.drains[result] += 1
-                    (self._log.info if result == "clean" else self._log.warning)(
+                    (self._log.info if result is DrainResult.CLEAN else self._log.warning)(
                         "engine_drained", pid=proc.pid, mode=spec.drain_mode, result=result,
                         seconds=round(seconds, 3))
                 case SendSignal(kill=kill_it, ends_work=ends_work, why=why):
@@ -550,11 +558,11 @@ class EngineRunner:
         if self.status_source is None:
             await asyncio.sleep(cadence.settle_delay)
             self._apply(self.lifecycle.settled(self._clock()))
-            while self.lifecycle.state in (State.STARTING, State.RUNNING):  # no status to poll
+            while self.lifecycle.state in ALIVE:  # no status to poll
                 self._note_descendants()
                 await asyncio.sleep(self.spec.health_interval)
             return
-        while self.lifecycle.state in (State.STARTING, State.RUNNING):
+        while self.lifecycle.state in ALIVE:
             await asyncio.sleep(cadence.poll_delay(self.lifecycle.state))
             frozen_before = self._run_clock.frozen_seconds_total
             ok = await self.status_source.poll()
@@ -603,7 +611,7 @@ class EngineRunner:
                 "worker": busy.worker, "job": busy.job, "partition": busy.partition,
                 "proof_kind": busy.proof_kind, "busy_seconds": busy.busy_seconds})
         if self.spec.stall_action == "restart":
-            self._stop_reason = "stall"
+            self._stop_reason = StopReason.STALL
             self._apply(self.lifecycle.stalled(now))
 
     def _track(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
@@ -641,7 +649,7 @@ class EngineRunner:
         """This engine for a scrape. Whatever goes wrong reading its document or its process
         tree costs only those figures (status absent, so ``cuzkd_engine_up`` 0), logged: one
         engine never fails the scrape of every other."""
-        alive = self.lifecycle.state in (State.STARTING, State.RUNNING)
+        alive = self.lifecycle.state in ALIVE
         source = self.status_source
         pid = self.lifecycle.pid
         doc, ext, rss, cpu = None, None, None, None

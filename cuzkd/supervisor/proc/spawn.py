@@ -35,6 +35,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
+from cuzkd.errors import CuzkdError
 from cuzkd.supervisor.core.exitcause import process_cause
 from cuzkd.supervisor.proc import execshim
 from cuzkd.supervisor.proc.reaper import ended
@@ -50,7 +51,7 @@ _SHIM = (sys.executable, "-I", "-S", "-c",
 _STDERR_KEPT = 8192
 
 
-class SpawnError(Exception):
+class SpawnError(CuzkdError):
     """A spawn refused before any process was started: there is no executable to give it
     (``{binary}`` with no active release). Never transient: an operator must act."""
 

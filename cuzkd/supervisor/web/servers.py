@@ -21,6 +21,7 @@ from pathlib import Path
 import structlog
 from aiohttp import web
 
+from cuzkd.errors import CuzkdError
 from cuzkd.httperrors import JsonErrorsRunner
 from cuzkd.ratelimit import LimitedLog, errno_name
 from cuzkd.supervisor.web.listener import IDLE_TIMEOUT, GatedListener
@@ -34,7 +35,7 @@ log = structlog.get_logger("cuzkd.supervisor")
 MIN_HANDLER_WAIT = 0.5
 
 
-class StartupError(Exception):
+class StartupError(CuzkdError):
     """The daemon cannot start (state dir locked, port taken); the message says why."""
 
 

@@ -1,0 +1,147 @@
+"""cuzkd's vocabulary: every fixed set of words the supervisor decides, counts and exports.
+
+An engine's state, why its process ended, why the supervisor stopped it, how a drain or a swap
+ended, the supervisor's own phase: each word is at once a metric label value, a log field, a
+word of the control API and a value the dashboards and alerts match on. So each is defined
+here, once (in the spirit of supervisord's ``states.py``), and the lifecycle, the exporter, the
+swap coordinator, the CLI and the dashboards generator import it: a word cannot be added in one
+place and missed in another. Each set is a ``StrEnum`` whose members *are* their strings (JSON,
+f-strings and comparisons with the strings the control API carries see the word), iterated in
+the order it is exported in.
+
+Dependency-free (only :mod:`enum`): every layer, and ``grafana/generate.py``, may import it.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class State(enum.StrEnum):
+    """One engine's lifecycle state (:mod:`cuzkd.supervisor.core.lifecycle`): the ``state``
+    label of ``cuzkd_engine_state``, in the order of the dashboards' state codes (1, 2, ...)."""
+
+    #: spawned (or its spawn waits), status not answered yet
+    STARTING = "starting"
+    #: status answered (or, without a status URL, alive through its settle time)
+    RUNNING = "running"
+    #: waiting to restart after a failure
+    BACKOFF = "backoff"
+    #: stop signal sent (or the drain before it under way)
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    #: will not restart on its own: the restart policy, or the command cannot be spawned
+    FAILED = "failed"
+
+
+#: A process runs, or its spawn is on the way, and the supervisor means it to: its health is
+#: polled, its figures sampled, and a stop request stops it.
+ALIVE: frozenset[State] = frozenset({State.STARTING, State.RUNNING})
+#: No process, and none comes unless an operator asks: a start spawns at once, and a wait for
+#: the engine to stop is over.
+AT_REST: frozenset[State] = frozenset({State.STOPPED, State.FAILED})
+#: Right after a start request, the spawn is still to come: the process being stopped must exit
+#: first (a restart), or the backoff's spawn was not made yet.
+START_PENDING: frozenset[State] = frozenset({State.STOPPING, State.BACKOFF})
+#: Where a start request settles: the engine is up, or it will not be up without more time
+#: (``backoff``) or another request; ``starting`` and ``stopping`` are on the way elsewhere.
+START_SETTLED: frozenset[State] = frozenset(State) - {State.STARTING, State.STOPPING}
+
+
+class Phase(enum.StrEnum):
+    """The supervisor's own phase, which decides what a reload or a start request may do."""
+
+    #: the engines are being spawned from the file just read: a reload waits for ``running``
+    STARTING = "starting"
+    RUNNING = "running"
+    #: the config file is being applied again (another reload request is queued)
+    RELOADING = "reloading"
+    #: shutdown: no engine starts any more
+    STOPPING = "stopping"
+
+
+class ExitCause(enum.StrEnum):
+    """The fixed ``cause`` label values of ``cuzkd_engine_exits_total``. With ``signal_NAME``
+    and ``exit_N`` they are the whole set; :mod:`cuzkd.supervisor.core.exitcause` decides
+    between them and documents the precedence."""
+
+    #: an operator's stop or restart, a reload, the shutdown
+    STOPPED = "stopped"
+    #: a binary swap's rolling restart
+    SWAP = "swap"
+    UNHEALTHY = "unhealthy"
+    STALLED = "stalled"
+    START_TIMEOUT = "start_timeout"
+    #: a SIGKILL the supervisor did not send, while an OOM-kill counter moved
+    OOM_KILLED = "oom_killed"
+    #: the process dumped core (WCOREDUMP)
+    CORE_DUMPED = "core_dumped"
+
+
+class StopIntent(enum.Enum):
+    """Why the supervisor stops a process; the lifecycle keeps it until the process exits, and
+    it decides what the exit leads to and what it is counted as (:data:`INTENT_CAUSE`)."""
+
+    STOP = "stop"
+    RESTART = "restart"
+    SWAP = "swap"
+    UNHEALTHY = "unhealthy"
+    STALLED = "stalled"
+    START_TIMEOUT = "start_timeout"
+
+
+#: The exit cause counted for a process the supervisor stopped, by why it stopped it: the
+#: supervisor's intent takes precedence over what the process itself died of.
+INTENT_CAUSE: dict[StopIntent, ExitCause] = {
+    StopIntent.STOP: ExitCause.STOPPED,
+    StopIntent.RESTART: ExitCause.STOPPED,
+    StopIntent.SWAP: ExitCause.SWAP,
+    StopIntent.UNHEALTHY: ExitCause.UNHEALTHY,
+    StopIntent.STALLED: ExitCause.STALLED,
+    StopIntent.START_TIMEOUT: ExitCause.START_TIMEOUT,
+}
+#: The causes the supervisor's intent decides, in :data:`INTENT_CAUSE`'s order: an exit
+#: counted as one of these was the supervisor's doing, not the engine's.
+INTENT_CAUSES: tuple[ExitCause, ...] = tuple(dict.fromkeys(INTENT_CAUSE.values()))
+
+
+class StopReason(enum.StrEnum):
+    """Why the supervisor stopped an engine: the ``reason`` label of
+    ``cuzkd_engine_stop_inflight_partitions_total``."""
+
+    OPERATOR = "operator"
+    RELOAD = "reload"
+    SWAP = "swap"
+    STALL = "stall"
+    SHUTDOWN = "shutdown"
+
+
+class DrainResult(enum.StrEnum):
+    """How a stop sequence's drain ended: the ``result`` label of ``cuzkd_engine_drains_total``."""
+
+    #: the engine went quiet (or drained itself) within drain_timeout
+    CLEAN = "clean"
+    #: drain_timeout ran out with work in flight
+    TIMEOUT = "timeout"
+
+
+class SwapResult(enum.StrEnum):
+    """How a swap or a rollback ended (what ``cuzkd swap`` reports)."""
+
+    OK = "ok"
+    ROLLED_BACK = "rolled_back"
+    REFUSED = "refused"
+    #: a rollback that could not bring every engine back
+    FAILED = "failed"
+    #: the supervisor shut down while it ran (the store was put back as it found it)
+    CANCELLED = "cancelled"
+
+
+#: The ``result`` label of ``cuzkd_binary_swaps_total``, always exported (0 before the first):
+#: a swap that ``failed`` counts as ``rolled_back`` (the store was flipped back).
+SWAP_RESULTS: tuple[SwapResult, ...] = (
+    SwapResult.OK, SwapResult.ROLLED_BACK, SwapResult.REFUSED, SwapResult.CANCELLED)
+#: The ``result`` label of ``cuzkd_binary_rollbacks_total`` (``cuzkd swap --rollback``): a
+#: rollback refused (no accepted release to go to) or undone (its engines failed) is ``failed``;
+#: one the supervisor's shutdown cut short is ``cancelled``.
+ROLLBACK_RESULTS: tuple[SwapResult, ...] = (SwapResult.OK, SwapResult.FAILED, SwapResult.CANCELLED)
