@@ -10,7 +10,7 @@ import argparse
 import statistics
 import time
 
-from cuzkd.logs import configure_logging
+from cuzkd.log.configure import configure_logging
 from cuzkd.status.document import encode_status
 from cuzkd.status.tracker import StatusTracker
 

@@ -12,7 +12,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from cuzkd.logs import LOG_FORMATS
+from cuzkd.log.configure import LOG_FORMATS
 from cuzkd.status.document import PARTITIONS
 
 

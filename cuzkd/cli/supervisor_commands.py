@@ -29,7 +29,7 @@ from cuzkd.config import (
     load_or_default,
 )
 from cuzkd.errortext import error_text
-from cuzkd.logs import LOG_FORMATS
+from cuzkd.log.configure import LOG_FORMATS
 from cuzkd.states import ALIVE
 from cuzkd.status.document import StatusDecoder, StatusDocument
 from cuzkd.supervisor.engines.info import EngineInfo
@@ -84,7 +84,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from cuzkd.logs import configure_queued_logging  # the daemon's imports: `run` only
+    from cuzkd.log.configure import configure_queued_logging  # the daemon's imports: `run` only
     from cuzkd.supervisor.daemon.root import Supervisor
 
     config = load_or_default(args.config)

@@ -21,7 +21,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from cuzkd.errors import EX_CONFIG, CuzkdError
-from cuzkd.logs import LogFormat
+from cuzkd.log.configure import LogFormat
 from cuzkd.procfs import PROC_ROOT
 
 #: argv[0] placeholder for "the active release's binary" (resolved at spawn time by swap).

@@ -45,7 +45,7 @@ from cuzkd.engine.server import (
     start_site,
 )
 from cuzkd.httperrors import JsonErrorsRunner
-from cuzkd.logs import configure_logging
+from cuzkd.log.configure import configure_logging
 from cuzkd.status.tracker import StatusTracker
 from cuzkd.unixsock import remove_stale_socket
 

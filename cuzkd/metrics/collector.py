@@ -15,11 +15,11 @@ from collections.abc import Iterable
 import structlog
 from prometheus_client.metrics_core import Metric
 
+from cuzkd.log.ratelimit import LimitedLog
 from cuzkd.metrics.engine_metrics import EngineFamilies
 from cuzkd.metrics.sample import SupervisorSample
 from cuzkd.metrics.supervisor_metrics import supervisor_families
 from cuzkd.metrics.tally import first_by
-from cuzkd.ratelimit import LimitedLog
 
 _log = structlog.get_logger(__name__)
 #: one traceback per engine per 10 s, however often Prometheus scrapes

@@ -14,7 +14,7 @@ from prometheus_client.metrics_core import Metric
 
 from cuzkd import __version__
 from cuzkd.gpus import NvmlDevice
-from cuzkd.logqueue import DROP_REASONS
+from cuzkd.log.queue import DROP_REASONS
 from cuzkd.metrics.sample import EngineSample, SupervisorSample
 from cuzkd.metrics.tally import first_by
 from cuzkd.states import ROLLBACK_RESULTS, SWAP_RESULTS, DrainResult, State, StopReason

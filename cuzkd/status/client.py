@@ -42,7 +42,7 @@ import structlog
 
 from cuzkd.errors import CuzkdError
 from cuzkd.errortext import error_text
-from cuzkd.ratelimit import LimitedLog
+from cuzkd.log.ratelimit import LimitedLog
 from cuzkd.status.derive import ExtensionDeriver
 from cuzkd.status.document import (
     Extensions,

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from cuzkd.logs import configure_logging
-from cuzkd.ratelimit import LimitedLog
+from cuzkd.log.configure import configure_logging
+from cuzkd.log.ratelimit import LimitedLog
 from cuzkd.supervisor.daemon import errorlog
 
 

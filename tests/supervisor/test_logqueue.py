@@ -3,7 +3,7 @@ the one report per gap that the writer writes once it has caught up."""
 
 from __future__ import annotations
 
-from cuzkd.logqueue import DropReport, LineQueue
+from cuzkd.log.queue import DropReport, LineQueue
 
 
 def _offer_all(queue: LineQueue, lines: list[bytes], now: float) -> list[bool]:

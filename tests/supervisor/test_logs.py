@@ -24,7 +24,7 @@ from support.supervisor_harness import NotifyListener, read_until, start_supervi
 from support.waiting import wait_until
 
 from cuzkd.config import parse_config
-from cuzkd.logs import MAX_FIELD_DEPTH, engine_line_fields
+from cuzkd.log.configure import MAX_FIELD_DEPTH, engine_line_fields
 from cuzkd.supervisor.daemon.startup import startup_fields
 
 #: What the talking engine prints: a structlog-style JSON line (with fields named like the

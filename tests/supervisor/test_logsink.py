@@ -14,8 +14,8 @@ from contextlib import contextmanager, suppress
 
 from support.supervisor_harness import read_until
 
-from cuzkd.logqueue import DropReport
-from cuzkd.logsink import LogSink
+from cuzkd.log.queue import DropReport
+from cuzkd.log.sink import LogSink
 
 PAD = "x" * 100
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import structlog
 
-from cuzkd.logs import configure_logging
+from cuzkd.log.configure import configure_logging
 from cuzkd.supervisor.proc.output import MAX_LINE_BYTES, log_lines
 
 

@@ -1,4 +1,4 @@
-"""``cuzkd.ratelimit``: one line per key per interval, with the count of what it stands for."""
+"""``cuzkd.log.ratelimit``: one line per key per interval, with the count of what it stands for."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import errno
 
 import structlog
 
-from cuzkd.ratelimit import LimitedLog, RateLimiter, errno_name
+from cuzkd.log.ratelimit import LimitedLog, RateLimiter, errno_name
 
 
 class Clock:

@@ -17,7 +17,7 @@ from support.stand_ins import Script, StandInEngines, config_of, engine_set, in_
 from support.virtual_clock import run_virtual
 
 from cuzkd.cli.control_client import BASE_URL, control_session
-from cuzkd.ratelimit import LimitedLog
+from cuzkd.log.ratelimit import LimitedLog
 from cuzkd.states import State
 from cuzkd.supervisor.engines.runclock import RunClock
 from cuzkd.supervisor.web.servers import Servers

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from cuzkd.config import Config, parse_config
-from cuzkd.ratelimit import LimitedLog
+from cuzkd.log.ratelimit import LimitedLog
 from cuzkd.states import State
 from cuzkd.supervisor.core.phase import PhaseView, SupervisorPhase
 from cuzkd.supervisor.engines.binaries import EngineBinaries

@@ -6,7 +6,7 @@ loggers ``aiohttp.server``/``aiohttp.web``/``aiohttp.access``. Left alone, both 
 multi-line traceback on stderr for every occurrence: under descriptor exhaustion that was
 686,000 lines in 30 s. Here the loop's handler and a handler on the stdlib root logger turn
 each report into one JSON event (``event_loop_error``, ``library_log``) written through a
-shared :class:`~cuzkd.ratelimit.LimitedLog`: at most once per 10 s per kind and errno.
+shared :class:`~cuzkd.log.ratelimit.LimitedLog`: at most once per 10 s per kind and errno.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 import structlog
 
 from cuzkd.errortext import error_text
-from cuzkd.ratelimit import LimitedLog, errno_name
+from cuzkd.log.ratelimit import LimitedLog, errno_name
 
 log = structlog.get_logger("cuzkd.supervisor")
 

@@ -31,7 +31,7 @@ import structlog
 
 from cuzkd.config import Config
 from cuzkd.gpus import GpuView
-from cuzkd.ratelimit import LimitedLog, RateLimiter
+from cuzkd.log.ratelimit import LimitedLog, RateLimiter
 from cuzkd.supervisor.core import signals
 from cuzkd.supervisor.core.phase import SupervisorPhase
 from cuzkd.supervisor.daemon import demo, dumps, errorlog

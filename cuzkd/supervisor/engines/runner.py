@@ -29,8 +29,8 @@ import structlog
 from cuzkd.config import BINARY_PLACEHOLDER, Config, EngineConfig
 from cuzkd.errortext import error_text
 from cuzkd.gpus import GpuView
+from cuzkd.log.ratelimit import LimitedLog, errno_name
 from cuzkd.metrics.sample import EngineSample
-from cuzkd.ratelimit import LimitedLog, errno_name
 from cuzkd.states import (
     ALIVE,
     AT_REST,

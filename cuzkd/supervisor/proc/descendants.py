@@ -19,7 +19,7 @@ from pathlib import Path
 import msgspec
 from structlog.typing import FilteringBoundLogger
 
-from cuzkd.ratelimit import LimitedLog, errno_name
+from cuzkd.log.ratelimit import LimitedLog, errno_name
 from cuzkd.supervisor.proc import pids
 from cuzkd.supervisor.proc.children import ChildTable
 from cuzkd.supervisor.proc.leftovers import GroupRecord, Records

@@ -14,8 +14,8 @@ from collections import deque
 from typing import IO, Any
 
 from cuzkd.errortext import error_text
-from cuzkd.logs import engine_line_fields
-from cuzkd.ratelimit import LimitedLog
+from cuzkd.log.configure import engine_line_fields
+from cuzkd.log.ratelimit import LimitedLog
 
 #: Longest engine output line kept whole; longer ones are dropped with a note.
 MAX_LINE_BYTES = 1 << 20
@@ -28,7 +28,7 @@ _UNLOGGABLE = LimitedLog()
 async def log_lines(pipe: IO[bytes], logger: Any, stream: str, pid: int, *,
                     tail: deque[str] | None = None) -> None:
     """Log each line a child writes to ``pipe``, until EOF: a JSON object as its own event and
-    fields (:func:`~cuzkd.logs.engine_line_fields`), any other line as an ``engine_output``
+    fields (:func:`~cuzkd.log.configure.engine_line_fields`), any other line as an ``engine_output``
     event with ``line``. ``tail`` (a bounded deque) keeps the last lines, each cut to
     STDERR_TAIL_LINE_CHARS."""
     loop = asyncio.get_running_loop()

@@ -19,8 +19,8 @@ import msgspec
 import structlog
 
 from cuzkd.gpus import GpuViewError, NvmlDevice
+from cuzkd.log.ratelimit import LimitedLog
 from cuzkd.metrics.sample import SupervisorSample
-from cuzkd.ratelimit import LimitedLog
 from cuzkd.supervisor.core.phase import PhaseView
 from cuzkd.supervisor.engines.engineset import EngineSet
 from cuzkd.supervisor.proc.children import ChildTable

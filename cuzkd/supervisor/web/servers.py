@@ -23,7 +23,7 @@ from aiohttp import web
 
 from cuzkd.errors import CuzkdError
 from cuzkd.httperrors import JsonErrorsRunner
-from cuzkd.ratelimit import LimitedLog, errno_name
+from cuzkd.log.ratelimit import LimitedLog, errno_name
 from cuzkd.supervisor.web.listener import IDLE_TIMEOUT, GatedListener
 from cuzkd.units import parse_listen
 from cuzkd.unixsock import bind_private_socket

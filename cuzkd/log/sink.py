@@ -7,7 +7,7 @@ chatty engine and a reader stalled for 20 s, ``/metrics`` and ``cuzkd status`` d
 once in those 20 s, and a stall longer than ``WatchdogSec`` would have got the supervisor and
 its engines killed. Here :meth:`LogSink.write` only encodes the rendered line and queues it (a
 lock held for a few list operations, never across I/O); the writer thread does the blocking
-writes. What is kept, dropped and reported is :class:`~cuzkd.logqueue.LineQueue`'s decision.
+writes. What is kept, dropped and reported is :class:`~cuzkd.log.queue.LineQueue`'s decision.
 
 A write that fails -- ``EPIPE`` when the reader closed the pipe, ``EIO``, ``ENOSPC`` -- drops
 the lines it carried (counted, ``write_error``) and the writer goes on; ``EAGAIN`` on a
@@ -28,7 +28,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from itertools import accumulate
 
-from cuzkd.logqueue import MAX_QUEUED_BYTES, DropReport, LineQueue
+from cuzkd.log.queue import MAX_QUEUED_BYTES, DropReport, LineQueue
 
 #: Seconds :meth:`LogSink.close` waits for the writer to write what is queued (at exit: the
 #: supervisor's last lines); a reader stalled longer loses them rather than the exit hanging.

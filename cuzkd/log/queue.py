@@ -1,5 +1,5 @@
 """Which log lines are kept, in order, while a slow reader holds the writer up: the pure core
-of :class:`~cuzkd.logsink.LogSink`.
+of :class:`~cuzkd.log.sink.LogSink`.
 
 The supervisor's log reader (journald, a Docker log driver, a terminal) can stall. Lines wait
 in a queue bounded by bytes; when the next line does not fit, it and every later one are

@@ -4,7 +4,7 @@
 lines elsewhere (journald, Loki and ``docker logs`` want one event per line); ``console`` and
 ``json`` force one or the other. Configured once per process, before any logger is used:
 :func:`configure_queued_logging` for ``cuzkd run`` (its lines are written off the event loop,
-:mod:`cuzkd.logsink`), :func:`configure_logging` for everything else.
+:mod:`cuzkd.log.sink`), :func:`configure_logging` for everything else.
 
 An engine's output reaches the supervisor's log through :func:`engine_line_fields`: a line
 that is a JSON object (the bundled engine logs JSON on its pipe) is re-logged as its own event,
@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any, Literal, TextIO, get_args
 if TYPE_CHECKING:
     import structlog
 
-    from cuzkd.logqueue import DropReport
-    from cuzkd.logsink import LogSink
+    from cuzkd.log.queue import DropReport
+    from cuzkd.log.sink import LogSink
 
 LogFormat = Literal["auto", "console", "json"]
 LOG_FORMATS: tuple[str, ...] = get_args(LogFormat)
@@ -53,9 +53,9 @@ def configure_logging(*, level: str = "info", log_format: LogFormat = "auto",
 def configure_queued_logging(*, level: str = "info", log_format: LogFormat = "auto",
                              stream: TextIO | None = None) -> LogSink:
     """As :func:`configure_logging`, but lines reach ``stream``'s descriptor through a
-    :class:`~cuzkd.logsink.LogSink` (``cuzkd run``: a stalled reader must never stall the
+    :class:`~cuzkd.log.sink.LogSink` (``cuzkd run``: a stalled reader must never stall the
     event loop); the caller closes it at exit and reads its drop counts."""
-    from cuzkd.logsink import LogSink
+    from cuzkd.log.sink import LogSink
 
     out = stream if stream is not None else sys.stderr
     rendering = _Rendering(level, log_format, out)
