@@ -29,8 +29,8 @@ from support.stand_ins import (
     exited,
     in_state,
     no_such_file,
+    readout_of,
     too_many_files,
-    views_of,
 )
 from support.started import started
 from support.virtual_clock import run_virtual
@@ -41,7 +41,7 @@ from cuzkd.status.client import StatusSource
 from cuzkd.status.document import StatusDocument
 from cuzkd.supervisor.core.reloadplan import plan
 from cuzkd.supervisor.core.stall import StallEvidence, StallWatch
-from cuzkd.supervisor.engines.engineset import EngineView
+from cuzkd.supervisor.engines.engineset import EngineReading
 from cuzkd.supervisor.engines.runclock import RunClock
 from cuzkd.supervisor.engines.runner import EngineRunner
 
@@ -270,7 +270,7 @@ def test_a_reload_while_a_scrape_waits_never_mixes_engines_up(tmp_path: Path) ->
     """/status and /metrics take each engine's entry and sample from one list of runners: a
     reload that removes and adds engines while the status fetches are still out changes
     nothing in that answer (the next one shows the new engines)."""
-    async def main() -> tuple[list[EngineView], list[str]]:
+    async def main() -> tuple[list[EngineReading], list[str]]:
         server = PieceServer(b"", hang=True)  # a status that never answers: fetches wait
         address = await server.start_unix(tmp_path / "hang.sock")
         keys = {"status_url": address, "drain": "none", "start_timeout": "10m"}
@@ -279,7 +279,7 @@ def test_a_reload_while_a_scrape_waits_never_mixes_engines_up(tmp_path: Path) ->
                            engines.table,
                            clock=RunClock(asyncio.get_running_loop().time))
         group.start_all()
-        scrape = await started(group.views(max_age=0))  # it has taken its list of runners
+        scrape = await started(group.readings(max_age=0))  # it has taken its list of runners
         await group.apply(config_of(tmp_path, {"name": "c", **keys}, {"name": "b", **keys}))
         views = await scrape
         after = group.names()
@@ -452,7 +452,7 @@ def test_one_engines_document_never_breaks_the_scrape_of_the_others(tmp_path: Pa
             runner = group.runner("deep")
             assert runner.status_source is not None
             runner.status_source = ExplodingSource(runner.status_source.address, timeout=1)
-        views = views_of(group, engines.table)
+        views = readout_of(group, engines.table)
         text = render(await views.sample(), accept="", accept_encoding="").body.decode()
         status = await views.status_document()
         await group.stop_all(30)

@@ -6,7 +6,7 @@ itself after so many (virtual) seconds, die of the stop signal or ignore it -- a
 are fed to the table's ``dispatch`` exactly as the reaper would. Run them on the virtual clock
 (:mod:`support.virtual_clock`): their scripts are timers.
 
-:func:`engine_set` and :func:`views_of` build an engine set and its read-only views the way the
+:func:`engine_set` and :func:`readout_of` build an engine set and its read-only views the way the
 composition root does (its releases, its phase, a swap coordinator), without the daemon.
 """
 
@@ -31,7 +31,7 @@ from cuzkd.supervisor.engines.engineset import EngineSet
 from cuzkd.supervisor.engines.runclock import RunClock
 from cuzkd.supervisor.engines.runner import EngineRunner
 from cuzkd.supervisor.proc.children import ChildProcess, ChildTable
-from cuzkd.supervisor.web.readout import SupervisorViews
+from cuzkd.supervisor.web.readout import SupervisorReadout
 from cuzkd.swap.rolling import SwapCoordinator
 
 
@@ -165,11 +165,11 @@ def engine_set(config: Config, table: ChildTable, *, phase: PhaseView | None = N
                      phase=phase if phase is not None else running_phase(), clock=clock)
 
 
-def views_of(group: EngineSet, table: ChildTable,
-             phase: PhaseView | None = None) -> SupervisorViews:
+def readout_of(group: EngineSet, table: ChildTable,
+             phase: PhaseView | None = None) -> SupervisorReadout:
     """``group``'s read-only views, with a swap coordinator over its state dir's releases."""
     config = group.config
     swaps = SwapCoordinator(EngineBinaries(config.supervisor, config.state_dir).store, group,
                             keep_releases=config.supervisor.keep_releases)
-    return SupervisorViews(group, table, phase if phase is not None else running_phase(),
+    return SupervisorReadout(group, table, phase if phase is not None else running_phase(),
                            swaps, LimitedLog())

@@ -48,7 +48,7 @@ from cuzkd.supervisor.tasks import TaskSet
 from cuzkd.supervisor.web.control_routes import RouteHook, build_control_app
 from cuzkd.supervisor.web.listener import connection_limit
 from cuzkd.supervisor.web.metrics_routes import build_metrics_app
-from cuzkd.supervisor.web.readout import SupervisorViews
+from cuzkd.supervisor.web.readout import SupervisorReadout
 from cuzkd.supervisor.web.servers import Servers, StartupError
 from cuzkd.swap.control import swap_routes
 from cuzkd.swap.rolling import SwapCoordinator
@@ -99,11 +99,11 @@ class Supervisor:
         #: repeated errors (accept failing, refused connections) log once per 10 s per kind
         self._limited = LimitedLog()
         #: log_drops: lines the log sink dropped, by reason (``cuzkd run``'s queued logging)
-        self.views = SupervisorViews(self.engines, self.children, self.phase, self.swaps,
-                                     self._limited, log_drops)
+        self.readout = SupervisorReadout(self.engines, self.children, self.phase, self.swaps,
+                                         self._limited, log_drops)
         self._servers = Servers(self._limited)
         self._reloader = ConfigReloader(self.engines, self.phase, self._notifier,
-                                        status_line=self.views.status_line,
+                                        status_line=self.readout.status_line,
                                         on_applied=self._notify_status)
         self._control_routes = [*control_routes, swap_routes(self.swaps),
                                 self._reloader.routes()]
@@ -144,7 +144,7 @@ class Supervisor:
                 self.config, *self._metrics_bound, self.swaps.active_release()))
             self.engines.start_all()  # after a stop signal during start-up: none started
             self.phase.started()
-            self._notifier.send("READY=1", self.views.status_line())
+            self._notifier.send("READY=1", self.readout.status_line())
             self._tasks.start(self.swaps.accept_when_healthy(
                 self.config.supervisor.release_settle))
             if self._notifier.watchdog_interval is not None:
@@ -179,12 +179,12 @@ class Supervisor:
 
     async def _start_servers(self) -> None:
         host, port = await self._servers.start(
-            build_control_app(self.engines, self.views.about, self.swaps.active_verdict,
+            build_control_app(self.engines, self.readout.about, self.swaps.active_verdict,
                               self._control_routes),
-            self.config.control_socket, build_metrics_app(self.views),
+            self.config.control_socket, build_metrics_app(self.readout),
             self.config.metrics.listen, lambda: connection_limit(len(self.engines)))
         self._metrics_bound = (host, port)
-        self.views.metrics_address = f"{host}:{port}"
+        self.readout.metrics_address = f"{host}:{port}"
 
     def _grace_left(self) -> float:
         """Seconds left of ``shutdown_grace`` (all of it when no stop was requested: a
@@ -225,7 +225,7 @@ class Supervisor:
             case signals.Decision.RELOAD:
                 self._tasks.start(self._reloader.on_signal())
             case signals.Decision.DUMP_STATE if logged:  # a flood dumps once per interval
-                dumps.log_state(log, {**self.views.about(),
+                dumps.log_state(log, {**self.readout.about(),
                                       "release": self.swaps.active_verdict()},
                                 self.engines.engines_info())
             case signals.Decision.DUMP_STACKS if logged:
@@ -238,4 +238,4 @@ class Supervisor:
 
     def _notify_status(self) -> None:
         if not self.phase.stopping:
-            self._notifier.status(self.views.status_line())
+            self._notifier.status(self.readout.status_line())

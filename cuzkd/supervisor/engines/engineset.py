@@ -49,7 +49,7 @@ FALLBACK_STOP_TIMEOUT = 5.0
 
 
 @dataclass(frozen=True)
-class EngineView:
+class EngineReading:
     """One engine as a scrape saw it: its control-API entry and its sample, taken together
     (a reload between the two can never attach one engine's status to another)."""
 
@@ -374,11 +374,11 @@ class EngineSet:
 
     # -- views -------------------------------------------------------------------------
 
-    async def views(self, max_age: float = 1.0) -> list[EngineView]:
-        """Every engine's entry and sample, from one list of runners (see :class:`EngineView`)."""
+    async def readings(self, max_age: float = 1.0) -> list[EngineReading]:
+        """Every engine's entry and sample, from one list of runners (:class:`EngineReading`)."""
         runners = list(self._runners.values())
         samples = await asyncio.gather(*(r.sample(max_age) for r in runners))
-        return [EngineView(self._info(r), dataclasses.replace(s, release=self._release_of(r)))
+        return [EngineReading(self._info(r), dataclasses.replace(s, release=self._release_of(r)))
                 for r, s in zip(runners, samples, strict=True)]
 
     def _info(self, runner: EngineRunner) -> EngineInfo:

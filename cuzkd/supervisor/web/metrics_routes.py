@@ -12,10 +12,10 @@ from aiohttp import web
 
 from cuzkd.httperrors import json_errors
 from cuzkd.metrics.http import make_metrics_handler
-from cuzkd.supervisor.web.targets import StatusView
+from cuzkd.supervisor.web.targets import ScrapeTarget
 
 
-def build_metrics_app(supervisor: StatusView) -> web.Application:
+def build_metrics_app(supervisor: ScrapeTarget) -> web.Application:
     app = web.Application(middlewares=[json_errors])
 
     async def healthz(request: web.Request) -> web.Response:

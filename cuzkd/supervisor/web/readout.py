@@ -1,10 +1,10 @@
 """The supervisor as its read-only faces show it: ``/metrics``, ``/status``, ``/v1/supervisor``.
 
-:class:`SupervisorViews` implements :class:`~cuzkd.supervisor.web.targets.StatusView` from the
+:class:`SupervisorReadout` implements :class:`~cuzkd.supervisor.web.targets.ScrapeTarget` from the
 parts the composition root built -- the engine set, the child table, the swap coordinator, the
 supervisor's phase and last reload outcome (read-only: a
-:class:`~cuzkd.supervisor.core.phase.PhaseView`) -- and the metrics listener's bound address,
-which the root sets once it is bound. Nothing here changes state.
+:class:`~cuzkd.supervisor.core.phase.PhaseView`) -- and the metrics listener's bound address, which
+the root sets once it is bound. Nothing here changes state.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from cuzkd.swap.rolling import SwapCoordinator
 log = structlog.get_logger("cuzkd.supervisor")
 
 
-class SupervisorViews:
+class SupervisorReadout:
     def __init__(self, engines: EngineSet, children: ChildTable, phase: PhaseView,
                  swaps: SwapCoordinator, limited: LimitedLog,
                  log_drops: Callable[[], Mapping[str, int]] = dict) -> None:
@@ -46,7 +46,7 @@ class SupervisorViews:
     async def sample(self, max_age: float = 1.0) -> SupervisorSample:
         engines, swaps = self._engines, self._swaps
         return SupervisorSample(
-            engines=[view.sample for view in await engines.views(max_age)],
+            engines=[view.sample for view in await engines.readings(max_age)],
             zombies_reaped_total=self._children.zombies_reaped,
             swaps_total=dict(swaps.counts),
             rollbacks_total=dict(swaps.rollback_counts),
@@ -79,7 +79,7 @@ class SupervisorViews:
 
     async def status_document(self) -> dict[str, Any]:
         """``GET /status``: supervisor state and each engine's last status document."""
-        views = await self._engines.views(max_age=1.0)
+        views = await self._engines.readings(max_age=1.0)
         return {"supervisor": self.about(),
                 "engines": [{**v.info.as_json(), "status": msgspec.to_builtins(v.sample.status)}
                             for v in views]}

@@ -1,9 +1,9 @@
 """What the supervisor's HTTP faces need from it, as small protocols.
 
-The control API (:mod:`.control`) acts on a :class:`ControlTarget`; the read-only listener
-(:mod:`.web`) shows a :class:`StatusView`; a binary swap restarts engines through
-:class:`cuzkd.swap.rolling.SwapTarget`. The engine set and the composition root implement them;
-no module needs the daemon to be typed, so tests serve these faces from small stand-ins.
+The control API (:mod:`.control_routes`) acts on a :class:`ControlTarget`; the read-only listener
+(:mod:`.metrics_routes`) shows a :class:`ScrapeTarget`; a binary swap restarts engines through
+:class:`cuzkd.swap.rolling.SwapTarget`. The engine set and the composition root implement them; no
+module needs the daemon to be typed, so tests serve these faces from small stand-ins.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ class ControlTarget(Protocol):
     async def wait_running(self, name: str) -> str | None: ...
 
 
-class StatusView(Protocol):
-    """The supervisor as ``/metrics`` and ``/status`` show it."""
+class ScrapeTarget(Protocol):
+    """The supervisor as ``/metrics`` and ``/status`` show it (the readout implements it)."""
 
     async def sample(self, max_age: float = 1.0) -> SupervisorSample: ...
 
