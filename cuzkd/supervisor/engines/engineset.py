@@ -1,6 +1,6 @@
 """The engine set: every configured engine's runner, and everything done to them as a group.
 
-It is what the control API, the read-only views and a binary swap act on -- it implements
+It is what the control API, the read-only readout and a binary swap act on -- it implements
 :class:`~cuzkd.supervisor.web.targets.ControlTarget` and the swap's
 :class:`~cuzkd.swap.rolling.SwapTarget` -- so none of them needs the daemon. A reload is a pure
 :func:`~cuzkd.supervisor.core.reloadplan.plan` (old specs, new specs → stop / keep / start / change)
@@ -8,7 +8,7 @@ that :meth:`EngineSet.apply` carries out; shutdown is :meth:`EngineSet.stop_all`
 are spawned through the :class:`~cuzkd.supervisor.proc.children.ChildTable`.
 
 The set holds the one current config (:attr:`EngineSet.config`: a reload replaces it, and
-every reader -- the views, the reload, the daemon -- goes through it). Two things it is handed
+every reader -- the readout, the reload, the daemon -- goes through it). Two things it is handed
 by the composition root rather than owning: the supervisor's phase, read-only (it is
 ``stopping`` when the phase is: no engine starts behind the shutdown's back), and the
 :class:`BinaryReleases` (``{binary}``'s path at each spawn, the release a process executes).
@@ -372,7 +372,7 @@ class EngineSet:
         :meth:`ChildTable.run_oneshot`)."""
         return await self.children.run_oneshot(argv, timeout, env)
 
-    # -- views -------------------------------------------------------------------------
+    # -- readings ----------------------------------------------------------------------
 
     async def readings(self, max_age: float = 1.0) -> list[EngineReading]:
         """Every engine's entry and sample, from one list of runners (:class:`EngineReading`)."""
