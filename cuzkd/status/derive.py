@@ -32,6 +32,7 @@ from collections.abc import Callable
 
 from cuzkd.status.counters import KindCounters
 from cuzkd.status.document import (
+    TERMINAL_STATES,
     Extensions,
     GpuWorker,
     Partition,
@@ -50,7 +51,6 @@ RESTART_SLACK_SECS = 5.0
 _FORWARD: tuple[PartitionState, ...] = ("synthesizing", "synth_done", "gpu", "done")
 _RANK: dict[PartitionState, int] = {p: i for i, p in enumerate(("pending", *_FORWARD))}
 _PAST_SYNTHESIS: frozenset[PartitionState] = frozenset(("synth_done", "gpu", "done"))
-_TERMINAL: frozenset[PartitionState] = frozenset(("done", "failed"))
 
 
 def reached_rank(part: Partition) -> int:
@@ -70,7 +70,7 @@ def reached_rank(part: Partition) -> int:
 
 def entered_phases(previous: Partition | None, current: Partition) -> list[PartitionState]:
     """Phases ``current`` entered since ``previous`` was seen (None: never seen). Pure."""
-    if previous is not None and previous.state in _TERMINAL:
+    if previous is not None and previous.state in TERMINAL_STATES:
         return []  # nothing follows done or failed; a change after them is ignored
     seen_rank = 0 if previous is None else reached_rank(previous)
     entered = [p for p in _FORWARD if seen_rank < _RANK[p] <= reached_rank(current)]
@@ -251,7 +251,7 @@ class ExtensionDeriver:
                 self._kinds.entered(kind, phase)
             if record is None:
                 record = seen[part.index] = _SeenPartition(part)
-            elif record.last.state not in _TERMINAL and (
+            elif record.last.state not in TERMINAL_STATES and (
                     part.state == "failed" or reached_rank(part) >= reached_rank(record.last)):
                 # Never move backwards (a regression would recount later), but always remember
                 # a failure: a partition failed after synth_done proves a lower rank than it was
@@ -279,4 +279,4 @@ def pipeline_in_flight(pipeline: Pipeline) -> bool:
 
 def terminal_partitions(partitions: list[Partition]) -> int:
     """Partitions done or failed."""
-    return sum(1 for p in partitions if p.state in _TERMINAL)
+    return sum(1 for p in partitions if p.state in TERMINAL_STATES)

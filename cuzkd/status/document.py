@@ -60,6 +60,13 @@ PARTITION_STATES: tuple[PartitionState, ...] = (
     "failed",
 )
 
+#: Where a partition ends: it never leaves these.
+TERMINAL_STATES: frozenset[PartitionState] = frozenset(("done", "failed"))
+#: Work started and not finished: what a stop now would throw away.
+IN_FLIGHT_STATES: frozenset[PartitionState] = frozenset(("synthesizing", "synth_done", "gpu"))
+#: Compute in progress: a quiet moment has none of these.
+BUSY_STATES: frozenset[PartitionState] = frozenset(("synthesizing", "gpu"))
+
 #: The phases whose entries are counted cumulatively (``pending`` is where partitions start).
 COUNTED_PHASES: tuple[PartitionState, ...] = ("synthesizing", "synth_done", "gpu", "done", "failed")
 

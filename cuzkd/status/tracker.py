@@ -35,6 +35,7 @@ import structlog
 
 from cuzkd.status.counters import KindCounters
 from cuzkd.status.document import (
+    TERMINAL_STATES,
     Allocation,
     Allocations,
     Buffers,
@@ -53,7 +54,6 @@ from cuzkd.status.document import (
 
 _log = structlog.get_logger(__name__)
 
-_TERMINAL: frozenset[PartitionState] = frozenset(("done", "failed"))
 
 #: target phase -> the phase a partition must be in to enter it (``failed``: any non-terminal).
 _REQUIRED_PREVIOUS: dict[PartitionState, PartitionState] = {
@@ -361,7 +361,7 @@ class StatusTracker:
             return None
         part = job.partitions[partition]
         required = _REQUIRED_PREVIOUS.get(target)
-        allowed = part.state not in _TERMINAL if required is None else part.state == required
+        allowed = part.state not in TERMINAL_STATES if required is None else part.state == required
         if not allowed:
             _log.debug("status_out_of_order_transition", job_id=job_id, partition=partition,
                        state=part.state, transition=target)

@@ -9,14 +9,10 @@ synthesizing or on a GPU. Pure: a document in, a count or a verdict out; the dra
 
 from __future__ import annotations
 
-from cuzkd.status.document import StatusDocument
+from cuzkd.status.document import BUSY_STATES, PartitionState, StatusDocument
 
-#: Partition states of work started and not finished: what a stop now would throw away.
-IN_FLIGHT_STATES = frozenset(("synthesizing", "synth_done", "gpu"))
-#: Partition states a quiet moment has none of (the issue's "synthesizing or gpu").
-BUSY_STATES = frozenset(("synthesizing", "gpu"))
 
-def count_partitions(doc: StatusDocument | None, states: frozenset[str]) -> int:
+def count_partitions(doc: StatusDocument | None, states: frozenset[PartitionState]) -> int:
     """Partitions of the listed jobs in one of ``states`` (0 without a document)."""
     if doc is None:
         return 0

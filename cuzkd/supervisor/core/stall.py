@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from cuzkd.status.document import (
     PARTITION_STATES,
+    TERMINAL_STATES,
     Extensions,
     Histogram,
     Partition,
@@ -46,7 +47,6 @@ MIN_BUSY_LIMIT = 300.0
 #: ... and the p99 counts only once the histogram has this many observations.
 MIN_OBSERVATIONS = 20
 
-_TERMINAL = frozenset(("done", "failed"))
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ def busy_limit(histogram: Histogram | None) -> float:
 def has_work(doc: StatusDocument) -> bool:
     """Jobs queued or partitions unfinished (a queue depth that did not decode shows none)."""
     return (doc.counters.queue_depth or 0) > 0 or any(
-        part.state not in _TERMINAL for p in doc.pipelines for part in p.partitions)
+        part.state not in TERMINAL_STATES for p in doc.pipelines for part in p.partitions)
 
 
 class StallWatch:
@@ -184,7 +184,7 @@ class StallWatch:
             if still == before:
                 continue
             now = {} if still is None else _states(still)
-            if any(index not in now and state not in _TERMINAL
+            if any(index not in now and state not in TERMINAL_STATES
                    for index, state in _states(before).items()):
                 return True  # a partition left the list unfinished
         return any(span is not None and spans.get(worker) != span

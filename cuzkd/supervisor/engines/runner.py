@@ -41,9 +41,10 @@ from cuzkd.states import (
     StopReason,
 )
 from cuzkd.status.client import StatusSource
+from cuzkd.status.document import IN_FLIGHT_STATES
 from cuzkd.supervisor.core.backoff import Backoff
 from cuzkd.supervisor.core.cadence import HealthCadence
-from cuzkd.supervisor.core.drain import IN_FLIGHT_STATES, count_partitions, is_quiet
+from cuzkd.supervisor.core.drain import count_partitions, is_quiet
 from cuzkd.supervisor.core.exitcause import process_cause
 from cuzkd.supervisor.core.freezes import said_nothing
 from cuzkd.supervisor.core.gpugate import cuda_env
