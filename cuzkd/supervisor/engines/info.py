@@ -4,9 +4,9 @@ The daemon builds an :class:`EngineInfo` per engine (:meth:`EngineRunner.info
 <cuzkd.supervisor.engines.runner.EngineRunner.info>`), the faces encode it as JSON, and
 ``cuzkd status``/``start``/``stop``/``restart`` decode that JSON back into it: one typed
 definition of the entry on both sides of the socket. The CLI imports this module, so it needs
-nothing but ``msgspec`` (``cuzkd status`` must not pay for aiohttp, NumPy or the engine).
-Every field but the name and the state has a default: a client still reads an entry from a
-supervisor that did not send a field yet.
+nothing but ``msgspec`` and the vocabulary (``cuzkd status`` must not pay for aiohttp, NumPy or
+the engine). Every field but the name and the state has a default: a client still reads an
+entry from a supervisor that did not send a field yet.
 """
 
 from __future__ import annotations
@@ -15,13 +15,14 @@ from typing import Any
 
 import msgspec
 
+from cuzkd.states import State
+
 
 class EngineInfo(msgspec.Struct, frozen=True, kw_only=True):
     """Fields in the order the JSON has always had them (a script may print it)."""
 
     name: str
-    #: the lifecycle state: starting, running, backoff, stopping, stopped, failed
-    state: str
+    state: State
     pid: int | None = None
     #: unix time of the current process's spawn
     started_at: float | None = None

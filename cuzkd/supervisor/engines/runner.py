@@ -618,7 +618,7 @@ class EngineRunner:
     def _track(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         return self._tasks.start(coro)
 
-    # -- views ---------------------------------------------------------------------------
+    # -- readings ------------------------------------------------------------------------
 
     def info(self, release: str | None = None) -> EngineInfo:
         """This engine for the control API, ``/status`` and the CLI; ``release``: the one its
@@ -626,7 +626,7 @@ class EngineRunner:
         m, source = self.lifecycle, self.status_source
         return EngineInfo(
             name=self.name,
-            state=str(m.state),
+            state=m.state,
             pid=m.pid,
             started_at=self.started_at,
             restarts=m.restarts,
