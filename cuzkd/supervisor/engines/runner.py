@@ -5,7 +5,9 @@ events and executes the actions the lifecycle returns: spawn, stop, schedule or 
 restart. The decisions around those are pure and made elsewhere: the stop's escalation by
 :mod:`.stopsequence`, the health loop's pace by :mod:`.cadence`; the process's descendants are
 its :class:`~cuzkd.supervisor.proc.descendants.DescendantWatch`'s, its last stderr lines its
-:class:`~cuzkd.supervisor.engines.stderrtail.StderrTail`'s. The rest of the supervisor reads
+:class:`~cuzkd.supervisor.engines.stderrtail.StderrTail`'s, what a spawn runs (command,
+environment, status socket, the GPU memory wait) its
+:class:`~cuzkd.supervisor.engines.launch.EngineLaunch`'s. The rest of the supervisor reads
 the engine through the runner's queries (:attr:`EngineRunner.state`,
 :meth:`EngineRunner.not_up_reason`, :meth:`EngineRunner.info`), never its lifecycle or
 descendant watch. It owns every task it starts -- the health poll, the stop sequence, the two
@@ -16,17 +18,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
 import time
 from collections import Counter
 from collections.abc import Callable, Coroutine
-from pathlib import Path
 from typing import Any
 
 import structlog
 
-from cuzkd.config import BINARY_PLACEHOLDER, Config, EngineConfig
+from cuzkd.config import Config, EngineConfig
 from cuzkd.errortext import error_text
 from cuzkd.gpus import GpuView
 from cuzkd.log.ratelimit import LimitedLog, errno_name
@@ -47,7 +47,6 @@ from cuzkd.supervisor.core.cadence import HealthCadence
 from cuzkd.supervisor.core.drain import count_partitions, is_quiet
 from cuzkd.supervisor.core.exitcause import process_cause
 from cuzkd.supervisor.core.freezes import said_nothing
-from cuzkd.supervisor.core.gpugate import cuda_env
 from cuzkd.supervisor.core.lifecycle import (
     Action,
     CancelScheduledStart,
@@ -68,8 +67,8 @@ from cuzkd.supervisor.core.stopsequence import (
     WaitUntil,
 )
 from cuzkd.supervisor.engines.drainrequest import ENGINE_DEADLINE_SLACK, request_drain
-from cuzkd.supervisor.engines.gpuwait import wait_for_gpus
 from cuzkd.supervisor.engines.info import EngineInfo
+from cuzkd.supervisor.engines.launch import BinaryResolver, EngineLaunch
 from cuzkd.supervisor.engines.runclock import RunClock
 from cuzkd.supervisor.engines.stderrtail import ExitedTail, StderrTail
 from cuzkd.supervisor.proc import pids
@@ -83,10 +82,6 @@ from cuzkd.supervisor.proc.tree import tree_usage
 from cuzkd.supervisor.tasks import TaskSet
 
 log = structlog.get_logger("cuzkd.supervisor")
-
-#: Gives argv[0] for ``{binary}`` at every spawn; raises SpawnError when there is none.
-BinaryResolver = Callable[[], str]
-
 
 class EngineRunner:
     """Runs one configured engine; its processes are spawned through the ``children`` table."""
@@ -111,15 +106,9 @@ class EngineRunner:
         self.spec = spec
         self._run_clock = clock if clock is not None else RunClock()
         self._clock = self._run_clock.now
-        self.argv = config.engine_command(spec)
-        self.status_address = config.status_address(spec)
-        self._socket_path = (
-            Path(self.status_address.removeprefix("unix:"))
-            if spec.bundled and self.status_address and self.status_address.startswith("unix:")
-            else None
-        )
+        #: what a spawn runs: command, environment, status socket, the GPU memory gate
+        self._launch = EngineLaunch(spec, config, binary_resolver, gpu_view)
         self._children = children
-        self._binary_resolver = binary_resolver
         self._on_change = on_change
         #: the state machine; outside the runner, its queries (:attr:`state`,
         #: :meth:`not_up_reason`, :meth:`info`) are what the supervisor reads
@@ -143,13 +132,8 @@ class EngineRunner:
         self._changed = asyncio.Event()
         self.stall = StallWatch(spec.stall_after)
         self._cadence = HealthCadence(spec.health_interval, spec.start_timeout, spec.stall_after)
-        #: NVML, for the GPU memory gate of an engine with ``gpus`` (None: no gate)
-        self._gpu_view = gpu_view if spec.gpus else None
-        #: the spawn waiting for GPU memory, if any
+        #: the spawn waiting for leftovers or GPU memory, if any
         self._gate: asyncio.Task[None] | None = None
-        #: pids of the previous process and its descendants (must release GPU memory first)
-        self._dead_pids: set[int] = set()
-        self._gpu_env = cuda_env(spec.gpus) if spec.gpus else {}
         self._oom: OomCounters | None = None
         #: the current process's last stderr lines; the dead one's, once it exited
         self._stderr = StderrTail()
@@ -174,6 +158,16 @@ class EngineRunner:
         self.health_loop_failures = 0
 
     # -- requests ------------------------------------------------------------------------
+
+    @property
+    def argv(self) -> list[str]:
+        """The command as configured (``{binary}`` unresolved)."""
+        return self._launch.argv
+
+    @property
+    def status_address(self) -> str | None:
+        """Where the engine serves its status (None: supervised by its process alone)."""
+        return self._launch.status_address
 
     @property
     def name(self) -> str:
@@ -232,7 +226,7 @@ class EngineRunner:
         if self._gate is not None:  # nothing runs yet: the spawn waiting is dropped
             self._gate.cancel()
             self._gate = None
-            self._log.info("gpu_gate_abandoned" if self._gpu_view is not None
+            self._log.info("gpu_gate_abandoned" if self._launch.gated
                            else "engine_spawn_abandoned", reason="stop requested")
             abandoned = self.lifecycle.spawn_abandoned(self._clock())
         self._apply([*abandoned, *self.lifecycle.stop_requested(self._clock())])
@@ -300,7 +294,7 @@ class EngineRunner:
         assert proc is not None
         known = self._descendants.known_pids()
         leftovers = self._descendants.take_leftovers(proc.pid)
-        self._dead_pids = {proc.pid, *known, *(p.pid for p in leftovers)}
+        self._launch.previous_process_ended({proc.pid, *known, *(p.pid for p in leftovers)})
         if self._stop_signalled and not self._killed and leftovers:
             # The stop signal reached the whole group, and a wrapper shell that does not exec
             # dies of it at once while the engine under it still shuts down: what is left gets
@@ -345,7 +339,7 @@ class EngineRunner:
                 case Spawn():
                     if self._gate is not None:
                         continue  # the spawn waiting (leftovers, GPU memory) is the one asked for
-                    if self._gpu_view is not None or self._descendants.sweeping:
+                    if self._launch.gated or self._descendants.sweeping:
                         self._gate = self._track(self._spawn_when_ready())
                         pending.extend(self.lifecycle.spawn_waiting(
                             "waiting for the previous process's leftovers to stop"
@@ -390,16 +384,7 @@ class EngineRunner:
             self._log.info("engine_spawn_waits_for_leftovers",
                            pids=sorted(p.pid for p in self._descendants.sweeping))
             await self._descendants.wait_swept()
-        spec = self.spec
-        if self._gpu_view is not None:
-            result = await wait_for_gpus(self._gpu_view, spec.gpus, self._dead_pids,
-                                         spec.gpu_memory_needed, spec.gpu_release_timeout)
-            if not result.ready:
-                self._log.warning("gpu_gate_timeout", gpus=spec.gpus, reason=result.reason,
-                                  waited_seconds=round(result.waited_seconds, 3))
-            elif result.reads > 1:
-                self._log.info("gpu_gate_passed", gpus=spec.gpus,
-                               waited_seconds=round(result.waited_seconds, 3))
+        await self._launch.wait_for_gpus(self._log)
         self._gate = None
         self._apply(self._spawn())
 
@@ -407,12 +392,9 @@ class EngineRunner:
         """Spawn the process; what the lifecycle wants next if that failed."""
         now = self._clock()
         try:
-            argv = self._resolve_argv()
-            if self._socket_path is not None:
-                self._socket_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-                self._socket_path.unlink(missing_ok=True)  # a stale one would look alive
-            proc = self._children.spawn(argv, {**os.environ, **self.spec.env, **self._gpu_env,
-                                               pids.ENGINE_ENV: self.name}, self.on_exit)
+            argv = self._launch.command()
+            self._launch.prepare()
+            proc = self._children.spawn(argv, self._launch.environment(), self.on_exit)
         except (*SPAWN_ERRORS, SpawnError) as exc:
             # ValueError: execve's argument rules (NUL bytes); raised, it would escape the reaper.
             transient = spawn_error_is_transient(exc)
@@ -437,12 +419,6 @@ class EngineRunner:
                                                    tail=self._stderr.spawned())))
         self._health_task = self._track(self._supervise_health())
         return actions
-
-    def _resolve_argv(self) -> list[str]:
-        argv = list(self.argv)
-        if argv[0] == BINARY_PLACEHOLDER:
-            argv[0] = self._binary_resolver()
-        return argv
 
     async def _stop_guarded(self, *, kill: bool, drain: bool,
                             reason: StopReason | None) -> None:
@@ -635,7 +611,7 @@ class EngineRunner:
             next_restart_at=(_wall(m.next_start_at, self._clock())
                              if m.state is State.BACKOFF else None),
             last_error=m.last_error,
-            waiting_for_gpu=self._gate is not None and self._gpu_view is not None,
+            waiting_for_gpu=self._gate is not None and self._launch.gated,
             stalled=self.stall.stalled,
             stalls_total=self.stall.stalls_total,
             last_exit_stderr=list(self._stderr.last_exit),
