@@ -59,6 +59,8 @@ def check(config: Config, where: str) -> None:
             raise fail(f"{key}.name", f"duplicate engine name {eng.name!r} "
                                       f"(also engine[{seen[eng.name]}])")
         seen[eng.name] = i
+        if type_problem := _engine_type_problem(eng):
+            raise fail(f"{key}.{type_problem[0]}", type_problem[1])
         if eng.command is not None:
             if not eng.command or not eng.command[0]:
                 raise fail(f"{key}.command", "must be a non-empty list (omit it for the bundled "
@@ -177,3 +179,20 @@ def _resolve(host: str, port: int) -> None:
     except (OSError, UnicodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise ValueError(f"host {host!r} does not resolve: {reason}") from None
+
+
+
+def _engine_type_problem(eng: EngineConfig) -> tuple[str, str] | None:
+    """(key, problem) when an explicit ``type`` does not fit the keys beside it (an inferred
+    type always does)."""
+    if eng.type is None:
+        return None
+    if eng.type == "bundled" and eng.command is not None:
+        return "command", "the bundled engine has no `command` (set another type)"
+    if eng.type != "bundled" and eng.command is None:
+        return "type", f"type {eng.type!r} needs a `command` (only the bundled engine has none)"
+    if eng.type == "http" and not eng.status_url:
+        return "status_url", "type 'http' needs a status_url"
+    if eng.type == "process" and eng.status_url:
+        return "status_url", "type 'process' has no status (use type 'http')"
+    return None

@@ -58,6 +58,13 @@ StallAction = Literal["restart", "alert"]
 #: status), ``none`` sends the stop signal at once.
 DrainMode = Literal["http", "quiet", "none"]
 
+#: What an ``[[engine]]`` runs, which decides how cuzkd talks to it: ``bundled`` (cuzkd's own
+#: demo engine, no ``command``), ``process`` (a command watched by its process alone), ``http``
+#: (a command with a ``GET /status`` at ``status_url``) and ``cuzk`` (Curio's cuzk daemon, its
+#: addresses read from its own TOML). Unset, the type is inferred from ``command`` and
+#: ``status_url`` as before types existed.
+EngineType = Literal["bundled", "process", "http", "cuzk"]
+
 
 class SupervisorConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """``[supervisor]``. Empty ``state_dir``/``control_socket`` mean "the default"."""
@@ -101,6 +108,8 @@ class EngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     """One ``[[engine]]``. ``command=None`` is the bundled engine run with this Python."""
 
     name: _NAME
+    #: unset: inferred (see EngineType); read it through ``engine_type``
+    type: EngineType | None = None
     command: list[str] | None = None
     env: dict[str, str] = msgspec.field(default_factory=dict)
     status_url: str = ""
@@ -133,8 +142,21 @@ class EngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     gpu_release_timeout: Seconds = Seconds(30)
 
     @property
+    def engine_type(self) -> EngineType:
+        """``type`` as configured, or the one ``command`` and ``status_url`` imply."""
+        if self.type is not None:
+            return self.type
+        if self.command is None:
+            return "bundled"
+        return "http" if self.status_url else "process"
+
+    @property
     def bundled(self) -> bool:
-        return self.command is None
+        return self.engine_type == "bundled"
+
+    @property
+    def cuzk(self) -> bool:
+        return self.engine_type == "cuzk"
 
     @property
     def uses_binary(self) -> bool:

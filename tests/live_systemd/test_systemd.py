@@ -148,9 +148,11 @@ def test_journal_has_the_unit_output_as_json(machine: Machine) -> None:
         # _SYSTEMD_UNIT= is what the unit's processes wrote; `-u` would add systemd's own
         # "Started ..." lines about the unit, which are not cuzkd's to format. _PID= keeps the
         # daemon's (its engines' lines come through it); ExecReload's `cuzkd reload` writes
-        # one line of text for the operator, as any command does.
+        # one line of text for the operator, as any command does. _TRANSPORT=stdout leaves out
+        # what systemd's executor logs under the same PID before the exec (e.g. "Found
+        # pre-existing public StateDirectory= ..., migrating").
         out = machine.run("journalctl", "--no-pager", "-o", "cat", f"_SYSTEMD_UNIT={UNIT}",
-                          f"_PID={main}").stdout.splitlines()
+                          f"_PID={main}", "_TRANSPORT=stdout").stdout.splitlines()
         return out if any('"supervisor_started"' in line for line in out) else None
 
     out = wait_until(lines, 30, "cuzkd's start in the journal", interval=0.2)

@@ -84,7 +84,26 @@ MISTAKES = [
     (GOOD_ENGINE + 'drain_timeout = 0\n', "engine[0].drain_timeout", "greater than zero"),
     ('[[engine]]\nname = "c"\ncommand = ["cuzk"]\ndrain = "quiet"\n', "engine[0].drain",
      "needs the engine's status"),
+    # An explicit type must fit the keys beside it.
+    (GOOD_ENGINE + 'type = "cuzk"\n', "engine[0].type", "needs a `command`"),
+    (GOOD_ENGINE + 'type = "bundled"\ncommand = ["x"]\n', "engine[0].command",
+     "bundled engine has no `command`"),
+    (GOOD_ENGINE + 'type = "http"\ncommand = ["x"]\n', "engine[0].status_url",
+     "needs a status_url"),
+    (GOOD_ENGINE + 'type = "process"\ncommand = ["x"]\nstatus_url = "http://h:1/status"\n',
+     "engine[0].status_url", "has no status"),
+    (GOOD_ENGINE + 'type = "rust"\n', "engine[0].type", "rust"),
 ]
+
+
+def test_the_engine_type_is_inferred_unless_set(tmp_path: Path) -> None:
+    path = tmp_path / "ok.toml"
+    path.write_text(GOOD_ENGINE + '[[engine]]\nname = "plain"\ncommand = ["x"]\n'
+                    '[[engine]]\nname = "web"\ncommand = ["x"]\nstatus_url = "http://h:1/status"\n'
+                    '[[engine]]\nname = "set"\ntype = "http"\ncommand = ["x"]\n'
+                    'status_url = "http://h:1/status"\n')
+    types = {e.name: e.engine_type for e in load_config(path).engine}
+    assert types == {"gpu0": "bundled", "plain": "process", "web": "http", "set": "http"}
 
 
 def test_drain_defaults_follow_the_kind_of_engine(tmp_path: Path) -> None:

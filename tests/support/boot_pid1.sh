@@ -40,6 +40,11 @@ mount -n -t overlay overlay \
   -o "lowerdir=/,upperdir=$workdir/upper,workdir=$workdir/work,redirect_dir=on" "$workdir/root"
 root=$workdir/root
 cp -a "$payload/." "$root/"
+# Paths of the host hidden from the machine: removing them from the overlay leaves the host's.
+if [ -f "$root/.cuzkd-live-absent" ]; then
+  while IFS= read -r path; do rm -rf -- "$root$path"; done < "$root/.cuzkd-live-absent"
+  rm -f -- "$root/.cuzkd-live-absent"
+fi
 while [ $# -ge 2 ]; do
   mkdir -p "$root$2"
   mount -n --bind "$1" "$root$2"

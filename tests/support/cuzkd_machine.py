@@ -58,6 +58,8 @@ def cuzkd_payload() -> Payload:
     payload.venvs.append(("/opt/cuzkd", python))
     payload.binds += [(REPO / "cuzkd", "/opt/cuzkd-live/src/cuzkd"),
                       (site, "/opt/cuzkd-live/site")]
+    # A host that ran cuzkd as root has its own /var/lib/cuzkd: the unit starts from none.
+    payload.absent += ["/var/lib/cuzkd", "/var/lib/private/cuzkd"]
     return payload
 
 

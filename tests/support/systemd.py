@@ -35,6 +35,7 @@ HERE = Path(__file__).resolve().parent
 BOOT_SCRIPT = HERE / "boot_pid1.sh"
 INNER_PATH = "PATH=/usr/sbin:/usr/bin:/sbin:/bin"
 BOOT_TARGET = "cuzkd-live.target"
+ABSENT_LIST = ".cuzkd-live-absent"  # read and removed by boot_pid1.sh
 
 
 def namespaces_unavailable() -> str | None:
@@ -237,6 +238,8 @@ class Payload:
     binds: list[tuple[Path, str]] = field(default_factory=list)
     symlinks: dict[str, str] = field(default_factory=dict)
     venvs: list[tuple[str, str]] = field(default_factory=list)  # (path, base interpreter)
+    # Host paths the machine must not see (a host's own state for the unit under test).
+    absent: list[str] = field(default_factory=list)
 
     def write(self, where: Path) -> None:
         where.mkdir(mode=0o755, exist_ok=True)
@@ -250,6 +253,8 @@ class Payload:
                 content = content.encode()
             path.write_bytes(content)
             path.chmod(self.modes.get(name, 0o644))
+        if self.absent:
+            (where / ABSENT_LIST).write_text("".join(f"{name}\n" for name in self.absent))
         for name, target in self.symlinks.items():
             path = where / name.lstrip("/")
             path.parent.mkdir(parents=True, exist_ok=True)
