@@ -25,6 +25,7 @@ import msgspec
 from cuzkd import validation
 from cuzkd.config.checks import check, check_metrics_host
 from cuzkd.config.schema import (
+    TYPE_DEFAULTS,
     Bytes,
     Config,
     ConfigError,
@@ -154,7 +155,8 @@ def parse_config(raw: Mapping[str, Any], where: str) -> Config:
     engines = data.get("engine", [])
     if isinstance(engines, list):
         data["engine"] = [
-            {**defaults, **e} if isinstance(e, dict) else e for e in engines
+            {**_type_defaults({**defaults, **e}), **defaults, **e} if isinstance(e, dict) else e
+            for e in engines
         ]
     config = _convert(data, Config, where, "")
     if not config.engine:
@@ -162,6 +164,12 @@ def parse_config(raw: Mapping[str, Any], where: str) -> Config:
     config = msgspec.structs.replace(config, path=where)
     check(config, where)
     return config
+
+
+def _type_defaults(engine: dict[str, Any]) -> dict[str, object]:
+    """What an explicit ``type`` defaults (a bad ``type`` is msgspec's to name)."""
+    kind = engine.get("type")
+    return next((v for k, v in TYPE_DEFAULTS.items() if k == kind), {})
 
 
 def _duration_hook(typ: type, obj: Any) -> Any:

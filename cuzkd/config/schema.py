@@ -65,6 +65,12 @@ DrainMode = Literal["http", "quiet", "none"]
 #: ``status_url`` as before types existed.
 EngineType = Literal["bundled", "process", "http", "cuzk"]
 
+#: Defaults an explicit ``type`` brings, under ``[engine_defaults]`` and the engine's own keys
+#: (the values as a file spells them). README's configuration section says why each differs.
+TYPE_DEFAULTS: dict[EngineType, dict[str, object]] = {
+    "cuzk": {},
+}
+
 
 class SupervisorConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """``[supervisor]``. Empty ``state_dir``/``control_socket`` mean "the default"."""
