@@ -8,10 +8,12 @@ handlers in :mod:`cuzkd.engine.cli` are imported when one of these two commands 
 from __future__ import annotations
 
 import argparse
+import sys
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from cuzkd.kinds import ProofKind, deprecation, normalise_kind
 from cuzkd.log.configure import LOG_FORMATS
 from cuzkd.status.document import PARTITIONS
 
@@ -42,7 +44,8 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     bench = sub.add_parser("bench", help="submit jobs to an engine and report throughput")
     bench.add_argument("--engine", required=True, help="http://HOST:PORT or unix:PATH")
     bench.add_argument("--jobs", type=int, default=10)
-    bench.add_argument("--kind", default="snap", choices=sorted(PARTITIONS))
+    bench.add_argument("--kind", default=ProofKind.SNAP_UPDATE, type=_kind,
+                       choices=sorted(PARTITIONS))
     bench.add_argument("--partitions", type=int, help="override the kind's partition count")
     bench.add_argument("--size-log2", type=int, help="override the engine's size for the kind")
     bench.add_argument("--timeout", type=float, default=600.0, help="seconds for the whole run")
@@ -69,6 +72,14 @@ def _slowdown(text: str) -> float:
     if not 1.0 <= value <= 100.0:
         raise argparse.ArgumentTypeError(f"{text!r}: a factor from 1 to 100")
     return value
+
+
+def _kind(text: str) -> str:
+    """A ``--kind`` by cuzk's name; an old name is taken with a warning on stderr (here, where
+    the typed word is still known: argparse checks the choices on what this returns)."""
+    if (warning := deprecation(text)) is not None:
+        print(f"cuzkd bench: warning: {warning}", file=sys.stderr)
+    return normalise_kind(text)
 
 
 def _rate(text: str) -> float:

@@ -98,6 +98,8 @@ def _run(args: argparse.Namespace) -> int:
 
 def _check_config(args: argparse.Namespace) -> int:
     config = load_config(args.path)
+    for notice in config.notices:
+        print(f"warning: {notice}", file=sys.stderr)
     names = ", ".join(e.name for e in config.engine)
     print(f"{args.path}: OK ({len(config.engine)} engine(s): {names})")
     return 0

@@ -35,6 +35,7 @@ from cuzkd.config.schema import (
     default_engines,
     visible_gpu_count,
 )
+from cuzkd.kinds import KindTwice, typed_table
 from cuzkd.units import parse_duration, parse_size
 
 _T = TypeVar("_T")
@@ -141,8 +142,8 @@ def _read_fifo(fd: int, wait: float) -> bytes:
 def parse_config(raw: Mapping[str, Any], where: str) -> Config:
     """Validate an already-parsed TOML document (``where`` names it in messages)."""
     data = dict(raw)
-    _check_deadlines(data.get("metrics"), where)
-    for internal in ("path", "demo"):  # fields of Config no file sets
+    notices = _deadline_kinds(data, where)
+    for internal in ("path", "demo", "notices"):  # fields of Config no file sets
         if internal in data:
             raise ConfigError(f"{where}: key `{internal}`: unknown key")
     defaults = data.pop("engine_defaults", {})
@@ -161,7 +162,7 @@ def parse_config(raw: Mapping[str, Any], where: str) -> Config:
     config = _convert(data, Config, where, "")
     if not config.engine:
         config = msgspec.structs.replace(config, engine=default_engines(visible_gpu_count()))
-    config = msgspec.structs.replace(config, path=where)
+    config = msgspec.structs.replace(config, path=where, notices=tuple(notices))
     check(config, where)
     return config
 
@@ -184,13 +185,23 @@ def _duration_hook(typ: type, obj: Any) -> Any:
     raise NotImplementedError
 
 
-def _check_deadlines(metrics: object, where: str) -> None:
-    """Each ``[metrics] proof_deadlines`` value on its own: msgspec names a bad value of a
-    table of arbitrary keys only as ``proof_deadlines[...]``, this names its proof kind."""
-    deadlines = metrics.get("proof_deadlines") if isinstance(metrics, dict) else None
-    if isinstance(deadlines, dict):
-        for kind, value in deadlines.items():
-            _convert(value, Seconds, where, f"metrics.proof_deadlines.{kind}")
+def _deadline_kinds(data: dict[str, Any], where: str) -> list[str]:
+    """Each ``[metrics] proof_deadlines`` value checked on its own (msgspec names a bad value
+    of a table of arbitrary keys only as ``proof_deadlines[...]``, this names its proof kind),
+    and its kinds by cuzk's names (in ``data``); returns the warnings for old names typed,
+    each naming the file and the key."""
+    metrics = data.get("metrics")
+    if not isinstance(metrics, dict) or not isinstance(metrics.get("proof_deadlines"), dict):
+        return []
+    prefix = "metrics.proof_deadlines"
+    for kind, value in metrics["proof_deadlines"].items():
+        _convert(value, Seconds, where, f"{prefix}.{kind}")
+    try:
+        deadlines, warnings = typed_table(metrics["proof_deadlines"])
+    except KindTwice as exc:
+        raise ConfigError(validation.key_error(where, f"{prefix}.{exc.key}", str(exc))) from None
+    data["metrics"] = {**metrics, "proof_deadlines": deadlines}
+    return [validation.key_error(where, f"{prefix}.{key}", text) for key, text in warnings.items()]
 
 
 def _convert(data: Any, typ: type[_T], where: str, prefix: str) -> _T:

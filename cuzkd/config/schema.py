@@ -21,6 +21,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from cuzkd.errors import EX_CONFIG, CuzkdError
+from cuzkd.kinds import ProofKind
 from cuzkd.log.configure import LogFormat
 from cuzkd.procfs import PROC_ROOT
 
@@ -93,7 +94,8 @@ class SupervisorConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
 #: Chain deadlines the proof-latency alert compares each kind's p99 job duration with: a
 #: WinningPoSt later than ~20 s loses the block; a WindowPoSt must land within its 30-minute
 #: deadline window. ``[metrics] proof_deadlines`` overrides or adds kinds ("0s" drops one).
-DEFAULT_PROOF_DEADLINES: dict[str, float] = {"winning": 20.0, "wpost": 1200.0}
+DEFAULT_PROOF_DEADLINES: dict[str, float] = {ProofKind.WINNING_POST: 20.0,
+                                             ProofKind.WINDOW_POST: 1200.0}
 _PROOF_KIND = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
 
 
@@ -197,6 +199,10 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
     path: str | None = None
     #: set by ``cuzkd run --demo``, never by the file: bundled engines start as demo engines
     demo: bool = False
+    #: set by the loader, never by the file: warnings for what the file should change (an old
+    #: proof kind name, still accepted), each naming the file and the key; shown by
+    #: ``check-config`` and logged by the daemon at start and at each reload
+    notices: tuple[str, ...] = ()
 
     @property
     def state_dir(self) -> Path:

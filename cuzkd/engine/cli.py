@@ -45,6 +45,7 @@ from cuzkd.engine.server import (
     start_site,
 )
 from cuzkd.httperrors import JsonErrorsRunner
+from cuzkd.kinds import ProofKind
 from cuzkd.log.configure import configure_logging
 from cuzkd.status.tracker import StatusTracker
 from cuzkd.unixsock import remove_stale_socket
@@ -60,6 +61,8 @@ def run_engine(args: argparse.Namespace) -> int:
             config = demo_config()
         else:
             config = default_config() if args.config is None else load_config(args.config)
+        for notice in config.notices:
+            _log.warning("config_warning", detail=notice)
         if args.test_slowdown != 1.0 or args.test_failure_rate != 0.0:
             config = dataclasses.replace(config, test_slowdown=args.test_slowdown,
                                          test_failure_rate=args.test_failure_rate)
@@ -77,7 +80,7 @@ async def serve(config: ProverConfig, listen: str) -> int:
     return_large_frees()  # resident memory follows the budget (see engine/heap.py)
     backend = select_backend(config.backend, config.devices)
     budget = MemoryBudget(config.memory_budget_bytes, nominal_request=sum(
-        prover.partition_bytes(config.size_log2("snap"), backend.computes_on_host)))
+        prover.partition_bytes(config.size_log2(ProofKind.SNAP_UPDATE), backend.computes_on_host)))
     tracker = StatusTracker(budget=budget)
     engine = Engine(config, backend, tracker, budget)
     runner = JsonErrorsRunner(build_app(engine), handle_signals=False)

@@ -15,23 +15,25 @@ Example::
     synthesis_rounds = 1          # a ← a² + x layers per witness element: synthesis CPU cost
     drain_timeout = "30s"         # SIGTERM / POST /v1/drain: accepted jobs finish within this
     [sizes]                       # log2 of the constraint count per partition
-    porep = 14
+    porep-c2 = 14
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
 from cuzkd import validation
 from cuzkd.engine.memlimit import usable_memory_bytes
 from cuzkd.errors import EX_CONFIG, CuzkdError
+from cuzkd.kinds import KindTwice, typed_table
 from cuzkd.status.document import PARTITIONS as PARTITIONS
 from cuzkd.units import parse_duration, parse_size
 
@@ -43,14 +45,14 @@ MIN_SIZE_LOG2 = 2
 SizeLog2 = Annotated[int, msgspec.Meta(ge=MIN_SIZE_LOG2, le=MAX_SIZE_LOG2)]
 
 
-class Sizes(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
-    """Default log2 partition size per proof kind: a snap job (16 partitions of 2^14) takes
-    about a second on 2 CPU cores with NumPy."""
+class Sizes(msgspec.Struct, forbid_unknown_fields=True, frozen=True, rename="kebab"):
+    """Default log2 partition size per proof kind, keyed by the kinds' names (``porep-c2``):
+    a snap-update job (16 partitions of 2^14) takes about a second on 2 CPU cores with NumPy."""
 
-    porep: SizeLog2 = 14
-    snap: SizeLog2 = 14
-    wpost: SizeLog2 = 14
-    winning: SizeLog2 = 13
+    porep_c2: SizeLog2 = 14
+    snap_update: SizeLog2 = 14
+    window_post: SizeLog2 = 14
+    winning_post: SizeLog2 = 13
 
 
 class _RawConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -81,9 +83,12 @@ class ProverConfig:
     test_slowdown: float = 1.0
     #: test-only (``cuzkd engine --test-failure-rate``): this share of jobs fails
     test_failure_rate: float = 0.0
+    #: warnings for what the file should change (an old proof kind name in ``[sizes]``, still
+    #: accepted), each naming the file and the key; the engine logs them at start
+    notices: tuple[str, ...] = ()
 
     def size_log2(self, proof_kind: str) -> int:
-        value: int = getattr(self.sizes, proof_kind)
+        value: int = getattr(self.sizes, proof_kind.replace("-", "_"))  # the kebab renaming
         return value
 
 
@@ -160,8 +165,28 @@ def load_config(path: Path) -> ProverConfig:
                           "UTF-8") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ProverConfigError(f"{path}: not valid TOML: {exc}") from exc
+    notices = _size_kinds(data, str(path))
     try:
         raw = msgspec.convert(data, _RawConfig)
     except msgspec.ValidationError as exc:
         raise ProverConfigError(validation.describe(exc, str(path))) from exc
-    return resolve(raw, str(path))
+    return dataclasses.replace(resolve(raw, str(path)), notices=tuple(notices))
+
+
+def _size_kinds(data: dict[str, Any], where: str) -> list[str]:
+    """``[sizes]`` keyed by cuzk's kind names (in ``data``); returns the warnings for old
+    names typed, each naming the file and the key. Each value is checked first, so that an
+    error names the key as the file wrote it."""
+    sizes = data.get("sizes")
+    if not isinstance(sizes, dict):
+        return []  # msgspec's to refuse
+    for key, value in sizes.items():
+        try:
+            msgspec.convert(value, SizeLog2)
+        except msgspec.ValidationError as exc:
+            raise ProverConfigError(validation.describe(exc, where, f"sizes.{key}")) from None
+    try:
+        data["sizes"], warnings = typed_table(sizes)
+    except KindTwice as exc:
+        raise ProverConfigError(validation.key_error(where, f"sizes.{exc.key}", str(exc))) from None
+    return [validation.key_error(where, f"sizes.{key}", text) for key, text in warnings.items()]

@@ -20,6 +20,7 @@ from aiohttp import web
 from cuzkd.engine.pipeline import Engine, EngineDrainingError, Job, JobRequestError
 from cuzkd.errors import EX_UNAVAILABLE, EX_USAGE, CuzkdError
 from cuzkd.httperrors import BODY_TIMEOUT, error_response, json_errors, read_body
+from cuzkd.kinds import deprecation, normalise_kind
 from cuzkd.status.document import encode_status
 from cuzkd.units import ListenAddress, parse_listen
 from cuzkd.unixsock import bind_private_socket
@@ -74,12 +75,15 @@ async def _submit(request: web.Request) -> web.Response:
     except msgspec.DecodeError as exc:
         return error_response(400, f"invalid job request: {exc}")
     try:
-        job = engine.submit(body.proof_kind, body.partitions, body.size_log2)
+        job = engine.submit(normalise_kind(body.proof_kind), body.partitions, body.size_log2)
     except JobRequestError as exc:
         return error_response(400, str(exc))
     except EngineDrainingError:
         return _draining_response(engine)
-    return web.json_response({"job_id": job.job_id, "state": job.state}, status=202)
+    reply = {"job_id": job.job_id, "state": job.state, "proof_kind": job.proof_kind}
+    if (warning := deprecation(body.proof_kind)) is not None:
+        reply["deprecation"] = warning  # accepted all the same: a script written before
+    return web.json_response(reply, status=202)
 
 
 def _draining_response(engine: Engine) -> web.Response:

@@ -21,12 +21,13 @@ and ``docs/status.md`` for the extensions.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal, NamedTuple
+from typing import Annotated, Any, Literal, NamedTuple, TypeVar
 
 import msgspec
 
 from cuzkd.errors import CuzkdError
 from cuzkd.errortext import error_text
+from cuzkd.kinds import ProofKind, normalise_kind
 from cuzkd.status.salvage import FieldError, Reason, Salvage, Unsalvageable
 
 #: cuzk's unsigned integers. The upper bound matters: JSON integers decode to arbitrary-precision
@@ -41,7 +42,8 @@ Figure = NonNegInt | None
 
 #: cuzk's proof kinds and the partitions each job of the kind has. Shared by the engine (which
 #: splits jobs), ``cuzkd bench`` (its ``--kind`` choices) and the demo load.
-PARTITIONS: dict[str, int] = {"porep": 10, "snap": 16, "wpost": 1, "winning": 1}
+PARTITIONS: dict[str, int] = {ProofKind.POREP_C2: 10, ProofKind.SNAP_UPDATE: 16,
+                              ProofKind.WINDOW_POST: 1, ProofKind.WINNING_POST: 1}
 
 # Every struct below is ``gc=False``: a document is a tree (frozen, never referring back to
 # itself), so the cycle collector need not track its thousands of partitions -- tracking them
@@ -229,9 +231,58 @@ _ENCODER = msgspec.json.Encoder()
 def decode_status(data: bytes | str) -> StatusDocument:
     """Decode and validate a status document from JSON, strictly: any bad value refuses it."""
     try:
-        return _DECODER.decode(data)
+        document = _DECODER.decode(data)
     except Exception as exc:  # DecodeError, and RecursionError for JSON nested too deep
         raise _refusal(exc) from exc
+    return with_cuzk_kinds(document)
+
+
+_Struct = TypeVar("_Struct", bound=msgspec.Struct)
+_Value = TypeVar("_Value")
+#: The kind-keyed maps of the sections that have them.
+_COUNTERS_BY_KIND = ("completed_by_kind", "failed_by_kind")
+_EXTENSIONS_BY_KIND = ("phase_transitions", "synth_duration_seconds", "gpu_duration_seconds",
+                       "job_duration_seconds")
+
+
+def with_cuzk_kinds(document: StatusDocument) -> StatusDocument:
+    """``document`` with every proof kind named as cuzk names it
+    (:func:`cuzkd.kinds.normalise_kind`).
+
+    A real cuzk already does: then nothing is copied. An older reference engine (a release
+    swapped back to) says ``porep``; after this its jobs count in the same ``porep-c2`` series
+    as before the swap. A map naming one kind twice (``porep`` and ``porep-c2``) keeps the
+    entry with cuzk's name, so a kind never gets two values for one series.
+    """
+    pipelines = document.pipelines
+    if any(normalise_kind(p.proof_kind) != p.proof_kind for p in pipelines):
+        pipelines = [msgspec.structs.replace(p, proof_kind=normalise_kind(p.proof_kind))
+                     for p in pipelines]
+    counters = _kinds_renamed(document.counters, _COUNTERS_BY_KIND)
+    extensions = document.cuzkd_extensions
+    if extensions is not None:
+        extensions = _kinds_renamed(extensions, _EXTENSIONS_BY_KIND)
+    if (pipelines is document.pipelines and counters is document.counters
+            and extensions is document.cuzkd_extensions):
+        return document
+    return msgspec.structs.replace(document, pipelines=pipelines, counters=counters,
+                                   cuzkd_extensions=extensions)
+
+
+def _kinds_renamed(section: _Struct, fields: tuple[str, ...]) -> _Struct:
+    """``section`` with the kind-keyed maps ``fields`` renamed; itself when none needs it."""
+    changes = {name: renamed for name in fields
+               if (renamed := _renamed(getattr(section, name))) is not None}
+    return msgspec.structs.replace(section, **changes) if changes else section
+
+
+def _renamed(by_kind: dict[str, _Value]) -> dict[str, _Value] | None:
+    """``by_kind`` keyed by cuzk's names (an alias of a kind also listed by cuzk's name is
+    dropped); None when every key already is one."""
+    if all(normalise_kind(kind) == kind for kind in by_kind):
+        return None
+    return {normalise_kind(kind): value for kind, value in by_kind.items()
+            if normalise_kind(kind) == kind or normalise_kind(kind) not in by_kind}
 
 
 def _refusal(exc: Exception) -> StatusDecodeError:
@@ -328,8 +379,8 @@ class StatusDecoder:
         jobs: _Jobs = {}
         pipelines = self._pipelines(raw.pipelines, jobs)
         self._jobs = jobs
-        return Decoded(StatusDocument(**{f: getattr(raw, f) for f in _DOCUMENT_FIELDS},
-                                      pipelines=pipelines))
+        return Decoded(with_cuzk_kinds(StatusDocument(
+            **{f: getattr(raw, f) for f in _DOCUMENT_FIELDS}, pipelines=pipelines)))
 
     def _salvage(self, data: bytes) -> Decoded:
         jobs: _Jobs = {}
@@ -344,7 +395,7 @@ class StatusDecoder:
             self._jobs, self._salvaging = {}, False
             raise _refusal(exc) from exc
         self._jobs = jobs  # the jobs decoded with the reuse (before an odd one, if any)
-        return Decoded(document, tuple(walk.errors), dict(walk.counts))
+        return Decoded(with_cuzk_kinds(document), tuple(walk.errors), dict(walk.counts))
 
     def _pipelines(self, raw_pipelines: list[Any], jobs: _Jobs) -> list[Pipeline]:
         """Pipelines with partitions kept raw -> decoded, reusing the previous decode's lists;

@@ -61,3 +61,19 @@ async def test_a_whole_body_sent_slowly_within_the_timeout_is_served(server: Tes
     status, body = await exchange(server, "/v1/jobs", [request[:10], request[10:]],
                                   announced=len(request), pause=BODY_TIMEOUT / 5)
     assert status == 202 and body["state"] in ("queued", "running", "done"), body
+
+
+@pytest.mark.parametrize(("typed", "warned"), [
+    ("winning-post", False), ("winning_post", False), ("winning", True)])
+async def test_a_job_by_any_spelling_of_a_kind_is_taken_under_cuzks_name(
+        server: TestServer, typed: str, warned: bool) -> None:
+    """An old name (a script written before the rename) is accepted all the same, and the
+    reply says what to write; the job is the kind's, under cuzk's name, either way."""
+    request = json.dumps({"proof_kind": typed, "size_log2": 6}).encode()
+    status, body = await exchange(server, "/v1/jobs", [request], announced=len(request))
+    assert status == 202, body
+    assert body["proof_kind"] == "winning-post"
+    assert str(body["job_id"]).startswith("ref-winning-post-")
+    assert ("deprecation" in body) == warned
+    if warned:
+        assert "'winning-post'" in str(body["deprecation"])

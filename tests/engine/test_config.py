@@ -12,6 +12,7 @@ import pytest
 from cuzkd.config import ConfigError
 from cuzkd.config import load_config as load_supervisor_config
 from cuzkd.engine.config import (
+    PARTITIONS,
     ProverConfigError,
     _RawConfig,
     default_config,
@@ -163,3 +164,15 @@ def test_engine_and_supervisor_configs_word_a_bad_key_alike(tmp_path: Path) -> N
         load_supervisor_config(supervisor)
     assert str(engine_error.value) == f"{engine}: key `sizes.snap`: Expected int, got str"
     assert str(supervisor_error.value).startswith(f"{supervisor}: key `engine[0].")
+
+
+def test_sizes_by_old_kind_names_are_taken_with_a_warning_naming_file_and_key(
+        tmp_path: Path) -> None:
+    path = write(tmp_path, "[sizes]\nsnap = 9\nwinning_post = 7\nporep-c2 = 8\n")
+    config = load_config(path)
+    assert [config.size_log2(kind) for kind in PARTITIONS] == [8, 9, 14, 7]
+    assert [n.split(": ")[:2] for n in config.notices] == [[str(path), "key `sizes.snap`"]]
+    assert "'snap-update'" in config.notices[0]
+    with pytest.raises(ProverConfigError,
+                       match=r"key `sizes\.snap-update`: 'snap-update' and 'snap' both name"):
+        load_config(write(tmp_path, "[sizes]\nsnap = 9\nsnap-update = 10\n"))

@@ -19,6 +19,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from cuzkd.cli.dispatch import build_parser
 from cuzkd.status.document import decode_status
 
 Start = Callable[..., Awaitable["EngineProcess"]]
@@ -174,6 +175,30 @@ def _read_until_closed(fd: int) -> bytes:
     finally:
         os.close(fd)
     return b"".join(chunks)
+
+
+@pytest.mark.parametrize(("typed", "warned"), [("window-post", False), ("wpost", True)])
+def test_bench_kind_by_an_old_name_is_cuzks_name_with_a_warning(
+        capsys: pytest.CaptureFixture[str], typed: str, warned: bool) -> None:
+    args = build_parser().parse_args(["bench", "--engine", "unix:/x", "--kind", typed])
+    assert args.kind == "window-post"
+    err = capsys.readouterr().err
+    assert ("cuzkd bench: warning: proof kind 'wpost' is the old name of 'window-post'" in err
+            ) == warned
+    with pytest.raises(SystemExit):  # an unknown kind is still refused
+        build_parser().parse_args(["bench", "--engine", "unix:/x", "--kind", "wpostt"])
+
+
+async def test_an_old_kind_name_in_sizes_is_logged_and_sizes_the_kind(start_engine: Start,
+                                                                       ) -> None:
+    engine = await start_engine("[sizes]\nwinning = 7\n")
+    warning = await engine.wait_event("config_warning")
+    assert "key `sizes.winning`: proof kind 'winning' is the old name of 'winning-post'" in (
+        warning["detail"])
+    async with engine.session() as session:
+        status, body = await submit(session, engine, proof_kind="winning-post")
+        assert status == 202, body
+        assert (await job(session, engine, body["job_id"]))["size_log2"] == 7
 
 
 async def test_bench_draws_no_progress_bar_off_a_terminal(start_engine: Start) -> None:

@@ -60,3 +60,32 @@ def test_a_document_that_is_none_raises_decode_status_error_then_the_next_decode
         decode_status(encoded(bad))
     assert str(ours.value) == str(theirs.value) == "Object missing required field `counters`"
     assert decoder.decode(encoded(base)) == (decode_status(encoded(base)), (), {})
+
+
+def test_every_kind_in_a_document_is_named_as_cuzk_names_it(reference_dir: Path) -> None:
+    """An older reference engine says ``porep``, gRPC ``snap_update``: the series stay one per
+    kind. A map with both spellings of a kind keeps cuzk's entry; an unknown kind stays."""
+    raw: dict[str, Any] = json.loads((reference_dir / "cuzk-status.example.json").read_bytes())
+    raw["pipelines"][0]["proof_kind"] = "porep"
+    raw["pipelines"][1]["proof_kind"] = "snap_update"
+    raw["counters"]["completed_by_kind"] = {"porep": 3, "winning": 2, "proofshare": 1}
+    raw["counters"]["failed_by_kind"] = {"porep": 9, "porep-c2": 1}
+    histogram = {"bounds": [1.0], "bucket_counts": [1], "count": 1, "sum": 0.5}
+    raw["cuzkd_extensions"] = {
+        "phase_transitions": {"snap": {"done": 16}}, "worker_busy": [],
+        "synth_duration_seconds": {"snap": histogram}, "gpu_duration_seconds": {},
+        "job_duration_seconds": {"wpost": histogram}, "jobs_in_flight": 0}
+    salvaged = copy.deepcopy(raw)
+    salvaged["uptime_secs"] = "soon"  # left out by the salvage, which renames all the same
+    decoded = [decode_status(encoded(raw)), StatusDecoder().decode(encoded(raw)).document,
+               StatusDecoder().decode(encoded(salvaged)).document]
+    for document in decoded:
+        assert [p.proof_kind for p in document.pipelines[:2]] == ["porep-c2", "snap-update"]
+        assert document.counters.completed_by_kind == {
+            "porep-c2": 3, "winning-post": 2, "proofshare": 1}
+        assert document.counters.failed_by_kind == {"porep-c2": 1}
+        extensions = document.cuzkd_extensions
+        assert extensions is not None
+        assert list(extensions.phase_transitions) == list(extensions.synth_duration_seconds) \
+            == ["snap-update"]
+        assert list(extensions.job_duration_seconds) == ["window-post"]

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from cuzkd.cli.dispatch import main as dispatch_main
 from cuzkd.config import Config, ConfigError, control_socket_despite_errors, load_config
 from cuzkd.config.loading import MAX_CONFIG_BYTES
 from cuzkd.config.schema import default_engines, default_state_dir, visible_gpu_count
@@ -283,18 +284,41 @@ def test_stall_watchdog_keys(tmp_path: Path) -> None:
 
 def test_proof_deadlines_default_override_and_drop(tmp_path: Path) -> None:
     path = tmp_path / "d.toml"
-    path.write_text('[metrics]\nproof_deadlines = { winning = "15s", porep = "1h", '
-                    'wpost = "0s" }\n' + GOOD_ENGINE)
-    assert load_config(path).metrics.deadlines() == {"winning": 15.0, "porep": 3600.0}
+    path.write_text('[metrics]\nproof_deadlines = { winning-post = "15s", porep-c2 = "1h", '
+                    'window-post = "0s" }\n' + GOOD_ENGINE)
+    assert load_config(path).metrics.deadlines() == {"winning-post": 15.0, "porep-c2": 3600.0}
     path.write_text(GOOD_ENGINE)
-    assert load_config(path).metrics.deadlines() == {"winning": 20.0, "wpost": 1200.0}
-    path.write_text('[metrics]\nproof_deadlines = { wpost = "1m", winning = "soon" }\n'
+    assert load_config(path).metrics.deadlines() == {"winning-post": 20.0, "window-post": 1200.0}
+    path.write_text('[metrics]\nproof_deadlines = { window-post = "1m", winning-post = "soon" }\n'
                     + GOOD_ENGINE)
-    with pytest.raises(ConfigError,
-                       match=r"key `metrics\.proof_deadlines\.winning`: invalid duration 'soon'"):
+    with pytest.raises(ConfigError, match=r"key `metrics\.proof_deadlines\.winning-post`: "
+                                          r"invalid duration 'soon'"):
         load_config(path)
-    path.write_text('[metrics]\nproof_deadlines = { wpost = "9000h" }\n' + GOOD_ENGINE)
-    with pytest.raises(ConfigError, match=r"key `metrics\.proof_deadlines\.wpost`: .*365 days"):
+    path.write_text('[metrics]\nproof_deadlines = { window-post = "9000h" }\n' + GOOD_ENGINE)
+    with pytest.raises(ConfigError,
+                       match=r"key `metrics\.proof_deadlines\.window-post`: .*365 days"):
+        load_config(path)
+
+
+def test_proof_deadlines_by_old_names_are_taken_with_a_warning_naming_file_and_key(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """cuzkd's kind names before cuzk's (``winning``, ``wpost``) still work; the loader keeps
+    cuzk's name and says where to change the file (``check-config`` on stderr); gRPC's
+    spelling is cuzk's own: no warning."""
+    path = tmp_path / "old.toml"
+    path.write_text('[metrics]\nproof_deadlines = { winning = "15s", wpost = "0s", '
+                    'porep_c2 = "1h" }\n' + GOOD_ENGINE)
+    config = load_config(path)
+    assert config.metrics.deadlines() == {"winning-post": 15.0, "porep-c2": 3600.0}
+    assert [n.split(": ")[:2] for n in config.notices] == [
+        [str(path), "key `metrics.proof_deadlines.winning`"],
+        [str(path), "key `metrics.proof_deadlines.wpost`"]]
+    assert dispatch_main(["check-config", str(path)]) == 0
+    assert f"warning: {path}: key `metrics.proof_deadlines.winning`: " in capsys.readouterr().err
+    path.write_text('[metrics]\nproof_deadlines = { winning = "15s", winning-post = "20s" }\n'
+                    + GOOD_ENGINE)
+    with pytest.raises(ConfigError, match=r"key `metrics\.proof_deadlines\.winning-post`: "
+                                          r"'winning-post' and 'winning' both name"):
         load_config(path)
 
 

@@ -14,6 +14,7 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import structlog
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from support.stand_ins import Script, StandInEngines, engine_set, running_phase
@@ -169,3 +170,23 @@ def test_the_reload_route_answers_once_the_file_is_applied_or_refused(tmp_path: 
         await starting.close()
 
     asyncio.run(main())
+
+
+def test_a_reload_logs_the_files_old_kind_names_naming_file_and_key(tmp_path: Path) -> None:
+    config_path = tmp_path / "cuzkd.toml"
+    write_config(config_path, "a")
+
+    async def main() -> list[dict[str, object]]:
+        rig = Rig(config_path)
+        config_path.write_text('[metrics]\nproof_deadlines = { winning = "15s" }\n'
+                               + config_path.read_text())
+        with structlog.testing.capture_logs() as logs:
+            assert (await rig.reloader.reload()).error is None
+        await rig.close()
+        return [e for e in logs if e["event"] == "config_warning"]
+
+    warnings = asyncio.run(main())
+    assert len(warnings) == 1
+    detail = str(warnings[0]["detail"])
+    assert detail.startswith(f"{config_path}: key `metrics.proof_deadlines.winning`: ")
+    assert "'winning-post'" in detail

@@ -21,9 +21,12 @@ import threading
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
+import structlog
+
 from cuzkd.config import Config, ConfigError, load_config
 
 _T = TypeVar("_T")
+log = structlog.get_logger("cuzkd.supervisor")
 
 #: How long a reload waits for the file to be read and validated.
 READ_TIMEOUT = 10.0
@@ -33,6 +36,14 @@ def reload_config(path: str) -> Config:
     """:func:`~cuzkd.config.load_config` for a reload: a FIFO is read for at most
     :data:`READ_TIMEOUT`, so the read always ends."""
     return load_config(path, fifo_wait=READ_TIMEOUT)
+
+
+def log_notices(config: Config) -> None:
+    """The file's warnings (:attr:`Config.notices`: an old proof kind name, ...) as
+    ``config_warning`` events, at start and at each reload: until the file is changed, every
+    load says what to change in it."""
+    for notice in config.notices:
+        log.warning("config_warning", detail=notice)
 
 
 class OffLoopReader(Generic[_T]):

@@ -5,9 +5,10 @@ through a burst, then idles until the next one, and WindowPoSt and winning proof
 between. A steady load kept every worker busy all the time, so the busy gauges, the budget and
 the synthesis panels were flat lines. Here each bundled engine gets, in turn:
 
-* a **burst** of 2-4 jobs submitted at once: 1-3 sector jobs (snap or porep; the first
-  alternates between the two) and one PoSt (wpost and winning in turn), so any two bursts in a
-  row hold every kind. The engine gives each kind its real partition count (16, 10, 1, 1);
+* a **burst** of 2-4 jobs submitted at once: 1-3 sector jobs (snap-update or porep-c2; the
+  first alternates between the two) and one PoSt (window-post and winning-post in turn), so any
+  two bursts in a row hold every kind. The engine gives each kind its real partition count
+  (16, 10, 1, 1);
 * once the engine has finished as many jobs as the burst submitted, an **idle gap** as long as
   the burst took, times a random factor in [0.5, 1.5] (at least ``MIN_GAP``), so each worker is
   busy about half of the time whatever the machine's speed.
@@ -29,13 +30,14 @@ from dataclasses import dataclass
 import aiohttp
 import structlog
 
+from cuzkd.kinds import ProofKind
 from cuzkd.status.client import StatusSource, split_address
 
 log = structlog.get_logger("cuzkd.demo")
 
-SECTOR_KINDS = ("snap", "porep")
-POST_KINDS = ("wpost", "winning")
-#: Sector jobs per burst beyond the first (each snap or porep at random).
+SECTOR_KINDS = (ProofKind.SNAP_UPDATE, ProofKind.POREP_C2)
+POST_KINDS = (ProofKind.WINDOW_POST, ProofKind.WINNING_POST)
+#: Sector jobs per burst beyond the first (each snap-update or porep-c2 at random).
 EXTRA_SECTOR_JOBS = (0, 2)
 GAP_FACTOR = (0.5, 1.5)
 #: Shortest idle gap, seconds: a burst of one small job still leaves a visible gap.

@@ -1,0 +1,97 @@
+"""cuzk's proof kinds: the four names, and every other spelling that means one of them.
+
+A kind is at once a ``proof_kind`` label value, a key of the engine's ``[sizes]`` and of
+``[metrics] proof_deadlines``, a word of ``POST /v1/jobs`` and of ``cuzkd bench --kind``. cuzk
+names them ``porep-c2``, ``snap-update``, ``window-post`` and ``winning-post`` in ``/status``
+(``proof_kind``, the keys of ``completed_by_kind``/``failed_by_kind``), and with underscores in
+its gRPC metrics (``porep_c2``). cuzkd once had names of its own (``porep``, ``snap``, ``wpost``,
+``winning``); files and scripts written then still work, with a warning to change them.
+
+:func:`normalise_kind` maps every spelling to cuzk's, so a kind has one label value whatever
+source it came from (an old release's ``/status``, gRPC, a config file): one series per kind,
+where two spellings would split its counters and miss its deadline. A name it does not know is
+kept as it is: another engine may prove kinds cuzk does not have. :func:`deprecation` is the
+warning for an old name a person typed; the caller says where (file and key, the API's reply,
+the CLI's stderr). :func:`typed_table` does both for a table a person wrote, keyed by kinds.
+
+Dependency-free (the standard library only): every layer, and ``grafana/generate.py``, may
+import it.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from typing import TypeVar
+
+_V = TypeVar("_V")
+
+
+class ProofKind(enum.StrEnum):
+    """A kind of proof cuzk computes, named as cuzk's ``/status`` names it."""
+
+    #: PoRep commit phase 2 (sealing a sector): 10 partitions for 32 and 64 GiB sectors
+    POREP_C2 = "porep-c2"
+    #: SnapDeals' UpdateProve (new data into a committed sector): 16 partitions for 32 GiB
+    SNAP_UPDATE = "snap-update"
+    #: WindowPoSt: proved whole, due within the partition's 30-minute deadline window
+    WINDOW_POST = "window-post"
+    #: WinningPoSt: proved whole, due within about 20 seconds or the block is lost
+    WINNING_POST = "winning-post"
+
+
+#: cuzkd's own names before it took cuzk's: still accepted where a person types a kind.
+OLD_NAMES: dict[str, ProofKind] = {
+    "porep": ProofKind.POREP_C2,
+    "snap": ProofKind.SNAP_UPDATE,
+    "wpost": ProofKind.WINDOW_POST,
+    "winning": ProofKind.WINNING_POST,
+}
+
+#: cuzk's gRPC spellings (``GetMetrics``' ``proof_kind`` labels): the same kinds, no warning.
+GRPC_NAMES: dict[str, ProofKind] = {kind.replace("-", "_"): kind for kind in ProofKind}
+
+#: spelling -> cuzk's name, a plain ``str`` (msgspec takes no ``str`` subclass for a key)
+_SPELLINGS: dict[str, str] = {text: str(kind) for text, kind in {**OLD_NAMES, **GRPC_NAMES}.items()}
+
+
+def normalise_kind(text: str) -> str:
+    """cuzk's name for the kind ``text`` spells; ``text`` itself when it is no known spelling
+    (a cuzk name, or a kind of another engine's)."""
+    return _SPELLINGS.get(text, text)
+
+
+def deprecation(text: str) -> str | None:
+    """The warning for a kind a person typed by its old name; None for any other text."""
+    new = OLD_NAMES.get(text)
+    if new is None:
+        return None
+    return (f"proof kind {text!r} is the old name of {str(new)!r} (cuzk's name); "
+            f"write {str(new)!r}: the old name will stop being accepted")
+
+
+class KindTwice(ValueError):
+    """A table a person wrote names one kind by two spellings (``winning`` and
+    ``winning-post``): which of the two values is meant cannot be guessed."""
+
+    def __init__(self, key: str, first: str, kind: str) -> None:
+        super().__init__(f"{key!r} and {first!r} both name proof kind {kind!r}: keep one")
+        #: the later of the two keys, the one to name in the error
+        self.key = key
+
+
+def typed_table(table: Mapping[str, _V]) -> tuple[dict[str, _V], dict[str, str]]:
+    """A kind -> value table a person wrote (``[sizes]``, ``proof_deadlines``) keyed by cuzk's
+    names, and the :func:`deprecation` warning of each key written with an old name. Raises
+    :class:`KindTwice` when two keys name one kind."""
+    renamed: dict[str, _V] = {}
+    spelled: dict[str, str] = {}
+    warnings: dict[str, str] = {}
+    for key, value in table.items():
+        kind = normalise_kind(key)
+        if kind in renamed:
+            raise KindTwice(key, spelled[kind], kind)
+        renamed[kind], spelled[kind] = value, key
+        if (warning := deprecation(key)) is not None:
+            warnings[key] = warning
+    return renamed, warnings

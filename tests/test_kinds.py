@@ -1,0 +1,67 @@
+"""cuzk's kind names (:mod:`cuzkd.kinds`): every spelling of a kind becomes cuzk's name.
+
+cuzk's ``/status`` says ``porep-c2``, its gRPC metrics ``porep_c2``, cuzkd's files and scripts
+written before the rename ``porep``: one kind, so one label value. Only the old names are a
+person's to change (a warning); gRPC's spelling is cuzk's own (none); an unknown kind is
+another engine's and is kept as sent.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from cuzkd.kinds import KindTwice, ProofKind, deprecation, normalise_kind, typed_table
+
+SPELLINGS = [
+    # (text, cuzk's name, warned)
+    ("porep-c2", "porep-c2", False),
+    ("porep_c2", "porep-c2", False),
+    ("porep", "porep-c2", True),
+    ("snap-update", "snap-update", False),
+    ("snap_update", "snap-update", False),
+    ("snap", "snap-update", True),
+    ("window-post", "window-post", False),
+    ("window_post", "window-post", False),
+    ("wpost", "window-post", True),
+    ("winning-post", "winning-post", False),
+    ("winning_post", "winning-post", False),
+    ("winning", "winning-post", True),
+]
+
+
+@pytest.mark.parametrize(("text", "name", "warned"), SPELLINGS)
+def test_every_spelling_of_a_kind_is_cuzks_name(text: str, name: str, warned: bool) -> None:
+    assert normalise_kind(text) == name
+    warning = deprecation(text)
+    assert (warning is not None) == warned
+    if warning is not None:
+        assert repr(text) in warning and repr(name) in warning
+
+
+def test_the_four_names_are_cuzks() -> None:
+    assert [str(kind) for kind in ProofKind] == [
+        "porep-c2", "snap-update", "window-post", "winning-post"]
+
+
+@pytest.mark.parametrize("text", ["proofshare", "PoRep", "porep-c1", "", "snap "])
+def test_an_unknown_kind_is_kept_as_sent_without_a_warning(text: str) -> None:
+    assert normalise_kind(text) == text
+    assert deprecation(text) is None
+
+
+def test_a_typed_table_is_keyed_by_cuzks_names_with_a_warning_per_old_key() -> None:
+    table, warnings = typed_table({"winning": 15, "window_post": 60, "mine": 1})
+    assert table == {"winning-post": 15, "window-post": 60, "mine": 1}
+    assert list(warnings) == ["winning"]
+
+
+@pytest.mark.parametrize(("table", "later", "first"), [
+    ({"winning": 1, "winning-post": 2}, "winning-post", "winning"),
+    ({"porep-c2": 1, "porep_c2": 2}, "porep_c2", "porep-c2"),
+])
+def test_two_spellings_of_one_kind_in_a_table_are_refused(
+        table: dict[str, int], later: str, first: str) -> None:
+    with pytest.raises(KindTwice) as caught:
+        typed_table(table)
+    assert caught.value.key == later
+    assert repr(first) in str(caught.value)
