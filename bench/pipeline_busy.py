@@ -1,7 +1,7 @@
 """Pipeline throughput and GPU-busy fraction: ``python bench/pipeline_busy.py [--jobs 10]``.
 
 Starts ``cuzkd engine`` on a free port once per ``workers_per_gpu`` setting, runs the same load
-as ``cuzkd bench`` (snap jobs at the engine's default size) and prints throughput, phase
+as ``cuzkd bench`` (snap-update jobs at the engine's default size) and prints throughput, phase
 percentiles and the busy fraction Σ worker busy / (wall × workers). With split proving the
 second worker per device picks up the next partition while the first one's proof is being
 finalized, which is what keeps the device busy.
@@ -39,7 +39,7 @@ def start_engine(config: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--jobs", type=int, default=10)
-    parser.add_argument("--kind", default="snap")
+    parser.add_argument("--kind", default="snap-update")
     parser.add_argument("--size-log2", type=int)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:

@@ -57,7 +57,7 @@ from cuzkd.status.client import StatusSource
 from cuzkd.status.document import encode_status
 from cuzkd.status.tracker import StatusTracker
 
-KINDS = ("porep", "snap", "wpost", "winning")
+KINDS = ("porep-c2", "snap-update", "window-post", "winning-post")
 
 
 def busy_document(jobs: int, partitions: int, workers: int, plain: bool,

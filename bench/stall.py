@@ -37,7 +37,7 @@ def document(jobs: int, moved: bool) -> StatusDocument:
                            gpu_ms=None) for i in range(10)]
         if moved and j == 0:
             parts[0] = Partition(index=0, state="done", synth_ms=1000, gpu_ms=500)
-        pipelines.append(Pipeline(job_id=f"ps-porep-{j:06d}-77-4411-abcdef", proof_kind="porep",
+        pipelines.append(Pipeline(job_id=f"ps-porep-{j:06d}-77-4411-abcdef", proof_kind="porep-c2",
                                   started_secs_ago=12.5, total_partitions=10,
                                   partitions_done=0, partitions=parts))
     workers = [GpuWorker(worker_id=w, gpu_ordinal=w // 4, state="proving",

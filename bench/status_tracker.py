@@ -20,7 +20,7 @@ def drive_lifecycle(tracker: StatusTracker, jobs: int, partitions: int, workers:
     calls = 0
     for j in range(jobs):
         job = f"ps-porep-{j}"
-        tracker.register_job(job, "porep", partitions)
+        tracker.register_job(job, "porep-c2", partitions)
         calls += 1
         for p in range(partitions):
             worker = (j * partitions + p) % workers
@@ -29,7 +29,7 @@ def drive_lifecycle(tracker: StatusTracker, jobs: int, partitions: int, workers:
             tracker.partition_gpu_start(job, p, worker)
             tracker.partition_gpu_end(job, p, worker)
             calls += 4
-        tracker.job_completed(job, "porep", success=True)
+        tracker.job_completed(job, "porep-c2", success=True)
         calls += 1
     return calls
 
@@ -40,7 +40,7 @@ def half_way(jobs: int, partitions: int, workers: int) -> StatusTracker:
     tracker.register_workers((w, w % 2) for w in range(workers))
     for j in range(jobs):
         job = f"ps-porep-{j}"
-        tracker.register_job(job, "porep", partitions)
+        tracker.register_job(job, "porep-c2", partitions)
         for p in range(partitions):
             stage = p % 4
             if stage >= 1:

@@ -19,7 +19,7 @@ for a drain timeout, or never ended; failures a bad build injects on purpose are
 apart), partitions in flight at the stops (``cuzkd_engine_stop_inflight_partitions_total``),
 the swap's duration, exit code and verdict. Prints a Markdown table (docs/benchmarks.md).
 
-    .venv/bin/python bench/swap_analysis.py [--window 15s] [--outstanding 3] [--kind snap]
+    .venv/bin/python bench/swap_analysis.py [--window 15s] [--outstanding 3] [--kind snap-update]
 """
 
 from __future__ import annotations
@@ -148,8 +148,8 @@ def main() -> int:
     parser.add_argument("--window", default="15s", help="--analysis DURATION (default 15s)")
     parser.add_argument("--outstanding", type=int, default=3,
                         help="jobs open per engine at most (default 3)")
-    parser.add_argument("--kind", default="snap",
-                        help="proof kind of the load (default snap: 16 partitions of 2^11)")
+    parser.add_argument("--kind", default="snap-update",
+                        help="proof kind of the load (default snap-update: 16 partitions of 2^11)")
     args = parser.parse_args()
     analysis = ["--analysis", args.window]
     with tempfile.TemporaryDirectory(prefix="cuzkd-swap-bench-") as raw:

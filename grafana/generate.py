@@ -528,22 +528,22 @@ def pipeline() -> Json:
         timeseries("Proof deadlines: job duration p50 / p99 vs deadline", "End-to-end "
                    "duration of finished jobs (accepted to finished; approximate for a plain "
                    "cuzk) by proof kind, with the deadline cuzkd is configured with "
-                   "([metrics] proof_deadlines: winning 20 s, wpost 20 min by default). Rare "
-                   "kinds (winning) show as points. Bad: a p99 at or above its deadline — "
-                   "CuzkdProofSlowerThanDeadline fires.",
+                   "([metrics] proof_deadlines: winning-post 20 s, window-post 20 min by default). "
+                   "Rare kinds (winning-post) show as points. Bad: a p99 at or above its "
+                   "deadline — CuzkdProofSlowerThanDeadline fires.",
                    [*(Q(quantile(q, "cuzk_job_duration_seconds", "proof_kind"),
                         f"{{{{proof_kind}}}} p{int(q * 100)}") for q in (0.5, 0.99)),
                     Q(agg("proof_kind", sel("cuzkd_proof_deadline_seconds", engine=False),
                           op="max"), "{{proof_kind}} deadline")], "s", w=8),
         stat("Proof deadlines: p99 in the time range", "p99 job duration per proof kind over "
              "the whole selected time range (empty for kinds with no finished job in it). "
-             "Bad: winning near 20 s, wpost near 20 min, or any kind near its deadline.",
+             "Bad: winning-post near 20 s, window-post near 20 min, or any kind near its deadline.",
              [Q(f"histogram_quantile(0.99, {agg('le, proof_kind', range_rate)})",
                 "{{proof_kind}}", instant=True, event_only=True)], "s", w=8,
              thresholds=[{"color": "green", "value": None}, {"color": "orange", "value": 15},
                          {"color": "red", "value": 20}]),
         timeseries("Proof deadlines: failed jobs with a deadline", "Failed jobs per rate "
-                   "interval of the proof kinds that have a deadline (winning, wpost by "
+                   "interval of the proof kinds that have a deadline (winning-post, window-post by "
                    "default). Empty is good. Bad: any — the proof has no second chance "
                    "(CuzkdDeadlineProofFailed fires).",
                    [Q(agg("proof_kind", f"{rate('cuzk_jobs_failed_total', fn='increase')} "

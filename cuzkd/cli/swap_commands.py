@@ -203,7 +203,7 @@ def describe_analysis(verdict: dict[str, Any]) -> str:
         ratio = "-" if kind["ratio"] is None else f"{kind['ratio']:.2f}"
         rates = [("-" if r is None else f"{r:.2f}/s")
                  for r in (kind["canary_rate"], kind["baseline_rate"])]
-        lines.append(f"  {'':<12} {kind['proof_kind']:<8} canary {kind['canary_partitions']} "
+        lines.append(f"  {'':<12} {kind['proof_kind']:<12} canary {kind['canary_partitions']} "
                      f"partitions at {rates[0]}, baseline {kind['baseline_partitions']} at "
                      f"{rates[1]}: ratio {ratio}")
     lines.append(f"  {'':<12} failed jobs on the canary: {verdict['canary_failed_jobs']}"

@@ -41,7 +41,7 @@ async def main(budget_bytes: int, log_n: int, partitions: int) -> dict[str, obje
     await engine.start()
     baseline = resident_bytes()
     try:
-        job = engine.submit("porep", partitions, log_n)
+        job = engine.submit("porep-c2", partitions, log_n)
         deadline = time.monotonic() + 240
         while job.finished_at is None:
             assert time.monotonic() < deadline, "the job did not finish"

@@ -51,13 +51,13 @@ async def exchange(server: TestServer, path: str, pieces: list[bytes], announced
 @pytest.mark.parametrize("path", ["/v1/jobs", "/v1/drain"])
 async def test_a_body_shorter_than_announced_gets_a_json_408(server: TestServer,
                                                              path: str) -> None:
-    status, body = await exchange(server, path, [b'{"proof_kind": "snap"'], announced=100)
+    status, body = await exchange(server, path, [b'{"proof_kind": "snap-update"'], announced=100)
     assert status == 408
     assert body == {"error": f"the request body did not arrive within {BODY_TIMEOUT:g}s"}
 
 
 async def test_a_whole_body_sent_slowly_within_the_timeout_is_served(server: TestServer) -> None:
-    request = b'{"proof_kind": "winning", "size_log2": 6}'
+    request = b'{"proof_kind": "winning-post", "size_log2": 6}'
     status, body = await exchange(server, "/v1/jobs", [request[:10], request[10:]],
                                   announced=len(request), pause=BODY_TIMEOUT / 5)
     assert status == 202 and body["state"] in ("queued", "running", "done"), body

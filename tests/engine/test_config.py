@@ -34,7 +34,7 @@ def test_defaults_use_usable_memory_minus_margin() -> None:
     assert config.memory_budget_bytes == usable_memory_bytes() - 5 * 2**30
     assert usable_memory_bytes() <= psutil.virtual_memory().total
     assert config.workers_per_gpu == 2
-    assert config.size_log2("snap") >= 10
+    assert config.size_log2("snap-update") >= 10
 
 
 def test_full_config(tmp_path: Path) -> None:
@@ -47,7 +47,7 @@ synthesis_threads = 4
 synthesis_rounds = 50
 drain_timeout = "1m"
 [sizes]
-snap = 10
+snap-update = 10
 """))
     assert config.memory_budget_bytes == 8 * 2**30
     assert config.workers_per_gpu == 3
@@ -55,8 +55,8 @@ snap = 10
     assert config.synthesis_threads == 4
     assert config.synthesis_rounds == 50
     assert config.drain_timeout_secs == 60.0
-    assert config.size_log2("snap") == 10
-    assert config.size_log2("porep") == default_config().size_log2("porep")
+    assert config.size_log2("snap-update") == 10
+    assert config.size_log2("porep-c2") == default_config().size_log2("porep-c2")
 
 
 @pytest.mark.parametrize(("text", "key"), [
@@ -65,7 +65,7 @@ snap = 10
     ("drain_timeout = 'soon'", "drain_timeout"),
     ("workers_per_gpu = 0", "workers_per_gpu"),
     ("synthesis_rounds = 0", "synthesis_rounds"),
-    ("[sizes]\nsnap = 99", "sizes.snap"),
+    ("[sizes]\nsnap-update = 99", "sizes.snap-update"),
     ("[sizes]\nsnapp = 10", "snapp"),
     ("safety_margin = '100TiB'", "safety_margin"),
     ("drain_timeout = inf", "drain_timeout"),
@@ -80,12 +80,12 @@ def test_errors_name_file_and_key(tmp_path: Path, text: str, key: str) -> None:
 
 
 def test_cli_exits_78_on_bad_config(tmp_path: Path) -> None:
-    path = write(tmp_path, "[sizes]\nsnap = 'big'\n")
+    path = write(tmp_path, "[sizes]\nsnap-update = 'big'\n")
     proc = subprocess.run(
         [sys.executable, "-m", "cuzkd", "engine", "--config", str(path), "--listen",
          "127.0.0.1:0"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 78
-    assert str(path) in proc.stderr and "sizes.snap" in proc.stderr
+    assert str(path) in proc.stderr and "sizes.snap-update" in proc.stderr
 
 
 def test_cli_exits_78_on_a_file_that_is_not_utf8(tmp_path: Path) -> None:
@@ -155,14 +155,14 @@ def test_auto_budget_respects_the_cgroup_limit(tmp_path: Path) -> None:
 def test_engine_and_supervisor_configs_word_a_bad_key_alike(tmp_path: Path) -> None:
     """One formatting of msgspec's errors (cuzkd/validation.py) for both config files."""
     engine = tmp_path / "engine.toml"
-    engine.write_text("[sizes]\nsnap = 'big'\n")
+    engine.write_text("[sizes]\nsnap-update = 'big'\n")
     supervisor = tmp_path / "supervisor.toml"
     supervisor.write_text("[[engine]]\nname = 'a'\nhealth_interval = 'soon'\nrestart = 3\n")
     with pytest.raises(ProverConfigError) as engine_error:
         load_config(engine)
     with pytest.raises(ConfigError) as supervisor_error:
         load_supervisor_config(supervisor)
-    assert str(engine_error.value) == f"{engine}: key `sizes.snap`: Expected int, got str"
+    assert str(engine_error.value) == f"{engine}: key `sizes.snap-update`: Expected int, got str"
     assert str(supervisor_error.value).startswith(f"{supervisor}: key `engine[0].")
 
 

@@ -71,8 +71,8 @@ async def test_jobs_complete_and_every_proof_verifies(
         cuzk_field_errors: Callable[[bytes], list[str]]) -> None:
     engine = engine_factory(2**30)
     await engine.start()
-    jobs = [engine.submit("snap", size_log2=K), engine.submit("porep", 3, K),
-            engine.submit("winning", size_log2=K - 2)]
+    jobs = [engine.submit("snap-update", size_log2=K), engine.submit("porep-c2", 3, K),
+            engine.submit("winning-post", size_log2=K - 2)]
     docs: list[StatusDocument] = []
     await wait_jobs(engine, jobs, on_poll=docs.append)
     for job in jobs:
@@ -83,16 +83,16 @@ async def test_jobs_complete_and_every_proof_verifies(
     # allocations are sampled, not evented: the last poll may predate the tables being built
     engine.refresh_status()
     final = engine.tracker.snapshot()
-    assert final.counters.completed_by_kind == {"snap": 1, "porep": 1, "winning": 1}
+    assert final.counters.completed_by_kind == {"snap-update": 1, "porep-c2": 1, "winning-post": 1}
     # only the cached NTT tables stay held: sizes K-2 .. K+1 on the one CPU device
     assert final.memory.used_bytes == engine.budget.pinned_bytes() == sum(
         prover.table_bytes(log_n) for log_n in range(K - 2, K + 2))
     assert final.buffers.pending_handles == 0
     extensions = final.cuzkd_extensions
     assert extensions is not None and extensions.backend == "numpy"
-    assert extensions.phase_transitions["snap"]["done"] == 16
+    assert extensions.phase_transitions["snap-update"]["done"] == 16
     assert sum(w.busy_seconds_total for w in extensions.worker_busy) > 0
-    assert {a.circuit_id for a in final.allocations.srs} >= {f"snap-2^{K}@0"}
+    assert {a.circuit_id for a in final.allocations.srs} >= {f"snap-update-2^{K}@0"}
     assert all(a.bytes > 0 for a in final.allocations.srs)
     # gauges were fed while running
     assert any(d.buffers.synth_in_flight or d.buffers.provers_in_flight for d in docs)
@@ -117,7 +117,7 @@ async def test_budget_of_two_partitions_bounds_concurrency(
         peaks["synth"] = max(peaks["synth"], doc.synthesis.active)
         peaks["held"] = max(peaks["held"], held)
 
-    jobs = [engine.submit("porep", 4, K + 2) for _ in range(3)]
+    jobs = [engine.submit("porep-c2", 4, K + 2) for _ in range(3)]
     await wait_jobs(engine, jobs, on_poll=check)
     assert all(job.state == "done" and all(job.verified) for job in jobs)
     assert peaks["held"] == 2  # the budget was the limit, not a lack of work
@@ -129,15 +129,15 @@ async def test_oversize_job_fails_while_others_complete(
         engine_factory: Callable[..., Engine]) -> None:
     engine = engine_factory(budget_for(4))
     await engine.start()
-    ok = engine.submit("snap", 4, K)
-    huge = engine.submit("snap", 2, K + 4)
-    ok2 = engine.submit("wpost", size_log2=K)
+    ok = engine.submit("snap-update", 4, K)
+    huge = engine.submit("snap-update", 2, K + 4)
+    ok2 = engine.submit("window-post", size_log2=K)
     assert huge.state == "failed"
     assert huge.error is not None and "whole budget" in huge.error
     await wait_jobs(engine, [ok, ok2])
     assert ok.state == ok2.state == "done"
     counters = engine.tracker.snapshot().counters
-    assert counters.failed_by_kind == {"snap": 1}
+    assert counters.failed_by_kind == {"snap-update": 1}
     assert counters.total_completed == 2
 
 
@@ -145,8 +145,8 @@ def test_bad_requests_are_rejected_without_side_effects() -> None:
     async def scenario() -> None:
         engine = make_engine(2**30)
         try:
-            for kind, partitions, size in [("nope", None, None), ("snap", 0, None),
-                                           ("snap", None, 40), ("snap", 5000, None)]:
+            for kind, partitions, size in [("nope", None, None), ("snap-update", 0, None),
+                                           ("snap-update", None, 40), ("snap-update", 5000, None)]:
                 with pytest.raises(JobRequestError):
                     engine.submit(kind, partitions, size)
             assert engine.jobs == {}
@@ -161,12 +161,12 @@ async def test_drain_finishes_every_accepted_job_queued_ones_too(
         engine_factory: Callable[..., Engine]) -> None:
     engine = engine_factory(budget_for(2, K + 2))
     await engine.start()
-    first = engine.submit("porep", 4, K + 2)
-    second = engine.submit("porep", 4, K + 2)  # queued behind the first: nothing admitted
+    first = engine.submit("porep-c2", 4, K + 2)
+    second = engine.submit("porep-c2", 4, K + 2)  # queued behind the first: nothing admitted
     assert second.admitted == 0
     assert await engine.drain(60.0)
     with pytest.raises(EngineDrainingError):
-        engine.submit("snap")
+        engine.submit("snap-update")
     assert (first.state, second.state) == ("done", "done")
     assert all(prover.verify(p) for job in (first, second) for p in job.proofs if p)
     assert engine.budget.used_bytes() == engine.budget.pinned_bytes()
@@ -179,7 +179,7 @@ async def test_drain_timeout_fails_what_is_still_open_and_says_so(
         engine_factory: Callable[..., Engine]) -> None:
     engine = engine_factory(budget_for(1, K + 4))
     await engine.start()
-    jobs = [engine.submit("porep", 8, K + 4) for _ in range(3)]
+    jobs = [engine.submit("porep-c2", 8, K + 4) for _ in range(3)]
     assert not await engine.drain(0.2)
     assert all(job.finished_at is not None for job in jobs)
     failed = [job for job in jobs if job.state == "failed"]
@@ -194,7 +194,7 @@ async def test_drain_timeout_fails_what_is_still_open_and_says_so(
 async def test_cut_drain_ends_it_at_once(engine_factory: Callable[..., Engine]) -> None:
     engine = engine_factory(budget_for(1, K + 4))
     await engine.start()
-    job = engine.submit("porep", 16, K + 4)
+    job = engine.submit("porep-c2", 16, K + 4)
     assert engine.begin_drain(3600.0, "test")
     assert not engine.begin_drain(1.0, "test"), "a second drain keeps the first's deadline"
     assert engine.drain_remaining_secs() is not None
@@ -219,7 +219,7 @@ async def test_test_failure_rate_fails_every_third_job(
     engine = engine_factory(budget_for(4))
     engine.config = dataclasses.replace(engine.config, test_failure_rate=1 / 3)
     await engine.start()
-    jobs = [engine.submit("winning", 2, K) for _ in range(6)]
+    jobs = [engine.submit("winning-post", 2, K) for _ in range(6)]
     await wait_jobs(engine, jobs)
     assert [job.state for job in jobs] == ["done", "done", "failed"] * 2
     assert all(job.error and INJECTED_FAILURE in job.error for job in jobs[2::3])
@@ -250,11 +250,11 @@ async def test_a_failing_phase_fails_the_job_and_leaves_nothing_held(
         phase: str, reported: str) -> None:
     """Whatever phase raises, the job fails, the next job still completes, and the engine goes
     back to idle: budget fully returned, every worker idle, every buffer gauge at 0."""
-    _fail_partition(monkeypatch, phase, "porep", 1)
+    _fail_partition(monkeypatch, phase, "porep-c2", 1)
     engine = engine_factory(budget_for(2))  # the scheduler has to wait
     await engine.start()
-    bad = engine.submit("porep", 6, K)
-    good = engine.submit("snap", 3, K)
+    bad = engine.submit("porep-c2", 6, K)
+    good = engine.submit("snap-update", 3, K)
     await wait_jobs(engine, [bad, good])
     assert bad.state == "failed" and bad.error is not None
     assert bad.error.startswith(f"partition 1: {reported}")
@@ -265,8 +265,8 @@ async def test_a_failing_phase_fails_the_job_and_leaves_nothing_held(
     assert doc.buffers == Buffers(synth_in_flight=0, provers_in_flight=0, aux_in_flight=0,
                                   shells_in_flight=0, pending_handles=0)
     assert (doc.counters.failed_by_kind, doc.counters.completed_by_kind) == (
-        {"porep": 1}, {"snap": 1})
-    states = [part.state for p in doc.pipelines if p.proof_kind == "porep"
+        {"porep-c2": 1}, {"snap-update": 1})
+    states = [part.state for p in doc.pipelines if p.proof_kind == "porep-c2"
               for part in p.partitions]
     assert states[1] == "failed" and set(states) <= {"done", "failed"}
 
@@ -276,14 +276,14 @@ async def test_partition_granted_after_its_job_failed_is_not_started(
     """Budget for one partition: the scheduler waits for partition 1's reservation while
     partition 0 fails and frees it. The grant must be handed back, not spent proving a partition
     of a job that has already failed."""
-    _fail_partition(monkeypatch, "synthesize", "porep", 0)
+    _fail_partition(monkeypatch, "synthesize", "porep-c2", 0)
     engine = engine_factory(budget_for(1))
     await engine.start()
-    bad = engine.submit("porep", 3, K)
-    good = engine.submit("wpost", 1, K)
+    bad = engine.submit("porep-c2", 3, K)
+    good = engine.submit("window-post", 1, K)
     await wait_jobs(engine, [bad, good])
     assert bad.state == "failed" and good.state == "done"
-    porep = next(p for p in engine.tracker.snapshot().pipelines if p.proof_kind == "porep")
+    porep = next(p for p in engine.tracker.snapshot().pipelines if p.proof_kind == "porep-c2")
     assert [(part.state, part.synth_ms) for part in porep.partitions[1:]] == [
         ("failed", None), ("failed", None)]
     assert engine.budget.used_bytes() == engine.budget.pinned_bytes()
@@ -315,14 +315,14 @@ async def test_a_partition_that_fits_only_without_its_tables_fails_at_submission
     partition but not for them would otherwise admit work it cannot hold."""
     engine = engine_factory(sum(prover.partition_bytes(K)))
     await engine.start()
-    job = engine.submit("wpost", 1, K)
+    job = engine.submit("window-post", 1, K)
     assert job.state == "failed" and job.error is not None
     assert f"size_log2 {K}: partition needs" in job.error
     assert engine.budget.used_bytes() == 0
     # With room for both, the tables are pinned once and stay for later jobs of the size.
     engine = engine_factory(budget_for(1))
     await engine.start()
-    jobs = [engine.submit("wpost", 1, K) for _ in range(2)]
+    jobs = [engine.submit("window-post", 1, K) for _ in range(2)]
     await wait_jobs(engine, jobs)
     assert all(j.state == "done" for j in jobs)
     assert engine.budget.pinned_bytes() == prover.table_bytes(K) + prover.table_bytes(K + 1)

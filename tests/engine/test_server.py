@@ -137,7 +137,7 @@ async def test_bench_completes_20_snap_jobs_while_status_stays_valid(
     tty_output = asyncio.create_task(asyncio.to_thread(_read_until_closed, terminal))
     bench = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "cuzkd", "bench", "--engine", f"http://{engine.address}",
-        "--jobs", "20", "--kind", "snap", "--size-log2", "9", "--json",
+        "--jobs", "20", "--kind", "snap-update", "--size-log2", "9", "--json",
         stdout=asyncio.subprocess.PIPE, stderr=tty)
     os.close(tty)
     out, _ = await asyncio.wait_for(bench.communicate(), 120)
@@ -157,7 +157,7 @@ async def test_bench_completes_20_snap_jobs_while_status_stays_valid(
         assert cuzk_field_errors(raw) == []
         decode_status(raw)
     final = decode_status(polled[-1])
-    assert final.counters.completed_by_kind.get("snap", 0) <= 20
+    assert final.counters.completed_by_kind.get("snap-update", 0) <= 20
     events = engine.events()
     finished = [e for e in events if e["event"] == "job_finished"]
     assert len(finished) == 20 and all(e["verified"] for e in finished)
@@ -206,7 +206,7 @@ async def test_bench_draws_no_progress_bar_off_a_terminal(start_engine: Start) -
     engine = await start_engine()
     bench = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "cuzkd", "bench", "--engine", f"http://{engine.address}",
-        "--jobs", "2", "--kind", "wpost", "--size-log2", "8",
+        "--jobs", "2", "--kind", "window-post", "--size-log2", "8",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(bench.communicate(), 120)
     assert bench.returncode == 0, err.decode()
@@ -217,16 +217,16 @@ async def test_bad_requests_get_json_errors_and_do_not_disturb_jobs(
         start_engine: Start) -> None:
     engine = await start_engine()
     async with engine.session() as session:
-        status, accepted = await submit(session, engine, proof_kind="porep", size_log2=10)
+        status, accepted = await submit(session, engine, proof_kind="porep-c2", size_log2=10)
         assert status == 202
         bad_bodies: list[tuple[bytes, int, str]] = [
             (b"{not json", 400, "malformed"),
             (b'{"proof_kind": "snark"}', 400, "snark"),
-            (b'{"proof_kind": "snap", "partitions": "many"}', 400, "partitions"),
-            (b'{"proof_kind": "snap", "colour": "red"}', 400, "colour"),
+            (b'{"proof_kind": "snap-update", "partitions": "many"}', 400, "partitions"),
+            (b'{"proof_kind": "snap-update", "colour": "red"}', 400, "colour"),
             (b'{"partitions": 3}', 400, "proof_kind"),
-            (b'{"proof_kind": "snap", "size_log2": 30}', 400, "size_log2"),
-            (b'{"proof_kind": "snap", "partitions": 0}', 400, "partitions"),
+            (b'{"proof_kind": "snap-update", "size_log2": 30}', 400, "size_log2"),
+            (b'{"proof_kind": "snap-update", "partitions": 0}', 400, "partitions"),
             (b"x" * 100_000, 413, ""),
         ]
         for body, code, word in bad_bodies:
@@ -237,7 +237,7 @@ async def test_bad_requests_get_json_errors_and_do_not_disturb_jobs(
                 assert word in error
         for content_type in ("text/plain", "application/x-www-form-urlencoded",
                              "application/octet-stream"):
-            async with session.post(f"{engine.base}/v1/jobs", data=b'{"proof_kind": "snap"}',
+            async with session.post(f"{engine.base}/v1/jobs", data=b'{"proof_kind": "snap-update"}',
                                     headers={"Content-Type": content_type}) as response:
                 assert response.status == 415, content_type
                 assert content_type in (await response.json())["error"]
@@ -286,8 +286,8 @@ async def raw_exchange(engine: EngineProcess, request: bytes
 async def test_oversize_job_fails_with_clear_error(start_engine: Start) -> None:
     engine = await start_engine('memory_budget = "1MiB"\n')
     async with engine.session() as session:
-        _, small = await submit(session, engine, proof_kind="snap", size_log2=9)
-        status, huge = await submit(session, engine, proof_kind="snap", size_log2=16)
+        _, small = await submit(session, engine, proof_kind="snap-update", size_log2=9)
+        status, huge = await submit(session, engine, proof_kind="snap-update", size_log2=16)
         assert status == 202
         failed = await wait_done(session, engine, huge["job_id"])
         assert failed["state"] == "failed"
@@ -311,7 +311,7 @@ async def test_unix_socket_listener(start_engine: Start, stale_socket: Path) -> 
     assert file_mode(stale_socket) == 0o600
     bench = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "cuzkd", "bench", "--engine", f"unix:{stale_socket}",
-        "--jobs", "2", "--kind", "wpost", "--size-log2", "8", "--no-progress",
+        "--jobs", "2", "--kind", "window-post", "--size-log2", "8", "--no-progress",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(bench.communicate(), 60)
     assert bench.returncode == 0, err.decode()
@@ -322,8 +322,8 @@ async def test_unix_socket_listener(start_engine: Start, stale_socket: Path) -> 
 
 
 async def running_job(session: aiohttp.ClientSession, engine: EngineProcess, size: int) -> str:
-    """Submit a snap job and return its id once a partition is on a GPU worker."""
-    _, accepted = await submit(session, engine, proof_kind="snap", size_log2=size)
+    """Submit a snap-update job and return its id once a partition is on a GPU worker."""
+    _, accepted = await submit(session, engine, proof_kind="snap-update", size_log2=size)
     deadline = time.monotonic() + 20
     while True:
         async with session.get(f"{engine.base}/status") as response:
@@ -341,7 +341,7 @@ async def test_sigterm_drains_in_flight_partitions_and_exits_0(start_engine: Sta
         engine.proc.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + 10
         while True:  # the signal is handled asynchronously: wait for intake to close
-            status, body = await submit(session, engine, proof_kind="wpost", size_log2=8)
+            status, body = await submit(session, engine, proof_kind="window-post", size_log2=8)
             if status == 503:
                 break
             assert status == 202 and time.monotonic() < deadline
@@ -357,16 +357,16 @@ async def test_sigterm_drains_in_flight_partitions_and_exits_0(start_engine: Sta
 async def test_http_drain_finishes_queued_jobs_then_exits_0(start_engine: Start) -> None:
     engine = await start_engine("memory_budget = '64MiB'\n")
     async with engine.session() as session:
-        accepted = [(await submit(session, engine, proof_kind="porep", partitions=4,
+        accepted = [(await submit(session, engine, proof_kind="porep-c2", partitions=4,
                                   size_log2=16))[1]["job_id"] for _ in range(3)]
         async with session.post(f"{engine.base}/v1/drain", json={"timeout_secs": 120}) as r:
             assert r.status == 202
             answer = await r.json()
         assert answer["draining"] is True and answer["started"] is True
         assert answer["open_jobs"] == 3  # the last two still queued
-        status, body = await submit(session, engine, proof_kind="wpost", size_log2=8)
+        status, body = await submit(session, engine, proof_kind="window-post", size_log2=8)
         assert status == 503 and "draining" in body["error"]
-        async with session.post(f"{engine.base}/v1/jobs", json={"proof_kind": "snap"}) as r:
+        async with session.post(f"{engine.base}/v1/jobs", json={"proof_kind": "snap-update"}) as r:
             assert r.status == 503 and 1 <= int(r.headers["Retry-After"]) <= 120
         async with session.get(f"{engine.base}/healthz") as r:
             assert (await r.json()) == {"status": "draining"}
@@ -384,7 +384,7 @@ async def test_signal_during_http_drain_fails_the_rest_with_drain_timeout(
         start_engine: Start) -> None:
     engine = await start_engine("memory_budget = '24MiB'\n")
     async with engine.session() as session:
-        job_id = (await submit(session, engine, proof_kind="porep", partitions=64,
+        job_id = (await submit(session, engine, proof_kind="porep-c2", partitions=64,
                                size_log2=15))[1]["job_id"]
         async with session.post(f"{engine.base}/v1/drain") as r:
             assert r.status == 202
@@ -404,7 +404,7 @@ async def test_bad_drain_request_is_a_400_and_changes_nothing(start_engine: Star
     async with engine.session() as session:
         async with session.post(f"{engine.base}/v1/drain", data=body) as r:
             assert r.status == 400 and "error" in await r.json()
-        status, _ = await submit(session, engine, proof_kind="wpost", size_log2=8)
+        status, _ = await submit(session, engine, proof_kind="window-post", size_log2=8)
         assert status == 202
 
 

@@ -65,7 +65,7 @@ def _status(base: str) -> StatusDocument:
 
 
 def _submit(base: str) -> None:
-    request = urllib.request.Request(f"{base}/v1/jobs", data=b'{"proof_kind": "snap"}',
+    request = urllib.request.Request(f"{base}/v1/jobs", data=b'{"proof_kind": "snap-update"}',
                                      method="POST", headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=10) as resp:
         assert resp.status in (200, 201, 202)

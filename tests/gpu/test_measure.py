@@ -16,7 +16,7 @@ def _doc(waiting: int, busy: float) -> StatusDocument:
              for i in range(waiting)]
     raw: dict[str, Any] = {
         **STATUS,  # the smallest valid document (the supervisor tests' fake engine serves it)
-        "pipelines": [{"job_id": "j", "proof_kind": "snap", "started_secs_ago": 0.0,
+        "pipelines": [{"job_id": "j", "proof_kind": "snap-update", "started_secs_ago": 0.0,
                        "total_partitions": max(waiting, 1), "partitions_done": 0,
                        "partitions": parts}],
         "cuzkd_extensions": {

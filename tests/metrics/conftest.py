@@ -61,18 +61,19 @@ def histogram(observations: list[float]) -> Histogram:
 
 @pytest.fixture(scope="session")
 def example_extensions() -> Extensions:
-    """Extensions consistent with the example document (porep and winning jobs, 2 workers)."""
+    """Extensions consistent with the example document (porep-c2 and snap-update jobs, 2
+    workers)."""
     return Extensions(
         phase_transitions={
-            "porep": {"synthesizing": 420, "synth_done": 416, "gpu": 415, "done": 414,
+            "porep-c2": {"synthesizing": 420, "synth_done": 416, "gpu": 415, "done": 414,
                       "failed": 1},
-            "winning": {"synthesizing": 16, "synth_done": 16, "gpu": 16, "done": 16},
+            "snap-update": {"synthesizing": 256, "synth_done": 256, "gpu": 256, "done": 256},
         },
         worker_busy=[WorkerBusyTotal(worker_id=0, gpu_ordinal=0, busy_seconds_total=512.5),
                      WorkerBusyTotal(worker_id=1, gpu_ordinal=0, busy_seconds_total=498.25)],
-        synth_duration_seconds={"porep": histogram([30.1, 30.2, 44.0]),
-                                "winning": histogram([1.6])},
-        gpu_duration_seconds={"porep": histogram([2.15, 2.2]), "winning": histogram([0.4])},
+        synth_duration_seconds={"porep-c2": histogram([30.1, 30.2, 44.0]),
+                                "snap-update": histogram([9.1])},
+        gpu_duration_seconds={"porep-c2": histogram([2.15, 2.2]), "snap-update": histogram([0.4])},
         jobs_in_flight=3,
         gpu_devices=[GpuDevice(gpu_ordinal=0, name="NVIDIA H100", used_bytes=60 * 2**30,
                                total_bytes=80 * 2**30, pool_bytes=50 * 2**30,

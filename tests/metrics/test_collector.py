@@ -32,10 +32,10 @@ def test_example_document_values(example_status, make_engine, scrape):
                        gpu="0") == pytest.approx(1.21)
     assert s.get_value("cuzk_gpu_worker_current_busy_seconds", engine="e0", worker="1",
                        gpu="0") == 0
-    # partitions by phase: porep 4 done, 1 gpu, 1 synth_done, 3 synthesizing, 1 pending
+    # partitions by phase: porep-c2 4 done, 1 gpu, 1 synth_done, 3 synthesizing, 1 pending
     porep = {"pending": 1, "synthesizing": 3, "synth_done": 1, "gpu": 1, "done": 4, "failed": 0}
-    winning = dict.fromkeys(PARTITION_STATES, 0) | {"done": 1}
-    for kind, expected in (("porep", porep), ("winning", winning)):
+    snap = dict.fromkeys(PARTITION_STATES, 0) | {"done": 16}
+    for kind, expected in (("porep-c2", porep), ("snap-update", snap)):
         for phase, count in expected.items():
             assert s.get_value("cuzk_partitions", engine="e0", proof_kind=kind,
                                phase=phase) == count, (kind, phase)
@@ -44,12 +44,12 @@ def test_example_document_values(example_status, make_engine, scrape):
     assert s.get_value("cuzk_memory_budget_available_bytes", engine="e0") == 169114337280
     assert s.get_value("cuzk_synthesis_active", engine="e0") == 3
     assert s.get_value("cuzk_synthesis_max_concurrent", engine="e0") == 19
-    assert s.get_value("cuzk_jobs_completed_total", engine="e0", proof_kind="porep") == 41
-    assert s.get_value("cuzk_jobs_completed_total", engine="e0", proof_kind="winning") == 16
-    assert s.get_value("cuzk_jobs_failed_total", engine="e0", proof_kind="porep") == 1
-    assert s.get_value("cuzk_jobs_failed_total", engine="e0", proof_kind="winning") == 0
+    assert s.get_value("cuzk_jobs_completed_total", engine="e0", proof_kind="porep-c2") == 41
+    assert s.get_value("cuzk_jobs_completed_total", engine="e0", proof_kind="snap-update") == 16
+    assert s.get_value("cuzk_jobs_failed_total", engine="e0", proof_kind="porep-c2") == 1
+    assert s.get_value("cuzk_jobs_failed_total", engine="e0", proof_kind="snap-update") == 0
     assert s.get_value("cuzk_queue_depth", engine="e0") == 2
-    # without extensions: jobs with an unfinished partition (the porep one)
+    # without extensions: jobs with an unfinished partition (the porep-c2 one)
     assert s.get_value("cuzk_jobs_in_flight", engine="e0") == 1
     assert s.get_value("cuzk_allocation_bytes", engine="e0", kind="srs",
                        circuit="porep-32g") == 47244640256
@@ -71,24 +71,24 @@ def test_extensions_values(example_status, example_extensions, make_engine, scra
     assert s.get_value("cuzk_gpu_worker_busy_seconds_total", engine="e0", worker="1",
                        gpu="0") == 498.25
     assert s.get_value("cuzk_partition_phase_transitions_total", engine="e0",
-                       proof_kind="porep", phase="gpu") == 415
+                       proof_kind="porep-c2", phase="gpu") == 415
     # every counted phase of every kind, 0 where the engine has no entry
     assert s.get_value("cuzk_partition_phase_transitions_total", engine="e0",
-                       proof_kind="winning", phase="failed") == 0
+                       proof_kind="snap-update", phase="failed") == 0
     assert len(s.named("cuzk_partition_phase_transitions_total")) == 2 * len(COUNTED_PHASES)
     # histograms: cumulative le buckets, +Inf, count, sum
     assert s.get_value("cuzk_partition_synth_duration_seconds_bucket", engine="e0",
-                       proof_kind="porep", le="30.0") == 0
+                       proof_kind="porep-c2", le="30.0") == 0
     assert s.get_value("cuzk_partition_synth_duration_seconds_bucket", engine="e0",
-                       proof_kind="porep", le="45.0") == 3
+                       proof_kind="porep-c2", le="45.0") == 3
     assert s.get_value("cuzk_partition_synth_duration_seconds_bucket", engine="e0",
-                       proof_kind="porep", le="+Inf") == 3
+                       proof_kind="porep-c2", le="+Inf") == 3
     assert s.get_value("cuzk_partition_synth_duration_seconds_count", engine="e0",
-                       proof_kind="porep") == 3
+                       proof_kind="porep-c2") == 3
     assert s.get_value("cuzk_partition_synth_duration_seconds_sum", engine="e0",
-                       proof_kind="porep") == pytest.approx(104.3)
+                       proof_kind="porep-c2") == pytest.approx(104.3)
     assert s.get_value("cuzk_partition_gpu_duration_seconds_bucket", engine="e0",
-                       proof_kind="winning", le="0.5") == 1
+                       proof_kind="snap-update", le="0.5") == 1
     # extensions win over counting pipelines (unpartitioned jobs are not listed)
     assert s.get_value("cuzk_jobs_in_flight", engine="e0") == 3
     assert s.get_value("cuzk_gpu_memory_used_bytes", engine="e0", gpu="0") == 60 * 2**30
@@ -209,19 +209,19 @@ def test_duplicates_do_not_break_the_exposition(example_status, example_extensio
                     make_engine("e0", status=None)]))
     assert s.get_value("cuzkd_engine_up", engine="e0") == 1  # first entry wins
     assert len(s.named("cuzk_gpu_worker_busy")) == 2
-    assert s.get_value("cuzk_partitions", engine="e0", proof_kind="porep", phase="done") == 4
+    assert s.get_value("cuzk_partitions", engine="e0", proof_kind="porep-c2", phase="done") == 4
 
 
 def test_malformed_histogram_is_dropped_not_fatal(example_status, example_extensions,
                                                   make_engine, scrape):
-    bad = msgspec.structs.replace(example_extensions.gpu_duration_seconds["porep"], count=0)
+    bad = msgspec.structs.replace(example_extensions.gpu_duration_seconds["porep-c2"], count=0)
     ext = msgspec.structs.replace(
         example_extensions,
-        gpu_duration_seconds={**example_extensions.gpu_duration_seconds, "porep": bad})
+        gpu_duration_seconds={**example_extensions.gpu_duration_seconds, "porep-c2": bad})
     s = scrape(one([make_engine("e0", status=example_status, extensions=ext)]))
     kinds = {dict(labels)["proof_kind"]
              for labels in s.named("cuzk_partition_gpu_duration_seconds_count")}
-    assert kinds == {"winning"}
+    assert kinds == {"snap-update"}
 
 
 def test_config_reload_families(make_engine, scrape):
@@ -252,16 +252,16 @@ def test_job_duration_histogram_per_proof_kind(example_status, example_extension
                                                scrape):
     jobs = Histogram(bounds=list(JOB_DURATION_BUCKETS),
                      bucket_counts=[0, 0, 0, 0, 1, 2] + [3] * 13, count=3, sum=49.5)
-    ext = msgspec.structs.replace(example_extensions, job_duration_seconds={"winning": jobs})
+    ext = msgspec.structs.replace(example_extensions, job_duration_seconds={"winning-post": jobs})
     s = scrape(one([make_engine("e0", status=example_status, extensions=ext)]))
-    assert s.get_value("cuzk_job_duration_seconds_bucket", engine="e0", proof_kind="winning",
+    assert s.get_value("cuzk_job_duration_seconds_bucket", engine="e0", proof_kind="winning-post",
                        le="20.0") == 2
-    assert s.get_value("cuzk_job_duration_seconds_bucket", engine="e0", proof_kind="winning",
+    assert s.get_value("cuzk_job_duration_seconds_bucket", engine="e0", proof_kind="winning-post",
                        le="3600.0") == 3
     assert s.get_value("cuzk_job_duration_seconds_count", engine="e0",
-                       proof_kind="winning") == 3
+                       proof_kind="winning-post") == 3
     assert s.get_value("cuzk_job_duration_seconds_sum", engine="e0",
-                       proof_kind="winning") == 49.5
+                       proof_kind="winning-post") == 49.5
 
 
 def test_stall_families(make_engine, scrape):
@@ -273,9 +273,10 @@ def test_stall_families(make_engine, scrape):
 
 
 def test_proof_deadlines_family(make_engine, scrape):
-    s = scrape(one([make_engine("e0")], proof_deadlines={"winning": 20.0, "wpost": 1200.0}))
+    s = scrape(one([make_engine("e0")],
+                   proof_deadlines={"winning-post": 20.0, "window-post": 1200.0}))
     assert s.named("cuzkd_proof_deadline_seconds") == {
-        (("proof_kind", "winning"),): 20.0, (("proof_kind", "wpost"),): 1200.0}
+        (("proof_kind", "winning-post"),): 20.0, (("proof_kind", "window-post"),): 1200.0}
 
 
 def test_nvml_gpu_families(make_engine, scrape):

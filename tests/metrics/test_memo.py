@@ -19,22 +19,22 @@ from .conftest import parse, pipeline
 def test_phase_tally_follows_every_change_of_the_listing():
     tally = PhaseTally()
     listings = [
-        [pipeline("j1", "porep", "gpu", "pending"), pipeline("j2", "snap", "done")],
+        [pipeline("j1", "porep-c2", "gpu", "pending"), pipeline("j2", "snap-update", "done")],
         # the same listing, decoded again (equal, not identical)
-        [pipeline("j1", "porep", "gpu", "pending"), pipeline("j2", "snap", "done")],
+        [pipeline("j1", "porep-c2", "gpu", "pending"), pipeline("j2", "snap-update", "done")],
         # j1 moved on, j2 changed kind, j3 appeared, listed twice (the first entry counts)
-        [pipeline("j1", "porep", "done", "synthesizing"), pipeline("j2", "wpost", "done"),
-         pipeline("j3", "snap", "failed"), pipeline("j3", "snap", "done")],
-        # j1 gone, j2 back to snap
-        [pipeline("j2", "snap", "done")],
+        [pipeline("j1", "porep-c2", "done", "synthesizing"), pipeline("j2", "window-post", "done"),
+         pipeline("j3", "snap-update", "failed"), pipeline("j3", "snap-update", "done")],
+        # j1 gone, j2 back to snap-update
+        [pipeline("j2", "snap-update", "done")],
         [],
     ]
     for listing in listings:
         assert tally.count(listing) == partitions_by_phase(listing)
     tally.count(listings[2])
-    assert tally.count(listings[3]) == {"snap": {
+    assert tally.count(listings[3]) == {"snap-update": {
         "pending": 0, "synthesizing": 0, "synth_done": 0, "gpu": 0, "done": 1, "failed": 0}}
-    assert tally.count([pipeline("j1", "porep", "gpu")])["porep"]["gpu"] == 1
+    assert tally.count([pipeline("j1", "porep-c2", "gpu")])["porep-c2"]["gpu"] == 1
 
 
 def histogram(counts: list[int], count: int, total: float) -> Histogram:
@@ -69,14 +69,14 @@ def test_histograms_render_their_current_content_scrape_after_scrape(
     seen = []
     for version in versions:
         ext = msgspec.structs.replace(example_extensions,
-                                      gpu_duration_seconds={"porep": version})
+                                      gpu_duration_seconds={"porep-c2": version})
         ours, theirs = exposition_pair(SupervisorSample(
             engines=[make_engine("e0", status=example_status, extensions=ext),
                      make_engine("e1", status=example_status, extensions=example_extensions)],
             zombies_reaped_total=0))
         assert ours == theirs
         seen.append(parse(ours.decode()).named("cuzk_partition_gpu_duration_seconds_count"))
-    counts = [dict(s).get((("engine", "e0"), ("proof_kind", "porep"))) for s in seen]
+    counts = [dict(s).get((("engine", "e0"), ("proof_kind", "porep-c2"))) for s in seen]
     assert counts == [3, 3, 3, 4, 4, 4, 4, 4, None, 3]
 
 
@@ -88,9 +88,9 @@ def test_partition_gauges_follow_a_moved_job(example_status, example_extensions,
             zombies_reaped_total=0))
         assert ours == theirs
         return parse(ours.decode()).get_value("cuzk_partitions", engine="memo",
-                                              proof_kind="porep", phase="gpu")
+                                              proof_kind="porep-c2", phase="gpu")
 
-    assert gpu_partitions([pipeline("j1", "porep", "gpu", "gpu")]) == 2
-    assert gpu_partitions([pipeline("j1", "porep", "gpu", "gpu")]) == 2
-    assert gpu_partitions([pipeline("j1", "porep", "gpu", "done")]) == 1
-    assert gpu_partitions([pipeline("j2", "porep", "done")]) == 0
+    assert gpu_partitions([pipeline("j1", "porep-c2", "gpu", "gpu")]) == 2
+    assert gpu_partitions([pipeline("j1", "porep-c2", "gpu", "gpu")]) == 2
+    assert gpu_partitions([pipeline("j1", "porep-c2", "gpu", "done")]) == 1
+    assert gpu_partitions([pipeline("j2", "porep-c2", "done")]) == 0

@@ -21,7 +21,7 @@ def test_a_wrapped_counter_leaves_out_its_series_and_exports_the_others(
         reference_dir, make_engine, scrape):
     raw = json.loads((reference_dir / "cuzk-status.example.json").read_bytes())
     raw["buffers"]["synth_in_flight"] = 2**64 - 1
-    raw["counters"]["completed_by_kind"]["porep"] = -1
+    raw["counters"]["completed_by_kind"]["porep-c2"] = -1
     doc, errors, _ = StatusDecoder().decode(json.dumps(raw).encode())
     counted = {e.reason: 2 for e in errors}  # as if two such documents had been decoded
     s = scrape(one([make_engine("e0", status=doc, status_field_errors_total=counted)]))
@@ -29,8 +29,8 @@ def test_a_wrapped_counter_leaves_out_its_series_and_exports_the_others(
     assert buffers == {"provers": 2, "aux": 1, "shells": 0}  # no "synth"
     completed = {dict(labels)["proof_kind"]: v
                  for labels, v in s.named("cuzk_jobs_completed_total").items()}
-    assert completed == {"winning": 16}  # porep's count did not decode: absent, not 0
-    assert s.get_value("cuzk_jobs_failed_total", engine="e0", proof_kind="porep") == 1
+    assert completed == {"snap-update": 16}  # porep-c2's count did not decode: absent, not 0
+    assert s.get_value("cuzk_jobs_failed_total", engine="e0", proof_kind="porep-c2") == 1
     assert s.get_value("cuzk_memory_budget_total_bytes", engine="e0") == 270582939648
     assert s.get_value("cuzkd_engine_up", engine="e0") == 1
     assert {dict(labels)["reason"]: v

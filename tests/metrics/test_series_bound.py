@@ -8,7 +8,7 @@ from __future__ import annotations
 from cuzkd.metrics.sample import SupervisorSample
 from cuzkd.status.tracker import StatusTracker
 
-KINDS = ("porep", "snap")
+KINDS = ("porep-c2", "snap-update")
 WORKERS = [(0, 0), (1, 0)]
 
 
@@ -56,7 +56,7 @@ def test_series_count_is_independent_of_jobs_processed(make_engine, scrape):
     run_jobs(tracker, clock, 11, 490)
     late = scrape(sample_of(tracker, make_engine))
 
-    assert late.get_value("cuzk_jobs_completed_total", engine="e0", proof_kind="porep") > 200
+    assert late.get_value("cuzk_jobs_completed_total", engine="e0", proof_kind="porep-c2") > 200
     assert not any("job" in dict(labels) for _, labels in late)
     assert len(early) == len(late)
     assert set(early) == set(late)

@@ -26,27 +26,27 @@ def test_first_by_keeps_first_occurrence_in_order():
 
 
 def test_partitions_by_phase_counts_all_phases_and_dedupes_jobs():
-    jobs = [pipeline("j1", "porep", "done", "gpu", "pending"),
-            pipeline("j1", "porep", "done", "done", "done"),  # duplicate id: ignored
-            pipeline("j2", "snap", "failed")]
+    jobs = [pipeline("j1", "porep-c2", "done", "gpu", "pending"),
+            pipeline("j1", "porep-c2", "done", "done", "done"),  # duplicate id: ignored
+            pipeline("j2", "snap-update", "failed")]
     counts = partitions_by_phase(jobs)
-    assert counts["porep"] == {"pending": 1, "synthesizing": 0, "synth_done": 0, "gpu": 1,
+    assert counts["porep-c2"] == {"pending": 1, "synthesizing": 0, "synth_done": 0, "gpu": 1,
                                "done": 1, "failed": 0}
-    assert counts["snap"]["failed"] == 1
-    assert sum(counts["snap"].values()) == 1
+    assert counts["snap-update"]["failed"] == 1
+    assert sum(counts["snap-update"].values()) == 1
 
 
 def test_unfinished_jobs_ignores_terminal_jobs():
-    jobs = [pipeline("a", "porep", "done", "failed"), pipeline("b", "porep", "done", "gpu"),
-            pipeline("b", "porep", "done", "gpu"), pipeline("c", "snap", "pending")]
+    jobs = [pipeline("a", "porep-c2", "done", "failed"), pipeline("b", "porep-c2", "done", "gpu"),
+            pipeline("b", "porep-c2", "done", "gpu"), pipeline("c", "snap-update", "pending")]
     assert unfinished_jobs(jobs) == 2
 
 
 def test_proof_kinds_union_is_sorted(example_status, example_extensions):
     doc = msgspec.structs.replace(example_status, pipelines=[])
-    assert proof_kinds(doc, None) == ["porep", "winning"]
-    ext = msgspec.structs.replace(example_extensions, phase_transitions={"snap": {}})
-    assert proof_kinds(doc, ext) == ["porep", "snap", "winning"]
+    assert proof_kinds(doc, None) == ["porep-c2", "snap-update"]
+    ext = msgspec.structs.replace(example_extensions, phase_transitions={"window-post": {}})
+    assert proof_kinds(doc, ext) == ["porep-c2", "snap-update", "window-post"]
 
 
 def test_bytes_by_circuit_sums_duplicates():

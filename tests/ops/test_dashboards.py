@@ -357,7 +357,7 @@ def test_composite_panel_queries_compute_what_they_claim(tmp_path: Path) -> None
     series |= {f'cuzk_gpu_worker_busy{{{where}, worker="{w}", gpu="0"}}': v
                for w, v in (("0", "0x5"), ("1", "1x5"))}
     series |= {f"cuzk_queue_depth{{{where}}}": "0x5",
-               f'cuzk_partitions{{{where}, proof_kind="porep", phase="synth_done"}}': "2x5"}
+               f'cuzk_partitions{{{where}, proof_kind="porep-c2", phase="synth_done"}}': "2x5"}
     expected = {"Engine states": 3, "Idle workers while work is queued": 1}
     (tmp_path / "none.yml").write_text("groups: []\n")
     doc = {"rule_files": ["none.yml"], "evaluation_interval": "1m", "tests": [{

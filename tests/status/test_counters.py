@@ -19,8 +19,9 @@ def test_bounds_are_inclusive_cumulative_and_overflow_goes_to_inf_only() -> None
 
 def test_a_kind_gets_all_its_series_at_zero_when_first_seen() -> None:
     kinds = KindCounters()
-    kinds.ensure_kind("snap")
-    kinds.entered("snap", "gpu")
-    assert kinds.phase_transitions() == {"snap": dict.fromkeys(COUNTED_PHASES, 0) | {"gpu": 1}}
-    assert kinds.synth_histograms()["snap"].count == 0
-    assert kinds.gpu_histograms()["snap"].bucket_counts == [0] * len(DURATION_BUCKETS)
+    kinds.ensure_kind("snap-update")
+    kinds.entered("snap-update", "gpu")
+    assert kinds.phase_transitions() == {
+        "snap-update": dict.fromkeys(COUNTED_PHASES, 0) | {"gpu": 1}}
+    assert kinds.synth_histograms()["snap-update"].count == 0
+    assert kinds.gpu_histograms()["snap-update"].bucket_counts == [0] * len(DURATION_BUCKETS)

@@ -26,7 +26,7 @@ def test_each_document_decodes_as_decode_status_whatever_changed(reference_dir: 
     docs[2]["pipelines"][0]["partitions"][0]["state"] = "failed"  # a partition moved
     docs[3]["pipelines"][0]["partitions"][0]["state"] = "failed"
     docs[3]["pipelines"][0]["started_secs_ago"] += 5  # same partitions, other fields moved
-    docs[3]["pipelines"][0]["proof_kind"] = "snap"
+    docs[3]["pipelines"][0]["proof_kind"] = "snap-update"
     docs[4]["pipelines"].append({**copy.deepcopy(job), "job_id": "new"})  # a job appeared
     docs[5]["pipelines"] = [{**copy.deepcopy(job), "job_id": "new"}, job]  # reordered, one gone
     docs[6]["pipelines"] = [job, {**copy.deepcopy(job), "partitions": []}]  # listed twice

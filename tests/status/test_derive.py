@@ -75,14 +75,14 @@ def test_first_observation_counts_every_phase_each_partition_passed(
     deriver = ExtensionDeriver(clock=clock)
     deriver.observe(decode(example))
     ext = deriver.extensions()
-    # porep: 4 done, 1 gpu, 1 synth_done, 3 synthesizing, 1 pending
-    assert counts(ext, "porep") == (9, 6, 5, 4, 0)
-    assert counts(ext, "winning") == (1, 1, 1, 1, 0)
-    synth, gpu = ext.synth_duration_seconds["porep"], ext.gpu_duration_seconds["porep"]
+    # porep-c2: 4 done, 1 gpu, 1 synth_done, 3 synthesizing, 1 pending
+    assert counts(ext, "porep-c2") == (9, 6, 5, 4, 0)
+    assert counts(ext, "snap-update") == (16, 16, 16, 16, 0)
+    synth, gpu = ext.synth_duration_seconds["porep-c2"], ext.gpu_duration_seconds["porep-c2"]
     assert (synth.count, synth.sum) == (6, pytest.approx((30110 + 30111 + 30112 + 30113
                                                           + 30422 + 30390) / 1000))
     assert (gpu.count, gpu.sum) == (4, pytest.approx((2150 + 2151 + 2152 + 2153) / 1000))
-    assert ext.gpu_duration_seconds["winning"].sum == pytest.approx(0.402)
+    assert ext.gpu_duration_seconds["snap-update"].sum == pytest.approx(sum(range(402, 418)) / 1000)
     assert busy(ext) == {0: pytest.approx(1.21), 1: 0.0}
     assert ext.jobs_in_flight == 1
     assert (ext.backend, ext.gpu_devices) == ("cuzk", [])
@@ -105,24 +105,24 @@ def test_partitions_skipping_phases_between_polls_count_each_entry_once(
     deriver.observe(decode(later))
     ext = deriver.extensions()
     # synthesizing +1 (p9); synth_done +2 (p9, p7); gpu +3 (p9, p7, p5); done +1; failed +2
-    assert counts(ext, "porep") == (10, 8, 8, 5, 2)
-    assert ext.synth_duration_seconds["porep"].count == 8  # + p9 and p7 (reached gpu)
-    assert ext.gpu_duration_seconds["porep"].count == 5  # + p9
+    assert counts(ext, "porep-c2") == (10, 8, 8, 5, 2)
+    assert ext.synth_duration_seconds["porep-c2"].count == 8  # + p9 and p7 (reached gpu)
+    assert ext.gpu_duration_seconds["porep-c2"].count == 5  # + p9
 
     again = poll(clock, later)
     set_partition(again, POREP, 5, "done", 30390, 2000)
     deriver.observe(decode(again))
     deriver.observe(decode(poll(clock, again)))
     ext = deriver.extensions()
-    assert counts(ext, "porep") == (10, 8, 8, 6, 2)
-    assert ext.gpu_duration_seconds["porep"].count == 6
+    assert counts(ext, "porep-c2") == (10, 8, 8, 6, 2)
+    assert ext.gpu_duration_seconds["porep-c2"].count == 6
 
 
 def test_worker_switching_partitions_between_polls_keeps_busy_time_monotonic(
     example: dict[str, Any], clock: Clock
 ) -> None:
     deriver = ExtensionDeriver(clock=clock)
-    deriver.observe(decode(example))  # w0 on (porep, 4) for 1.21 s
+    deriver.observe(decode(example))  # w0 on (porep-c2, 4) for 1.21 s
     doc = poll(clock, example)
     set_worker(doc, 0, POREP, 4, 1.9)
     deriver.observe(decode(doc))
@@ -147,15 +147,15 @@ def test_vanished_jobs_are_forgotten_and_counters_kept(
 ) -> None:
     deriver = ExtensionDeriver(clock=clock)
     deriver.observe(decode(example))
-    before = counts(deriver.extensions(), "winning")
+    before = counts(deriver.extensions(), "snap-update")
     doc = poll(clock, example)
-    doc["pipelines"] = [p for p in doc["pipelines"] if p["proof_kind"] != "winning"]
+    doc["pipelines"] = [p for p in doc["pipelines"] if p["proof_kind"] != "snap-update"]
     deriver.observe(decode(doc))
-    assert counts(deriver.extensions(), "winning") == before
+    assert counts(deriver.extensions(), "snap-update") == before
     back = poll(clock, doc)
     back["pipelines"] = example["pipelines"]
     deriver.observe(decode(back))  # forgotten: seen as a new job
-    assert counts(deriver.extensions(), "winning") == (2, 2, 2, 2, 0)
+    assert counts(deriver.extensions(), "snap-update") == (32, 32, 32, 32, 0)
 
 
 def test_engine_restart_resets_counters(example: dict[str, Any], clock: Clock) -> None:
@@ -163,12 +163,12 @@ def test_engine_restart_resets_counters(example: dict[str, Any], clock: Clock) -
     deriver.observe(decode(example))
     fresh = poll(clock, example)
     fresh["uptime_secs"] = 3.0  # uptime went down
-    fresh["pipelines"] = [p for p in fresh["pipelines"] if p["proof_kind"] == "winning"]
+    fresh["pipelines"] = [p for p in fresh["pipelines"] if p["proof_kind"] == "snap-update"]
     set_worker(fresh, 0, None, None, None)
     deriver.observe(decode(fresh))
     ext = deriver.extensions()
-    assert counts(ext, "winning") == (1, 1, 1, 1, 0)
-    assert "porep" not in ext.phase_transitions
+    assert counts(ext, "snap-update") == (16, 16, 16, 16, 0)
+    assert "porep-c2" not in ext.phase_transitions
     assert busy(ext) == {0: 0.0, 1: 0.0}
 
 
@@ -180,7 +180,7 @@ def test_restart_missed_by_uptime_is_caught_by_start_time_jump(
     jittery = poll(clock, example, uptime_delta=1.0)
     clock.now += RESTART_SLACK_SECS / 2  # a slow fetch is not a restart
     deriver.observe(decode(jittery))
-    assert counts(deriver.extensions(), "porep") == (9, 6, 5, 4, 0)
+    assert counts(deriver.extensions(), "porep-c2") == (9, 6, 5, 4, 0)
     # the engine died; its successor came up and had run 900 s by our next look, 1000 s later
     clock.now += 1000.0
     successor = copy.deepcopy(example)
@@ -219,14 +219,14 @@ def test_failure_after_synthesis_is_counted_once_however_long_it_stays_listed(
     a lower rank than its last state; it must still be remembered as failed, or each later poll
     that lists it counts ``failed`` again."""
     deriver = ExtensionDeriver(clock=clock)
-    deriver.observe(decode(example))  # porep partition 5 is synth_done
-    before = counts(deriver.extensions(), "porep")
+    deriver.observe(decode(example))  # porep-c2 partition 5 is synth_done
+    before = counts(deriver.extensions(), "porep-c2")
     doc = poll(clock, example)
     set_partition(doc, POREP, 5, "failed", 30390, None)
     for _ in range(3):
         deriver.observe(decode(doc))
         doc = poll(clock, doc)
-    assert counts(deriver.extensions(), "porep") == (*before[:4], before[4] + 1)
+    assert counts(deriver.extensions(), "porep-c2") == (*before[:4], before[4] + 1)
 
 
 def test_duplicate_jobs_and_workers_in_a_document_count_once(
@@ -263,7 +263,7 @@ def finish_all(raw: dict[str, Any], job: str) -> None:
 def test_job_duration_runs_from_started_secs_ago_to_the_poll_showing_it_finished(
         example: dict[str, Any], clock: Clock) -> None:
     deriver = ExtensionDeriver(clock=clock)
-    deriver.observe(decode(example))  # porep in flight, started 41.2 s ago; winning done
+    deriver.observe(decode(example))  # porep-c2 in flight, started 41.2 s ago; snap-update done
     raw = poll(clock, example, 10.0)
     deriver.observe(decode(raw))
     raw = poll(clock, raw, 5.0)
@@ -271,8 +271,8 @@ def test_job_duration_runs_from_started_secs_ago_to_the_poll_showing_it_finished
     deriver.observe(decode(raw))
     deriver.observe(decode(poll(clock, raw, 1.0)))  # still listed, finished: not timed again
     jobs = deriver.extensions().job_duration_seconds
-    assert (jobs["porep"].count, jobs["porep"].sum) == (1, pytest.approx(41.2 + 15.0))
-    assert jobs["winning"].count == 0  # first seen already finished: its end is unknown
+    assert (jobs["porep-c2"].count, jobs["porep-c2"].sum) == (1, pytest.approx(41.2 + 15.0))
+    assert jobs["snap-update"].count == 0  # first seen already finished: its end is unknown
 
 
 def test_a_job_gone_unfinished_ends_when_it_leaves_the_list(example: dict[str, Any],
@@ -284,7 +284,7 @@ def test_a_job_gone_unfinished_ends_when_it_leaves_the_list(example: dict[str, A
     deriver.observe(decode(raw))
     deriver.observe(decode(poll(clock, raw, 1.0)))
     jobs = deriver.extensions().job_duration_seconds
-    assert (jobs["porep"].count, jobs["porep"].sum) == (1, pytest.approx(41.2 + 20.0))
+    assert (jobs["porep-c2"].count, jobs["porep-c2"].sum) == (1, pytest.approx(41.2 + 20.0))
 
 
 def test_unchanged_jobs_between_polls_count_nothing_and_a_later_change_counts_once(
@@ -307,11 +307,11 @@ def test_unchanged_jobs_between_polls_count_nothing_and_a_later_change_counts_on
     for _ in range(3):
         doc = poll(clock, doc)
         deriver.observe(decode(doc))
-    synthesizing, synth_done, *_ = counts(deriver.extensions(), "porep")
-    assert (synthesizing, synth_done) == (counts(first, "porep")[0] + 1,
-                                          counts(first, "porep")[1] + 1)
-    assert deriver.extensions().synth_duration_seconds["porep"].count == \
-        first.synth_duration_seconds["porep"].count + 1
+    synthesizing, synth_done, *_ = counts(deriver.extensions(), "porep-c2")
+    assert (synthesizing, synth_done) == (counts(first, "porep-c2")[0] + 1,
+                                          counts(first, "porep-c2")[1] + 1)
+    assert deriver.extensions().synth_duration_seconds["porep-c2"].count == \
+        first.synth_duration_seconds["porep-c2"].count + 1
 
 
 def test_jobs_in_flight_follows_a_job_listed_unchanged_then_finished_or_resized(
@@ -346,7 +346,7 @@ def test_a_document_whose_uptime_did_not_decode_is_folded_in_without_the_restart
     unknown["uptime_secs"] = None
     set_partition(unknown, POREP, 9, "synthesizing", 10, None)  # was pending
     deriver.observe(decode(unknown))
-    assert counts(deriver.extensions(), "porep") == (10, 6, 5, 4, 0)
+    assert counts(deriver.extensions(), "porep-c2") == (10, 6, 5, 4, 0)
     restarted = {**poll(clock, example), "uptime_secs": 5.0, "pipelines": []}
     deriver.observe(decode(restarted))
-    assert "porep" not in deriver.extensions().phase_transitions
+    assert "porep-c2" not in deriver.extensions().phase_transitions

@@ -64,8 +64,9 @@ PLAIN_CASES: list[tuple[Where, Any, str, str, Where, Any]] = [
      None),
     (("counters", "total_completed"), 10**400, "out_of_range", "$.counters.total_completed",
      ("counters", "total_completed"), None),
-    (("counters", "completed_by_kind", "porep"), "41", "wrong_type",
-     '$.counters.completed_by_kind["porep"]', ("counters", "completed_by_kind", "porep"), None),
+    (("counters", "completed_by_kind", "porep-c2"), "41", "wrong_type",
+     '$.counters.completed_by_kind["porep-c2"]', ("counters", "completed_by_kind", "porep-c2"),
+     None),
     (("counters", "queue_depth"), True, "wrong_type", "$.counters.queue_depth",
      ("counters", "queue_depth"), None),
     (("pipelines", 0, "partitions", 2, "state"), "running", "unknown_value",
@@ -113,10 +114,10 @@ def test_an_odd_value_costs_that_value_its_record_or_entry_only(
 
 EXTENSION_CASES: list[tuple[Where, Any, str, Where, Any]] = [
     (("jobs_in_flight",), WRAPPED, "out_of_range", ("jobs_in_flight",), None),
-    (("phase_transitions", "porep", "done"), "many", "wrong_type",
-     ("phase_transitions", "porep", "done"), None),
-    (("synth_duration_seconds", "porep", "bucket_counts", 3), -1, "out_of_range",
-     ("synth_duration_seconds", "porep"), GONE),  # its buckets are positional: all of it
+    (("phase_transitions", "porep-c2", "done"), "many", "wrong_type",
+     ("phase_transitions", "porep-c2", "done"), None),
+    (("synth_duration_seconds", "porep-c2", "bucket_counts", 3), -1, "out_of_range",
+     ("synth_duration_seconds", "porep-c2"), GONE),  # its buckets are positional: all of it
     (("worker_busy", 0, "busy_seconds_total"), "idle", "wrong_type", ("worker_busy", 0), GONE),
     (("backend", ), 7, "wrong_type", ("backend",), "unknown"),  # its default
     (("draining",), "yes", "wrong_type", ("draining",), False),

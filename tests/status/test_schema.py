@@ -64,7 +64,7 @@ def test_snapshot_json_matches_cuzk_fields_through_a_job_lifecycle() -> None:
     tracker = StatusTracker(budget=Budget(), clock=lambda: now[0], retain_finished_secs=5)
     snapshots = [encode_status(tracker.snapshot())]  # empty engine
     tracker.register_workers([(0, 0), (1, 0)])
-    tracker.register_job("ps-porep-1", "porep", 3)
+    tracker.register_job("ps-porep-1", "porep-c2", 3)
     snapshots.append(encode_status(tracker.snapshot()))
     for p in range(3):
         tracker.partition_synth_start("ps-porep-1", p)
@@ -79,8 +79,8 @@ def test_snapshot_json_matches_cuzk_fields_through_a_job_lifecycle() -> None:
     snapshots.append(encode_status(tracker.snapshot()))  # proving, one failed
     tracker.partition_gpu_end("ps-porep-1", 0, 0)
     tracker.partition_gpu_end("ps-porep-1", 1, 1)
-    tracker.job_completed("ps-porep-1", "porep", success=False)
-    tracker.job_completed("ps-winning-2", "winning", success=True)
+    tracker.job_completed("ps-porep-1", "porep-c2", success=False)
+    tracker.job_completed("ps-winning-2", "winning-post", success=True)
     tracker.set_queue_depth(2)
     tracker.set_buffers(synth_in_flight=1, pending_handles=4)
     snapshots.append(encode_status(tracker.snapshot()))  # completed, still retained
@@ -124,7 +124,7 @@ _DELETE = object()
     (("uptime_secs",), "812", "uptime_secs"),
     (("pipelines", 0, "partitions", 2, "state"), "running", "state"),
     (("gpu_workers", 1, "worker_id"), -1, "worker_id"),
-    (("counters", "completed_by_kind", "porep"), "41", "completed_by_kind"),
+    (("counters", "completed_by_kind", "porep-c2"), "41", "completed_by_kind"),
     (("buffers",), _DELETE, "buffers"),
     (("counters", "total_completed"), 10**400, "total_completed"),  # float() would overflow
 ])

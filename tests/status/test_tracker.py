@@ -63,7 +63,7 @@ def busy_total(doc: StatusDocument, worker_id: int) -> float:
 def test_late_finalizer_does_not_clear_worker_busy_with_next_partition(
     tracker: StatusTracker, clock: Clock
 ) -> None:
-    tracker.register_job(JOB_A, "porep", 2)
+    tracker.register_job(JOB_A, "porep-c2", 2)
     synthesize(tracker, JOB_A, 0, 1)
     tracker.partition_gpu_start(JOB_A, 0, 0)  # W0 starts A
     clock.advance(2.0)
@@ -88,7 +88,7 @@ def test_late_finalizer_does_not_clear_worker_busy_with_next_partition(
 
 
 def test_partition_durations_follow_cuzk_semantics(tracker: StatusTracker, clock: Clock) -> None:
-    tracker.register_job(JOB_A, "porep", 2)
+    tracker.register_job(JOB_A, "porep-c2", 2)
     clock.advance(1.0)
     part = tracker.snapshot().pipelines[0].partitions[0]
     assert (part.state, part.synth_ms, part.gpu_ms) == ("pending", None, None)
@@ -121,7 +121,7 @@ def test_partition_durations_follow_cuzk_semantics(tracker: StatusTracker, clock
 def test_failure_freezes_running_phase_and_releases_its_worker(
     tracker: StatusTracker, clock: Clock
 ) -> None:
-    tracker.register_job(JOB_A, "porep", 3)
+    tracker.register_job(JOB_A, "porep-c2", 3)
     synthesize(tracker, JOB_A, 0)
     tracker.partition_gpu_start(JOB_A, 0, 0)
     tracker.partition_synth_start(JOB_A, 1)
@@ -141,8 +141,8 @@ def test_failure_freezes_running_phase_and_releases_its_worker(
 
 
 def test_cumulative_counters_and_histograms(tracker: StatusTracker, clock: Clock) -> None:
-    tracker.register_job(JOB_A, "porep", 2)
-    tracker.register_job("w-1", "winning", 1)
+    tracker.register_job(JOB_A, "porep-c2", 2)
+    tracker.register_job("w-1", "winning-post", 1)
     for p in (0, 1):
         tracker.partition_synth_start(JOB_A, p)
         clock.advance(0.02)
@@ -151,36 +151,37 @@ def test_cumulative_counters_and_histograms(tracker: StatusTracker, clock: Clock
     clock.advance(3.0)
     tracker.partition_gpu_end(JOB_A, 0, 0)
     tracker.partition_failed(JOB_A, 1)
-    tracker.job_completed(JOB_A, "porep", success=False)
+    tracker.job_completed(JOB_A, "porep-c2", success=False)
     ext = tracker.snapshot().cuzkd_extensions
     assert ext is not None
     assert ext.phase_transitions == {
-        "porep": {"synthesizing": 2, "synth_done": 2, "gpu": 1, "done": 1, "failed": 1},
-        "winning": {"synthesizing": 0, "synth_done": 0, "gpu": 0, "done": 0, "failed": 0},
+        "porep-c2": {"synthesizing": 2, "synth_done": 2, "gpu": 1, "done": 1, "failed": 1},
+        "winning-post": {"synthesizing": 0, "synth_done": 0, "gpu": 0, "done": 0, "failed": 0},
     }
-    synth = ext.synth_duration_seconds["porep"]
+    synth = ext.synth_duration_seconds["porep-c2"]
     assert (synth.count, synth.sum) == (2, pytest.approx(0.04))
     assert synth.bounds == list(DURATION_BUCKETS)
     le = dict(zip(synth.bounds, synth.bucket_counts, strict=True))
     assert (le[0.01], le[0.025], le[600.0]) == (0, 2, 2)
-    gpu = ext.gpu_duration_seconds["porep"]
+    gpu = ext.gpu_duration_seconds["porep-c2"]
     assert (gpu.count, gpu.sum) == (1, pytest.approx(3.0))
     le = dict(zip(gpu.bounds, gpu.bucket_counts, strict=True))
     assert (le[2.5], le[5.0]) == (0, 1)
-    assert ext.gpu_duration_seconds["winning"].count == 0
+    assert ext.gpu_duration_seconds["winning-post"].count == 0
     assert ext.jobs_in_flight == 1  # w-1
 
 
 def test_finished_jobs_leave_pipelines_after_retention_but_counters_stay(
     tracker: StatusTracker, clock: Clock
 ) -> None:
-    tracker.register_job(JOB_A, "porep", 1)
+    tracker.register_job(JOB_A, "porep-c2", 1)
     synthesize(tracker, JOB_A, 0)
     tracker.partition_gpu_start(JOB_A, 0, 0)
     tracker.partition_gpu_end(JOB_A, 0, 0)
-    tracker.job_completed(JOB_A, "porep", success=True)
-    tracker.job_completed("plain-job", "wpost", success=True)  # never registered: still counted
-    tracker.job_completed("bad-job", "wpost", success=False)
+    tracker.job_completed(JOB_A, "porep-c2", success=True)
+    # never registered: still counted
+    tracker.job_completed("plain-job", "window-post", success=True)
+    tracker.job_completed("bad-job", "window-post", success=False)
     clock.advance(29.0)
     doc = tracker.snapshot()
     assert [p.job_id for p in doc.pipelines] == [JOB_A]
@@ -188,10 +189,10 @@ def test_finished_jobs_leave_pipelines_after_retention_but_counters_stay(
     doc = tracker.snapshot()
     assert doc.pipelines == []
     assert (doc.counters.total_completed, doc.counters.total_failed) == (2, 1)
-    assert doc.counters.completed_by_kind == {"porep": 1, "wpost": 1}
-    assert doc.counters.failed_by_kind == {"wpost": 1}
+    assert doc.counters.completed_by_kind == {"porep-c2": 1, "window-post": 1}
+    assert doc.counters.failed_by_kind == {"window-post": 1}
     assert doc.cuzkd_extensions is not None
-    assert doc.cuzkd_extensions.phase_transitions["porep"]["done"] == 1
+    assert doc.cuzkd_extensions.phase_transitions["porep-c2"]["done"] == 1
     assert doc.cuzkd_extensions.jobs_in_flight == 0
     tracker.partition_gpu_end(JOB_A, 0, 0)  # collected job: ignored, no error
 
@@ -199,7 +200,7 @@ def test_finished_jobs_leave_pipelines_after_retention_but_counters_stay(
 def test_unknown_ids_and_out_of_order_calls_are_ignored(
     tracker: StatusTracker, clock: Clock
 ) -> None:
-    tracker.register_job(JOB_A, "porep", 1)
+    tracker.register_job(JOB_A, "porep-c2", 1)
     before = tracker.snapshot()
     tracker.partition_synth_start("nope", 0)
     tracker.partition_synth_start(JOB_A, 5)
@@ -210,14 +211,14 @@ def test_unknown_ids_and_out_of_order_calls_are_ignored(
     tracker.partition_gpu_start(JOB_A, 0, 99)  # unknown worker: nothing changes
     tracker.partition_gpu_end(JOB_A, 0, 99)
     tracker.partition_failed("nope", 0)
-    tracker.register_job(JOB_A, "snap", 7)  # duplicate id keeps the first registration
+    tracker.register_job(JOB_A, "snap-update", 7)  # duplicate id keeps the first registration
     doc = tracker.snapshot()
     assert doc.gpu_workers == before.gpu_workers
     assert [(p.job_id, p.proof_kind, p.total_partitions) for p in doc.pipelines] == [
-        (JOB_A, "porep", 1)]
+        (JOB_A, "porep-c2", 1)]
     assert doc.pipelines[0].partitions[0].state == "synth_done"
     assert doc.cuzkd_extensions is not None
-    assert doc.cuzkd_extensions.phase_transitions["porep"]["synthesizing"] == 1
+    assert doc.cuzkd_extensions.phase_transitions["porep-c2"]["synthesizing"] == 1
 
 
 def test_gauges_budget_allocations_devices_and_backend(clock: Clock) -> None:
@@ -276,13 +277,13 @@ def test_concurrent_threads_keep_counts_exact() -> None:
         try:
             for j in range(jobs_per_thread):
                 job = f"job-{worker_id}-{j}"
-                tracker.register_job(job, "porep", partitions)
+                tracker.register_job(job, "porep-c2", partitions)
                 for p in range(partitions):
                     tracker.partition_synth_start(job, p)
                     tracker.partition_synth_end(job, p)
                     tracker.partition_gpu_start(job, p, worker_id)
                     tracker.partition_gpu_end(job, p, worker_id)
-                tracker.job_completed(job, "porep", success=True)
+                tracker.job_completed(job, "porep-c2", success=True)
         except BaseException as exc:  # surfaced by the main thread's assert
             errors.append(exc)
 
@@ -304,24 +305,24 @@ def test_concurrent_threads_keep_counts_exact() -> None:
     total = workers * jobs_per_thread * partitions
     assert doc.counters.total_completed == workers * jobs_per_thread
     assert doc.cuzkd_extensions is not None
-    assert doc.cuzkd_extensions.phase_transitions["porep"] == dict.fromkeys(
+    assert doc.cuzkd_extensions.phase_transitions["porep-c2"] == dict.fromkeys(
         ("synthesizing", "synth_done", "gpu", "done"), total) | {"failed": 0}
     assert all(w.state == "idle" for w in doc.gpu_workers)
 
 
 def test_job_durations_from_registration_to_completion(tracker: StatusTracker,
                                                       clock: Clock) -> None:
-    tracker.register_job("w1", "winning", 1)
+    tracker.register_job("w1", "winning-post", 1)
     clock.advance(7)
-    tracker.job_completed("w1", "winning", True)
-    tracker.register_job("w2", "winning", 1)
+    tracker.job_completed("w1", "winning-post", True)
+    tracker.register_job("w2", "winning-post", 1)
     clock.advance(25)
-    tracker.job_completed("w2", "winning", False)  # failed jobs are timed too
-    tracker.job_completed("w2", "winning", False)  # a second completion is not
-    tracker.job_completed("never-registered", "winning", True)
+    tracker.job_completed("w2", "winning-post", False)  # failed jobs are timed too
+    tracker.job_completed("w2", "winning-post", False)  # a second completion is not
+    tracker.job_completed("never-registered", "winning-post", True)
     ext = tracker.snapshot().cuzkd_extensions
     assert ext is not None
-    h = ext.job_duration_seconds["winning"]
+    h = ext.job_duration_seconds["winning-post"]
     assert h.bounds == list(JOB_DURATION_BUCKETS)
     assert (h.count, h.sum) == (2, 32.0)
     by_bound = dict(zip(h.bounds, h.bucket_counts, strict=True))

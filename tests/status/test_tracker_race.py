@@ -54,7 +54,7 @@ class SplitProvingMachine(RuleBasedStateMachine):
     def register_job(self, partitions: int) -> None:
         job = f"ps-porep-{self.jobs}"
         self.jobs += 1
-        self.tracker.register_job(job, "porep", partitions)
+        self.tracker.register_job(job, "porep-c2", partitions)
         self.states.update({(job, p): "pending" for p in range(partitions)})
 
     @rule(dt=st.sampled_from([0.25, 0.5, 1.0, 3.0]))
@@ -137,7 +137,7 @@ class SplitProvingMachine(RuleBasedStateMachine):
         assert ext is not None
         done = sum(1 for s in self.states.values() if s == "done")
         failed = sum(1 for s in self.states.values() if s == "failed")
-        counts = ext.phase_transitions.get("porep", {"done": 0, "failed": 0})
+        counts = ext.phase_transitions.get("porep-c2", {"done": 0, "failed": 0})
         assert (counts["done"], counts["failed"]) == (done, failed)
 
 

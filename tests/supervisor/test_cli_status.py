@@ -102,7 +102,7 @@ def _plain_cuzk_document() -> StatusDocument:
         memory=Memory(total_bytes=64 * 2**30, used_bytes=16 * 2**30,
                       available_bytes=48 * 2**30),
         synthesis=Synthesis(max_concurrent=6, active=2),
-        pipelines=[Pipeline(job_id=LONG_JOB_ID, proof_kind="porep", started_secs_ago=95.5,
+        pipelines=[Pipeline(job_id=LONG_JOB_ID, proof_kind="porep-c2", started_secs_ago=95.5,
                             total_partitions=10, partitions_done=4,
                             partitions=[Partition(index=i, state=s, synth_ms=None, gpu_ms=None)
                                         for i, s in enumerate(states)])],
@@ -142,7 +142,7 @@ def test_engine_view_of_a_plain_cuzk_document() -> None:
     assert _row(text, "1") == ["1", "0", "idle", "-", "-", "-"]
     header = _row(text, "JOB")
     assert header[4:] == ["PENDING", "SYNTHESIZING", "SYNTH_DONE", "GPU", "DONE", "FAILED"]
-    assert _row(text, LONG_JOB_ID) == [LONG_JOB_ID, "porep", "1m", "4/10",
+    assert _row(text, LONG_JOB_ID) == [LONG_JOB_ID, "porep-c2", "1m", "4/10",
                                        "1", "2", "1", "2", "4", "0"]
 
 
@@ -239,12 +239,12 @@ def test_status_name_json_and_watch_on_a_bundled_engine(tmp_path: Path) -> None:
     sup = start_supervisor(config, timeout=60)
     try:
         engine = sup.wait_engine("b0", lambda e: e["state"] == "running", timeout=60)
-        job_id = _submit(engine["status_address"].removeprefix("unix:"), "porep")
+        job_id = _submit(engine["status_address"].removeprefix("unix:"), "porep-c2")
         # A finished job stays listed for 30 s: the view shows it whatever its progress.
         text = _cli("status", "b0", "--config", str(config)).stdout
         assert text.startswith("b0  running  pid ")
         assert "budget " in text and "jobs in flight" in text
-        assert _row(text, job_id)[:2] == [job_id, "porep"]
+        assert _row(text, job_id)[:2] == [job_id, "porep-c2"]
         assert _row(text, job_id)[3].endswith("/10")
         assert {_row(text, w)[2] for w in ("0", "1")} <= {"idle", "proving"}
 

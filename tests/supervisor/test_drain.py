@@ -106,7 +106,7 @@ def test_bundled_engine_drains_over_http_and_no_accepted_job_is_lost(tmp_path: P
         for round_ in range(2):
             pid = sup.wait_engine("ref", lambda e: e["state"] == "running", timeout=60)["pid"]
             for _ in range(3):
-                status, body = post_json(sock, "/v1/jobs", {"proof_kind": "porep",
+                status, body = post_json(sock, "/v1/jobs", {"proof_kind": "porep-c2",
                                                             "partitions": 4, "size_log2": 15})
                 assert status == 202, body
                 accepted.append(body["job_id"])

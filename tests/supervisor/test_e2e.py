@@ -37,7 +37,7 @@ def test_bundled_engine_with_demo_load(tmp_path: Path) -> None:
         # completed demo jobs are timed end to end, beside the deadlines they are held to
         text = body.decode()
         assert 'cuzk_job_duration_seconds_count{engine="cpu0",proof_kind=' in text
-        assert 'cuzkd_proof_deadline_seconds{proof_kind="winning"} 20.0' in text
+        assert 'cuzkd_proof_deadline_seconds{proof_kind="winning-post"} 20.0' in text
         assert 'cuzkd_engine_stalled{engine="cpu0"} 0.0' in text
     finally:
         assert sup.stop() == 0

@@ -32,7 +32,7 @@ from cuzkd.supervisor.core.stall import (
 AFTER = 10.0
 
 
-def doc(states: list[str] | None = None, *, job: str = "j1", kind: str = "porep",
+def doc(states: list[str] | None = None, *, job: str = "j1", kind: str = "porep-c2",
         queue: int = 0, workers: list[GpuWorker] | None = None) -> StatusDocument:
     pipelines = [] if states is None else [Pipeline(
         job_id=job, proof_kind=kind, started_secs_ago=1.0, total_partitions=len(states),
@@ -61,7 +61,7 @@ def histogram(values: list[float]) -> Histogram:
 
 
 def ext(transitions: int = 0, gpu: dict[str, Histogram] | None = None) -> Extensions:
-    return Extensions(phase_transitions={"porep": {"done": transitions}}, worker_busy=[],
+    return Extensions(phase_transitions={"porep-c2": {"done": transitions}}, worker_busy=[],
                       synth_duration_seconds={}, gpu_duration_seconds=gpu or {},
                       jobs_in_flight=1)
 
@@ -197,7 +197,7 @@ def test_worker_busy_beyond_the_floor_is_a_stall_despite_other_progress() -> Non
     assert evidence.reason == "worker_busy_too_long"
     assert evidence.oldest_busy.worker == 0
     assert evidence.oldest_busy.busy_seconds == MIN_BUSY_LIMIT
-    assert evidence.oldest_busy.proof_kind == "porep"
+    assert evidence.oldest_busy.proof_kind == "porep-c2"
 
 
 def test_busy_limit_follows_the_kinds_gpu_p99_once_there_are_enough_observations() -> None:
@@ -209,7 +209,7 @@ def test_busy_limit_follows_the_kinds_gpu_p99_once_there_are_enough_observations
     assert gpu_p99(histogram([1.0] * 98 + [10_000.0] * 2)) == float("inf")
     watch = StallWatch(3600.0)
     watch.started(0.0)
-    slow = ext(gpu={"porep": histogram([50.0] * 20)})
+    slow = ext(gpu={"porep-c2": histogram([50.0] * 20)})
     onsets = [t for t in range(0, 700, 10)
               if watch.observe(float(t), doc(["gpu"], workers=[proving(0, "j1", 0, float(t))]),
                                slow) is not None]
@@ -234,7 +234,7 @@ def test_figures_that_did_not_decode_are_no_work_and_no_progress() -> None:
         doc().counters, queue_depth=None))
     assert run(watch, [(float(t), unknown_queue) for t in range(100)]) == []
     frozen = msgspec.structs.replace(doc(["gpu"]), counters=unknown_queue.counters)
-    unknown_counts = msgspec.structs.replace(ext(), phase_transitions={"porep": {"done": None}})
+    unknown_counts = msgspec.structs.replace(ext(), phase_transitions={"porep-c2": {"done": None}})
     onsets = run(watch, [(100.0 + t, frozen) for t in range(100)], unknown_counts)
     assert [t for t, _ in onsets] == [100.0 + AFTER]
     assert onsets[0][1].queue_depth is None

@@ -80,7 +80,7 @@ def test_one_megabyte_documents_in_small_chunks_over_unix_and_tcp(tmp_path: Path
         found = samples(sup)  # a scrape: every 1 MB document decoded and exported
         for name in ("big-unix", "big-tcp"):
             assert value(found, "cuzkd_engine_up", engine=name) == 1
-            assert value(found, "cuzk_partitions", engine=name, proof_kind="snap",
+            assert value(found, "cuzk_partitions", engine=name, proof_kind="snap-update",
                          phase="pending") == 480 * 16
         doc = json.loads(get(f"http://{sup.about()['metrics_listen']}/status"))
         assert {len(e["status"]["pipelines"]) for e in doc["engines"]} == {480}
@@ -103,11 +103,11 @@ def test_a_document_slower_than_the_poll_period_still_answers(tmp_path: Path) ->
 
 
 def submit_jobs(socket_path: Path, count: int) -> None:
-    """POST ``count`` wpost jobs to the bundled engine over one keep-alive connection."""
+    """POST ``count`` window-post jobs to the bundled engine over one keep-alive connection."""
     conn = _UnixHTTPConnection(str(socket_path), timeout=30)
     try:
         for _ in range(count):
-            conn.request("POST", "/v1/jobs", body=b'{"proof_kind": "wpost"}',
+            conn.request("POST", "/v1/jobs", body=b'{"proof_kind": "window-post"}',
                          headers={"Content-Type": "application/json"})
             resp = conn.getresponse()
             assert resp.status == 202, resp.read()

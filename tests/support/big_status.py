@@ -15,7 +15,7 @@ from cuzkd.status.document import encode_status
 from cuzkd.status.tracker import StatusTracker
 
 PARTITIONS = 16
-KINDS = ("porep", "snap", "wpost", "winning")
+KINDS = ("porep-c2", "snap-update", "window-post", "winning-post")
 
 
 def big_document(min_bytes: int = 2**20, *, extensions: bool = True) -> bytes:

@@ -31,10 +31,10 @@ workers_per_gpu = 1
 synthesis_threads = 1
 drain_timeout = "30s"
 [sizes]
-winning = 11
-wpost = 11
-snap = 11
-porep = 11
+winning-post = 11
+window-post = 11
+snap-update = 11
+porep-c2 = 11
 """
 
 
@@ -90,7 +90,7 @@ class Loader:
     per engine, until :meth:`stop`; :meth:`pause` lets the engines run dry."""
 
     sockets: Mapping[str, Path]
-    kind: str = "wpost"
+    kind: str = "window-post"
     outstanding: int = 3
     #: job id -> engine that accepted it (202)
     accepted: dict[str, str] = field(default_factory=dict)

@@ -73,7 +73,7 @@ def document() -> dict[str, object]:
     states = [CYCLE[step % len(CYCLE)], "gpu"]
     partitions = [{"index": i, "state": st, "synth_ms": None, "gpu_ms": None}
                   for i, st in enumerate(states)]
-    pipeline = {"job_id": f"job-{step // len(CYCLE)}", "proof_kind": "porep",
+    pipeline = {"job_id": f"job-{step // len(CYCLE)}", "proof_kind": "porep-c2",
                 "started_secs_ago": 1.0, "total_partitions": 2, "partitions_done": 0,
                 "partitions": partitions}
     return {**STATUS, "uptime_secs": elapsed, "pipelines": [pipeline]}
@@ -90,7 +90,7 @@ PIECE = 1024
 
 
 def big_status() -> bytes:
-    pipelines = [{"job_id": f"ps-snap-{3644168 + j}-33825-1120793", "proof_kind": "snap",
+    pipelines = [{"job_id": f"ps-snap-{3644168 + j}-33825-1120793", "proof_kind": "snap-update",
                   "started_secs_ago": 1.5, "total_partitions": 16, "partitions_done": 0,
                   "partitions": [{"index": p, "state": "pending", "synth_ms": None,
                                   "gpu_ms": None} for p in range(16)]}

@@ -18,7 +18,7 @@ from cuzkd.swap.rolling import AnalysisPlan
 CRITERIA = Criteria(min_throughput_ratio=0.8, min_partitions=20, max_failed_jobs=0)
 
 
-def side(done: int, seconds: float, failed: int = 0, kind: str = "porep") -> Tally:
+def side(done: int, seconds: float, failed: int = 0, kind: str = "porep-c2") -> Tally:
     return Tally(done={kind: done}, gpu_seconds={kind: seconds}, failed_jobs=failed)
 
 
@@ -32,9 +32,9 @@ def test_a_canary_as_fast_as_the_old_engines_passes() -> None:
 def test_half_the_throughput_fails_naming_the_kind_and_the_ratio() -> None:
     verdict = judge(side(40, 40.0), side(80, 40.0), CRITERIA, baseline_kind="peers")
     assert verdict.result == "fail"
-    assert verdict.reasons == ["porep: throughput 0.50 of the peers baseline (at least 0.8 "
+    assert verdict.reasons == ["porep-c2: throughput 0.50 of the peers baseline (at least 0.8 "
                                "required)"]
-    assert "porep 0.50x" in verdict.summary()
+    assert "porep-c2 0.50x" in verdict.summary()
 
 
 def test_throughput_is_per_busy_gpu_second_not_per_wall_second() -> None:
@@ -63,7 +63,7 @@ def test_the_operators_check_decides_too() -> None:
     (side(19, 10.0), side(100, 10.0)),   # the canary did too little
     (side(100, 10.0), side(19, 10.0)),   # the old engines did too little
     (Tally(), Tally()),                  # nothing at all
-    (side(40, 10.0, kind="snap"), side(40, 10.0, kind="porep")),  # no kind on both sides
+    (side(40, 10.0, kind="snap-update"), side(40, 10.0, kind="porep-c2")),  # no kind on both sides
 ])
 def test_too_little_work_is_inconclusive(canary: Tally, baseline: Tally) -> None:
     verdict = judge(canary, baseline, CRITERIA, baseline_kind="peers")
@@ -83,42 +83,45 @@ def test_too_little_work_with_a_failure_is_still_a_failure() -> None:
 
 
 def test_every_kind_that_counts_must_pass() -> None:
-    canary = Tally(done={"porep": 40, "snap": 40}, gpu_seconds={"porep": 10.0, "snap": 20.0})
-    old = Tally(done={"porep": 40, "snap": 40}, gpu_seconds={"porep": 10.0, "snap": 10.0})
+    canary = Tally(done={"porep-c2": 40, "snap-update": 40},
+                   gpu_seconds={"porep-c2": 10.0, "snap-update": 20.0})
+    old = Tally(done={"porep-c2": 40, "snap-update": 40},
+                gpu_seconds={"porep-c2": 10.0, "snap-update": 10.0})
     verdict = judge(canary, old, CRITERIA, baseline_kind="peers")
-    assert verdict.result == "fail" and verdict.reasons[0].startswith("snap:")
-    assert [k.proof_kind for k in verdict.kinds] == ["porep", "snap"]
+    assert verdict.result == "fail" and verdict.reasons[0].startswith("snap-update:")
+    assert [k.proof_kind for k in verdict.kinds] == ["porep-c2", "snap-update"]
 
 
 def test_growth_is_the_window_and_a_restart_voids_it() -> None:
-    before = Tally(done={"porep": 10}, gpu_seconds={"porep": 5.0}, failed_jobs=1)
-    after = Tally(done={"porep": 30, "snap": 4}, gpu_seconds={"porep": 15.0, "snap": 2.0},
-                  failed_jobs=3)
-    assert growth(before, after) == Tally(done={"porep": 20, "snap": 4},
-                                          gpu_seconds={"porep": 10.0, "snap": 2.0},
+    before = Tally(done={"porep-c2": 10}, gpu_seconds={"porep-c2": 5.0}, failed_jobs=1)
+    after = Tally(done={"porep-c2": 30, "snap-update": 4},
+                  gpu_seconds={"porep-c2": 15.0, "snap-update": 2.0}, failed_jobs=3)
+    assert growth(before, after) == Tally(done={"porep-c2": 20, "snap-update": 4},
+                                          gpu_seconds={"porep-c2": 10.0, "snap-update": 2.0},
                                           failed_jobs=2)
-    restarted = Tally(done={"porep": 2}, gpu_seconds={"porep": 1.0})
+    restarted = Tally(done={"porep-c2": 2}, gpu_seconds={"porep-c2": 1.0})
     assert growth(before, restarted) is None
     assert growth(before, Tally()) is None
 
 
 def test_combine_adds_the_engines_of_one_side() -> None:
-    assert combine([side(10, 2.0, 1), side(5, 1.0, 0, "snap"), side(1, 0.5)]) == Tally(
-        done={"porep": 11, "snap": 5}, gpu_seconds={"porep": 2.5, "snap": 1.0}, failed_jobs=1)
+    assert combine([side(10, 2.0, 1), side(5, 1.0, 0, "snap-update"), side(1, 0.5)]) == Tally(
+        done={"porep-c2": 11, "snap-update": 5}, gpu_seconds={"porep-c2": 2.5, "snap-update": 1.0},
+        failed_jobs=1)
 
 
 def test_a_status_document_gives_done_partitions_gpu_seconds_and_failed_jobs() -> None:
     hist = Histogram(bounds=[1.0], bucket_counts=[3], count=3, sum=1.5)
-    ext = Extensions(phase_transitions={"porep": {"gpu": 4, "done": 3}}, worker_busy=[],
-                     synth_duration_seconds={}, gpu_duration_seconds={"porep": hist},
+    ext = Extensions(phase_transitions={"porep-c2": {"gpu": 4, "done": 3}}, worker_busy=[],
+                     synth_duration_seconds={}, gpu_duration_seconds={"porep-c2": hist},
                      jobs_in_flight=0)
     doc = msgspec.structs.replace(StatusTracker().snapshot(), counters=Counters(
         total_completed=1, total_failed=2, completed_by_kind={}, failed_by_kind={},
         queue_depth=0))
-    assert tally_of(doc, ext) == Tally(done={"porep": 3}, gpu_seconds={"porep": 1.5},
+    assert tally_of(doc, ext) == Tally(done={"porep-c2": 3}, gpu_seconds={"porep-c2": 1.5},
                                        failed_jobs=2)
     # a count that did not decode (None): the document is no reading, so no window passes
-    unknown_done = msgspec.structs.replace(ext, phase_transitions={"porep": {"done": None}})
+    unknown_done = msgspec.structs.replace(ext, phase_transitions={"porep-c2": {"done": None}})
     assert tally_of(doc, unknown_done) is None
     unknown_failed = msgspec.structs.replace(doc, counters=msgspec.structs.replace(
         doc.counters, total_failed=None))
@@ -130,7 +133,7 @@ def test_the_verdict_serialises_for_the_history() -> None:
     assert data["result"] == "pass" and data["baseline"] == "self"
     assert data["criteria"] == {"min_throughput_ratio": 0.8, "min_partitions": 20,
                                 "max_failed_jobs": 0}
-    assert data["kinds"][0]["proof_kind"] == "porep"
+    assert data["kinds"][0]["proof_kind"] == "porep-c2"
 
 
 def test_a_swap_request_becomes_an_analysis_plan() -> None:

@@ -396,8 +396,8 @@ class CountingSupervisor(ScriptedSupervisor):
             done, seconds = done + speed, seconds + 1.0
         self.readings[name] = (done, seconds)
         hist = Histogram(bounds=[1.0], bucket_counts=[done], count=done, sum=seconds)
-        ext = Extensions(phase_transitions={"snap": {"done": done}}, worker_busy=[],
-                         synth_duration_seconds={}, gpu_duration_seconds={"snap": hist},
+        ext = Extensions(phase_transitions={"snap-update": {"done": done}}, worker_busy=[],
+                         synth_duration_seconds={}, gpu_duration_seconds={"snap-update": hist},
                          jobs_in_flight=0)
         return StatusTracker().snapshot(), ext
 

@@ -1,7 +1,7 @@
 """``cuzkd run --demo``: a job load shaped like production, so every dashboard moves.
 
 A proving host does not see a steady trickle: sectors arrive in batches, the engine works
-through a burst, then idles until the next one, and WindowPoSt and winning proofs come in
+through a burst, then idles until the next one, and WindowPoSt and WinningPoSt proofs come in
 between. A steady load kept every worker busy all the time, so the busy gauges, the budget and
 the synthesis panels were flat lines. Here each bundled engine gets, in turn:
 
