@@ -12,21 +12,15 @@ import pytest
 
 from cuzkd.kinds import KindTwice, ProofKind, deprecation, normalise_kind, typed_table
 
-SPELLINGS = [
-    # (text, cuzk's name, warned)
-    ("porep-c2", "porep-c2", False),
-    ("porep_c2", "porep-c2", False),
-    ("porep", "porep-c2", True),
-    ("snap-update", "snap-update", False),
-    ("snap_update", "snap-update", False),
-    ("snap", "snap-update", True),
-    ("window-post", "window-post", False),
-    ("window_post", "window-post", False),
-    ("wpost", "window-post", True),
-    ("winning-post", "winning-post", False),
-    ("winning_post", "winning-post", False),
-    ("winning", "winning-post", True),
+#: each kind: cuzk's name, gRPC's spelling, cuzkd's old name
+NAMES = [
+    ("porep-c2", "porep_c2", "porep"),
+    ("snap-update", "snap_update", "snap"),
+    ("window-post", "window_post", "wpost"),
+    ("winning-post", "winning_post", "winning"),
 ]
+#: (text, cuzk's name, warned)
+SPELLINGS = [(text, name, text == old) for name, grpc, old in NAMES for text in (name, grpc, old)]
 
 
 @pytest.mark.parametrize(("text", "name", "warned"), SPELLINGS)
@@ -39,8 +33,7 @@ def test_every_spelling_of_a_kind_is_cuzks_name(text: str, name: str, warned: bo
 
 
 def test_the_four_names_are_cuzks() -> None:
-    assert [str(kind) for kind in ProofKind] == [
-        "porep-c2", "snap-update", "window-post", "winning-post"]
+    assert [str(kind) for kind in ProofKind] == [name for name, _, _ in NAMES]
 
 
 @pytest.mark.parametrize("text", ["proofshare", "PoRep", "porep-c1", "", "snap "])
