@@ -41,7 +41,7 @@ class ProofKind(enum.StrEnum):
 
 
 #: cuzkd's own names before it took cuzk's: still accepted where a person types a kind.
-OLD_NAMES: dict[str, ProofKind] = {
+OLD_NAMES: Mapping[str, ProofKind] = {
     "porep": ProofKind.POREP_C2,
     "snap": ProofKind.SNAP_UPDATE,
     "wpost": ProofKind.WINDOW_POST,
@@ -49,7 +49,7 @@ OLD_NAMES: dict[str, ProofKind] = {
 }
 
 #: cuzk's gRPC spellings (``GetMetrics``' ``proof_kind`` labels): the same kinds, no warning.
-GRPC_NAMES: dict[str, ProofKind] = {kind.replace("-", "_"): kind for kind in ProofKind}
+GRPC_NAMES: Mapping[str, ProofKind] = {kind.replace("-", "_"): kind for kind in ProofKind}
 
 #: spelling -> cuzk's name, a plain ``str`` (msgspec takes no ``str`` subclass for a key)
 _SPELLINGS: dict[str, str] = {text: str(kind) for text, kind in {**OLD_NAMES, **GRPC_NAMES}.items()}

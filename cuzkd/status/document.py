@@ -234,7 +234,7 @@ def decode_status(data: bytes | str) -> StatusDocument:
         document = _DECODER.decode(data)
     except Exception as exc:  # DecodeError, and RecursionError for JSON nested too deep
         raise _refusal(exc) from exc
-    return with_cuzk_kinds(document)
+    return _with_cuzk_kinds(document)
 
 
 _Struct = TypeVar("_Struct", bound=msgspec.Struct)
@@ -245,7 +245,7 @@ _EXTENSIONS_BY_KIND = ("phase_transitions", "synth_duration_seconds", "gpu_durat
                        "job_duration_seconds")
 
 
-def with_cuzk_kinds(document: StatusDocument) -> StatusDocument:
+def _with_cuzk_kinds(document: StatusDocument) -> StatusDocument:
     """``document`` with every proof kind named as cuzk names it
     (:func:`cuzkd.kinds.normalise_kind`).
 
@@ -379,7 +379,7 @@ class StatusDecoder:
         jobs: _Jobs = {}
         pipelines = self._pipelines(raw.pipelines, jobs)
         self._jobs = jobs
-        return Decoded(with_cuzk_kinds(StatusDocument(
+        return Decoded(_with_cuzk_kinds(StatusDocument(
             **{f: getattr(raw, f) for f in _DOCUMENT_FIELDS}, pipelines=pipelines)))
 
     def _salvage(self, data: bytes) -> Decoded:
@@ -395,7 +395,7 @@ class StatusDecoder:
             self._jobs, self._salvaging = {}, False
             raise _refusal(exc) from exc
         self._jobs = jobs  # the jobs decoded with the reuse (before an odd one, if any)
-        return Decoded(with_cuzk_kinds(document), tuple(walk.errors), dict(walk.counts))
+        return Decoded(_with_cuzk_kinds(document), tuple(walk.errors), dict(walk.counts))
 
     def _pipelines(self, raw_pipelines: list[Any], jobs: _Jobs) -> list[Pipeline]:
         """Pipelines with partitions kept raw -> decoded, reusing the previous decode's lists;
