@@ -18,6 +18,9 @@ def get(url: str) -> tuple[int, bytes]:
 
 def test_bundled_engine_with_demo_load(tmp_path: Path) -> None:
     config = write_config(tmp_path, [{"name": "cpu0", "health_interval": "200ms"}])
+    # a file from before cuzk's kind names: taken, and the daemon says what to change
+    config.write_text(config.read_text().replace(
+        '[metrics]\n', '[metrics]\nproof_deadlines = { wpost = "30m" }\n', 1))
     sup = start_supervisor(config, extra_args=["--demo"])
     try:
         sup.wait_engine("cpu0", lambda e: e["state"] == "running", timeout=60)
@@ -38,6 +41,9 @@ def test_bundled_engine_with_demo_load(tmp_path: Path) -> None:
         text = body.decode()
         assert 'cuzk_job_duration_seconds_count{engine="cpu0",proof_kind=' in text
         assert 'cuzkd_proof_deadline_seconds{proof_kind="winning-post"} 20.0' in text
+        assert 'cuzkd_proof_deadline_seconds{proof_kind="window-post"} 1800.0' in text
+        [warning] = sup.events("config_warning")
+        assert warning["detail"].startswith(f"{config}: key `metrics.proof_deadlines.wpost`: ")
         assert 'cuzkd_engine_stalled{engine="cpu0"} 0.0' in text
     finally:
         assert sup.stop() == 0
