@@ -149,7 +149,8 @@ class EngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     #: GPUs the engine is pinned to: NVML indices ("0") or UUIDs ("GPU-..."); sets
     #: CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER=PCI_BUS_ID, and each start waits for their
     #: memory (the previous process's released, gpu_memory_needed free) up to
-    #: gpu_release_timeout
+    #: gpu_release_timeout. A cuzk engine's must be its [gpus] devices, and only
+    #: CUDA_DEVICE_ORDER is set (cuzk picks its GPUs by index itself)
     gpus: list[str] = msgspec.field(default_factory=list)
     gpu_memory_needed: Bytes = Bytes(0)
     gpu_release_timeout: Seconds = Seconds(30)
