@@ -107,7 +107,7 @@ def _grpc_socket_path(listen: str) -> str | None:
         ipaddress.ip_address(host.removeprefix("[").removesuffix("]"))
     except ValueError:
         host = ""
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
+    if not sep or not host or not (port.isascii() and port.isdigit()) or int(port) > 65535:
         raise ValueError(f"{listen!r} is neither unix:///PATH nor IP:PORT (cuzk resolves no "
                          "host names here and would exit with an error)")
     return None

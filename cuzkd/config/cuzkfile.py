@@ -132,6 +132,9 @@ def cuzk_config_path(explicit: str, command: Sequence[str]) -> str:
                                            f"--config {given!r} (the file cuzk reads): drop "
                                            "one or make them the same")
     path = explicit or given or DEFAULT_CUZK_CONFIG
+    if "\0" in path:  # no file has such a name; os.open would raise ValueError
+        raise CuzkFileError("cuzk_config" if path == explicit else "command",
+                            "the cuzk config path must not contain a NUL character")
     if not Path(path).is_absolute():
         raise CuzkFileError("cuzk_config", f"{path!r} is relative: cuzk would read it from its "
                                            "working directory; give an absolute path")
@@ -240,3 +243,5 @@ def _decode_toml(data: bytes) -> dict[str, object]:
                                 f"{exc.start}); cuzk would exit with an error") from None
     except tomllib.TOMLDecodeError as exc:
         raise CuzkFileError("", f"invalid TOML ({exc}); cuzk would exit with an error") from None
+    except RecursionError:  # tomllib recurses into nested arrays and inline tables
+        raise CuzkFileError("", "invalid TOML (nested too deeply)") from None

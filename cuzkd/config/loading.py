@@ -95,6 +95,8 @@ def load_config(path: str | Path, *, resolve_hosts: bool = True,
                           f"offset {exc.start}); TOML files must be UTF-8") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{where}: invalid TOML: {exc}") from None
+    except RecursionError:  # tomllib recurses into nested arrays: "a = [[[[..." 4 MiB deep
+        raise ConfigError(f"{where}: invalid TOML: nested too deeply") from None
     config = parse_config(raw, where)
     if resolve_hosts:
         check_metrics_host(config, where)

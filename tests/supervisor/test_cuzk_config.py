@@ -138,6 +138,11 @@ MISTAKES = [
     ('[daemon]\nstatus_listen = "127.0.0.1:9821"\nlisten = "0.0.0.0:9821"\n', "", CUZK,
      "daemon.listen", "binds the address"),
     ("[daemon\n", "", CUZK, "", "invalid TOML"),
+    ("a = " + "[" * 100_000 + "\n", "", CUZK, "", "nested too deeply"),
+    ('[daemon]\nstatus_listen = "127.0.0.1:\u0669\u0668\u0662\u0661"\n', "", CUZK,
+     "daemon.status_listen", "HOST:PORT"),  # Arabic-Indic digits: not a port to cuzk
+    ('[daemon]\nstatus_listen = "127.0.0.1:9821"\nlisten = "127.0.0.1:\u0669\u0668"\n', "",
+     CUZK, "daemon.listen", "IP:PORT"),
     (b"[daemon]\nstatus_listen = \"\xff\"\n", "", CUZK, "", "not UTF-8"),
 ]
 
@@ -183,6 +188,7 @@ def test_a_missing_or_unreadable_cuzk_file_is_refused(tmp_path: Path) -> None:
     ('["cuzk-daemon", "-c", "/a.toml", "--config", "/b.toml"]', "command", "2 times"),
     ('["cuzk-daemon", "-c"]', "command", "has no value"),
     ('["cuzk-daemon", "-c", "cuzk.toml"]', "cuzk_config", "relative"),
+    ('["cuzk-daemon", "-c", "/a\\u0000b"]', "command", "NUL"),
     ('["cuzk-daemon", "-l", "a", "-l", "b"]', "command", "2 times"),
 ])
 def test_a_command_cuzk_would_refuse_is_refused(tmp_path: Path, command: str, key: str,
@@ -274,3 +280,11 @@ def test_check_config_prints_the_wildcard_warning(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "warning:" in proc.stderr and "job ids" in proc.stderr
+
+
+def test_a_deeply_nested_file_is_refused_not_a_crash(tmp_path: Path) -> None:
+    # tomllib recurses into nested arrays: a RecursionError escaped load_config before.
+    path = tmp_path / "cuzkd.toml"
+    path.write_text("a = " + "[" * 100_000 + "\n")
+    with pytest.raises(ConfigError, match="nested too deeply"):
+        load_config(path)
