@@ -140,7 +140,8 @@ class EngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     unhealthy_after: Seconds = Seconds(15)
     stop_signal: str = "SIGTERM"
     stop_timeout: Seconds = Seconds(10)
-    #: unset: ``http`` for the bundled engine, ``quiet`` with a status_url, else ``none``
+    #: unset: ``http`` for the bundled engine, ``quiet`` with a status (a status_url, or a cuzk
+    #: engine's file), else ``none``
     drain: DrainMode | None = None
     drain_timeout: Seconds = Seconds(20)
     #: stall watchdog: work and no progress for this long is a stall ("0s": off)
@@ -184,7 +185,7 @@ class EngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
             return self.drain
         if self.bundled:
             return "http"
-        return "quiet" if self.status_url else "none"
+        return "quiet" if self.status_url or self.cuzk else "none"  # cuzk: status from its file
 
     @property
     def stop_budget(self) -> float:
