@@ -1,6 +1,7 @@
 """A reload re-reads each cuzk engine's own TOML: a changed file restarts that engine on the
-new addresses, an unchanged one keeps it running, a broken one is refused (exit 78) and the
-engine runs on. Through ``cuzkd run`` with the cuzk stand-in."""
+new addresses (a wildcard polled over loopback, and warned about), an unchanged one keeps it
+running, a broken one is refused (exit 78) and the engine runs on. Through ``cuzkd run`` with
+the cuzk stand-in."""
 
 from __future__ import annotations
 
@@ -40,12 +41,15 @@ def test_a_changed_cuzk_file_restarts_its_engine_on_the_new_address(tmp_path: Pa
         assert done.returncode == 0, done.stderr
         assert sup.engine("cuzk0")["pid"] == running["pid"]
 
-        write_cuzk_toml(cuzk, listen, f"127.0.0.1:{second_port}")
+        assert not sup.events("config_warning")
+        write_cuzk_toml(cuzk, listen, f"0.0.0.0:{second_port}")  # a wildcard: warned about
         done = _reload(config)
         assert done.returncode == 0, done.stderr
         moved = sup.wait_engine("cuzk0", lambda e: e["state"] == "running"
                                 and e["pid"] != running["pid"])
-        assert moved["status_address"] == f"http://127.0.0.1:{second_port}/status"
+        assert moved["status_address"] == f"http://127.0.0.1:{second_port}/status"  # loopback
+        [warning] = sup.events("config_warning")
+        assert "job ids" in warning["detail"] and str(cuzk) in warning["detail"]
         assert not pid_alive(running["pid"])
         assert sup.engine("other")["pid"] == other  # its spec did not change
 
