@@ -44,8 +44,7 @@ def check_cuzk_engines(config: Config, where: str) -> None:
         if eng.cuzk_config and not eng.cuzk:
             raise ConfigError(f"{where}: key `engine[{i}].cuzk_config`: only for type \"cuzk\"")
         if eng.cuzk_file is not None:
-            _check_engine(eng, eng.cuzk_file, f"{where}: engine[{i}]",
-                          f"{where}: key `engine[{i}]")
+            _check_engine(eng, eng.cuzk_file, where, i)
     _check_budgets(config, where)
     _check_shared_addresses(config, where)
 
@@ -60,14 +59,14 @@ def cuzk_warnings(config: Config) -> list[str]:
             if eng.cuzk_file is not None and eng.cuzk_file.status_wildcard]
 
 
-def _check_engine(eng: EngineConfig, cuzk: CuzkFile, engine: str, engine_key: str) -> None:
-    """``engine``: ``FILE: engine[i]``; ``engine_key``: the start of its keys' names."""
+def _check_engine(eng: EngineConfig, cuzk: CuzkFile, where: str, index: int) -> None:
+    """Engine ``index`` of the cuzkd config ``where``, whose cuzk file is ``cuzk``."""
 
-    def fail(key: str, problem: str) -> ConfigError:
-        return ConfigError(cuzk_file_error(cuzk.path, key, problem, engine))
+    def fail(key: str, problem: str) -> ConfigError:  # a key of cuzk's file
+        return ConfigError(cuzk_file_error(cuzk.path, key, problem, f"{where}: engine[{index}]"))
 
-    def fail_engine(key: str, problem: str) -> ConfigError:
-        return ConfigError(f"{engine_key}.{key}`: {problem}")
+    def fail_engine(key: str, problem: str) -> ConfigError:  # a key of the engine's table
+        return ConfigError(f"{where}: key `engine[{index}].{key}`: {problem}")
 
     status_listen = cuzk.daemon.status_listen
     if not status_listen:
@@ -140,7 +139,7 @@ def _check_gpus_agree(eng: EngineConfig, cuzk: CuzkFile, fail: Fail) -> None:
     if not eng.gpus:
         return
     devices = sorted(cuzk.gpus.devices)
-    wanted = sorted(int(gpu) for gpu in eng.gpus if gpu.isdigit())
+    wanted = sorted(int(gpu) for gpu in eng.gpus if gpu.isascii() and gpu.isdigit())
     if len(wanted) != len(eng.gpus):
         raise fail("gpus.devices", f"cannot be compared with the engine's gpus {eng.gpus}: give "
                                    "the engine NVML indices (\"0\"), which cuzk's devices are")
@@ -157,7 +156,7 @@ def _status_url_disagreement(url: str, status_listen: str) -> str | None:
     """How an explicit ``status_url`` misses cuzk's status listener, or None if it reaches it
     (same port, same host or a wildcard listener, a path cuzk answers: ``/status...``)."""
     if not url.startswith("http://"):
-        return "is not http://, which is all"
+        return "is not http://, the only way to reach"
     parts = urlsplit(url)
     listener = parse_listen(status_listen, allow_unix=False)
     if parts.port != listener.port:
@@ -178,7 +177,7 @@ def _check_budgets(config: Config, where: str) -> None:
         (first, first_file), (second, second_file) = auto[:2]
         raise ConfigError(cuzk_file_error(
             second_file.path, "memory.total_budget",
-            f"\"auto\" (the default) here and in {first_file.path} (engine[{first}]): each "
+            f"\"auto\" (cuzk's default) here and in {first_file.path} (engine[{first}]): each "
             "cuzk would budget all of the host's RAM; give each engine an explicit share "
             "(\"200GiB\")", f"{where}: engine[{second}]"))
 
