@@ -5,7 +5,8 @@ types, duplicate names and impossible values all raise :class:`ConfigError` nami
 the key and the problem. Three modules, one job each: :mod:`.schema` (the structs, their
 defaults, the placeholder constants), :mod:`.loading` (reading the file safely -- size cap,
 FIFO -- and decoding it, its errors turned into messages) and :mod:`.checks` (the rules between
-fields). This front names what the rest of cuzkd uses.
+fields); a cuzk engine's own TOML has :mod:`.cuzkfile` (reading it as cuzk does) and
+:mod:`.cuzkchecks` (its rules). This front names what the rest of cuzkd uses.
 """
 
 from cuzkd.config.loading import (

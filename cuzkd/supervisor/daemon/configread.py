@@ -39,9 +39,9 @@ def reload_config(path: str) -> Config:
 
 
 def log_notices(config: Config) -> None:
-    """The file's warnings (:attr:`Config.notices`: an old proof kind name, ...) as
-    ``config_warning`` events, at start and at each reload: until the file is changed, every
-    load says what to change in it."""
+    """The file's warnings (:attr:`Config.notices`: an old proof kind name, a cuzk status
+    listener on every address, ...) as ``config_warning`` events, at start and at each reload:
+    until the file is changed, every load says what to change in it."""
     for notice in config.notices:
         log.warning("config_warning", detail=notice)
 
