@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from support.supervisor_harness import fake_engine, start_supervisor, write_config
 
-from cuzkd.supervisor.core.exitcause import process_cause
+from cuzkd.supervisor.core.exitcause import MESSAGE_CHARS, exit_message, process_cause
 from cuzkd.supervisor.proc.oom import OomCounters, memory_cgroup_events
 from cuzkd.supervisor.proc.reaper import ended
 
@@ -52,6 +52,89 @@ def test_sigkill_is_oom_only_when_a_counter_moved_and_the_supervisor_did_not_sen
                          oom_kills_moved=True)[0] == "oom_killed"
     assert process_cause(ended(kill), supervisor_killed=True, oom_kills_moved=True)[0] == \
         "signal_SIGKILL"
+
+
+def test_cuzk_exit_statuses_have_names_for_cuzk_engines_only() -> None:
+    """101, 1 and 2 are cuzk's panic, error and usage; any other status of cuzk, and every
+    status of another engine, stays exit_N."""
+    def cause(code: int, *, cuzk: bool) -> tuple[str, bool]:
+        return process_cause(ended(wait_status(f"raise SystemExit({code})")),
+                             supervisor_killed=False, oom_kills_moved=False, cuzk=cuzk)
+
+    assert [cause(code, cuzk=True) for code in (101, 1, 2, 3, 0)] == [
+        ("panic", False), ("error", False), ("usage", False), ("exit_3", False),
+        ("exit_0", True)]
+    assert [cause(code, cuzk=False)[0] for code in (101, 1, 2)] == [
+        "exit_101", "exit_1", "exit_2"]
+    term = wait_status("import os, signal; os.kill(os.getpid(), signal.SIGTERM)")
+    assert process_cause(ended(term), supervisor_killed=False, oom_kills_moved=False,
+                         cuzk=True) == ("signal_SIGTERM", False)
+
+
+#: What a cuzk that panicked on its main thread writes to stderr (Rust 1.73 on): a worker
+#: thread's panic before it (tokio keeps running), then the main thread's, then the hint.
+PANIC_TAIL = [
+    "thread 'tokio-runtime-worker' panicked at cuzk-core/src/engine.rs:912:9:",
+    "index out of bounds: the len is 2 but the index is 2",
+    "thread 'main' panicked at cuzk-daemon/src/main.rs:104:14:",
+    "failed to configure rayon global thread pool: ThreadPoolBuildError { kind: "
+    "GlobalPoolAlreadyInitialized }",
+    "note: run with `RUST_BACKTRACE=1` environment variable to display a backtrace",
+]
+MAIN_PANIC = ("thread 'main' panicked at cuzk-daemon/src/main.rs:104:14: failed to configure "
+              "rayon global thread pool: ThreadPoolBuildError { kind: "
+              "GlobalPoolAlreadyInitialized }")
+
+
+def test_a_panic_is_named_by_the_main_threads_panic_line_location_and_message() -> None:
+    assert exit_message("panic", PANIC_TAIL) == MAIN_PANIC
+    backtrace = ["thread 'main' panicked at src/main.rs:2:5:", "boom", "stack backtrace:",
+                 "   0: rust_begin_unwind", "             at /rustc/x/std/src/panicking.rs:1"]
+    assert exit_message("panic", backtrace) == "thread 'main' panicked at src/main.rs:2:5: boom"
+    # Rust before 1.73 wrote it on one line; newer ones name the thread id
+    assert exit_message("panic", ["thread 'main' panicked at 'boom', src/main.rs:2:5",
+                                  "note: run with `RUST_BACKTRACE=1`"]) == \
+        "thread 'main' panicked at 'boom', src/main.rs:2:5"
+    assert exit_message("panic", ["thread 'main' (4711) panicked at src/main.rs:2:5:",
+                                  "boom"]) == "thread 'main' (4711) panicked at src/main.rs:2:5: boom"
+    # no main thread's panic in the tail: the last one of any thread
+    assert exit_message("panic", PANIC_TAIL[:2]) == (
+        "thread 'tokio-runtime-worker' panicked at cuzk-core/src/engine.rs:912:9: "
+        "index out of bounds: the len is 2 but the index is 2")
+    # a long backtrace pushed the panic out of the tail: nothing made up
+    assert exit_message("panic", backtrace[2:]) is None
+
+
+def test_an_error_is_its_error_line_with_the_causes_anyhow_lists() -> None:
+    config = ['Error: failed to load config from "/etc/cuzk/cuzk.toml"', "", "Caused by:",
+              "    TOML parse error at line 3, column 16", "      |",
+              "    3 | total_budget = 256G", "      |                ^", "    invalid number"]
+    assert exit_message("error", config) == (
+        'Error: failed to load config from "/etc/cuzk/cuzk.toml": '
+        "TOML parse error at line 3, column 16")
+    bind = ["Error: gRPC server error", "", "Caused by:", "    0: transport error",
+            "    1: Address already in use (os error 98)", "something else, later"]
+    assert exit_message("error", bind) == (
+        "Error: gRPC server error: transport error: Address already in use (os error 98)")
+    assert exit_message("error", ["Error: bad address 'x'"]) == "Error: bad address 'x'"
+    assert exit_message("error", ["nothing that says"]) is None
+
+
+def test_a_usage_error_is_claps_error_line() -> None:
+    clap = ["error: unexpected argument '--version' found", "",
+            "  tip: to pass '--version' as a value, use '-- --version'", "",
+            "Usage: cuzk-daemon [OPTIONS]", "", "For more information, try '--help'."]
+    assert exit_message("usage", clap) == "error: unexpected argument '--version' found"
+
+
+def test_only_cuzk_causes_are_decoded_and_a_message_is_bounded() -> None:
+    """Another engine's exit 1 says nothing cuzkd could read (exit_1 is not error); an
+    endless message is cut to MESSAGE_CHARS."""
+    assert exit_message("exit_1", ["Error: something"]) is None
+    assert exit_message("exit_101", PANIC_TAIL) is None
+    assert exit_message(None, PANIC_TAIL) is None
+    long = exit_message("error", ["Error: " + "x" * 5000])
+    assert long is not None and len(long) == MESSAGE_CHARS
 
 
 def core_dumps_work(tmp_path: Path) -> int | None:
