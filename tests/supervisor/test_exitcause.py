@@ -4,15 +4,21 @@ files, and each cause this machine can produce end to end with a real supervisor
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
 import sys
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from support.cuzk_standin import write_cuzk_toml
+from support.ports import free_port
 from support.supervisor_harness import fake_engine, start_supervisor, write_config
 
 from cuzkd.supervisor.core.exitcause import MESSAGE_CHARS, exit_message, process_cause
@@ -96,7 +102,8 @@ def test_a_panic_is_named_by_the_main_threads_panic_line_location_and_message() 
                                   "note: run with `RUST_BACKTRACE=1`"]) == \
         "thread 'main' panicked at 'boom', src/main.rs:2:5"
     assert exit_message("panic", ["thread 'main' (4711) panicked at src/main.rs:2:5:",
-                                  "boom"]) == "thread 'main' (4711) panicked at src/main.rs:2:5: boom"
+                                  "boom"]) == \
+        "thread 'main' (4711) panicked at src/main.rs:2:5: boom"
     # no main thread's panic in the tail: the last one of any thread
     assert exit_message("panic", PANIC_TAIL[:2]) == (
         "thread 'tokio-runtime-worker' panicked at cuzk-core/src/engine.rs:912:9: "
@@ -212,6 +219,72 @@ def test_unexpected_exit_logs_the_stderr_tail_and_status_shows_it(tmp_path: Path
         missing = subprocess.run([sys.executable, "-m", "cuzkd", "status", "nope", "--config",
                                   str(config)], capture_output=True, text=True)
         assert missing.returncode != 0 and "no engine named 'nope'" in missing.stderr
+    finally:
+        sup.stop()
+
+
+STANDIN = Path(__file__).parents[1] / "support" / "cuzk_standin.py"
+#: engine name -> (what the stand-in is made to do, the cause, the last_error it leaves)
+CUZK_EXITS = {
+    "panicky": ("101", "panic", "thread 'main' panicked at cuzk-daemon/src/main.rs:212:14: "
+                "called `Result::unwrap()` on an `Err` value: stand-in forced panic"),
+    "erring": ("1", "error", "Error: stand-in: forced error (CUZK_STANDIN_EXIT=1)"),
+    "misused": ("2", "usage", "error: unexpected argument '--stand-in-forced' found"),
+}
+
+
+def standin_engine(tmp_path: Path, name: str, exit_code: str, **keys: Any) -> dict[str, Any]:
+    """An ``[[engine]]`` running the cuzk stand-in with its own cuzk TOML, made to exit
+    ``exit_code`` before its listeners are up."""
+    own = write_cuzk_toml(tmp_path / f"{name}.toml", f"unix://{tmp_path}/{name}.sock",
+                          f"127.0.0.1:{free_port()}", '[memory]\ntotal_budget = "8GiB"\n')
+    return {"name": name, "command": [sys.executable, str(STANDIN), "-c", str(own)],
+            "env": {"CUZK_STANDIN_EXIT": exit_code}, "restart": "never", **keys}
+
+
+def test_cuzk_exits_are_panic_error_and_usage_with_what_it_said(tmp_path: Path) -> None:
+    """Through ``cuzkd run``: each cause and its words in the API, the exit event, ``cuzkd
+    status``, ``status NAME``, ``/status`` and /metrics; the same panic from an engine that is
+    not of type cuzk is exit_101 with no words read into it."""
+    engines = [standin_engine(tmp_path, name, code, type="cuzk")
+               for name, (code, _, _) in CUZK_EXITS.items()]
+    engines.append(standin_engine(tmp_path, "plain", "101"))
+    config = write_config(tmp_path, engines)
+    sup = start_supervisor(config)
+    try:
+        for name, (_, cause, error) in CUZK_EXITS.items():
+            eng = sup.wait_engine(name, lambda e: e["state"] == "failed" and e["last_error"],
+                                  timeout=30)
+            assert (eng["exits"], eng["last_error"]) == ({cause: 1}, error)
+            [event] = sup.events("engine_exit_unexpected", engine=name)
+            assert (event["cause"], event["error"]) == (cause, error)
+            [exited] = sup.events("engine_exited", engine=name)
+            assert exited["cause"] == cause
+        plain = sup.wait_engine("plain", lambda e: e["state"] == "failed", timeout=30)
+        assert (plain["exits"], plain["last_error"]) == ({"exit_101": 1}, None)
+        assert "error" not in sup.events("engine_exit_unexpected", engine="plain")[0]
+
+        def cli(*args: str) -> str:
+            return subprocess.run([sys.executable, "-m", "cuzkd", "status", *args, "--config",
+                                   str(config)], capture_output=True, text=True).stdout
+
+        listing = cli()
+        for _, cause, error in CUZK_EXITS.values():
+            assert f"{cause} error: {error}" in listing, listing
+        one = cli("panicky")
+        assert "last exit panic   exits panic 1" in one and \
+            f"last error: {CUZK_EXITS['panicky'][2]}" in one, one
+        listen = sup.about()["metrics_listen"]
+        with urllib.request.urlopen(f"http://{listen}/status", timeout=30) as resp:
+            shown = {e["name"]: e for e in json.load(resp)["engines"]}
+        assert shown["erring"]["last_exit_cause"] == "error"
+        assert shown["erring"]["last_error"] == CUZK_EXITS["erring"][2]
+        with urllib.request.urlopen(f"http://{listen}/metrics", timeout=30) as resp:
+            exits = {(s.labels["engine"], s.labels["cause"]): s.value
+                     for f in text_string_to_metric_families(resp.read().decode())
+                     for s in f.samples if s.name == "cuzkd_engine_exits_total"}
+        assert exits == {("panicky", "panic"): 1, ("erring", "error"): 1,
+                         ("misused", "usage"): 1, ("plain", "exit_101"): 1}
     finally:
         sup.stop()
 
