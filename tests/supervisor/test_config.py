@@ -125,7 +125,7 @@ def test_a_cuzk_engine_starts_within_30s_by_default(tmp_path: Path) -> None:
         """A cuzk engine's keys, its own cuzk TOML (addresses, a budget) beside them."""
         own = tmp_path / f"cuzk{n}.toml"
         own.write_text(f'[daemon]\nlisten = "unix://{tmp_path}/cuzk{n}.sock"\n'
-                       f'status_listen = "127.0.0.1:{9821 + n}"\n'
+                       f'status_listen = "127.0.0.1:{19821 + n}"\n'
                        '[memory]\ntotal_budget = "100GiB"\n')
         return f'type = "cuzk"\ncommand = ["cuzk-daemon", "-c", "{own}"]\n'
 
