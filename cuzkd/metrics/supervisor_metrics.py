@@ -51,8 +51,8 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
                        "Duration of the last status fetch from the engine.", labels=e)
     fetch_errors = c("cuzkd_status_fetch_errors_total",
                      "Status fetches that failed, timed out or returned a malformed document "
-                     "(not those of a start: before the process's first answer, within "
-                     "start_timeout).", labels=e)
+                     "(not those nothing answered in a start: before the process's first "
+                     "answer, within start_timeout).", labels=e)
     first_answer = g("cuzkd_engine_first_answer_seconds",
                      "Seconds from the spawn of the engine's process to its status's first "
                      "answer: how long its start took (the last process that answered).",

@@ -16,10 +16,11 @@ request; concurrent requests are coalesced into one in flight.
 
 Every failure -- refused, timed out, HTTP error, too large, garbage, no status document -- is
 one ``fetch_errors_total`` increment and one :attr:`StatusSource.last_error` that says why, never
-an exception: an engine serving garbage is unhealthy, it never breaks the caller. Failures while
-the owner's ``starting`` says the engine is starting (its process has not answered yet, within
-its start_timeout: the supervisor decides) are its start, not faults: they set ``last_error``
-but are not counted. A kept body
+an exception: an engine serving garbage is unhealthy, it never breaks the caller. A fetch that
+got no answer while the owner's ``starting`` says the engine is starting (its process has not
+answered yet, within its start_timeout: the supervisor decides) is its start, not a fault: it
+sets ``last_error`` but is not counted (:attr:`StatusSource.last_error_counted`); a wrong answer
+is counted whenever it comes. A kept body
 that fails to decode when it is read makes the following polls decode whole, so such an engine
 turns unhealthy (at the latest after ``DECODE_EVERY`` polls when nothing reads its documents)
 instead of answering "healthy" to polls and "broken" to scrapes.
@@ -78,6 +79,13 @@ class StatusFetchError(CuzkdError):
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
         self.kind = kind
+
+    @property
+    def answered(self) -> bool:
+        """The engine answered, wrongly (an HTTP error, no status document, too large): a
+        fault even while it starts. Otherwise nothing answered (refused, no socket, timed out,
+        the connection dropped): while it starts, its listener is not up yet."""
+        return self.kind.startswith("http_") or self.kind in ("invalid", "too_large")
 
 
 class Body:
@@ -181,8 +189,9 @@ class StatusSource:
                  starting: Callable[[], bool] = lambda: False) -> None:
         """``log``: the structlog logger for field errors and deriver failures (the runner's,
         bound to the engine's name); ``deriver`` makes the deriver of plain documents (and a
-        fresh one after it failed); ``starting``, asked at each failure: True while a failure
-        is the engine's start (not counted in ``fetch_errors_total``)."""
+        fresh one after it failed); ``starting``, asked at each failure without an answer: True
+        while the engine starts, so that failure is its start (not counted in
+        ``fetch_errors_total``)."""
         self.address = address
         self._socket_path, self._url = split_address(address)
         self._timeout_secs = timeout
@@ -210,6 +219,8 @@ class StatusSource:
         self.last_error: str | None = None
         #: the bounded kind of ``last_error`` (see StatusFetchError.kind)
         self.last_error_kind: str | None = None
+        #: the last failure was counted in ``fetch_errors_total`` (not the engine's start)
+        self.last_error_counted = False
         #: reason (salvage.REASONS) -> values left out of the decoded documents
         self.field_errors_total: Counter[str] = Counter()
         #: the last decoded document's field errors (Decoded.left_out); None when clean
@@ -372,7 +383,8 @@ class StatusSource:
         self._failure(error)
 
     def _failure(self, error: StatusFetchError) -> None:
-        """Count a failure (unless it is the engine's start) and say why it failed."""
-        if not self._starting():
+        """Count a failure, unless nothing answered while the engine starts, and say why."""
+        self.last_error_counted = error.answered or not self._starting()
+        if self.last_error_counted:
             self.fetch_errors_total += 1
         self.last_error, self.last_error_kind = str(error), error.kind

@@ -96,7 +96,7 @@ def test_a_slow_start_counts_no_error_and_a_failure_after_the_first_answer_does(
 
 def test_polls_past_start_timeout_are_failures(tmp_path: Path) -> None:
     """A status that never answers: the ~30 polls of a 3 s start_timeout are the start, the
-    one that finds it over is counted, and the kill names its error."""
+    one that finds it over is counted and logged, and the kill names its error."""
     async def main() -> tuple[EngineRunner, EngineSample, list[Any]]:
         engines = StandInEngines(Script())
         with structlog.testing.capture_logs() as logs:
@@ -111,9 +111,36 @@ def test_polls_past_start_timeout_are_failures(tmp_path: Path) -> None:
     runner, sample, logs = run_virtual(main)
     assert runner.lifecycle.exits == {"start_timeout": 1}
     assert sample.fetch_errors_total == 1 and sample.first_answer_seconds is None
-    assert not status_failures(logs)
+    [logged] = status_failures(logs)
+    assert "cannot connect" in logged["error"] and logged["repeated"] == 1
     [kill] = [e for e in logs if e["event"] == "engine_state" and e["new"] == "stopping"]
     assert "start_timeout" in kill["reason"] and "cannot connect" in kill["reason"]
+
+
+def test_a_wrong_answer_while_starting_is_a_failure(tmp_path: Path) -> None:
+    """An engine whose listener is up but answers HTTP 500 is not starting, it is broken: each
+    such poll counts and is logged (rate-limited), start or not."""
+    async def main() -> tuple[int, list[Any]]:
+        server = PieceServer(b"worker pool gone", status=500, framing="length")
+        address = await server.start_unix(tmp_path / "status.sock")
+        engines = StandInEngines(Script())
+        with structlog.testing.capture_logs() as logs:
+            runner = runner_of(tmp_path, engines, status_url=address, start_timeout="30s")
+            runner.start()
+            while server.requests < 10:
+                await server.arrived.wait()
+            source = runner.status_source
+            assert source is not None and runner.state is State.STARTING
+            counted = source.fetch_errors_total
+            await runner.stop()
+            await runner.close()
+        await server.close()
+        return counted, logs
+
+    counted, logs = run_virtual(main)
+    assert counted >= 9  # every poll answered before the tenth, start or not
+    [logged] = status_failures(logs)
+    assert logged["state"] == "starting" and "HTTP 500" in logged["error"]
 
 
 # -- with real processes ----------------------------------------------------------------------

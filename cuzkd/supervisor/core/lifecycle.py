@@ -207,10 +207,11 @@ class Lifecycle:
         return []
 
     def in_start(self, now: float) -> bool:
-        """A status poll failing now is the engine's start, not a fault: its process has not
-        answered yet and its start_timeout has not run out. Such failures are not counted
-        (``cuzkd_status_fetch_errors_total``) nor logged as failures: every engine fails the
-        polls before its listener is up, and a slow starter (cuzk) fails a hundred."""
+        """A status poll that nothing answers now is the engine's start, not a fault: its
+        process has not answered yet and its start_timeout has not run out. Such failures
+        are not counted (``cuzkd_status_fetch_errors_total``) nor logged as failures: every
+        engine fails the polls before its listener is up, and a slow starter (cuzk) fails a
+        hundred. (A wrong answer is a fault even now: the status source counts it.)"""
         return (self.state is State.STARTING and self.spawned_at is not None
                 and now - self.spawned_at < self.policy.start_timeout)
 

@@ -119,7 +119,7 @@ class EngineRunner:
         )
         self._log = log.bind(engine=spec.name)
         #: None for an engine without a status URL: supervised by its process alone; the
-        #: polls that fail before the first answer, within start_timeout, are the start
+        #: polls nothing answers before the first answer, within start_timeout, are the start
         self.status_source = StatusSource(
             self.status_address, timeout=spec.status_timeout, log=self._log,
             starting=lambda: self.lifecycle.in_start(self._clock()),
@@ -557,10 +557,10 @@ class EngineRunner:
             # A poll that timed out while the supervisor was frozen tells nothing of the engine.
             fresh = ok or not said_nothing(
                 self._run_clock.frozen_seconds_total - frozen_before, self.spec.status_timeout)
-            # Failures of a running engine only: while it starts they are its start (a
-            # start_timeout kill names the last one); stopping, they are expected.
-            if error is not None and fresh and self.lifecycle.state is State.RUNNING:
-                # one line per 10 s per kind of error
+            # The failures counted only: no answer while it starts is its start (a
+            # start_timeout kill names the last error); a wrong answer is a fault at any time.
+            if error is not None and fresh and self.status_source.last_error_counted:
+                # polled every 100 ms while starting: one line per 10 s per kind of error
                 self._limited.log(self._log, "warning", "engine_status_failed",
                                   key=self.status_source.last_error_kind,
                                   state=str(self.lifecycle.state), error=error)
