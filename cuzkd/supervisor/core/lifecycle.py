@@ -211,9 +211,11 @@ class Lifecycle:
         process has not answered yet and its start_timeout has not run out. Such failures
         are not counted (``cuzkd_status_fetch_errors_total``) nor logged as failures: every
         engine fails the polls before its listener is up, and a slow starter (cuzk) fails a
-        hundred. (A wrong answer is a fault even now: the status source counts it.)"""
-        return (self.state is State.STARTING and self.spawned_at is not None
-                and now - self.spawned_at < self.policy.start_timeout)
+        hundred. (A wrong answer is a fault even now: the status source counts it.) While the
+        spawn itself waits (leftovers, GPU memory) no process exists to answer a scrape's
+        fetch: that is the start too."""
+        return self.state is State.STARTING and (
+            self.spawned_at is None or now - self.spawned_at < self.policy.start_timeout)
 
     def settled(self, now: float) -> list[Action]:
         """An engine without a status URL stayed alive through its settle time: it counts as
