@@ -19,7 +19,13 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from support.cuzk_standin import write_cuzk_toml
 from support.ports import free_port
-from support.supervisor_harness import fake_engine, start_supervisor, write_config
+from support.supervisor_harness import (
+    RunningSupervisor,
+    fake_engine,
+    start_supervisor,
+    write_config,
+)
+from support.waiting import wait_until
 
 from cuzkd.supervisor.core.exitcause import MESSAGE_CHARS, exit_message, process_cause
 from cuzkd.supervisor.proc.oom import OomCounters, memory_cgroup_events
@@ -242,6 +248,13 @@ def standin_engine(tmp_path: Path, name: str, exit_code: str, **keys: Any) -> di
             "env": {"CUZK_STANDIN_EXIT": exit_code}, "restart": "never", **keys}
 
 
+def logged(sup: RunningSupervisor, event: str, engine: str) -> list[dict[str, Any]]:
+    """``engine``'s ``event`` lines, once the log has them (its writer may lag the API)."""
+    found: list[dict[str, Any]] = wait_until(lambda: sup.events(event, engine=engine), 15,
+                                             f"{event} of {engine} in the log")
+    return found
+
+
 def test_cuzk_exits_are_panic_error_and_usage_with_what_it_said(tmp_path: Path) -> None:
     """Through ``cuzkd run``: each cause and its words in the API, the exit event, ``cuzkd
     status``, ``status NAME``, ``/status`` and /metrics; the same panic from an engine that is
@@ -256,13 +269,13 @@ def test_cuzk_exits_are_panic_error_and_usage_with_what_it_said(tmp_path: Path) 
             eng = sup.wait_engine(name, lambda e: e["state"] == "failed" and e["last_error"],
                                   timeout=30)
             assert (eng["exits"], eng["last_error"]) == ({cause: 1}, error)
-            [event] = sup.events("engine_exit_unexpected", engine=name)
+            [event] = logged(sup, "engine_exit_unexpected", name)
             assert (event["cause"], event["error"]) == (cause, error)
-            [exited] = sup.events("engine_exited", engine=name)
+            [exited] = logged(sup, "engine_exited", name)
             assert exited["cause"] == cause
         plain = sup.wait_engine("plain", lambda e: e["state"] == "failed", timeout=30)
         assert (plain["exits"], plain["last_error"]) == ({"exit_101": 1}, None)
-        assert "error" not in sup.events("engine_exit_unexpected", engine="plain")[0]
+        assert "error" not in logged(sup, "engine_exit_unexpected", "plain")[0]
 
         def cli(*args: str) -> str:
             return subprocess.run([sys.executable, "-m", "cuzkd", "status", *args, "--config",

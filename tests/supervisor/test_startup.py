@@ -173,6 +173,7 @@ def test_a_listener_up_after_two_seconds_is_a_start_then_a_real_failure_counts(
                        "a failed poll of the stopped engine counted")
         finally:
             os.kill(pid, signal.SIGCONT)
-        assert sup.events("engine_status_failed", engine="slow")
+        wait_until(lambda: sup.events("engine_status_failed", engine="slow"), 15,
+                   "the failure logged")
     finally:
         sup.stop()

@@ -559,7 +559,9 @@ class EngineRunner:
                 self._run_clock.frozen_seconds_total - frozen_before, self.spec.status_timeout)
             # The failures counted only: no answer while it starts is its start (a
             # start_timeout kill names the last error); a wrong answer is a fault at any time.
-            if error is not None and fresh and self.status_source.last_error_counted:
+            # Once a stop began (the poll was in flight), failing is what it is expected to do.
+            if (error is not None and fresh and self.status_source.last_error_counted
+                    and self.lifecycle.state in ALIVE):
                 # polled every 100 ms while starting: one line per 10 s per kind of error
                 self._limited.log(self._log, "warning", "engine_status_failed",
                                   key=self.status_source.last_error_kind,
