@@ -152,9 +152,8 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
                                "reader did not keep up) or write_error (writing failed).",
                                labels=["reason"]), DROP_REASONS, sample.log_lines_dropped_total)
     build = InfoMetricFamily("cuzkd_build", "cuzkd version.", value={"version": __version__})
-    return [build, up, state, restarts, exits, stalls, stalled, start, rss, cpu,
-            fetch_duration, fetch_errors, first_answer, field_errors, descendants_killed,
-            stop_inflight,
+    return [build, up, state, restarts, exits, stalls, stalled, start, first_answer, rss, cpu,
+            fetch_duration, fetch_errors, field_errors, descendants_killed, stop_inflight,
             drains, loop_failures, release, swaps, rollbacks, active,
             zombies, reload_ok, reload_time, deadlines, freezes, frozen, log_dropped,
             *_gpu_families(sample.gpus)]
