@@ -118,10 +118,10 @@ class EngineRunner:
                     spec.backoff_reset_after),
         )
         self._log = log.bind(engine=spec.name)
-        #: None for an engine without a status URL: supervised by its process alone; the
-        #: polls nothing answers before the first answer, within start_timeout, are the start
+        #: None for an engine without a status URL: supervised by its process alone
         self.status_source = StatusSource(
             self.status_address, timeout=spec.status_timeout, log=self._log,
+            # the polls nothing answers before the first answer, within start_timeout
             starting=lambda: self.lifecycle.in_start(self._clock()),
         ) if self.status_address is not None else None
         self._process: ChildProcess | None = None
