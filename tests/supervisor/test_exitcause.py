@@ -204,6 +204,13 @@ def test_oom_counters_read_cgroup_v1() -> None:
 # -- end to end ----------------------------------------------------------------------------
 
 
+def logged(sup: RunningSupervisor, event: str, engine: str) -> list[dict[str, Any]]:
+    """``engine``'s ``event`` lines, once the log has them (its writer may lag the API)."""
+    found: list[dict[str, Any]] = wait_until(lambda: sup.events(event, engine=engine), 15,
+                                             f"{event} of {engine} in the log")
+    return found
+
+
 def test_unexpected_exit_logs_the_stderr_tail_and_status_shows_it(tmp_path: Path) -> None:
     config = write_config(tmp_path, [fake_engine(
         tmp_path, "crasher", restart="never",
@@ -215,7 +222,7 @@ def test_unexpected_exit_logs_the_stderr_tail_and_status_shows_it(tmp_path: Path
         assert eng["last_exit_cause"] == "exit_3"
         expected = [f"stderr line {i}" for i in range(11, 30)] + ["fake engine exiting"]
         assert eng["last_exit_stderr"] == expected
-        [event] = sup.events("engine_exit_unexpected", engine="crasher")
+        [event] = logged(sup, "engine_exit_unexpected", "crasher")
         assert event["cause"] == "exit_3" and event["stderr_tail"] == expected
         out = subprocess.run([sys.executable, "-m", "cuzkd", "status", "crasher", "--config",
                               str(config)], capture_output=True, text=True, check=True).stdout
@@ -246,13 +253,6 @@ def standin_engine(tmp_path: Path, name: str, exit_code: str, **keys: Any) -> di
                           f"127.0.0.1:{free_port()}", '[memory]\ntotal_budget = "8GiB"\n')
     return {"name": name, "command": [sys.executable, str(STANDIN), "-c", str(own)],
             "env": {"CUZK_STANDIN_EXIT": exit_code}, "restart": "never", **keys}
-
-
-def logged(sup: RunningSupervisor, event: str, engine: str) -> list[dict[str, Any]]:
-    """``engine``'s ``event`` lines, once the log has them (its writer may lag the API)."""
-    found: list[dict[str, Any]] = wait_until(lambda: sup.events(event, engine=engine), 15,
-                                             f"{event} of {engine} in the log")
-    return found
 
 
 def test_cuzk_exits_are_panic_error_and_usage_with_what_it_said(tmp_path: Path) -> None:
