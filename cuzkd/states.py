@@ -63,7 +63,9 @@ class Phase(enum.StrEnum):
 class ExitCause(enum.StrEnum):
     """The fixed ``cause`` label values of ``cuzkd_engine_exits_total``. With ``signal_NAME``
     and ``exit_N`` they are the whole set; :mod:`cuzkd.supervisor.core.exitcause` decides
-    between them and documents the precedence."""
+    between them and documents the precedence. ``panic``, ``error`` and ``usage`` are cuzk's
+    own exit statuses (101, 1, 2), named for engines of type ``cuzk`` only: another engine's
+    exit 1 means what that engine says, so it stays ``exit_1``."""
 
     #: an operator's stop or restart, a reload, the shutdown
     STOPPED = "stopped"
@@ -76,6 +78,12 @@ class ExitCause(enum.StrEnum):
     OOM_KILLED = "oom_killed"
     #: the process dumped core (WCOREDUMP)
     CORE_DUMPED = "core_dumped"
+    #: cuzk exited 101: a Rust panic on its main thread (``thread 'main' panicked at ...``)
+    PANIC = "panic"
+    #: cuzk exited 1: ``Error: ...`` from its main (bad config, a listener it could not bind)
+    ERROR = "error"
+    #: cuzk exited 2: its command line was refused (an unknown flag, such as ``--version``)
+    USAGE = "usage"
 
 
 class StopIntent(enum.Enum):

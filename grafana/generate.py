@@ -357,8 +357,9 @@ def fleet() -> Json:
                    "On purpose: stopped (operator, reload, shutdown), swap (binary swap). "
                    "Killed by cuzkd: unhealthy (status silent), stalled (no progress), "
                    "start_timeout. By the engine or the kernel: oom_killed, core_dumped, "
-                   "signal_X, exit_N. Bad: anything but stopped and swap; `cuzkd status "
-                   "ENGINE` shows the last stderr lines.",
+                   "signal_X, exit_N; a cuzk engine's panic, error (Error: ...) and usage "
+                   "(its command line refused). Bad: anything but stopped and swap; `cuzkd "
+                   "status ENGINE` shows the last stderr lines and, for cuzk, what it said.",
                    [Q(agg(f"{BY_ENGINE}, cause",
                           rate("cuzkd_engine_exits_total", fn="increase")),
                       f"{LEGEND_ENGINE} {{{{cause}}}}", event_only=True)], "short", bars=True),

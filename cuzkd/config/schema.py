@@ -70,7 +70,13 @@ EngineType = Literal["bundled", "process", "http", "cuzk"]
 #: Defaults an explicit ``type`` brings, under ``[engine_defaults]`` and the engine's own keys
 #: (the values as a file spells them). README's configuration section says why each differs.
 TYPE_DEFAULTS: dict[EngineType, dict[str, object]] = {
-    "cuzk": {},
+    "cuzk": {
+        # cuzk binds /status right after reading its config and listing its GPUs, before its
+        # gRPC listener and before any SRS load (on demand, or Curio's PreloadSRS, 30-90 s):
+        # seconds. Longer would leave a cuzk whose status_listen failed to bind (it runs on
+        # without /status, taking jobs) unseen for longer before it is restarted.
+        "start_timeout": "30s",
+    },
 }
 
 

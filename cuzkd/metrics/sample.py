@@ -56,6 +56,9 @@ class EngineSample:
     #: reason (cuzkd.status.salvage.REASONS) -> values left out of the engine's decoded
     #: status documents
     status_field_errors_total: Mapping[str, int] = field(default_factory=dict)
+    #: seconds from the spawn to the first status answer, of the last process that answered
+    #: (None before any, and for an engine without a status URL)
+    first_answer_seconds: float | None = None
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,8 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
                  labels=e)
     exits = c("cuzkd_engine_exits_total",
               "Engine process exits by cause: stopped, swap, unhealthy, stalled, "
-              "start_timeout, oom_killed, core_dumped, signal_NAME, exit_N.",
+              "start_timeout, oom_killed, core_dumped, signal_NAME, exit_N; for cuzk "
+              "engines panic (101), error (1) and usage (2) instead of those exit_N.",
               labels=["engine", "cause"])
     stalls = c("cuzkd_engine_stalls_total",
                "Stalls the watchdog declared: work and no progress for stall_after, or a "
@@ -49,7 +50,12 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
     fetch_duration = g("cuzkd_status_fetch_duration_seconds",
                        "Duration of the last status fetch from the engine.", labels=e)
     fetch_errors = c("cuzkd_status_fetch_errors_total",
-                     "Status fetches that failed, timed out or returned a malformed document.",
+                     "Status fetches that failed, timed out or returned a malformed document "
+                     "(not those nothing answered in a start: before the process's first "
+                     "answer, within start_timeout).", labels=e)
+    first_answer = g("cuzkd_engine_first_answer_seconds",
+                     "Seconds from the spawn of the engine's process to its status's first "
+                     "answer: how long its start took (the last process that answered).",
                      labels=e)
     field_errors = c("cuzkd_status_field_errors_total",
                      "Values of decoded status documents left out because they did not decode, "
@@ -94,6 +100,8 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
         if engine.fetch_duration_seconds is not None:
             fetch_duration.add_metric(name, engine.fetch_duration_seconds)
         fetch_errors.add_metric(name, engine.fetch_errors_total)
+        if engine.first_answer_seconds is not None:
+            first_answer.add_metric(name, engine.first_answer_seconds)
         for why in FIELD_ERROR_REASONS:
             field_errors.add_metric([engine.name, why],
                                     engine.status_field_errors_total.get(why, 0))
@@ -144,7 +152,7 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
                                "reader did not keep up) or write_error (writing failed).",
                                labels=["reason"]), DROP_REASONS, sample.log_lines_dropped_total)
     build = InfoMetricFamily("cuzkd_build", "cuzkd version.", value={"version": __version__})
-    return [build, up, state, restarts, exits, stalls, stalled, start, rss, cpu,
+    return [build, up, state, restarts, exits, stalls, stalled, start, first_answer, rss, cpu,
             fetch_duration, fetch_errors, field_errors, descendants_killed, stop_inflight,
             drains, loop_failures, release, swaps, rollbacks, active,
             zombies, reload_ok, reload_time, deadlines, freezes, frozen, log_dropped,

@@ -16,7 +16,11 @@ request; concurrent requests are coalesced into one in flight.
 
 Every failure -- refused, timed out, HTTP error, too large, garbage, no status document -- is
 one ``fetch_errors_total`` increment and one :attr:`StatusSource.last_error` that says why, never
-an exception: an engine serving garbage is unhealthy, it never breaks the caller. A kept body
+an exception: an engine serving garbage is unhealthy, it never breaks the caller. A fetch that
+got no answer while the owner's ``starting`` says the engine is starting (its process has not
+answered yet, within its start_timeout: the supervisor decides) is its start, not a fault: it
+sets ``last_error`` but is not counted (:attr:`StatusSource.last_error_counted`); a wrong answer
+is counted whenever it comes. A kept body
 that fails to decode when it is read makes the following polls decode whole, so such an engine
 turns unhealthy (at the latest after ``DECODE_EVERY`` polls when nothing reads its documents)
 instead of answering "healthy" to polls and "broken" to scrapes.
@@ -75,6 +79,13 @@ class StatusFetchError(CuzkdError):
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
         self.kind = kind
+
+    @property
+    def answered(self) -> bool:
+        """The engine answered, wrongly (an HTTP error, no status document, too large): a
+        fault even while it starts. Otherwise nothing answered (refused, no socket, timed out,
+        the connection dropped): while it starts, its listener is not up yet."""
+        return self.kind.startswith("http_") or self.kind in ("invalid", "too_large")
 
 
 class Body:
@@ -174,10 +185,13 @@ def describe_exception(exc: BaseException, *, address: str, timeout: float) -> S
 class StatusSource:
     def __init__(self, address: str, *, timeout: float, max_bytes: int = MAX_BODY_BYTES,
                  log: Any = None,
-                 deriver: Callable[[], ExtensionDeriver] = ExtensionDeriver) -> None:
+                 deriver: Callable[[], ExtensionDeriver] = ExtensionDeriver,
+                 starting: Callable[[], bool] = lambda: False) -> None:
         """``log``: the structlog logger for field errors and deriver failures (the runner's,
         bound to the engine's name); ``deriver`` makes the deriver of plain documents (and a
-        fresh one after it failed)."""
+        fresh one after it failed); ``starting``, asked at each failure without an answer: True
+        while the engine starts, so that failure is its start (not counted in
+        ``fetch_errors_total``)."""
         self.address = address
         self._socket_path, self._url = split_address(address)
         self._timeout_secs = timeout
@@ -205,11 +219,14 @@ class StatusSource:
         self.last_error: str | None = None
         #: the bounded kind of ``last_error`` (see StatusFetchError.kind)
         self.last_error_kind: str | None = None
+        #: the last failure was counted in ``fetch_errors_total`` (not the engine's start)
+        self.last_error_counted = False
         #: reason (salvage.REASONS) -> values left out of the decoded documents
         self.field_errors_total: Counter[str] = Counter()
         #: the last decoded document's field errors (Decoded.left_out); None when clean
         self.field_errors: str | None = None
         self._log = log if log is not None else structlog.get_logger("cuzkd.status")
+        self._starting = starting
         #: field errors repeat with every document: one line per 10 s
         self._limited = LimitedLog()
 
@@ -357,13 +374,17 @@ class StatusSource:
             self._body = None
             self.last_success = None  # nothing usable is cached any more
             self._light = False
-            self.fetch_errors_total += 1
-            error = invalid_document(exc, body)
-            self.last_error, self.last_error_kind = str(error), error.kind
+            self._failure(invalid_document(exc, body))
             return None
         return self._document
 
     def _failed(self, started: float, error: StatusFetchError) -> None:
         self.last_fetch_duration_seconds = time.monotonic() - started
-        self.fetch_errors_total += 1
+        self._failure(error)
+
+    def _failure(self, error: StatusFetchError) -> None:
+        """Count a failure, unless nothing answered while the engine starts, and say why."""
+        self.last_error_counted = error.answered or not self._starting()
+        if self.last_error_counted:
+            self.fetch_errors_total += 1
         self.last_error, self.last_error_kind = str(error), error.kind

@@ -282,3 +282,34 @@ async def test_a_deriver_failure_costs_the_derived_counters_never_the_engines_he
         assert source.fetch_errors_total == 0
     finally:
         await source.close()
+
+
+async def test_no_answer_during_a_start_is_not_counted_a_wrong_answer_is(tmp_path: Path) -> None:
+    """While the owner says the engine starts, a fetch nothing answers (no socket yet, a hang)
+    is its start: named in last_error, not counted; an HTTP error or garbage counts; once the
+    owner says the start is over, no answer counts too."""
+    starting = [True]
+    sock = tmp_path / "status.sock"
+    source = StatusSource(f"unix:{sock}", timeout=0.2, starting=lambda: starting[0])
+    server = PieceServer(b"not json", framing="length")
+    try:
+        assert not await source.poll()
+        assert "No such file" in str(source.last_error)
+        assert (source.fetch_errors_total, source.last_error_counted) == (0, False)
+        await server.start_unix(sock)
+        server.hang = True
+        assert not await source.poll()
+        assert source.last_error_kind == "timeout" and source.fetch_errors_total == 0
+        server.hang = False
+        assert not await source.poll()  # garbage: a wrong answer
+        assert source.last_error_kind == "invalid" and source.last_error_counted
+        server.status = 500
+        assert await source.fetch(max_age=0) is None
+        assert source.last_error_kind == "http_500" and source.fetch_errors_total == 2
+        starting[0] = False
+        server.hang = True
+        assert not await source.poll()
+        assert source.fetch_errors_total == 3
+    finally:
+        await source.close()
+        await server.close()

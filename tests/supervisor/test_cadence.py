@@ -1,4 +1,4 @@
-"""The health loop's pace with plain numbers: polls, quiet starts, tree walks, stall samples."""
+"""The health loop's pace with plain numbers: polls, tree walks, stall samples."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from cuzkd.supervisor.core.cadence import (
     PROCESS_SETTLE,
     STALL_SAMPLES,
     STARTING_POLL,
-    STARTING_QUIET,
     HealthCadence,
 )
 
@@ -28,17 +27,6 @@ def test_polls_are_quick_until_the_first_answer_then_every_health_interval() -> 
 def test_an_engine_without_status_settles_after_process_settle_within_its_start_timeout() -> None:
     assert cadence().settle_delay == PROCESS_SETTLE
     assert cadence(start_timeout=0.3).settle_delay == 0.3
-
-
-def test_failed_polls_are_expected_only_early_in_a_start_or_while_not_running() -> None:
-    c = cadence()
-    spawned = 1000.0
-    assert c.failure_expected(spawned + STARTING_QUIET - 0.01, State.STARTING, spawned)
-    assert not c.failure_expected(spawned + STARTING_QUIET, State.STARTING, spawned)
-    assert not c.failure_expected(spawned + 1, State.RUNNING, spawned)
-    assert c.failure_expected(spawned + 100, State.STOPPING, spawned)
-    short = cadence(start_timeout=4.0)  # half the start_timeout when that is shorter
-    assert not short.failure_expected(spawned + 2.0, State.STARTING, spawned)
 
 
 def test_the_tree_is_walked_at_once_then_every_descendant_walk_and_again_after_a_spawn() -> None:

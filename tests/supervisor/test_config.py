@@ -119,6 +119,27 @@ def test_drain_defaults_follow_the_kind_of_engine(tmp_path: Path) -> None:
                      "mine": ("http", 30.0)}
 
 
+def test_a_cuzk_engine_starts_within_30s_by_default(tmp_path: Path) -> None:
+    """TYPE_DEFAULTS: 30 s for type cuzk (its /status is up before any SRS load), 60 s for the
+    others; [engine_defaults] and the engine's own key still win."""
+    def cuzk(n: int) -> str:
+        """A cuzk engine's keys, its own cuzk TOML (addresses, a budget) beside them."""
+        own = tmp_path / f"cuzk{n}.toml"
+        own.write_text(f'[daemon]\nlisten = "unix://{tmp_path}/cuzk{n}.sock"\n'
+                       f'status_listen = "127.0.0.1:{19821 + n}"\n'
+                       '[memory]\ntotal_budget = "100GiB"\n')
+        return f'type = "cuzk"\ncommand = ["cuzk-daemon", "-c", "{own}"]\n'
+
+    path = tmp_path / "ok.toml"
+    path.write_text(GOOD_ENGINE + f'[[engine]]\nname = "cuzk"\n{cuzk(0)}'
+                    f'[[engine]]\nname = "mine"\n{cuzk(1)}start_timeout = "2m"\n')
+    timeouts = {e.name: e.start_timeout for e in load_config(path).engine}
+    assert timeouts == {"gpu0": 60.0, "cuzk": 30.0, "mine": 120.0}
+    path.write_text('[engine_defaults]\nstart_timeout = "45s"\n'
+                    f'[[engine]]\nname = "cuzk"\n{cuzk(0)}')
+    assert load_config(path).engine[0].start_timeout == 45.0
+
+
 @pytest.mark.parametrize(("text", "key", "problem"), MISTAKES)
 def test_each_mistake_names_file_and_key(tmp_path: Path, text: str, key: str,
                                          problem: str) -> None:

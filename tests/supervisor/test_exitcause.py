@@ -4,18 +4,30 @@ files, and each cause this machine can produce end to end with a real supervisor
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
 import sys
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from support.supervisor_harness import fake_engine, start_supervisor, write_config
+from prometheus_client.parser import text_string_to_metric_families
+from support.cuzk_standin import write_cuzk_toml
+from support.ports import free_port
+from support.supervisor_harness import (
+    RunningSupervisor,
+    fake_engine,
+    start_supervisor,
+    write_config,
+)
+from support.waiting import wait_until
 
-from cuzkd.supervisor.core.exitcause import process_cause
+from cuzkd.supervisor.core.exitcause import MESSAGE_CHARS, exit_message, process_cause
 from cuzkd.supervisor.proc.oom import OomCounters, memory_cgroup_events
 from cuzkd.supervisor.proc.reaper import ended
 
@@ -52,6 +64,90 @@ def test_sigkill_is_oom_only_when_a_counter_moved_and_the_supervisor_did_not_sen
                          oom_kills_moved=True)[0] == "oom_killed"
     assert process_cause(ended(kill), supervisor_killed=True, oom_kills_moved=True)[0] == \
         "signal_SIGKILL"
+
+
+def test_cuzk_exit_statuses_have_names_for_cuzk_engines_only() -> None:
+    """101, 1 and 2 are cuzk's panic, error and usage; any other status of cuzk, and every
+    status of another engine, stays exit_N."""
+    def cause(code: int, *, cuzk: bool) -> tuple[str, bool]:
+        return process_cause(ended(wait_status(f"raise SystemExit({code})")),
+                             supervisor_killed=False, oom_kills_moved=False, cuzk=cuzk)
+
+    assert [cause(code, cuzk=True) for code in (101, 1, 2, 3, 0)] == [
+        ("panic", False), ("error", False), ("usage", False), ("exit_3", False),
+        ("exit_0", True)]
+    assert [cause(code, cuzk=False)[0] for code in (101, 1, 2)] == [
+        "exit_101", "exit_1", "exit_2"]
+    term = wait_status("import os, signal; os.kill(os.getpid(), signal.SIGTERM)")
+    assert process_cause(ended(term), supervisor_killed=False, oom_kills_moved=False,
+                         cuzk=True) == ("signal_SIGTERM", False)
+
+
+#: What a cuzk that panicked on its main thread writes to stderr (Rust 1.73 on): a worker
+#: thread's panic before it (tokio keeps running), then the main thread's, then the hint.
+PANIC_TAIL = [
+    "thread 'tokio-runtime-worker' panicked at cuzk-core/src/engine.rs:912:9:",
+    "index out of bounds: the len is 2 but the index is 2",
+    "thread 'main' panicked at cuzk-daemon/src/main.rs:104:14:",
+    "failed to configure rayon global thread pool: ThreadPoolBuildError { kind: "
+    "GlobalPoolAlreadyInitialized }",
+    "note: run with `RUST_BACKTRACE=1` environment variable to display a backtrace",
+]
+MAIN_PANIC = ("thread 'main' panicked at cuzk-daemon/src/main.rs:104:14: failed to configure "
+              "rayon global thread pool: ThreadPoolBuildError { kind: "
+              "GlobalPoolAlreadyInitialized }")
+
+
+def test_a_panic_is_named_by_the_main_threads_panic_line_location_and_message() -> None:
+    assert exit_message("panic", PANIC_TAIL) == MAIN_PANIC
+    backtrace = ["thread 'main' panicked at src/main.rs:2:5:", "boom", "stack backtrace:",
+                 "   0: rust_begin_unwind", "             at /rustc/x/std/src/panicking.rs:1"]
+    assert exit_message("panic", backtrace) == "thread 'main' panicked at src/main.rs:2:5: boom"
+    # Rust before 1.73 wrote it on one line; newer ones name the thread id
+    assert exit_message("panic", ["thread 'main' panicked at 'boom', src/main.rs:2:5",
+                                  "note: run with `RUST_BACKTRACE=1`"]) == \
+        "thread 'main' panicked at 'boom', src/main.rs:2:5"
+    assert exit_message("panic", ["thread 'main' (4711) panicked at src/main.rs:2:5:",
+                                  "boom"]) == \
+        "thread 'main' (4711) panicked at src/main.rs:2:5: boom"
+    # no main thread's panic in the tail: the last one of any thread
+    assert exit_message("panic", PANIC_TAIL[:2]) == (
+        "thread 'tokio-runtime-worker' panicked at cuzk-core/src/engine.rs:912:9: "
+        "index out of bounds: the len is 2 but the index is 2")
+    # a long backtrace pushed the panic out of the tail: nothing made up
+    assert exit_message("panic", backtrace[2:]) is None
+
+
+def test_an_error_is_its_error_line_with_the_causes_anyhow_lists() -> None:
+    config = ['Error: failed to load config from "/etc/cuzk/cuzk.toml"', "", "Caused by:",
+              "    TOML parse error at line 3, column 16", "      |",
+              "    3 | total_budget = 256G", "      |                ^", "    invalid number"]
+    assert exit_message("error", config) == (
+        'Error: failed to load config from "/etc/cuzk/cuzk.toml": '
+        "TOML parse error at line 3, column 16")
+    bind = ["Error: gRPC server error", "", "Caused by:", "    0: transport error",
+            "    1: Address already in use (os error 98)", "something else, later"]
+    assert exit_message("error", bind) == (
+        "Error: gRPC server error: transport error: Address already in use (os error 98)")
+    assert exit_message("error", ["Error: bad address 'x'"]) == "Error: bad address 'x'"
+    assert exit_message("error", ["nothing that says"]) is None
+
+
+def test_a_usage_error_is_claps_error_line() -> None:
+    clap = ["error: unexpected argument '--version' found", "",
+            "  tip: to pass '--version' as a value, use '-- --version'", "",
+            "Usage: cuzk-daemon [OPTIONS]", "", "For more information, try '--help'."]
+    assert exit_message("usage", clap) == "error: unexpected argument '--version' found"
+
+
+def test_only_cuzk_causes_are_decoded_and_a_message_is_bounded() -> None:
+    """Another engine's exit 1 says nothing cuzkd could read (exit_1 is not error); an
+    endless message is cut to MESSAGE_CHARS."""
+    assert exit_message("exit_1", ["Error: something"]) is None
+    assert exit_message("exit_101", PANIC_TAIL) is None
+    assert exit_message(None, PANIC_TAIL) is None
+    long = exit_message("error", ["Error: " + "x" * 5000])
+    assert long is not None and len(long) == MESSAGE_CHARS
 
 
 def core_dumps_work(tmp_path: Path) -> int | None:
@@ -108,6 +204,13 @@ def test_oom_counters_read_cgroup_v1() -> None:
 # -- end to end ----------------------------------------------------------------------------
 
 
+def logged(sup: RunningSupervisor, event: str, engine: str) -> list[dict[str, Any]]:
+    """``engine``'s ``event`` lines, once the log has them (its writer may lag the API)."""
+    found: list[dict[str, Any]] = wait_until(lambda: sup.events(event, engine=engine), 15,
+                                             f"{event} of {engine} in the log")
+    return found
+
+
 def test_unexpected_exit_logs_the_stderr_tail_and_status_shows_it(tmp_path: Path) -> None:
     config = write_config(tmp_path, [fake_engine(
         tmp_path, "crasher", restart="never",
@@ -119,7 +222,7 @@ def test_unexpected_exit_logs_the_stderr_tail_and_status_shows_it(tmp_path: Path
         assert eng["last_exit_cause"] == "exit_3"
         expected = [f"stderr line {i}" for i in range(11, 30)] + ["fake engine exiting"]
         assert eng["last_exit_stderr"] == expected
-        [event] = sup.events("engine_exit_unexpected", engine="crasher")
+        [event] = logged(sup, "engine_exit_unexpected", "crasher")
         assert event["cause"] == "exit_3" and event["stderr_tail"] == expected
         out = subprocess.run([sys.executable, "-m", "cuzkd", "status", "crasher", "--config",
                               str(config)], capture_output=True, text=True, check=True).stdout
@@ -129,6 +232,72 @@ def test_unexpected_exit_logs_the_stderr_tail_and_status_shows_it(tmp_path: Path
         missing = subprocess.run([sys.executable, "-m", "cuzkd", "status", "nope", "--config",
                                   str(config)], capture_output=True, text=True)
         assert missing.returncode != 0 and "no engine named 'nope'" in missing.stderr
+    finally:
+        sup.stop()
+
+
+STANDIN = Path(__file__).parents[1] / "support" / "cuzk_standin.py"
+#: engine name -> (what the stand-in is made to do, the cause, the last_error it leaves)
+CUZK_EXITS = {
+    "panicky": ("101", "panic", "thread 'main' panicked at cuzk-daemon/src/main.rs:212:14: "
+                "called `Result::unwrap()` on an `Err` value: stand-in forced panic"),
+    "erring": ("1", "error", "Error: stand-in: forced error (CUZK_STANDIN_EXIT=1)"),
+    "misused": ("2", "usage", "error: unexpected argument '--stand-in-forced' found"),
+}
+
+
+def standin_engine(tmp_path: Path, name: str, exit_code: str, **keys: Any) -> dict[str, Any]:
+    """An ``[[engine]]`` running the cuzk stand-in with its own cuzk TOML, made to exit
+    ``exit_code`` before its listeners are up."""
+    own = write_cuzk_toml(tmp_path / f"{name}.toml", f"unix://{tmp_path}/{name}.sock",
+                          f"127.0.0.1:{free_port()}", '[memory]\ntotal_budget = "8GiB"\n')
+    return {"name": name, "command": [sys.executable, str(STANDIN), "-c", str(own)],
+            "env": {"CUZK_STANDIN_EXIT": exit_code}, "restart": "never", **keys}
+
+
+def test_cuzk_exits_are_panic_error_and_usage_with_what_it_said(tmp_path: Path) -> None:
+    """Through ``cuzkd run``: each cause and its words in the API, the exit event, ``cuzkd
+    status``, ``status NAME``, ``/status`` and /metrics; the same panic from an engine that is
+    not of type cuzk is exit_101 with no words read into it."""
+    engines = [standin_engine(tmp_path, name, code, type="cuzk")
+               for name, (code, _, _) in CUZK_EXITS.items()]
+    engines.append(standin_engine(tmp_path, "plain", "101"))
+    config = write_config(tmp_path, engines)
+    sup = start_supervisor(config)
+    try:
+        for name, (_, cause, error) in CUZK_EXITS.items():
+            eng = sup.wait_engine(name, lambda e: e["state"] == "failed" and e["last_error"],
+                                  timeout=30)
+            assert (eng["exits"], eng["last_error"]) == ({cause: 1}, error)
+            [event] = logged(sup, "engine_exit_unexpected", name)
+            assert (event["cause"], event["error"]) == (cause, error)
+            [exited] = logged(sup, "engine_exited", name)
+            assert exited["cause"] == cause
+        plain = sup.wait_engine("plain", lambda e: e["state"] == "failed", timeout=30)
+        assert (plain["exits"], plain["last_error"]) == ({"exit_101": 1}, None)
+        assert "error" not in logged(sup, "engine_exit_unexpected", "plain")[0]
+
+        def cli(*args: str) -> str:
+            return subprocess.run([sys.executable, "-m", "cuzkd", "status", *args, "--config",
+                                   str(config)], capture_output=True, text=True).stdout
+
+        listing = cli()
+        for _, cause, error in CUZK_EXITS.values():
+            assert f"{cause} error: {error}" in listing, listing
+        one = cli("panicky")
+        assert "last exit panic   exits panic 1" in one and \
+            f"last error: {CUZK_EXITS['panicky'][2]}" in one, one
+        listen = sup.about()["metrics_listen"]
+        with urllib.request.urlopen(f"http://{listen}/status", timeout=30) as resp:
+            shown = {e["name"]: e for e in json.load(resp)["engines"]}
+        assert shown["erring"]["last_exit_cause"] == "error"
+        assert shown["erring"]["last_error"] == CUZK_EXITS["erring"][2]
+        with urllib.request.urlopen(f"http://{listen}/metrics", timeout=30) as resp:
+            exits = {(s.labels["engine"], s.labels["cause"]): s.value
+                     for f in text_string_to_metric_families(resp.read().decode())
+                     for s in f.samples if s.name == "cuzkd_engine_exits_total"}
+        assert exits == {("panicky", "panic"): 1, ("erring", "error"): 1,
+                         ("misused", "usage"): 1, ("plain", "exit_101"): 1}
     finally:
         sup.stop()
 

@@ -290,3 +290,66 @@ def test_every_event_returns_a_list_of_actions_for_the_shell_to_carry_out() -> N
     assert m.spawn_waiting("waiting for the previous process's leftovers to stop") == []
     assert m.spawn_abandoned(2.2) == []
     assert m.state is State.STOPPED
+
+
+def test_failed_polls_before_the_first_answer_within_start_timeout_are_the_start() -> None:
+    """in_start: no answer yet and start_timeout (10 s) not over, or the spawn still waits
+    (nothing exists to answer a scrape); not stopped, not running, not once the start ran
+    out."""
+    m = machine()
+    assert not m.in_start(0.0)  # stopped: nobody means it to answer
+    m.start_requested(0.0)
+    m.spawn_waiting("waiting for GPU memory")
+    assert m.in_start(500.0)  # the gate's wait has its own bound (gpu_release_timeout)
+    m.spawned(1, 1.0)
+    assert m.in_start(1.0) and m.in_start(10.99)
+    assert not m.in_start(11.0)  # start_timeout over: a failure now is a failure
+    m.poll(3.0, ok=False, error="cannot connect")
+    assert m.last_error == "cannot connect"  # still named (a start_timeout kill says it)
+    m.poll(3.5, ok=True)
+    assert m.state is State.RUNNING and not m.in_start(4.0)
+
+
+def test_the_first_answer_time_is_kept_until_the_next_process_answers() -> None:
+    m = machine()
+    assert m.first_answer_seconds is None
+    m.start_requested(0.0)
+    m.spawned(1, 2.0)
+    m.poll(14.5, ok=True)
+    assert m.first_answer_seconds == 12.5
+    m.poll(20.0, ok=True)  # later answers change nothing
+    assert m.first_answer_seconds == 12.5
+    assert m.exited("exit_1", clean=False, now=30.0) == [Spawn()]  # the first crash: at once
+    m.spawned(2, 31.0)
+    assert m.first_answer_seconds == 12.5  # the new process has not answered yet
+    m.poll(33.0, ok=True)
+    assert m.first_answer_seconds == 2.0
+
+
+def test_what_an_exit_said_it_died_of_is_the_last_error_until_a_spawn() -> None:
+    """exit_explained comes a moment after the exit (its stderr read to the end): it is the
+    last error while no process replaced the one that exited, and dropped once one did."""
+    m = machine("never")
+    m.start_requested(0.0)
+    m.spawned(1, 0.0)
+    assert m.exited("panic", clean=False, now=0.5) == []
+    assert m.exit_explained("thread 'main' panicked at src/main.rs:1:1: boom") == []
+    assert (m.state, m.last_error) == (
+        State.FAILED, "thread 'main' panicked at src/main.rs:1:1: boom")
+    m.start_requested(1.5)
+    m.spawned(2, 1.5)
+    assert m.last_error is None
+    m.exit_explained("too late: another process runs")
+    assert m.last_error is None
+
+    healthy = running(machine())
+    assert healthy.exited("panic", clean=False, now=100.0) == [Spawn()]  # at once
+    healthy.spawned(101, 100.0)
+    healthy.exit_explained("thread 'main' panicked at src/main.rs:1:1: boom")
+    assert healthy.last_error is None  # the new process's errors are the current ones
+
+    failed = running(machine())
+    failed.exited("error", clean=False, now=100.0)
+    failed.spawn_failed("No such file or directory", 100.0)
+    failed.exit_explained("Error: failed to load config")
+    assert failed.last_error == "No such file or directory"  # the spawn failed after it

@@ -24,7 +24,8 @@ prints ``fake engine frozen`` (a hung GPU kernel: /status answers, nothing moves
 ``--quiet-after S`` lists no job from S seconds after start on (the work is over: a quiet
 moment for the supervisor's stop sequence);
 ``--answer-after S`` answers each /status request S seconds after it arrived (a busy engine's
-reply in flight); ``--served PATH`` appends a line to PATH for each answer sent;
+reply in flight); ``--listen-after S`` binds its status socket S seconds after start (a slow
+starter: cuzk lists its GPUs first); ``--served PATH`` appends a line to PATH for each answer sent;
 ``--stderr-lines N`` writes N numbered lines to stderr at start; ``--abort-after S`` calls
 abort() with core dumps allowed (core file in ``--core-dir``); ``--oom-cgroup DIR`` moves the
 engine into that memory cgroup at start and ``--oom-after S`` then allocates until killed.
@@ -205,6 +206,7 @@ def main() -> None:
     p.add_argument("--send-secs", type=float, default=0.0)
     p.add_argument("--answer-after", type=float, default=0.0)
     p.add_argument("--served", default="")
+    p.add_argument("--listen-after", type=float, default=0.0)
     args = p.parse_args()
     SEND_SECS[0] = args.send_secs
     ANSWER_AFTER[0], SERVED[0] = args.answer_after, args.served
@@ -232,6 +234,7 @@ def main() -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     print(f"fake engine pid {os.getpid()} mode {args.mode}", flush=True)
     if args.mode != "silent":
+        time.sleep(args.listen_after)
         if args.socket:
             if os.path.exists(args.socket):
                 os.unlink(args.socket)

@@ -106,6 +106,7 @@ _SUPERVISOR_METRICS = {
     "cuzkd_binary_release_info": _m("gauge", "release"),
     "cuzkd_status_fetch_duration_seconds": _m("gauge", "engine"),
     "cuzkd_status_fetch_errors_total": _m("counter", "engine"),
+    "cuzkd_engine_first_answer_seconds": _m("gauge", "engine"),
     "cuzkd_config_last_reload_successful": _m("gauge"),
     "cuzkd_config_last_reload_success_timestamp_seconds": _m("gauge"),
     "cuzkd_log_lines_dropped_total": _m("counter", "reason"),

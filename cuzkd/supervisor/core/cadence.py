@@ -1,10 +1,10 @@
 """When an engine's health loop reads what, as a small state object fed ``now``.
 
 The runner's health loop polls the engine's status, walks its process tree for descendants and
-feeds the stall watch. Each has its own pace, chosen for cost and for what a newcomer reads in
-the log; keeping those choices here, away from the loop's awaits, lets them be tested with plain
-numbers. The decisions the polls lead to (start_timeout, unhealthy_after, restarts and their
-backoff) belong to :class:`~cuzkd.supervisor.core.lifecycle.Lifecycle`.
+feeds the stall watch. Each has its own pace, chosen for cost; keeping those choices here, away
+from the loop's awaits, lets them be tested with plain numbers. The decisions the polls lead to
+(which failures are the start, start_timeout, unhealthy_after, restarts and their backoff)
+belong to :class:`~cuzkd.supervisor.core.lifecycle.Lifecycle`.
 """
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ from dataclasses import dataclass
 
 from cuzkd.states import State
 
-#: Seconds of a start during which failed status polls are not logged (see failure_expected).
-STARTING_QUIET = 5.0
 #: Poll period while waiting for the first answer, so "running" is noticed quickly.
 STARTING_POLL = 0.1
 #: How long an engine without ``status_url`` must stay alive to count as running
@@ -54,16 +52,6 @@ class HealthCadence:
         if state is State.STARTING:
             return min(STARTING_POLL, self.health_interval)
         return self.health_interval
-
-    def failure_expected(self, now: float, state: State, spawned_at: float | None) -> bool:
-        """A failed poll nobody needs a warning for: the engine is being stopped, or it is
-        still in the first moments of starting (importing, binding: every engine fails its
-        first polls, and a warning on each start is what a newcomer would read first). One
-        that keeps failing is logged once past STARTING_QUIET (or half its start_timeout), and
-        a start_timeout kill names the last error anyway."""
-        if state is State.STARTING and spawned_at is not None:
-            return now - spawned_at < min(STARTING_QUIET, self.start_timeout / 2)
-        return state is not State.RUNNING
 
     def walk_due(self, now: float) -> bool:
         """True when the process tree is to be walked now (and the next walk is scheduled)."""

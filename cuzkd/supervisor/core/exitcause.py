@@ -13,16 +13,24 @@ own stop escalation look the same to ``waitpid``. So causes are decided by prece
 3. ``core_dumped``: the process dumped core (WCOREDUMP: SIGSEGV, SIGABRT, ... with core
    dumps enabled);
 4. ``signal_NAME``: killed by another signal (``signal_SIGKILL``, ``signal_SIGTERM``);
-5. ``exit_N``: exited with status N (``exit_0`` is a clean exit).
+5. for an engine of type ``cuzk``, its own exit statuses (``cuzk-real.md``): 101 ``panic`` (a
+   Rust panic on the main thread), 1 ``error`` (``Error: ...`` from main: a bad config, a
+   listener it could not bind), 2 ``usage`` (its command line refused);
+6. ``exit_N``: exited with status N (``exit_0`` is a clean exit).
 
 Pure: the caller decodes the wait status (:func:`cuzkd.supervisor.proc.reaper.ended`), reads
-the counters and says whether it sent SIGKILL itself.
+the counters and says whether it sent SIGKILL itself. What a cuzk exit said it died of is read
+from its last stderr lines by :func:`exit_message` once they are all read (they may still be in
+the pipe when the exit is reaped): the cause is known at once, its words a moment later.
 """
 
 from __future__ import annotations
 
+import re
 import signal
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import takewhile
 
 from cuzkd.states import ExitCause
 
@@ -38,14 +46,19 @@ class ProcessEnd:
     core_dumped: bool = False
 
 
+#: cuzk's exit statuses that say what it died of; any other status is ``exit_N``.
+CUZK_EXIT_CAUSES: dict[int, ExitCause] = {
+    101: ExitCause.PANIC, 1: ExitCause.ERROR, 2: ExitCause.USAGE}
+
+
 def process_cause(end: ProcessEnd, *, supervisor_killed: bool, oom_kills_moved: bool,
-                  ) -> tuple[str, bool]:
+                  cuzk: bool = False) -> tuple[str, bool]:
     """(cause, clean) of how a process ended, without the supervisor's intent.
 
     ``supervisor_killed``: the supervisor sent SIGKILL to this process (its stop escalation or
     a hurried stop), so a SIGKILL death is never blamed on the OOM killer. ``oom_kills_moved``:
-    an OOM-kill counter covering the process grew while it ran. ``clean`` is True only for
-    ``exit_0``.
+    an OOM-kill counter covering the process grew while it ran. ``cuzk``: the engine is of
+    type ``cuzk``, whose exit statuses have names. ``clean`` is True only for ``exit_0``.
     """
     if end.signal is not None:
         if end.signal == signal.SIGKILL and oom_kills_moved and not supervisor_killed:
@@ -53,7 +66,76 @@ def process_cause(end: ProcessEnd, *, supervisor_killed: bool, oom_kills_moved: 
         if end.core_dumped:
             return ExitCause.CORE_DUMPED, False
         return f"signal_{signal_name(end.signal)}", False
+    if cuzk and end.exit_code in CUZK_EXIT_CAUSES:
+        return CUZK_EXIT_CAUSES[end.exit_code], False
     return f"exit_{end.exit_code}", end.exit_code == 0
+
+
+#: Longest exit message kept (it becomes ``last_error``, one line of ``cuzkd status``).
+MESSAGE_CHARS = 500
+#: A Rust panic's first line: ``thread 'main' panicked at src/x.rs:L:C:`` (Rust 1.73 on, the
+#: message on the lines below), ``thread 'main' panicked at 'msg', src/x.rs:L:C`` (before),
+#: newer releases put the thread id after the name: ``thread 'main' (4711) panicked at``.
+_PANIC = re.compile(r"thread '(?P<thread>[^']*)'(?: \(\d+\))? panicked at (?P<rest>.*)")
+#: Where a panic's message ends: the hint or the backtrace Rust writes after it.
+_PANIC_END = ("note: ", "stack backtrace:")
+#: One cause of several in anyhow's ``Caused by:`` list (``    0: failed to bind``).
+_NUMBERED_CAUSE = re.compile(r"\s+\d+: (?P<text>.*)")
+
+
+def exit_message(cause: str | None, lines: Sequence[str]) -> str | None:
+    """What a cuzk process said it died of, from its last stderr lines, for ``cause``
+    (:data:`CUZK_EXIT_CAUSES`): the panic with its location and message, the ``Error: ...``
+    line with its causes, the usage error. None for other causes, or when the lines do not
+    hold it (a long backtrace can push a panic out of the tail)."""
+    decode = _DECODERS.get(cause) if cause is not None else None
+    found = decode(lines) if decode is not None else None
+    return found[:MESSAGE_CHARS] if found else None
+
+
+def _panic(lines: Sequence[str]) -> str | None:
+    """The main thread's last panic (the one that ends the process with 101), else the last
+    panic of any thread."""
+    starts = [(i, m) for i, line in enumerate(lines) if (m := _PANIC.match(line))]
+    if not starts:
+        return None
+    i, match = next(((i, m) for i, m in reversed(starts) if m["thread"] == "main"), starts[-1])
+    head = lines[i].strip()
+    if not match["rest"].endswith(":"):  # the old one-line form says it all
+        return head
+    message = []
+    for line in lines[i + 1:]:
+        if line.startswith(_PANIC_END) or _PANIC.match(line):
+            break
+        message.append(line.strip())
+    return " ".join([head, *filter(None, message)])
+
+
+def _error(lines: Sequence[str]) -> str | None:
+    """anyhow's report of the error main returned: ``Error: what`` then, after ``Caused
+    by:``, one indented cause or several numbered ones; as ``Error: what: cause: cause``."""
+    starts = [i for i, line in enumerate(lines) if line.startswith("Error: ")]
+    if not starts:
+        return None
+    parts = [lines[starts[-1]].strip()]
+    rest = lines[starts[-1] + 1:]
+    if "Caused by:" in rest:
+        causes = list(takewhile(lambda line: not line or line[0].isspace(),
+                                rest[rest.index("Caused by:") + 1:]))
+        numbered = [m["text"].strip() for line in causes if (m := _NUMBERED_CAUSE.match(line))]
+        first = next((line.strip() for line in causes if line.strip()), None)
+        parts += numbered or ([first] if first else [])
+    return ": ".join(parts)
+
+
+def _usage(lines: Sequence[str]) -> str | None:
+    """clap's ``error: ...`` line (the usage text and the ``--help`` hint after it say
+    nothing more)."""
+    return next((line.strip() for line in reversed(lines) if line.startswith("error: ")), None)
+
+
+_DECODERS: dict[str, Callable[[Sequence[str]], str | None]] = {
+    ExitCause.PANIC: _panic, ExitCause.ERROR: _error, ExitCause.USAGE: _usage}
 
 
 def signal_name(signum: int) -> str:

@@ -90,7 +90,13 @@ class Lifecycle:
     exits: Counter[str] = field(default_factory=Counter)
     last_exit_cause: str | None = None
     last_error: str | None = None
+    #: seconds from the spawn to the first status answer, of the last process that answered
+    #: (kept through its restarts until the next one answers; None before any answered)
+    first_answer_seconds: float | None = None
     _intent: StopIntent | None = None
+    #: the process's exit is the last thing that happened: what it said it died of, read
+    #: later (:meth:`exit_explained`), is still the engine's latest error
+    _exit_unexplained: bool = False
     _started_once: bool = False
     #: transitions since the shell last called take_transitions() (it logs and clears them)
     _transitions: list[Transition] = field(default_factory=list)
@@ -145,6 +151,7 @@ class Lifecycle:
         self.next_start_at = None
         self.last_error = None
         self._intent = None
+        self._exit_unexplained = False
         self._move(State.STARTING, "spawned")
         return []
 
@@ -154,6 +161,7 @@ class Lifecycle:
         until an operator starts it again."""
         self.pid = None
         self.last_error = error
+        self._exit_unexplained = False
         if not transient:
             self._move(State.FAILED, f"spawn failed: {error}")
             return []
@@ -182,6 +190,8 @@ class Lifecycle:
             self.last_error = None
             if self.state is State.STARTING:
                 self.healthy_since = now
+                if self.spawned_at is not None:
+                    self.first_answer_seconds = now - self.spawned_at
                 self._move(State.RUNNING, "status answered")
             return []
         if error:
@@ -195,6 +205,17 @@ class Lifecycle:
         elif self.last_ok is not None and now - self.last_ok >= self.policy.unhealthy_after:
             return self._kill(StopIntent.UNHEALTHY, f"status silent for unhealthy_after{why}")
         return []
+
+    def in_start(self, now: float) -> bool:
+        """A status poll that nothing answers now is the engine's start, not a fault: its
+        process has not answered yet and its start_timeout has not run out. Such failures
+        are not counted (``cuzkd_status_fetch_errors_total``) nor logged as failures: every
+        engine fails the polls before its listener is up, and a slow starter (cuzk) fails a
+        hundred. (A wrong answer is a fault even now: the status source counts it.) While the
+        spawn itself waits (leftovers, GPU memory) no process exists to answer a scrape's
+        fetch: that is the start too."""
+        return self.state is State.STARTING and (
+            self.spawned_at is None or now - self.spawned_at < self.policy.start_timeout)
 
     def settled(self, now: float) -> list[Action]:
         """An engine without a status URL stayed alive through its settle time: it counts as
@@ -210,6 +231,7 @@ class Lifecycle:
         without a process, so the engine never reads as running while nothing runs."""
         self.pid = None
         self.next_start_at = None
+        self._exit_unexplained = False
         if self.state is not State.STARTING:
             self._move(State.STARTING, reason)
         return []
@@ -248,6 +270,7 @@ class Lifecycle:
             cause, clean = INTENT_CAUSE[intent], False
         self.exits[cause] += 1
         self.last_exit_cause = cause
+        self._exit_unexplained = True
         if intent is StopIntent.STOP:
             self._move(State.STOPPED, f"stopped ({cause})")
             return []
@@ -266,6 +289,16 @@ class Lifecycle:
         self.next_start_at = now + delay
         self._move(State.BACKOFF, f"exited ({cause}), restarting in {delay:.3f}s")
         return [ScheduleStart(delay)]
+
+    def exit_explained(self, error: str) -> list[Action]:
+        """What the process that exited last said it died of (a cuzk panic, its ``Error:``
+        line), read from its stderr once the exit was reaped: ``last_error`` until the next
+        spawn. Dropped when a spawn, or an attempt at one, came first: the new process's errors
+        are the current ones (the exit's log event still names it)."""
+        if self._exit_unexplained:
+            self._exit_unexplained = False
+            self.last_error = error
+        return []
 
     def backoff_elapsed(self, now: float) -> list[Action]:
         del now

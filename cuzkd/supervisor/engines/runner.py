@@ -45,7 +45,7 @@ from cuzkd.status.document import IN_FLIGHT_STATES
 from cuzkd.supervisor.core.backoff import Backoff
 from cuzkd.supervisor.core.cadence import HealthCadence
 from cuzkd.supervisor.core.drain import count_partitions, is_quiet
-from cuzkd.supervisor.core.exitcause import process_cause
+from cuzkd.supervisor.core.exitcause import exit_message, process_cause
 from cuzkd.supervisor.core.freezes import said_nothing
 from cuzkd.supervisor.core.lifecycle import (
     Action,
@@ -120,7 +120,9 @@ class EngineRunner:
         self._log = log.bind(engine=spec.name)
         #: None for an engine without a status URL: supervised by its process alone
         self.status_source = StatusSource(
-            self.status_address, timeout=spec.status_timeout, log=self._log
+            self.status_address, timeout=spec.status_timeout, log=self._log,
+            # the polls nothing answers before the first answer, within start_timeout
+            starting=lambda: self.lifecycle.in_start(self._clock()),
         ) if self.status_address is not None else None
         self._process: ChildProcess | None = None
         self._exited: asyncio.Event = asyncio.Event()
@@ -314,7 +316,7 @@ class EngineRunner:
             self._health_task.cancel()
         oom_moved = self._oom is not None and self._oom.moved()
         cause, clean = process_cause(ended(wait_status), supervisor_killed=self._killed,
-                                     oom_kills_moved=oom_moved)
+                                     oom_kills_moved=oom_moved, cuzk=self.spec.cuzk)
         # Taken before the lifecycle acts: an immediate restart replaces the tail.
         tail = self._stderr.exited()
         self._apply(self.lifecycle.exited(cause, clean, self._clock()))
@@ -326,9 +328,15 @@ class EngineRunner:
     async def _report_unexpected_exit(self, pid: int, cause: str | None,
                                       tail: ExitedTail) -> None:
         """Log an exit nobody asked for with the engine's last stderr lines, once the reader
-        has the rest of them (a leftover descendant may hold the pipe: bounded wait)."""
+        has the rest of them (a leftover descendant may hold the pipe: bounded wait), and what
+        they say it died of (a cuzk panic, its ``Error:`` line), which is also the engine's
+        ``last_error`` while no new process was spawned."""
         lines = await self._stderr.settle(tail)
-        self._log.warning("engine_exit_unexpected", pid=pid, cause=cause, stderr_tail=lines)
+        error = exit_message(cause, lines)
+        self._log.warning("engine_exit_unexpected", pid=pid, cause=cause, stderr_tail=lines,
+                          **({"error": error} if error is not None else {}))
+        if error is not None and self._stderr.is_last(tail):
+            self._apply(self.lifecycle.exit_explained(error))
 
     # -- executing actions -------------------------------------------------------------
 
@@ -549,8 +557,11 @@ class EngineRunner:
             # A poll that timed out while the supervisor was frozen tells nothing of the engine.
             fresh = ok or not said_nothing(
                 self._run_clock.frozen_seconds_total - frozen_before, self.spec.status_timeout)
-            if error is not None and fresh and not cadence.failure_expected(
-                    now, self.lifecycle.state, self.lifecycle.spawned_at):
+            # The failures counted only: no answer while it starts is its start (a
+            # start_timeout kill names the last error); a wrong answer is a fault at any time.
+            # Once a stop began (the poll was in flight), failing is what it is expected to do.
+            if (error is not None and fresh and self.status_source.last_error_counted
+                    and self.lifecycle.state in ALIVE):
                 # polled every 100 ms while starting: one line per 10 s per kind of error
                 self._limited.log(self._log, "warning", "engine_status_failed",
                                   key=self.status_source.last_error_kind,
@@ -652,6 +663,7 @@ class EngineRunner:
             extensions=ext,
             fetch_duration_seconds=source.last_fetch_duration_seconds if source else None,
             fetch_errors_total=source.fetch_errors_total if source else 0,
+            first_answer_seconds=self.lifecycle.first_answer_seconds if source else None,
             status_field_errors_total=dict(source.field_errors_total) if source else {},
             status_polled=source is not None,
             descendants_killed_total=self._descendants.killed,

@@ -53,12 +53,16 @@ class StderrTail:
         self.last_exit = list(self._lines)
         return ExitedTail(self._lines, self._reader, self._exits)
 
+    def is_last(self, exited: ExitedTail) -> bool:
+        """``exited`` is the engine's last exit (it did not exit again since)."""
+        return self._exits == exited.number
+
     async def settle(self, exited: ExitedTail) -> list[str]:
         """``exited``'s whole tail, once its reader read the rest (bounded wait); it replaces
         ``last_exit`` unless the engine exited again since."""
         if exited.reader is not None:
             await asyncio.wait([exited.reader], timeout=STDERR_DRAIN_TIMEOUT)
         lines = list(exited.lines)
-        if self._exits == exited.number:  # no later exit since: these are still the last
+        if self.is_last(exited):  # no later exit since: these are still the last
             self.last_exit = lines
         return lines
