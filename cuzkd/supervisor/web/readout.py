@@ -24,6 +24,7 @@ from cuzkd.metrics.sample import SupervisorSample
 from cuzkd.status.document import StatusDocument
 from cuzkd.supervisor.core.phase import PhaseView
 from cuzkd.supervisor.engines.engineset import EngineSet
+from cuzkd.supervisor.engines.info import EngineInfo
 from cuzkd.supervisor.proc.children import ChildTable
 from cuzkd.swap.rolling import SwapCoordinator
 
@@ -31,7 +32,7 @@ log = structlog.get_logger("cuzkd.supervisor")
 
 #: What a /status body is encoded from: the supervisor's part, then each engine's entry and
 #: its status document.
-StatusParts = tuple[dict[str, Any], list[tuple[dict[str, Any], StatusDocument | None]]]
+StatusParts = tuple[dict[str, Any], list[tuple[EngineInfo, StatusDocument | None]]]
 
 
 class SupervisorReadout:
@@ -97,12 +98,12 @@ class SupervisorReadout:
         identity first (the status client hands out the same object while it reuses it).
         """
         views = await self._engines.readings(max_age=1.0)
-        parts = (self.about(), [(v.info.as_json(), v.sample.status) for v in views])
+        parts = (self.about(), [(v.info, v.sample.status) for v in views])
         if self._status is None or self._status[0] != parts:
             about, engines = parts
             body = msgspec.json.encode(
                 {"supervisor": about,
-                 "engines": [{**info, "status": status} for info, status in engines]})
+                 "engines": [{**info.as_json(), "status": status} for info, status in engines]})
             self._status = (parts, body)
         return self._status[1]
 
