@@ -157,5 +157,5 @@ class ConnectionClose(enum.StrEnum):
     IDLE = "idle"
     #: a response still being sent at the response deadline (120 s)
     DEADLINE = "deadline"
-    #: its unsent bytes had waited longest when all connections' together passed the budget
+    #: its response progressed longest ago when all responses together passed the send budget
     SEND_BUDGET = "send_budget"

@@ -154,8 +154,8 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
         c("cuzkd_metrics_connections_closed_total",
           "Connections of the metrics listener cuzkd closed, by reason: refused (at the "
           "connection limit), idle (no byte moved for 10 s), deadline (a response still being "
-          "sent after 120 s), send_budget (its unsent bytes waited longest when all "
-          "connections' together passed the budget).", labels=["reason"]),
+          "sent after 120 s), send_budget (its response progressed longest ago when all "
+          "responses together held over the send budget).", labels=["reason"]),
         tuple(ConnectionClose), sample.metrics_connections_closed_total)
     build = InfoMetricFamily("cuzkd_build", "cuzkd version.", value={"version": __version__})
     return [build, up, state, restarts, exits, stalls, stalled, start, rss, cpu,

@@ -31,10 +31,12 @@ HEADERS = 512
 
 
 class _Supervisor:
-    """A ScrapeTarget whose /status is ``body``."""
+    """A ScrapeTarget whose /status is ``body`` (a new version of it for each request when
+    ``versions``: another object, the same bytes)."""
 
     def __init__(self, body: bytes) -> None:
         self.body = body
+        self.versions = False
 
     async def sample(self, max_age: float = 1.0) -> SupervisorSample:
         del max_age
@@ -43,7 +45,7 @@ class _Supervisor:
 
 
     async def status_body(self) -> bytes:
-        return self.body
+        return bytes(bytearray(self.body)) if self.versions else self.body
 
 
 def _engine(name: str) -> EngineSample:
@@ -55,6 +57,7 @@ def _engine(name: str) -> EngineSample:
 
 @dataclass
 class Served:
+    supervisor: _Supervisor
     runner: web.AppRunner
     listener: GatedListener
     outbox: Outbox
@@ -79,13 +82,14 @@ class Served:
 async def served(request: pytest.FixtureRequest) -> AsyncIterator[Served]:
     size, outbox, idle = request.param
     body = bytes(range(256)) * (size // 256)
-    runner = web.AppRunner(build_metrics_app(_Supervisor(body), outbox), access_log=None)
+    supervisor = _Supervisor(body)
+    runner = web.AppRunner(build_metrics_app(supervisor, outbox), access_log=None)
     await runner.setup()
     assert runner.server is not None
     listener = GatedListener(runner.server, limit=lambda: 64, idle=idle)
     [(_, port)] = await listener.start("127.0.0.1", 0)
     try:
-        yield Served(runner, listener, outbox, port, body)
+        yield Served(supervisor, runner, listener, outbox, port, body)
     finally:
         listener.close()
         await runner.cleanup()
@@ -158,26 +162,43 @@ async def test_a_reader_that_never_reads_holds_one_slice(served: Served) -> None
         sock.close()
 
 
-@pytest.mark.parametrize("served", [(4 * 2**20, Outbox(budget=SLICE_BYTES), 10.0)],
+@pytest.mark.parametrize("served", [(2**20, Outbox(budget=2**20 + 1024), 10.0)],
                          indirect=True)
 async def test_past_the_send_budget_the_longest_waiting_are_closed(served: Served) -> None:
-    """With room for one slice in all, six stalled clients: the first ones are closed
-    (counted ``send_budget``), the last stays, what all wait with stays within the budget, and
-    a client that reads still gets the whole body."""
+    """Room for the body and 1 KiB unsent in all, six stalled clients: the first ones are
+    closed (counted ``send_budget``), the last stays, what all hold stays within the budget
+    (the shared body counted once), and a client that reads still gets the whole body."""
+    await _stall_six(served)
+    assert served.outbox.held <= 2**20 + max(1024, SLICE_BYTES + HEADERS)
+    reader = await _request(served)
+    assert _body_of(await _read(reader, 0)) == served.body
+
+
+@pytest.mark.parametrize("served", [(2**20, Outbox(budget=5 * 2**19), 10.0)], indirect=True)
+async def test_each_version_in_flight_counts(served: Served) -> None:
+    """Six stalled clients, each sent another version of a 1 MiB /status, with room for two
+    and a half: those on the oldest versions are closed, at most two bodies stay alive."""
+    served.supervisor.versions = True
+    survivors = await _stall_six(served)
+    assert survivors <= 2
+    assert served.outbox.held <= 5 * 2**19
+
+
+async def _stall_six(served: Served) -> int:
+    """Six clients that never read, one after the other (so their order is known): the
+    oldest are closed by the budget, the newest stay; how many stay."""
     stalled = []
-    for _ in range(6):  # one after the other, so their order is known
-        stalled.append(await _request(served))
+    for _ in range(6):
+        stalled.append(await _request(served, server_sndbuf=32768))
         await _until_waiting(served, stalled[-1])
-    assert served.outbox.unsent <= SLICE_BYTES
     evicted = served.outbox.closed_total[ConnectionClose.SEND_BUDGET]
     assert 1 <= evicted < 6
     ports = [sock.getsockname()[1] for sock in stalled]
     await _until(lambda: set(served.waiting()) == set(ports[evicted:]),
                  f"the {evicted} oldest closed")
-    reader = await _request(served)
-    assert _body_of(await _read(reader, 0)) == served.body
-    for sock in (*stalled, reader):
+    for sock in stalled:
         sock.close()
+    return 6 - evicted
 
 
 @pytest.mark.parametrize("served", [(2 * 2**20, Outbox(), 1.0)], indirect=True)

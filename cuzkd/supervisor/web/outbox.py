@@ -6,9 +6,10 @@ read held 1.1 GB. The outbox sends one body object, shared by every response of 
 document version, in slices of :data:`SLICE_BYTES`, each only once the previous one has left
 cuzkd's memory for the kernel (the listener sets each transport's high-water mark to 0, so it
 "pauses" as soon as anything waits). So a connection holds at most one slice unsent, and all of
-them together at most :data:`SEND_BUDGET_BYTES` (:class:`~cuzkd.supervisor.core.sendbudget.
-SendBudget`): past it the connections whose slice has waited longest are closed, reason
-``send_budget`` -- a client that reads, even slowly, is never the oldest waiter.
+them together, with the bodies they send (each counted once), at most
+:data:`SEND_BUDGET_BYTES` (:class:`~cuzkd.supervisor.core.sendbudget.SendBudget`): past it the
+connections whose response progressed longest ago are closed, reason ``send_budget`` -- a
+client that reads, even slowly, is never the oldest.
 
 A response still being sent :data:`RESPONSE_DEADLINE` seconds after its handler began is closed
 (reason ``deadline``), so a client that reads a byte now and then, never idle for the
@@ -31,8 +32,10 @@ from cuzkd.supervisor.web.listener import reset
 #: Bytes of a body handed to a connection's transport at a time: the most one connection
 #: leaves in cuzkd's memory (the kernel's socket buffer takes what the network needs).
 SLICE_BYTES = 16 * 1024
-#: Unsent bytes all connections together may leave in cuzkd's memory.
-SEND_BUDGET_BYTES = 16 * 2**20
+#: Bytes all responses in flight together may hold: their bodies (one per document version,
+#: however many responses send it) and their unsent slices. Room for several versions of the
+#: largest /status (8 engines x 1 MB documents: ~5 MB) and /metrics bodies at once.
+SEND_BUDGET_BYTES = 64 * 2**20
 #: Seconds from a handler's start to the last byte of its response.
 RESPONSE_DEADLINE = 120.0
 
@@ -50,8 +53,8 @@ class Outbox:
             (ConnectionClose.DEADLINE, ConnectionClose.SEND_BUDGET), 0)
 
     @property
-    def unsent(self) -> int:
-        """Bytes all responses have waiting in their transports now."""
+    def held(self) -> int:
+        """Bytes the responses in flight hold now: their bodies (each once), waiting slices."""
         return self._budget.held
 
     async def send(self, request: web.Request, body: bytes,
@@ -64,28 +67,35 @@ class Outbox:
             return response
         view = memoryview(body)
         try:
+            self._evict(self._budget.start(transport, id(body), len(body)))
             async with asyncio.timeout(self._deadline):
                 await response.prepare(request)
                 for start in range(0, len(view), self._slice):
-                    await response.write(view[start:start + self._slice])
-                    await self._drain(request, transport)
+                    await self._send_slice(request, response, view[start:start + self._slice])
                 await response.write_eof()
         except TimeoutError:
             self._close(transport, ConnectionClose.DEADLINE)
         except ConnectionError:  # closed under us (by the client, the listener or the budget)
             pass
         finally:
-            self._budget.release(transport)
+            self._budget.finish(transport)
         return response
 
-    async def _drain(self, request: web.Request, transport: asyncio.Transport) -> None:
-        waiting = transport.get_write_buffer_size()
-        if not waiting:
-            return
-        for evicted in self._budget.hold(transport, waiting):
-            self._close(evicted, ConnectionClose.SEND_BUDGET)
+    async def _send_slice(self, request: web.Request, response: web.StreamResponse,
+                          piece: memoryview) -> None:
+        """Write ``piece`` and wait until it has left for the kernel; counted as waiting all
+        along (aiohttp's ``write`` may itself wait for the transport, every 64 KiB)."""
+        transport = request.transport
+        if transport is None or transport.is_closing():
+            raise ConnectionResetError("closed")
+        self._evict(self._budget.hold(transport, len(piece)))
+        await response.write(piece)
         await request.writer.drain()
         self._budget.release(transport)
+
+    def _evict(self, transports: list[asyncio.Transport]) -> None:
+        for transport in transports:
+            self._close(transport, ConnectionClose.SEND_BUDGET)
 
     def _close(self, transport: asyncio.Transport, reason: ConnectionClose) -> None:
         if not transport.is_closing():
