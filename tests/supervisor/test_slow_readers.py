@@ -95,9 +95,9 @@ async def served(request: pytest.FixtureRequest) -> AsyncIterator[Served]:
         await runner.cleanup()
 
 
-async def _request(served: Served, path: str = "/status", *,
+async def _request(served: Served, path: str = "/status", *, method: str = "GET",
                    server_sndbuf: int | None = None) -> socket.socket:
-    """A client with a small receive buffer that has sent ``GET path`` and read nothing.
+    """A client with a small receive buffer that has sent ``METHOD path`` and read nothing.
 
     ``server_sndbuf`` shrinks the server's socket buffer before the request (on loopback the
     kernel would take ~4 MB of the response off cuzkd's hands: a slow link's bytes stay in
@@ -113,7 +113,7 @@ async def _request(served: Served, path: str = "/status", *,
         await _until(lambda: port in served.waiting(), "the server's side of the connection")
         served.transport_of(port).get_extra_info("socket").setsockopt(
             socket.SOL_SOCKET, socket.SO_SNDBUF, server_sndbuf)
-    request = f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    request = f"{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
     await loop.sock_sendall(sock, request.encode())
     return sock
 
@@ -151,14 +151,17 @@ async def test_a_reader_that_never_reads_holds_one_slice(served: Served) -> None
     """Six clients of a 4 MiB /status that never read: each response waits with at most one
     slice (16 KiB) in cuzkd's memory, not the rest of the body (4 MiB less what the kernel
     took: 24 MiB here, 1.1 GB for 2,000 clients of 1 MB); a client that reads then gets it
-    whole."""
+    whole (and one that asks with HEAD, the headers alone)."""
     stalled = [await _request(served) for _ in range(6)]
     await _until(lambda: len(w := served.waiting()) == 6 and all(w.values()),
                  "six responses waiting on their readers")
     assert max(served.waiting().values()) <= SLICE_BYTES + HEADERS
     reader = await _request(served)
     assert _body_of(await _read(reader, 0)) == served.body
-    for sock in (*stalled, reader):
+    head = await _request(served, method="HEAD")
+    headers, _, body = (await _read(head, 0)).partition(b"\r\n\r\n")
+    assert f"Content-Length: {len(served.body)}".encode() in headers and body == b""
+    for sock in (*stalled, reader, head):
         sock.close()
 
 

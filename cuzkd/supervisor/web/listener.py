@@ -36,7 +36,8 @@ from typing import Any, cast
 
 #: Seconds a connection may go with no byte moved before it is closed.
 IDLE_TIMEOUT = 10.0
-#: Looks at a connection's queues per ``idle``: it is closed within 1/4 more than ``idle``.
+#: Looks at a connection's queues per ``idle`` while bytes wait in them (a kernel's send queue
+#: moves unseen): such a connection is closed within 1/4 more than ``idle``.
 IDLE_CHECKS = 4
 #: Descriptors always left to the rest of the supervisor, and more per engine (its output
 #: pipes, status connections, a spawn's transient pipes).
@@ -196,16 +197,17 @@ class _Counted(asyncio.Protocol):
         self._transport.set_write_buffer_limits(high=0)
         self._inner.connection_made(transport)
         self._moved()
-        self._arm()
+        self._arm(self._listener.idle)
 
     def _moved(self) -> None:
         self._moved_at = asyncio.get_running_loop().time()
 
-    def _arm(self) -> None:
-        self._check = asyncio.get_running_loop().call_later(
-            self._listener.idle / IDLE_CHECKS, self._look)
+    def _arm(self, delay: float) -> None:
+        self._check = asyncio.get_running_loop().call_later(delay, self._look)
 
     def _look(self) -> None:
+        """Close the connection if no byte moved for ``idle``; else look again: soon while
+        bytes wait to move (they may move in the kernel only), at the idle time otherwise."""
         transport = self._transport
         if transport is None or transport.is_closing():
             return
@@ -213,11 +215,14 @@ class _Counted(asyncio.Protocol):
         if queues != self._queues:
             self._queues = queues
             self._moved()
-        if asyncio.get_running_loop().time() - self._moved_at >= self._listener.idle:
+        quiet = asyncio.get_running_loop().time() - self._moved_at
+        if quiet >= self._listener.idle:
             self._listener.idle_closed_total += 1
             reset(transport)
+        elif any(queues):
+            self._arm(self._listener.idle / IDLE_CHECKS)
         else:
-            self._arm()
+            self._arm(self._listener.idle - quiet)
 
     def data_received(self, data: bytes) -> None:
         self._moved()

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 
-from aiohttp import web
+from aiohttp import hdrs, web
 from aiohttp.typedefs import LooseHeaders
 
 from cuzkd.states import ConnectionClose
@@ -70,7 +70,8 @@ class Outbox:
             self._evict(self._budget.start(transport, id(body), len(body)))
             async with asyncio.timeout(self._deadline):
                 await response.prepare(request)
-                for start in range(0, len(view), self._slice):
+                for start in range(0, 0 if request.method == hdrs.METH_HEAD else len(view),
+                                   self._slice):
                     await self._send_slice(request, response, view[start:start + self._slice])
                 await response.write_eof()
         except TimeoutError:
