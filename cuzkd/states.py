@@ -153,3 +153,17 @@ SWAP_RESULTS: tuple[SwapResult, ...] = (
 #: rollback refused (no accepted release to go to) or undone (its engines failed) is ``failed``;
 #: one the supervisor's shutdown cut short is ``cancelled``.
 ROLLBACK_RESULTS: tuple[SwapResult, ...] = (SwapResult.OK, SwapResult.FAILED, SwapResult.CANCELLED)
+
+
+class ConnectionClose(enum.StrEnum):
+    """Why cuzkd closed a connection of its metrics listener: the ``reason`` label of
+    ``cuzkd_metrics_connections_closed_total`` (:mod:`cuzkd.supervisor.web`)."""
+
+    #: accepted at the connection limit and reset at once
+    REFUSED = "refused"
+    #: no byte moved for the idle timeout (10 s)
+    IDLE = "idle"
+    #: a response still being sent at the response deadline (120 s)
+    DEADLINE = "deadline"
+    #: its response progressed longest ago when all responses together passed the send budget
+    SEND_BUDGET = "send_budget"

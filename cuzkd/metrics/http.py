@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import structlog
 from aiohttp import hdrs, web
+from aiohttp.typedefs import LooseHeaders
 from prometheus_client import GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.exposition import choose_encoder, gzip_accepted
 from prometheus_client.registry import Collector, CollectorRegistry
@@ -27,6 +28,9 @@ from cuzkd.metrics.sample import SupervisorSample
 
 SampleProvider = Callable[[], Awaitable[SupervisorSample]]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+#: Answers a request with a body and headers (the supervisor's listener sends in bounded
+#: slices: cuzkd.supervisor.web.outbox)
+BodySender = Callable[[web.Request, bytes, LooseHeaders], Awaitable[web.StreamResponse]]
 
 #: gzip level for responses: level 9 (prometheus_client's) costs several times level 5 for a
 #: few per cent of size on metric text.
@@ -67,8 +71,15 @@ def render(sample: SupervisorSample, *, accept: str, accept_encoding: str,
     return Exposition(body, content_type, False)
 
 
-def make_metrics_handler(provider: SampleProvider) -> Handler:
-    """Return an aiohttp handler that samples the supervisor and renders the exposition.
+async def _whole(request: web.Request, body: bytes,
+                 headers: LooseHeaders) -> web.StreamResponse:
+    del request
+    return web.Response(body=body, headers=headers)
+
+
+def make_metrics_handler(provider: SampleProvider, send: BodySender = _whole) -> Handler:
+    """Return an aiohttp handler that samples the supervisor and renders the exposition,
+    answered through ``send`` (by default one ``Response``).
 
     A sample or rendering failure answers 500 with a short text and is logged with its
     traceback: Prometheus then records ``up == 0`` for the supervisor, which is the truth.
@@ -87,6 +98,6 @@ def make_metrics_handler(provider: SampleProvider) -> Handler:
         headers = {hdrs.CONTENT_TYPE: out.content_type, hdrs.VARY: "Accept, Accept-Encoding"}
         if out.gzipped:
             headers[hdrs.CONTENT_ENCODING] = "gzip"
-        return web.Response(body=out.body, headers=headers)
+        return await send(request, out.body, headers)
 
     return handle

@@ -84,3 +84,6 @@ class SupervisorSample:
     frozen_seconds_total: float = 0.0
     #: reason (queue_full, write_error) -> lines the supervisor's log never got
     log_lines_dropped_total: Mapping[str, int] = field(default_factory=dict)
+    #: reason (cuzkd.supervisor.web: refused, idle, deadline, send_budget) -> connections of
+    #: the metrics listener cuzkd closed
+    metrics_connections_closed_total: Mapping[str, int] = field(default_factory=dict)

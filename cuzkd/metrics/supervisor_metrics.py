@@ -17,7 +17,14 @@ from cuzkd.gpus import NvmlDevice
 from cuzkd.log.queue import DROP_REASONS
 from cuzkd.metrics.sample import EngineSample, SupervisorSample
 from cuzkd.metrics.tally import first_by
-from cuzkd.states import ROLLBACK_RESULTS, SWAP_RESULTS, DrainResult, State, StopReason
+from cuzkd.states import (
+    ROLLBACK_RESULTS,
+    SWAP_RESULTS,
+    ConnectionClose,
+    DrainResult,
+    State,
+    StopReason,
+)
 from cuzkd.status.salvage import REASONS as FIELD_ERROR_REASONS
 
 
@@ -151,11 +158,19 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
                                "Lines of the supervisor's own log it dropped: queue_full (its "
                                "reader did not keep up) or write_error (writing failed).",
                                labels=["reason"]), DROP_REASONS, sample.log_lines_dropped_total)
+    connections_closed = _by_result(
+        c("cuzkd_metrics_connections_closed_total",
+          "Connections of the metrics listener cuzkd closed, by reason: refused (at the "
+          "connection limit), idle (no byte moved for 10 s), deadline (a response still being "
+          "sent after 120 s), send_budget (its response progressed longest ago when all "
+          "responses together held over the send budget).", labels=["reason"]),
+        tuple(ConnectionClose), sample.metrics_connections_closed_total)
     build = InfoMetricFamily("cuzkd_build", "cuzkd version.", value={"version": __version__})
     return [build, up, state, restarts, exits, stalls, stalled, start, first_answer, rss, cpu,
             fetch_duration, fetch_errors, field_errors, descendants_killed, stop_inflight,
             drains, loop_failures, release, swaps, rollbacks, active,
             zombies, reload_ok, reload_time, deadlines, freezes, frozen, log_dropped,
+            connections_closed,
             *_gpu_families(sample.gpus)]
 
 

@@ -241,6 +241,13 @@ def test_log_lines_dropped_by_reason_both_always_present(make_engine, scrape):
     assert len(scrape(one([make_engine("e0")])).named("cuzkd_log_lines_dropped_total")) == 2
 
 
+def test_metrics_connections_closed_by_reason_all_always_present(make_engine, scrape):
+    s = scrape(one([make_engine("e0")], metrics_connections_closed_total={"idle": 3}))
+    assert s.named("cuzkd_metrics_connections_closed_total") == {
+        (("reason", "refused"),): 0, (("reason", "idle"),): 3, (("reason", "deadline"),): 0,
+        (("reason", "send_budget"),): 0}
+
+
 def test_an_engine_without_status_url_is_up_while_running(make_engine, scrape):
     s = scrape(one([make_engine("p", state="running", status=None, status_polled=False),
                     make_engine("q", state="starting", status=None, status_polled=False)]))

@@ -16,6 +16,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import structlog
 from support.big_status import big_document
@@ -454,7 +455,7 @@ def test_one_engines_document_never_breaks_the_scrape_of_the_others(tmp_path: Pa
             runner.status_source = ExplodingSource(runner.status_source.address, timeout=1)
         views = readout_of(group, engines.table)
         text = render(await views.sample(), accept="", accept_encoding="").body.decode()
-        status = await views.status_document()
+        status = msgspec.json.decode(await views.status_body())
         await group.stop_all(30)
         await group.close()
         for server in servers.values():
@@ -469,3 +470,36 @@ def test_one_engines_document_never_breaks_the_scrape_of_the_others(tmp_path: Pa
                                           if line.startswith("cuzk_"))
     documents = {e["name"]: e["status"] for e in status["engines"]}
     assert documents["deep"] is None and documents["fine"] is not None
+
+
+def test_status_is_encoded_once_per_document_and_shared(tmp_path: Path) -> None:
+    """``/status``'s bytes are one object for every request while nothing changed (the
+    responses in flight share it; an encoding per request cost ~15 ms and a copy per client
+    for 1 MB), the same JSON as the document's fields; new bytes once the document changed."""
+    async def main() -> tuple[list[bytes], list[list[Any]]]:
+        server = PieceServer(big_document(0, extensions=True))
+        config = config_of(tmp_path, {
+            "name": "e", "status_url": await server.start_unix(tmp_path / "e.sock"),
+            "drain": "none", "health_interval": "1s"})
+        engines = StandInEngines(Script())
+        group = engine_set(config, engines.table, clock=RunClock(asyncio.get_running_loop().time))
+        group.start_all()
+        await in_state(group.runner("e"), State.RUNNING)
+        views = readout_of(group, engines.table)
+        bodies, documents = [], []
+        for body in (server.body, big_document(2**16, extensions=True)):
+            server.body = body
+            await asyncio.sleep(2)  # virtual: the next readings fetch again
+            bodies += [await views.status_body(), await views.status_body()]
+            documents.append([msgspec.to_builtins(r.sample.status)
+                              for r in await group.readings()])
+        await group.stop_all(30)
+        await group.close()
+        await server.close()
+        return bodies, documents
+
+    (first, again, changed, changed_again), documents = run_virtual(main)
+    assert again is first and changed_again is changed
+    assert changed != first
+    for body, expected in ((first, documents[0]), (changed, documents[1])):
+        assert [e["status"] for e in msgspec.json.decode(body)["engines"]] == expected

@@ -110,6 +110,7 @@ _SUPERVISOR_METRICS = {
     "cuzkd_config_last_reload_successful": _m("gauge"),
     "cuzkd_config_last_reload_success_timestamp_seconds": _m("gauge"),
     "cuzkd_log_lines_dropped_total": _m("counter", "reason"),
+    "cuzkd_metrics_connections_closed_total": _m("counter", "reason"),
     "cuzkd_supervisor_freezes_total": _m("counter"),
     "cuzkd_supervisor_frozen_seconds_total": _m("counter"),
     "cuzkd_engine_health_loop_failures_total": _m("counter", "engine"),

@@ -99,10 +99,11 @@ class Supervisor:
         self._metrics_bound = ("", 0)
         #: repeated errors (accept failing, refused connections) log once per 10 s per kind
         self._limited = LimitedLog()
+        self._servers = Servers(self._limited)
         #: log_drops: lines the log sink dropped, by reason (``cuzkd run``'s queued logging)
         self.readout = SupervisorReadout(self.engines, self.children, self.phase, self.swaps,
-                                         self._limited, log_drops)
-        self._servers = Servers(self._limited)
+                                         self._limited, log_drops,
+                                         self._servers.connections_closed)
         self._reloader = ConfigReloader(self.engines, self.phase, self._notifier,
                                         status_line=self.readout.status_line,
                                         on_applied=self._notify_status)
@@ -183,7 +184,7 @@ class Supervisor:
         host, port = await self._servers.start(
             build_control_app(self.engines, self.readout.about, self.swaps.active_verdict,
                               self._control_routes),
-            self.config.control_socket, build_metrics_app(self.readout),
+            self.config.control_socket, build_metrics_app(self.readout, self._servers.outbox),
             self.config.metrics.listen, lambda: connection_limit(len(self.engines)))
         self._metrics_bound = (host, port)
         self.readout.metrics_address = f"{host}:{port}"

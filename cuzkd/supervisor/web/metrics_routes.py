@@ -3,30 +3,33 @@
 ``/healthz`` answers 200 for as long as the supervisor runs (its engines' health is in
 ``/status`` and the metrics, not here: a load balancer should not drop a host because one GPU's
 engine is restarting). ``/status`` is the supervisor's state plus each engine's last status
-document; ``/metrics`` is the exporter's handler.
+document; ``/metrics`` is the exporter's handler. Both bodies leave through the
+:class:`~cuzkd.supervisor.web.outbox.Outbox`: in slices, within its budget and deadline.
 """
 
 from __future__ import annotations
 
-from aiohttp import web
+from aiohttp import hdrs, web
 
 from cuzkd.httperrors import json_errors
 from cuzkd.metrics.http import make_metrics_handler
+from cuzkd.supervisor.web.outbox import Outbox
 from cuzkd.supervisor.web.targets import ScrapeTarget
 
+_JSON = {hdrs.CONTENT_TYPE: "application/json; charset=utf-8"}
 
-def build_metrics_app(supervisor: ScrapeTarget) -> web.Application:
+
+def build_metrics_app(supervisor: ScrapeTarget, outbox: Outbox) -> web.Application:
     app = web.Application(middlewares=[json_errors])
 
     async def healthz(request: web.Request) -> web.Response:
         del request
         return web.json_response({"status": "ok"})
 
-    async def status(request: web.Request) -> web.Response:
-        del request
-        return web.json_response(await supervisor.status_document())
+    async def status(request: web.Request) -> web.StreamResponse:
+        return await outbox.send(request, await supervisor.status_body(), _JSON)
 
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/status", status)
-    app.router.add_get("/metrics", make_metrics_handler(supervisor.sample))
+    app.router.add_get("/metrics", make_metrics_handler(supervisor.sample, outbox.send))
     return app

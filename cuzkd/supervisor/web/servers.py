@@ -2,7 +2,8 @@
 
 The control API listens only on its 0600 Unix socket (:func:`cuzkd.unixsock.bind_private_socket`);
 the read-only metrics app on ``metrics.listen`` through the :class:`GatedListener`, which holds
-the connection count under the descriptor limit. Either failing to bind is a
+the connection count under the descriptor limit, and its :class:`Outbox`, which bounds the bytes
+and the time its responses take. Either failing to bind is a
 :class:`StartupError` naming the address: the daemon logs it and exits 1 before any engine
 starts.
 
@@ -24,7 +25,9 @@ from aiohttp import web
 from cuzkd.errors import CuzkdError
 from cuzkd.httperrors import JsonErrorsRunner
 from cuzkd.log.ratelimit import LimitedLog, errno_name
+from cuzkd.states import ConnectionClose
 from cuzkd.supervisor.web.listener import IDLE_TIMEOUT, GatedListener
+from cuzkd.supervisor.web.outbox import Outbox
 from cuzkd.units import parse_listen
 from cuzkd.unixsock import bind_private_socket
 
@@ -45,6 +48,8 @@ class Servers:
         self._limited = limited
         self._runners: list[web.AppRunner] = []
         self._listener: GatedListener | None = None
+        #: sends the metrics app's bodies (the app is built with it, before start)
+        self.outbox = Outbox()
         self._control_socket: Path | None = None
 
     async def start(self, control: web.Application, control_socket: Path,
@@ -91,10 +96,17 @@ class Servers:
         if self._control_socket is not None:  # ours only once bound
             self._control_socket.unlink(missing_ok=True)
 
+    def connections_closed(self) -> dict[str, int]:
+        """Connections of the metrics listener cuzkd closed, by :class:`ConnectionClose`."""
+        listener = self._listener
+        return {ConnectionClose.REFUSED: listener.refused_total if listener else 0,
+                ConnectionClose.IDLE: listener.idle_closed_total if listener else 0,
+                **self.outbox.closed_total}
+
     def _on_limit(self, limit: int) -> None:
         self._limited.log(log, "warning", "metrics_connection_refused", limit=limit,
                           detail="at the connection limit (descriptor limit less a reserve); "
-                                 "silent connections are closed after 10 s")
+                                 "connections with no byte moved for 10 s are closed")
 
     def _on_accept_error(self, exc: OSError) -> None:
         self._limited.log(log, "error", "metrics_accept_failed", key=errno_name(exc),

@@ -8,7 +8,7 @@ module needs the daemon to be typed, so tests serve these faces from small stand
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 from cuzkd.metrics.sample import SupervisorSample
 from cuzkd.supervisor.engines.info import EngineInfo
@@ -42,4 +42,6 @@ class ScrapeTarget(Protocol):
 
     async def sample(self, max_age: float = 1.0) -> SupervisorSample: ...
 
-    async def status_document(self) -> dict[str, Any]: ...
+    async def status_body(self) -> bytes:
+        """The ``/status`` JSON; the same object while the document is unchanged."""
+        ...
