@@ -216,8 +216,11 @@ def test_bad_log_format_key_names_it(tmp_path: Path) -> None:
     assert out.returncode == 78 and "supervisor.log_format" in out.stderr
 
 
-#: An engine that logs as fast as it can.
-CHATTY = "while True:\n    print('chatty ' + 'x' * 200)\n"
+#: An engine that logs as fast as it can, with output limits that let it all through.
+CHATTY = {"name": "chatty", "command": [sys.executable, "-c",
+                                        "while True:\n    print('chatty ' + 'x' * 200)\n"],
+          "stop_timeout": "2s", "output_lines_per_second": 1e9, "output_burst_lines": 10**9,
+          "output_bytes_per_second": "1TiB", "output_burst_bytes": "1TiB"}
 
 
 def _log_lines_dropped(metrics_address: str, reason: str = "queue_full") -> int:
@@ -235,8 +238,7 @@ def test_a_stalled_log_reader_stalls_neither_metrics_nor_the_engines(tmp_path: P
     the pipe fills at once, yet /metrics, the control socket and the watchdog pings go on,
     lines are dropped and counted; once the reader drains, the gap is reported and the last
     lines reach it."""
-    config = write_config(tmp_path, [{"name": "chatty", "command": [sys.executable, "-c", CHATTY],
-                                      "stop_timeout": "2s"}], supervisor={"log_format": "json"})
+    config = write_config(tmp_path, [CHATTY], supervisor={"log_format": "json"})
     notify_socket = str(tmp_path / "notify.sock")
     notify = NotifyListener(notify_socket)
     r, w = os.pipe()
@@ -247,7 +249,10 @@ def test_a_stalled_log_reader_stalls_neither_metrics_nor_the_engines(tmp_path: P
         os.close(w)
     try:
         address = sup.about()["metrics_listen"]
-        dropped = wait_until(lambda: _log_lines_dropped(address), 60, "log lines dropped")
+        # The listener is drained meanwhile: a full notify socket would block the supervisor's
+        # sendto (max_dgram_qlen is 10 datagrams, one second of pings here).
+        dropped = wait_until(lambda: notify.drain() and _log_lines_dropped(address), 60,
+                             "log lines dropped")
         assert sup.engine("chatty")["restarts"] == 0
         pings = notify.drain().count("WATCHDOG=1")
         wait_until(lambda: notify.drain().count("WATCHDOG=1") >= pings + 3, 10,
@@ -270,8 +275,7 @@ def test_a_reader_that_closes_the_pipe_costs_log_lines_not_the_supervisor(
         tmp_path: Path) -> None:
     """``cuzkd run | head -3``: once the reader is gone every write fails with EPIPE; the
     supervisor and its engine go on, the lost lines counted."""
-    config = write_config(tmp_path, [{"name": "chatty", "command": [sys.executable, "-c", CHATTY],
-                                      "stop_timeout": "2s"}], supervisor={"log_format": "json"})
+    config = write_config(tmp_path, [CHATTY], supervisor={"log_format": "json"})
     r, w = os.pipe()
     try:
         sup = start_supervisor(config, output=w)
