@@ -93,8 +93,8 @@ def test_a_tracing_line_is_a_record_with_cuzks_level_target_and_timestamp() -> N
             "job_id=porep-1 level=9 target=x engine=other logger=cuzkd.supervisor")
     assert engine_line(line) == EngineRecord("error", "partition failed", {
         "target": "cuzk_core::engine", "engine_timestamp": "2026-12-01T13:00:09.000001Z",
-        "job_id": "porep-1", "engine_engine_level": 9, "engine_target": "x", "engine_engine": "other",
-        "engine_logger": "cuzkd.supervisor"})
+        "job_id": "porep-1", "engine_engine_level": 9, "engine_target": "x",
+        "engine_engine": "other", "engine_logger": "cuzkd.supervisor"})
     fields_only = engine_line("2026-12-01T13:00:09Z  INFO cuzk_daemon: a=1")
     assert isinstance(fields_only, EngineRecord) and fields_only.event == "engine_output"
 

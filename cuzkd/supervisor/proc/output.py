@@ -2,12 +2,13 @@
 
 Engines and one-shot commands write to pipes the supervisor reads until EOF, as fast as the
 child writes: the reader never stops reading, so a child never waits on its pipe for the
-supervisor. What costs the supervisor is turning a line into an event, and only the lines an
-engine's :class:`~cuzkd.supervisor.core.outputbudget.OutputBudget` admits get that far; once
-a line of a read is refused, the rest of that read (at most 256 KiB, arrived at the same
-moment) is counted in bulk, at the cost of a ``bytes.count``, and the budget reports the
-suppressed lines once per interval (``engine_output_suppressed``). The log behind it drops
-rather than blocks too (:mod:`cuzkd.log.sink`).
+supervisor (its pipe holds :data:`PIPE_BYTES`). What costs the supervisor is turning a line
+into an event, and only the lines an engine's
+:class:`~cuzkd.supervisor.core.outputbudget.OutputBudget` admits get that far; once a line of a
+read is refused, the rest of that read (at most 256 KiB, arrived at the same moment) is
+counted in bulk, at the cost of a ``bytes.count`` (under a nanosecond a byte), and the budget
+reports the suppressed lines once per interval (``engine_output_suppressed``). The log behind
+it drops rather than blocks too (:mod:`cuzkd.log.sink`).
 
 A line is never held beyond :data:`MAX_LINE_BYTES`: a longer one is cut, its head logged with
 ``truncated=true`` and the rest discarded up to its newline, a read at a time (an endless line
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import time
 from collections import deque
 from collections.abc import Callable
@@ -37,6 +39,10 @@ from cuzkd.supervisor.core.outputbudget import OutputBudget
 ENGINE_LOGGER = "cuzkd.engine"
 #: Longest engine output line logged whole; a longer one is cut here (its head logged).
 MAX_LINE_BYTES = 64 << 10
+#: The pipe's buffer (Linux's default limit for an unprivileged process; the default is 64
+#: KiB): the engine writes on while the supervisor is busy for a moment (a scrape, a GC pass),
+#: and a flood is read in fewer, larger reads.
+PIPE_BYTES = 1 << 20
 #: Longest stderr line kept in the tail (characters; the log has the whole line).
 STDERR_TAIL_LINE_CHARS = 500
 #: Lines nothing could log: one note per stream per 10 s, for all children.
@@ -60,6 +66,8 @@ async def log_lines(pipe: IO[bytes], out: OutputLog, stream: str, pid: int, *,
     """Log each line a child writes to ``pipe``, until EOF (:func:`relog_line`). ``tail``
     (a bounded deque) keeps the last lines, each cut to STDERR_TAIL_LINE_CHARS."""
     reader = _LineReader(out, stream, pid, tail)
+    with contextlib.suppress(OSError):  # over the user's pipe quota: the 64 KiB default
+        fcntl.fcntl(pipe.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
     transport, _ = await asyncio.get_running_loop().connect_read_pipe(lambda: reader, pipe)
     try:
         await reader.done
