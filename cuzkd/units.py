@@ -104,7 +104,8 @@ def parse_listen(value: str, *, allow_unix: bool = True) -> ListenAddress:
         return ListenAddress(path=path)
     host, sep, port = value.rpartition(":")
     host = host.removeprefix("[").removesuffix("]")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
+    # isascii: str.isdigit() and int() also take other scripts' digits ("٩٨٢١")
+    if not sep or not host or not (port.isascii() and port.isdigit()) or int(port) > 65535:
         expected = "HOST:PORT or unix:PATH" if allow_unix else "HOST:PORT"
         raise ValueError(f"{value!r} is not {expected}")
     return ListenAddress(host=host, port=int(port))

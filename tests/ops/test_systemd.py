@@ -19,11 +19,13 @@ import pytest
 from support import ops
 
 from cuzkd.cli.dispatch import build_parser
-from cuzkd.config import load_config
+from cuzkd.config import Config, load_config
 from cuzkd.units import parse_duration
 
 UNIT = ops.REPO / "systemd" / "cuzkd.service"
 UNIT_CONFIG = ops.REPO / "systemd" / "cuzkd.toml"
+CUZK_CONFIG = ops.REPO / "systemd" / "cuzk.toml"
+INSTALLED_CUZK = "/etc/cuzkd/cuzk.toml"
 SHIPPED_BINARY = "/usr/local/bin/cuzkd"
 MAX_EXPOSURE = 3.0
 
@@ -98,7 +100,7 @@ def test_unit_has_the_settings_cuzkd_relies_on() -> None:
     expected = {
         "Service.Type": "notify", "Service.NotifyAccess": "main",
         "Service.Restart": "on-failure", "Service.KillMode": "mixed",
-        "Service.StateDirectory": "cuzkd", "Service.RuntimeDirectory": "cuzkd",
+        "Service.StateDirectory": "cuzkd", "Service.RuntimeDirectory": "cuzkd curio",
         "Service.ConfigurationDirectory": "cuzkd", "Service.DevicePolicy": "closed",
         "Service.NoNewPrivileges": "yes", "Service.ProtectSystem": "strict",
         "Service.ProtectHome": "yes", "Service.PrivateTmp": "yes",
@@ -131,6 +133,42 @@ def test_stop_timeout_exceeds_shutdown_grace_of_the_shipped_config() -> None:
     assert all(e.stop_budget <= config.supervisor.shutdown_grace for e in config.engine)
     assert config.state_dir == Path("/var/lib/cuzkd"), "the unit's StateDirectory"
     assert config.metrics.listen.startswith("127.0.0.1:")
+
+
+def _shipped_cuzk_engine(tmp_path: Path) -> Config:
+    """systemd/cuzkd.toml with its commented cuzk engine uncommented, reading the shipped
+    systemd/cuzk.toml where the install puts it (/etc/cuzkd/cuzk.toml)."""
+    lines = UNIT_CONFIG.read_text(encoding="utf-8").splitlines()
+    start = lines.index("# [[engine]]")
+    block = [line.removeprefix("# ") for line in lines[start:] if line.startswith("# ")]
+    text = "\n".join([*lines[:start], *block]).replace(INSTALLED_CUZK, str(CUZK_CONFIG))
+    path = tmp_path / "cuzkd.toml"
+    path.write_text(text + "\n", encoding="utf-8")
+    return load_config(path)
+
+
+def test_the_shipped_cuzk_engine_runs_as_cuzk_takes_it_where_the_unit_lets_it(
+        tmp_path: Path) -> None:
+    config = _shipped_cuzk_engine(tmp_path)
+    [engine] = config.engine
+    assert engine.cuzk and engine.command is not None
+    # cuzk-daemon takes -c/--config, -l/--listen and --log-level, each with a value: nothing
+    # else (no `run`, no --version: clap's usage error, exit 2).
+    flags = engine.command[1::2]
+    assert set(flags) <= {"-c", "--config", "-l", "--listen", "--log-level"}, flags
+    assert len(engine.command[1:]) == 2 * len(flags)
+    assert engine.cuzk_file is not None and engine.cuzk_file.path == str(CUZK_CONFIG)
+    assert Path(INSTALLED_CUZK).parent == Path("/etc/cuzkd"), "the ConfigurationDirectory"
+    # the gRPC socket lies in a directory the unit makes (and makes writable)
+    d = _directives(UNIT.read_text(encoding="utf-8"))
+    grpc = config.grpc_address(engine)
+    assert grpc is not None and grpc.startswith("unix:///")
+    runtime = {f"/run/{name}" for name in d["Service.RuntimeDirectory"][0].split()}
+    assert str(Path(grpc.removeprefix("unix://")).parent) in runtime
+    # /status polled on loopback, and the engine's GPUs are cuzk's
+    assert config.status_address(engine) == "http://127.0.0.1:9821/status"
+    assert [int(g) for g in engine.gpus] == engine.cuzk_file.gpus.devices
+    assert engine.stop_budget <= config.supervisor.shutdown_grace
 
 
 def test_docs_show_the_shipped_units_stop_timeout() -> None:

@@ -89,6 +89,11 @@ def test_cuda_env_pins_in_nvml_order() -> None:
                                       "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
 
 
+def test_cuzk_keeps_every_gpu_visible_in_nvidia_smi_order() -> None:
+    # cuzk's [gpus] devices are nvidia-smi indices: hiding GPUs would renumber them.
+    assert cuda_env(["1"], hide_others=False) == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+
+
 class VirtualTime:
     def __init__(self) -> None:
         self.now = 0.0

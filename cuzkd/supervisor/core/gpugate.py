@@ -12,13 +12,17 @@ from cuzkd.gpus import NvmlDevice
 from cuzkd.units import format_bytes
 
 
-def cuda_env(gpus: Sequence[str]) -> dict[str, str]:
+def cuda_env(gpus: Sequence[str], *, hide_others: bool = True) -> dict[str, str]:
     """The environment that pins an engine to ``gpus`` (NVML indices or UUIDs).
 
     NVML numbers devices in PCI bus order, CUDA by default fastest first: PCI_BUS_ID makes the
     indices an operator reads in ``nvidia-smi`` the ones CUDA uses (UUIDs need no ordering).
+    ``hide_others=False`` is for cuzk, which picks its GPUs by nvidia-smi index itself (its
+    ``[gpus] devices``, checked to be ``gpus``): CUDA_VISIBLE_DEVICES would renumber the
+    devices under it, so ``devices = [1]`` named a CUDA device 1 that no longer exists.
     """
-    return {"CUDA_VISIBLE_DEVICES": ",".join(gpus), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    order = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    return {"CUDA_VISIBLE_DEVICES": ",".join(gpus), **order} if hide_others else order
 
 
 def blocker(devices: Sequence[NvmlDevice], wanted: Sequence[str], dead_pids: Collection[int],

@@ -43,7 +43,7 @@ class EngineLaunch:
         self._binary_resolver = binary_resolver
         #: NVML, for the GPU memory gate of an engine with ``gpus`` (None: no gate)
         self._gpu_view = gpu_view if spec.gpus else None
-        self._gpu_env = cuda_env(spec.gpus) if spec.gpus else {}
+        self._gpu_env = cuda_env(spec.gpus, hide_others=not spec.cuzk) if spec.gpus else {}
         #: pids of the previous process and its descendants (must release GPU memory first)
         self._previous: set[int] = set()
 
