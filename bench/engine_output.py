@@ -2,9 +2,9 @@
 
 ``cuzkd run`` supervises one engine that writes as fast as its pipe takes (or at ``--rate``)
 -- ``lines``: 39-byte lines (the issue's flood), ``endless``: one line that never ends -- with
-the default output limits, its log going to a file. After a warm-up, for ``--seconds``, it reads the supervisor's
-CPU time (``/proc/PID/stat``), the log file's growth and the engine's writes (``wchar`` of
-``/proc/PID/io``): supervisor CPU %, log bytes/s and engine bytes/s.
+the default output limits, its log going to a file. After a warm-up, for ``--seconds``, it
+reads the supervisor's CPU time (``/proc/PID/stat``), the log file's growth and the engine's
+writes (``wchar`` of ``/proc/PID/io``): supervisor CPU %, log bytes/s and engine bytes/s.
 
     .venv/bin/python bench/engine_output.py [--mode lines|endless] [--seconds 10]
         [--rate MB/s]        # the engine's writes (default: as fast as the pipe takes them)

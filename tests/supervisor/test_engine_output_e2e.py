@@ -10,6 +10,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
+from support.cuzk_harness import cuzk_engine
 from support.supervisor_harness import start_supervisor, write_config
 from support.waiting import wait_until
 
@@ -79,6 +80,35 @@ def test_cuzk_lines_forged_events_and_a_flood_through_cuzkd_run(tmp_path: Path) 
         assert suppressed and {e["logger"] for e in suppressed} == {"cuzkd.supervisor"}
         text = sup.log_text()
         assert "\x1b" not in text and "\\u001b" not in text  # no escape code, raw or escaped
+        assert sup.stop() == 0
+    finally:
+        sup.close()
+
+
+def test_the_cuzk_stand_in_logs_records_and_its_panic_stays_whole_in_the_tail(
+        tmp_path: Path) -> None:
+    """The stand-in writes as cuzk does (coloured tracing lines on stdout; a panic on stderr,
+    exit 101): its lines are records, its panic the last exit's stderr lines, in order."""
+    running, _ = cuzk_engine(tmp_path, "cuzk")
+    panics, _ = cuzk_engine(tmp_path, "panics", restart="never",
+                            env={"CUZK_STANDIN_EXIT": "101"})
+    sup = start_supervisor(write_config(tmp_path, [running, panics]))
+    try:
+        (ready,) = wait_until(lambda: [e for e in sup.events(logger="cuzkd.engine", engine="cuzk")
+                                       if e["event"].startswith("cuzk-daemon ready")], 30,
+                              "the stand-in's ready line")
+        assert (ready["level"], ready["target"], ready["stream"]) == ("info", "cuzk_daemon",
+                                                                      "stdout")
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT[\d:.]+Z", ready["engine_timestamp"])
+        (starting,) = sup.events("starting cuzk-daemon", engine="cuzk")
+        assert starting["config"] == str(tmp_path / "cuzk.toml")  # a quoted field, unquoted
+        tail = wait_until(lambda: sup.engine("panics").get("last_exit_stderr"), 30,
+                          "the panicking engine's exit")
+        assert tail[-3:] == [
+            "thread 'main' panicked at cuzk-daemon/src/main.rs:212:14:",
+            "called `Result::unwrap()` on an `Err` value: stand-in forced panic",
+            "note: run with `RUST_BACKTRACE=1` environment variable to display a backtrace"]
+        assert "\x1b" not in sup.log_text() and "\\u001b" not in sup.log_text()
         assert sup.stop() == 0
     finally:
         sup.close()
