@@ -9,7 +9,6 @@ import io
 import json
 import subprocess
 import sys
-from collections import deque
 from typing import Any
 
 import structlog
@@ -17,6 +16,7 @@ import structlog
 from cuzkd.log.configure import configure_logging
 from cuzkd.log.controls import strip_controls
 from cuzkd.supervisor.core.outputbudget import OutputBudget, OutputLimits
+from cuzkd.supervisor.core.stderrlines import StderrLines
 from cuzkd.supervisor.proc.output import MAX_LINE_BYTES, OutputLog, log_lines
 
 #: A child that writes what it reads on stdin to the pipe named by argv[1] (1: stdout).
@@ -36,7 +36,7 @@ class RecordingLogger:
         return [fields for _, event, fields in self.calls if event == name]
 
 
-def _relog(payload: bytes, out: OutputLog, tail: deque[str] | None = None) -> None:
+def _relog(payload: bytes, out: OutputLog, tail: StderrLines | None = None) -> None:
     """Write ``payload`` through a real pipe from a child and log it all, to EOF."""
     child = subprocess.Popen([sys.executable, "-c", ECHO, "1"], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE)
@@ -61,7 +61,7 @@ def test_an_endless_line_is_cut_its_head_logged_and_the_rest_discarded() -> None
     payload = b"first\n" + endless + b"\nafter\n" + just_over + b"\nlast, no newline"
     logger = RecordingLogger()
     budget = OutputBudget(OutputLimits(1e6, 1e9, 10**6, 1 << 30), 0.0)
-    tail: deque[str] = deque(maxlen=10)
+    tail = StderrLines(10)
     _relog(payload, OutputLog(logger, logger, budget), tail)
     logged = logger.events("engine_output")
     assert [f["line"] for f in logged] == [
@@ -90,21 +90,25 @@ def test_a_flood_logs_the_burst_and_counts_the_rest_in_order() -> None:
     assert sum(r["bytes"] for r in reports) == sum(map(len, refused))
 
 
-#: What a Rust panic writes to stderr (``RUST_BACKTRACE`` unset), exit 101.
+#: What a Rust panic writes to stderr with ``RUST_BACKTRACE=1``, exit 101.
 PANIC = [b"thread 'main' panicked at src/main.rs:12:5:",
          b"called `Result::unwrap()` on an `Err` value: Os { code: 2 }",
-         b"note: run with `RUST_BACKTRACE=1` environment variable to display a backtrace"]
+         b"stack backtrace:", *(b"  %d: cuzk_core::frame" % i for i in range(40))]
 
 
 def test_the_stderr_tail_keeps_every_line_even_those_the_budget_kept_from_the_log() -> None:
+    """A flood then a panic with its backtrace, all refused by the budget in bulk: the tail
+    has the panic's head and the backtrace's end, escape codes removed."""
     flood = [b"\x1b[31mnoise\x1b[0m %d" % i for i in range(5_000)]
     logger = RecordingLogger()
     budget = OutputBudget(OutputLimits(1e-6, 1e-6, 10, 1 << 20), 0.0)
-    tail: deque[str] = deque(maxlen=20)
+    tail = StderrLines(20)
     _relog(b"\n".join([*flood, *PANIC]) + b"\n", OutputLog(logger, logger, budget), tail)
     assert len(logger.events("engine_output")) == 10  # the panic itself was suppressed
-    assert list(tail) == [*(f"noise {i}" for i in range(4_983, 5_000)),
-                          *(line.decode() for line in PANIC)]
+    assert list(tail) == [line.decode() for line in [*PANIC[:2], *PANIC[-18:]]]
+    quiet = StderrLines(20)  # and without a panic: the last lines
+    _relog(b"\n".join(flood) + b"\n", OutputLog(logger, logger, budget), quiet)
+    assert list(quiet) == [f"noise {i}" for i in range(4_980, 5_000)]
 
 
 #: Lines an engine might print: nested past every recursion limit, numbers no JSON log can

@@ -24,7 +24,6 @@ import asyncio
 import contextlib
 import fcntl
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Any
@@ -34,6 +33,7 @@ from cuzkd.log.controls import strip_controls
 from cuzkd.log.engineline import EngineRecord, engine_line
 from cuzkd.log.ratelimit import LimitedLog
 from cuzkd.supervisor.core.outputbudget import OutputBudget
+from cuzkd.supervisor.core.stderrlines import PANIC_MARK, StderrLines
 
 #: The logger of every engine's (and one-shot's) own lines: never one of the supervisor's.
 ENGINE_LOGGER = "cuzkd.engine"
@@ -62,9 +62,9 @@ class OutputLog:
 
 
 async def log_lines(pipe: IO[bytes], out: OutputLog, stream: str, pid: int, *,
-                    tail: deque[str] | None = None) -> None:
+                    tail: StderrLines | None = None) -> None:
     """Log each line a child writes to ``pipe``, until EOF (:func:`relog_line`). ``tail``
-    (a bounded deque) keeps the last lines, each cut to STDERR_TAIL_LINE_CHARS."""
+    keeps the last lines, each cut to STDERR_TAIL_LINE_CHARS."""
     reader = _LineReader(out, stream, pid, tail)
     with contextlib.suppress(OSError):  # over the user's pipe quota: the 64 KiB default
         fcntl.fcntl(pipe.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
@@ -78,7 +78,7 @@ async def log_lines(pipe: IO[bytes], out: OutputLog, stream: str, pid: int, *,
 class _LineReader(asyncio.Protocol):
     """Splits what the pipe delivers into lines and logs them; see the module's docstring."""
 
-    def __init__(self, out: OutputLog, stream: str, pid: int, tail: deque[str] | None) -> None:
+    def __init__(self, out: OutputLog, stream: str, pid: int, tail: StderrLines | None) -> None:
         self._out = out
         self._stream = stream
         self._pid = pid
@@ -153,10 +153,21 @@ class _LineReader(asyncio.Protocol):
         if self._out.budget is not None:
             self._out.budget.refuse(lines, last + 1 - start - lines, now)
         if self._tail is not None:
-            keep = min(lines, self._tail.maxlen or lines)
-            for piece in data[start:last].rsplit(b"\n", keep)[-keep:]:
-                self._to_tail(piece[:MAX_LINE_BYTES].decode(errors="replace"))
+            self._tail_refused(self._tail, data[start:last], lines)
         return last + 1
+
+    def _tail_refused(self, tail: StderrLines, refused: bytes, lines: int) -> None:
+        """Refused lines (``lines`` of them, without the last newline) into the tail: the
+        last that fit -- or all from a panic's first line on, if it is among them and the tail
+        has none yet (once per process; found with a ``bytes.find``)."""
+        panic = -1 if tail.has_panic else refused.find(PANIC_MARK)
+        if panic >= 0:
+            pieces = refused[refused.rfind(b"\n", 0, panic) + 1:].split(b"\n")
+        else:
+            keep = min(lines, tail.maxlen)
+            pieces = refused.rsplit(b"\n", keep)[-keep:]
+        for piece in pieces:
+            self._to_tail(piece[:MAX_LINE_BYTES].decode(errors="replace"))
 
     def _hold(self, data: bytes, start: int, now: float) -> None:
         """Keep the unfinished line at the end of ``data``; cut it once it is too long."""
