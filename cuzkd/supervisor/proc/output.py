@@ -140,7 +140,7 @@ class _LineReader(asyncio.Protocol):
         budget = self._out.budget
         if budget is not None and not budget.admit(len(line), now):
             return False
-        relog_line(self._out.lines, text, self._stream, self._pid, truncated=truncated)
+        relog_line(self._out, text, self._stream, self._pid, truncated=truncated)
         return True
 
     def _refuse_rest(self, data: bytes, start: int, now: float) -> int:
@@ -197,18 +197,20 @@ class _LineReader(asyncio.Protocol):
                                 seconds=round(suppressed.seconds, 3))
 
 
-def relog_line(logger: Any, text: str, stream: str, pid: int, *,
+def relog_line(out: OutputLog, text: str, stream: str, pid: int, *,
                truncated: bool = False) -> None:
-    """Log one line of a child's; never raises. A record (:func:`~cuzkd.log.engineline.
-    engine_line`) as its own event, level and fields; any other line as ``engine_output``
-    with ``line``; ``truncated``: the head of a line that was cut.
+    """Log one line of a child's on ``out.lines``; never raises. A record
+    (:func:`~cuzkd.log.engineline.engine_line`) as its own event, level and fields; any other
+    line as ``engine_output`` with ``line``; ``truncated``: the head of a line that was cut.
 
     If this raised, the reader would end, the pipe close, and the child's next write get
     ``SIGPIPE`` (a 1000-deep JSON line once restarted its engine 9 times in 15 s). A line that
     cannot be logged as its own event (the parser took it but a renderer failed) is logged as
     plain ``engine_output`` with the raw text and ``render_error``; if even that fails (a
-    bug), a note rate-limited per stream (``repeated``: how many lines it stands for).
+    bug), a note on ``out.notes`` rate-limited per stream (``repeated``: how many lines it
+    stands for).
     """
+    logger = out.lines
     cut = {"truncated": True} if truncated else {}
     text = strip_controls(text)
     try:
@@ -226,5 +228,5 @@ def relog_line(logger: Any, text: str, stream: str, pid: int, *,
                     **cut)
     except Exception as exc:
         with contextlib.suppress(Exception):  # the log itself is broken: nothing to tell
-            _UNLOGGABLE.log(logger, "error", "engine_output_unloggable", key=stream,
+            _UNLOGGABLE.log(out.notes, "error", "engine_output_unloggable", key=stream,
                             stream=stream, pid=pid, error=error_text(exc))
