@@ -96,7 +96,8 @@ def check(config: Config, where: str) -> None:
             raise fail(f"{key}.stop_signal", f"unknown signal {eng.stop_signal!r} "
                                              "(use a name such as 'SIGTERM')")
         positive = ("backoff_max", "backoff_reset_after", "start_timeout", "unhealthy_after",
-                    "stop_timeout", "drain_timeout", "status_timeout")
+                    "stop_timeout", "drain_timeout", "status_timeout", "output_bytes_per_second",
+                    "output_burst_bytes")
         for field in positive:
             if getattr(eng, field) <= 0:
                 raise fail(f"{key}.{field}", "must be greater than zero")

@@ -163,6 +163,13 @@ class EngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     gpus: list[str] = msgspec.field(default_factory=list)
     gpu_memory_needed: Bytes = Bytes(0)
     gpu_release_timeout: Seconds = Seconds(30)
+    #: the engine's output logged at most, lines and bytes per second with a burst of each
+    #: (both pipes, all its processes); the rest is read and counted, not logged. A real cuzk
+    #: logs a few lines per partition and a burst at start: far below these
+    output_lines_per_second: Annotated[float, msgspec.Meta(gt=0)] = 200.0
+    output_bytes_per_second: Bytes = Bytes(256 << 10)
+    output_burst_lines: _POSITIVE_INT = 2000
+    output_burst_bytes: Bytes = Bytes(1 << 20)
 
     @property
     def engine_type(self) -> EngineType:

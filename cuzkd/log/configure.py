@@ -1,4 +1,4 @@
-"""Structured logging set-up shared by every cuzkd process, and engine output re-logging.
+"""Structured logging set-up shared by every cuzkd process.
 
 ``--log-format auto`` (the default) writes ``key=value`` console lines on a terminal and JSON
 lines elsewhere (journald, Loki and ``docker logs`` want one event per line); ``console`` and
@@ -6,16 +6,11 @@ lines elsewhere (journald, Loki and ``docker logs`` want one event per line); ``
 :func:`configure_queued_logging` for ``cuzkd run`` (its lines are written off the event loop,
 :mod:`cuzkd.log.sink`), :func:`configure_logging` for everything else.
 
-An engine's output reaches the supervisor's log through :func:`engine_line_fields`: a line
-that is a JSON object (the bundled engine logs JSON on its pipe) is re-logged as its own event,
-level and fields, so the supervisor's JSON line carries them as fields and its console line
-shows them as ``key=value`` -- never as a JSON string escaped inside another line.
+What an engine's output line becomes in this log is :mod:`cuzkd.log.engineline`'s.
 """
 
 from __future__ import annotations
 
-import json
-import math
 import sys
 import threading
 from collections.abc import Callable
@@ -29,17 +24,6 @@ if TYPE_CHECKING:
 
 LogFormat = Literal["auto", "console", "json"]
 LOG_FORMATS: tuple[str, ...] = get_args(LogFormat)
-
-#: The levels an engine's line may name; any other is logged at ``info``.
-_LEVELS = ("debug", "info", "warning", "error", "critical")
-#: Fields the supervisor sets on a re-logged line (and the method's own parameter names): an
-#: engine's field of the same name is kept as ``engine_<name>`` rather than overwriting ours.
-#: ``exc_info`` and ``stack_info`` too: they are instructions to our processors, not data.
-_RESERVED = frozenset({"engine", "stream", "pid", "self", "logger", "exc_info", "stack_info"})
-#: Deepest nesting of objects and arrays in an engine's line re-logged as fields (the line
-#: itself is level 1); engines log flat records, and far below the recursion limit of the
-#: parser and the renderers (about 990 levels once the supervisor's own frames are counted).
-MAX_FIELD_DEPTH = 32
 
 
 def configure_logging(*, level: str = "info", log_format: LogFormat = "auto",
@@ -146,60 +130,3 @@ def _add_logger_name(logger: Any, method: str, event_dict: Any) -> Any:
     del method
     event_dict.setdefault("logger", getattr(logger, "name", "cuzkd"))
     return event_dict
-
-
-def engine_line_fields(line: str) -> tuple[str, str, dict[str, Any]] | None:
-    """``(level, event, fields)`` of an engine's JSON-object log line; None for anything else.
-
-    The engine's ``timestamp`` is dropped (the re-logged line gets the supervisor's, a moment
-    later); a field named like one the supervisor adds is renamed ``engine_<name>``. A line
-    without ``event`` becomes an ``engine_output`` event with the line's fields.
-
-    An object our renderers could not write is "anything else" (logged as a plain line): one
-    nested deeper than :data:`MAX_FIELD_DEPTH` (the parser or the renderer would hit the
-    recursion limit: a 1000-deep line once killed the output reader, and the engine with it),
-    one with ``NaN``/``Infinity`` or a number too large for a float (the JSON log would carry
-    ``Infinity``, which no JSON reader takes), an integer over Python's 4300 digits.
-    """
-    stripped = line.strip()
-    if not stripped.startswith("{"):
-        return None
-    try:
-        record = json.loads(stripped, parse_constant=_reject_constant, parse_float=_finite)
-    except (ValueError, RecursionError):
-        return None
-    if not isinstance(record, dict) or not _nested_at_most(record, MAX_FIELD_DEPTH):
-        return None
-    level = str(record.pop("level", "info")).lower()
-    event = str(record.pop("event", "engine_output"))
-    record.pop("timestamp", None)
-    fields = {(f"engine_{key}" if key in _RESERVED else key): value
-              for key, value in record.items()}
-    return (level if level in _LEVELS else "info"), event, fields
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number a JSON log can carry")
-
-
-def _finite(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"{text} does not fit a float")
-    return value
-
-
-def _nested_at_most(record: dict[str, Any], limit: int) -> bool:
-    """Whether no value of ``record`` (itself level 1) nests objects or arrays deeper than
-    ``limit`` levels; iterative, so any depth is measured without recursing."""
-    pending: list[tuple[Any, int]] = [(record, 1)]
-    while pending:
-        value, depth = pending.pop()
-        children = (value.values() if isinstance(value, dict)
-                    else value if isinstance(value, list) else None)
-        if children is None:
-            continue
-        if depth > limit:
-            return False
-        pending.extend((child, depth + 1) for child in children)
-    return True

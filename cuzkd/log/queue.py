@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 #: Bytes of rendered lines queued (or being written) at most: 4 MiB, over a second of an
-#: engine logging as fast as it can (~8,000 lines/s), and more than a usual long line (engine
-#: lines are cut at 1 MiB; escaped in JSON, one may grow past this, see :meth:`offer`).
+#: engine logging as fast as it can (~8,000 lines/s), and more than a long line (engine lines
+#: are cut at 64 KiB; escaped in JSON, one grows a few times, see :meth:`offer`).
 MAX_QUEUED_BYTES = 4 << 20
 
 #: Why a line never reached the log: the ``reason`` label of ``cuzkd_log_lines_dropped_total``.

@@ -53,6 +53,10 @@ class EngineSample:
     drains_total: Mapping[str, int] = field(default_factory=dict)
     #: times the engine's health loop died of an exception and was started again
     health_loop_failures_total: int = 0
+    #: engine output lines its output limits kept from the log, and the bytes of output not
+    #: logged (those lines', and the cut-off rest of lines over the length limit)
+    output_dropped_lines_total: int = 0
+    output_dropped_bytes_total: int = 0
     #: reason (cuzkd.status.salvage.REASONS) -> values left out of the engine's decoded
     #: status documents
     status_field_errors_total: Mapping[str, int] = field(default_factory=dict)

@@ -83,6 +83,13 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
                       "Times the engine's health loop died of an error and was started again "
                       "(a bug or a document nobody foresaw; the engine stays supervised).",
                       labels=e)
+    output_lines = c("cuzkd_engine_output_dropped_lines_total",
+                     "Lines of the engine's output its output limits kept from the log "
+                     "(read and counted, not logged).", labels=e)
+    output_bytes = c("cuzkd_engine_output_dropped_bytes_total",
+                     "Bytes of the engine's output not logged: lines its output limits kept "
+                     "from the log, and the rest of lines cut at the line length limit.",
+                     labels=e)
     release = InfoMetricFamily("cuzkd_engine_release",
                                "Release the engine's running process executes.", labels=e)
     for engine in engines:
@@ -119,6 +126,8 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
         for result in DrainResult:
             drains.add_metric([engine.name, result], engine.drains_total.get(result, 0))
         loop_failures.add_metric(name, engine.health_loop_failures_total)
+        output_lines.add_metric(name, engine.output_dropped_lines_total)
+        output_bytes.add_metric(name, engine.output_dropped_bytes_total)
         if engine.release is not None:
             release.add_metric(name, {"release": engine.release})
 
@@ -168,7 +177,7 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
     build = InfoMetricFamily("cuzkd_build", "cuzkd version.", value={"version": __version__})
     return [build, up, state, restarts, exits, stalls, stalled, start, first_answer, rss, cpu,
             fetch_duration, fetch_errors, field_errors, descendants_killed, stop_inflight,
-            drains, loop_failures, release, swaps, rollbacks, active,
+            drains, loop_failures, output_lines, output_bytes, release, swaps, rollbacks, active,
             zombies, reload_ok, reload_time, deadlines, freezes, frozen, log_dropped,
             connections_closed,
             *_gpu_families(sample.gpus)]

@@ -76,6 +76,13 @@ MISTAKES = [
     (GOOD_ENGINE + 'gpus = ["0"]\ngpu_memory_needed = "lots"\n', "engine[0].gpu_memory_needed",
      "invalid size"),
     (GOOD_ENGINE + 'stall_action = "panic"\n', "engine[0].stall_action", "panic"),
+    # Output limits: a rate or burst of zero would log nothing, not "no limit".
+    (GOOD_ENGINE + 'output_lines_per_second = 0\n', "engine[0].output_lines_per_second", "> 0"),
+    (GOOD_ENGINE + 'output_burst_lines = 0\n', "engine[0].output_burst_lines", ">= 1"),
+    (GOOD_ENGINE + 'output_bytes_per_second = "0B"\n', "engine[0].output_bytes_per_second",
+     "greater than zero"),
+    (GOOD_ENGINE + 'output_burst_bytes = "lots"\n', "engine[0].output_burst_bytes",
+     "invalid size"),
     # The stop sequence must fit in the shutdown: drain_timeout + stop_timeout <= grace.
     (GOOD_ENGINE + 'drain_timeout = "25s"\n', "engine[0].drain_timeout",
      "drain_timeout 25s + stop_timeout 10s is more than supervisor.shutdown_grace (30s)"),

@@ -24,7 +24,7 @@ from support.supervisor_harness import NotifyListener, read_until, start_supervi
 from support.waiting import wait_until
 
 from cuzkd.config import parse_config
-from cuzkd.log.configure import MAX_FIELD_DEPTH, engine_line_fields
+from cuzkd.log.engineline import MAX_FIELD_DEPTH, EngineRecord, engine_line
 from cuzkd.supervisor.daemon.startup import startup_fields
 
 #: What the talking engine prints: a structlog-style JSON line (with fields named like the
@@ -95,14 +95,13 @@ def _json_events(text: str) -> list[dict[str, Any]]:
 
 
 def test_engine_line_fields() -> None:
-    level, event, fields = engine_line_fields(json.dumps(ENGINE_JSON)) or ("", "", {})
-    assert (level, event) == ("warning", "job_started")
-    assert fields == {"job_id": "j-1", "partitions": 16, "engine_engine": "inner",
-                      "engine_pid": 1}
-    assert engine_line_fields('{"msg": "no event", "level": "LOUD", "self": 1}') == (
+    assert engine_line(json.dumps(ENGINE_JSON)) == EngineRecord("warning", "job_started", {
+        "engine_timestamp": "2026-01-01T00:00:00Z", "job_id": "j-1", "partitions": 16,
+        "engine_engine": "inner", "engine_pid": 1})
+    assert engine_line('{"msg": "no event", "self": 1}') == EngineRecord(
         "info", "engine_output", {"msg": "no event", "engine_self": 1})
     for text in ("plain words", "[1, 2]", '"a string"', "{not json", "", "  42"):
-        assert engine_line_fields(text) is None
+        assert engine_line(text) == text
 
 
 def _nested(depth: int) -> str:
@@ -113,15 +112,15 @@ def _nested(depth: int) -> str:
 @pytest.mark.parametrize("depth", [MAX_FIELD_DEPTH + 1, 990, 1000, 100_000])
 def test_a_line_nested_too_deep_is_a_plain_line(depth: int) -> None:
     """Too deep for the parser (1000: RecursionError) or the renderers (990): plain text."""
-    assert engine_line_fields(_nested(depth)) is None
+    assert isinstance(engine_line(_nested(depth)), str)
 
 
 def test_what_the_renderers_can_write_is_kept_as_fields() -> None:
-    assert engine_line_fields(_nested(MAX_FIELD_DEPTH)) is not None
-    assert engine_line_fields('{"x": "\\ud800", "y": "\\u0000\\u001b[31m"}') == (
-        "info", "engine_output", {"x": "\ud800", "y": "\x00\x1b[31m"})
+    assert isinstance(engine_line(_nested(MAX_FIELD_DEPTH)), EngineRecord)
+    assert engine_line('{"x": "\\ud800", "y": "\\u0000\\u001b[31m!"}') == EngineRecord(
+        "info", "engine_output", {"x": "\ud800", "y": "!"})
     # Instructions to our processors are the engine's data, not ours to act on.
-    assert engine_line_fields('{"exc_info": true, "stack_info": 1}') == (
+    assert engine_line('{"exc_info": true, "stack_info": 1}') == EngineRecord(
         "info", "engine_output", {"engine_exc_info": True, "engine_stack_info": 1})
 
 
@@ -130,7 +129,7 @@ def test_what_the_renderers_can_write_is_kept_as_fields() -> None:
 ])
 def test_a_number_no_json_log_can_carry_makes_a_plain_line(text: str) -> None:
     """``Infinity`` in the supervisor's JSON line would make it unreadable to every consumer."""
-    assert engine_line_fields(text) is None
+    assert engine_line(text) == text
 
 
 @pytest.mark.parametrize(("host", "base"), [
@@ -174,7 +173,8 @@ def test_json_when_not_a_terminal_with_the_startup_line_and_engine_fields(
     assert relogged["job_id"] == "j-1" and relogged["partitions"] == 16
     assert relogged["engine_engine"] == "inner" and relogged["stream"] == "stderr"
     assert relogged["timestamp"] != ENGINE_JSON["timestamp"]  # the supervisor's clock
-    assert relogged["logger"] == "cuzkd.supervisor" and "engine_logger" not in relogged
+    assert relogged["engine_timestamp"] == ENGINE_JSON["timestamp"]  # the engine's, kept
+    assert relogged["logger"] == "cuzkd.engine" and "engine_logger" not in relogged
     (plain,) = [e for e in events if e["event"] == "engine_output"]
     assert plain["line"] == PLAIN and plain["stream"] == "stdout"
 
@@ -216,8 +216,11 @@ def test_bad_log_format_key_names_it(tmp_path: Path) -> None:
     assert out.returncode == 78 and "supervisor.log_format" in out.stderr
 
 
-#: An engine that logs as fast as it can.
-CHATTY = "while True:\n    print('chatty ' + 'x' * 200)\n"
+#: An engine that logs as fast as it can, with output limits that let it all through.
+CHATTY = {"name": "chatty", "command": [sys.executable, "-c",
+                                        "while True:\n    print('chatty ' + 'x' * 200)\n"],
+          "stop_timeout": "2s", "output_lines_per_second": 1e9, "output_burst_lines": 10**9,
+          "output_bytes_per_second": "1TiB", "output_burst_bytes": "1TiB"}
 
 
 def _log_lines_dropped(metrics_address: str, reason: str = "queue_full") -> int:
@@ -235,8 +238,7 @@ def test_a_stalled_log_reader_stalls_neither_metrics_nor_the_engines(tmp_path: P
     the pipe fills at once, yet /metrics, the control socket and the watchdog pings go on,
     lines are dropped and counted; once the reader drains, the gap is reported and the last
     lines reach it."""
-    config = write_config(tmp_path, [{"name": "chatty", "command": [sys.executable, "-c", CHATTY],
-                                      "stop_timeout": "2s"}], supervisor={"log_format": "json"})
+    config = write_config(tmp_path, [CHATTY], supervisor={"log_format": "json"})
     notify_socket = str(tmp_path / "notify.sock")
     notify = NotifyListener(notify_socket)
     r, w = os.pipe()
@@ -247,7 +249,10 @@ def test_a_stalled_log_reader_stalls_neither_metrics_nor_the_engines(tmp_path: P
         os.close(w)
     try:
         address = sup.about()["metrics_listen"]
-        dropped = wait_until(lambda: _log_lines_dropped(address), 60, "log lines dropped")
+        # The listener is drained meanwhile: a full notify socket would block the supervisor's
+        # sendto (max_dgram_qlen is 10 datagrams, one second of pings here).
+        dropped = wait_until(lambda: notify.drain() and _log_lines_dropped(address), 60,
+                             "log lines dropped")
         assert sup.engine("chatty")["restarts"] == 0
         pings = notify.drain().count("WATCHDOG=1")
         wait_until(lambda: notify.drain().count("WATCHDOG=1") >= pings + 3, 10,
@@ -270,8 +275,7 @@ def test_a_reader_that_closes_the_pipe_costs_log_lines_not_the_supervisor(
         tmp_path: Path) -> None:
     """``cuzkd run | head -3``: once the reader is gone every write fails with EPIPE; the
     supervisor and its engine go on, the lost lines counted."""
-    config = write_config(tmp_path, [{"name": "chatty", "command": [sys.executable, "-c", CHATTY],
-                                      "stop_timeout": "2s"}], supervisor={"log_format": "json"})
+    config = write_config(tmp_path, [CHATTY], supervisor={"log_format": "json"})
     r, w = os.pipe()
     try:
         sup = start_supervisor(config, output=w)

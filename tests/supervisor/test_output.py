@@ -1,5 +1,6 @@
-"""Re-logging a child's output through a real pipe: lines longer than MAX_LINE_BYTES are
-dropped whole (one note each), never logged in pieces nor kept in the stderr tail."""
+"""Re-logging a child's output through a real pipe: lines over MAX_LINE_BYTES cut (their head
+logged, the rest discarded at bounded cost), an output budget that logs a burst and counts the
+rest, a stderr tail that keeps every line, and hostile lines that never end the reader."""
 
 from __future__ import annotations
 
@@ -8,13 +9,18 @@ import io
 import json
 import subprocess
 import sys
-from collections import deque
 from typing import Any
 
 import structlog
 
 from cuzkd.log.configure import configure_logging
-from cuzkd.supervisor.proc.output import MAX_LINE_BYTES, log_lines
+from cuzkd.log.controls import strip_controls
+from cuzkd.supervisor.core.outputbudget import OutputBudget, OutputLimits
+from cuzkd.supervisor.core.stderrlines import StderrLines
+from cuzkd.supervisor.proc.output import ENGINE_LOGGER, MAX_LINE_BYTES, OutputLog, log_lines
+
+#: A child that writes what it reads on stdin to the pipe named by argv[1] (1: stdout).
+ECHO = "import os, sys; os.write(int(sys.argv[1]), sys.stdin.buffer.read())"
 
 
 class RecordingLogger:
@@ -26,22 +32,20 @@ class RecordingLogger:
     def __getattr__(self, level: str) -> Any:
         return lambda event, **fields: self.calls.append((level, event, fields))
 
+    def events(self, name: str) -> list[dict[str, Any]]:
+        return [fields for _, event, fields in self.calls if event == name]
 
-def test_over_long_lines_are_dropped_whole_and_the_rest_logged() -> None:
-    long_line = b"x" * (3 * MAX_LINE_BYTES + 5)  # several reads past the limit, no newline
-    just_over = b"z" * (MAX_LINE_BYTES + 10)  # its newline arrives with it
-    payload = b"first\n" + long_line + b"\nafter\n" + just_over + b"\nlast, no newline"
-    child = subprocess.Popen([sys.executable, "-c",
-                              "import sys; sys.stdout.buffer.write(sys.stdin.buffer.read())"],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    logger = RecordingLogger()
-    tail: deque[str] = deque(maxlen=10)
+
+def _relog(payload: bytes, out: OutputLog, tail: StderrLines | None = None) -> None:
+    """Write ``payload`` through a real pipe from a child and log it all, to EOF."""
+    child = subprocess.Popen([sys.executable, "-c", ECHO, "1"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE)
 
     async def main() -> None:
         assert child.stdin is not None and child.stdout is not None
         stdin = child.stdin
-        reading = asyncio.ensure_future(
-            log_lines(child.stdout, logger, "stdout", child.pid, tail=tail))
+        reading = asyncio.ensure_future(log_lines(child.stdout, out, "stdout", child.pid,
+                                                  tail=tail))
         await asyncio.to_thread(lambda: (stdin.write(payload), stdin.close()))
         await asyncio.wait_for(reading, 30)
 
@@ -49,14 +53,66 @@ def test_over_long_lines_are_dropped_whole_and_the_rest_logged() -> None:
         asyncio.run(main())
     finally:
         child.wait(10)
-    lines = [f["line"] for _, event, f in logger.calls if event == "engine_output"]
-    assert lines == ["first", "after", "last, no newline"]
-    assert [event for _, event, _ in logger.calls].count("engine_output_dropped") == 2
-    assert list(tail) == lines
+
+
+def test_an_endless_line_is_cut_its_head_logged_and_the_rest_discarded() -> None:
+    endless = b"x" * (16 << 20)  # 16 MiB, read in many pieces, no newline in any
+    just_over = b"z" * (MAX_LINE_BYTES + 10)  # its newline arrives with it
+    payload = b"first\n" + endless + b"\nafter\n" + just_over + b"\nlast, no newline"
+    logger = RecordingLogger()
+    budget = OutputBudget(OutputLimits(1e6, 1e9, 10**6, 1 << 30), 0.0)
+    tail = StderrLines(10)
+    _relog(payload, OutputLog(logger, logger, budget), tail)
+    logged = logger.events("engine_output")
+    assert [f["line"] for f in logged] == [
+        "first", "x" * MAX_LINE_BYTES, "after", "z" * MAX_LINE_BYTES, "last, no newline"]
+    assert [bool(f.get("truncated")) for f in logged] == [False, True, False, True, False]
+    assert budget.dropped_bytes_total == len(endless) + len(just_over) - 2 * MAX_LINE_BYTES
+    assert budget.dropped_lines_total == 0
+    assert [line[:5] for line in tail] == ["first", "xxxxx", "after", "zzzzz", "last,"]
+
+
+def test_a_flood_logs_the_burst_and_counts_the_rest_in_order() -> None:
+    """20,000 lines written flat out against a burst of 100 (and next to no refill): the first
+    100 are logged, in order, and every other one is counted and reported, none lost."""
+    lines = [f"line {i}".encode() for i in range(20_000)]
+    logger, notes = RecordingLogger(), RecordingLogger()
+    budget = OutputBudget(OutputLimits(1e-6, 1e-6, 100, 1 << 20), 0.0)
+    _relog(b"\n".join(lines) + b"\n", OutputLog(logger, notes, budget))
+    assert [f["line"] for f in logger.events("engine_output")] == [
+        f"line {i}" for i in range(100)]
+    refused = lines[100:]
+    assert budget.dropped_lines_total == len(refused)
+    assert budget.dropped_bytes_total == sum(map(len, refused))
+    reports = notes.events("engine_output_suppressed")
+    assert 1 <= len(reports) <= 3  # at once, at the end, and one per 10 s between at most
+    assert sum(r["lines"] for r in reports) == len(refused)
+    assert sum(r["bytes"] for r in reports) == sum(map(len, refused))
+
+
+#: What a Rust panic writes to stderr with ``RUST_BACKTRACE=1``, exit 101.
+PANIC = [b"thread 'main' panicked at src/main.rs:12:5:",
+         b"called `Result::unwrap()` on an `Err` value: Os { code: 2 }",
+         b"stack backtrace:", *(b"  %d: cuzk_core::frame" % i for i in range(40))]
+
+
+def test_the_stderr_tail_keeps_every_line_even_those_the_budget_kept_from_the_log() -> None:
+    """A flood then a panic with its backtrace, all refused by the budget in bulk: the tail
+    has the panic's head and the backtrace's end, escape codes removed."""
+    flood = [b"\x1b[31mnoise\x1b[0m %d" % i for i in range(5_000)]
+    logger = RecordingLogger()
+    budget = OutputBudget(OutputLimits(1e-6, 1e-6, 10, 1 << 20), 0.0)
+    tail = StderrLines(20)
+    _relog(b"\n".join([*flood, *PANIC]) + b"\n", OutputLog(logger, logger, budget), tail)
+    assert len(logger.events("engine_output")) == 10  # the panic itself was suppressed
+    assert list(tail) == [line.decode() for line in [*PANIC[:2], *PANIC[-18:]]]
+    quiet = StderrLines(20)  # and without a panic: the last lines
+    _relog(b"\n".join(flood) + b"\n", OutputLog(logger, logger, budget), quiet)
+    assert list(quiet) == [f"noise {i}" for i in range(4_980, 5_000)]
 
 
 #: Lines an engine might print: nested past every recursion limit, numbers no JSON log can
-#: carry, a lone surrogate, invalid UTF-8, NUL bytes, ANSI escapes, a 100,000-character key,
+#: carry, a lone surrogate, invalid UTF-8, NUL bytes, ANSI escapes, a 50,000-character key,
 #: an ``exception`` the console renderer cannot print (it concatenates it as text).
 HOSTILE: list[bytes] = [
     b'{"a": ' + b"[" * 999 + b"]" * 999 + b"}",
@@ -66,7 +122,7 @@ HOSTILE: list[bytes] = [
     b'{"x": 1e400}', b'{"x": NaN}', b'{"x": ' + b"9" * 5000 + b"}",
     b'{"event": "lone", "x": "\\ud800"}', b"\xff\xfe not utf-8 \xc3",
     b"nul \x00 byte", b'{"event": "nul", "k\\u0000": "v\\u0000"}',
-    b"\x1b[31mred\x1b[0m", b'{"' + b"k" * 100_000 + b'": 1}',
+    b"\x1b[31mred\x1b[0m", b'{"' + b"k" * 50_000 + b'": 1}',
     b'{"event": "odd_exception", "exception": [1, 2]}',
 ]
 #: Prints HOSTILE (from stdin's first line, hex), "ready", then once stdin closes "last": a
@@ -106,7 +162,8 @@ def _relog_hostile(logger: Any, ready: asyncio.Event) -> int:
     async def main() -> None:
         assert child.stdin is not None and child.stdout is not None
         stdin = child.stdin
-        reading = asyncio.ensure_future(log_lines(child.stdout, logger, "stdout", child.pid))
+        reading = asyncio.ensure_future(log_lines(child.stdout, OutputLog(logger, logger),
+                                                  "stdout", child.pid))
         printed = asyncio.ensure_future(ready.wait())
         await asyncio.to_thread(lambda: (stdin.write(b" ".join(h.hex().encode()
                                                               for h in HOSTILE) + b"\n"),
@@ -137,11 +194,11 @@ def _strict_json(line: str) -> dict[str, Any]:
 def test_lines_no_parser_or_renderer_takes_are_logged_plain_and_the_reader_goes_on() -> None:
     out = MarkedOutput('"line": "ready"')
     configure_logging(log_format="json", stream=out)
-    assert _relog_hostile(structlog.get_logger("cuzkd.supervisor"), out.seen) == 0  # no SIGPIPE
+    assert _relog_hostile(structlog.get_logger(ENGINE_LOGGER), out.seen) == 0  # no SIGPIPE
     events = [_strict_json(line) for line in out.getvalue().splitlines()]  # all valid JSON
     assert len(events) == len(HOSTILE) + 2  # one each, then "ready" and "last"
     plain = [e["line"] for e in events if e["event"] == "engine_output" and "line" in e]
-    raw = [h.decode(errors="replace") for h in HOSTILE]
+    raw = [strip_controls(h[:MAX_LINE_BYTES].decode(errors="replace")) for h in HOSTILE]
     assert plain == [*raw[:7], raw[8], raw[9], raw[11], "ready", "last"]
     assert [e["event"] for e in events if "line" not in e] == [
         "lone", "nul", "engine_output", "odd_exception"]
@@ -150,7 +207,7 @@ def test_lines_no_parser_or_renderer_takes_are_logged_plain_and_the_reader_goes_
 def test_the_console_renderer_failing_on_a_line_logs_it_plain() -> None:
     out = MarkedOutput("ready")
     configure_logging(log_format="console", stream=out)
-    assert _relog_hostile(structlog.get_logger("cuzkd.supervisor"), out.seen) == 0
+    assert _relog_hostile(structlog.get_logger(ENGINE_LOGGER), out.seen) == 0
     lines = out.getvalue().splitlines()
     (odd,) = [line for line in lines if "odd_exception" in line]
     assert "engine_output" in odd and "render_error=TypeError" in odd

@@ -18,7 +18,8 @@ def test_an_exit_keeps_the_lines_read_after_it_unless_the_engine_exited_again() 
             lines.append("Killed")
 
         tail.read_by(asyncio.ensure_future(reader()))
-        lines.extend(f"line {i}" for i in range(STDERR_TAIL_LINES + 5))
+        for i in range(STDERR_TAIL_LINES + 5):
+            lines.append(f"line {i}")
         first = tail.exited()
         assert tail.last_exit == [f"line {i}" for i in range(5, STDERR_TAIL_LINES + 5)]
         reader_done.set()

@@ -114,6 +114,8 @@ _SUPERVISOR_METRICS = {
     "cuzkd_supervisor_freezes_total": _m("counter"),
     "cuzkd_supervisor_frozen_seconds_total": _m("counter"),
     "cuzkd_engine_health_loop_failures_total": _m("counter", "engine"),
+    "cuzkd_engine_output_dropped_lines_total": _m("counter", "engine"),
+    "cuzkd_engine_output_dropped_bytes_total": _m("counter", "engine"),
     "cuzkd_status_field_errors_total": _m("counter", "engine", "reason"),
     # prometheus_client's process collector (Linux)
     "process_cpu_seconds_total": _m("counter"),

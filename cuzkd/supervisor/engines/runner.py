@@ -56,6 +56,7 @@ from cuzkd.supervisor.core.lifecycle import (
     Spawn,
     Stop,
 )
+from cuzkd.supervisor.core.outputbudget import OutputBudget, OutputLimits
 from cuzkd.supervisor.core.stall import StallEvidence, StallWatch
 from cuzkd.supervisor.core.stopsequence import (
     DrainOver,
@@ -75,7 +76,7 @@ from cuzkd.supervisor.proc import pids
 from cuzkd.supervisor.proc.children import SPAWN_ERRORS, ChildProcess, ChildTable
 from cuzkd.supervisor.proc.descendants import DescendantWatch
 from cuzkd.supervisor.proc.oom import OomCounters
-from cuzkd.supervisor.proc.output import log_lines
+from cuzkd.supervisor.proc.output import ENGINE_LOGGER, OutputLog, log_lines
 from cuzkd.supervisor.proc.reaper import ended
 from cuzkd.supervisor.proc.spawn import SpawnError, spawn_error_is_transient
 from cuzkd.supervisor.proc.tree import tree_usage
@@ -158,6 +159,12 @@ class EngineRunner:
         self.drains: Counter[str] = Counter()
         #: times the health loop died of an exception and was started again
         self.health_loop_failures = 0
+        #: where its output goes: its lines under its own logger, within its output budget
+        #: (one for both pipes and every process of it: the dropped counts are the engine's)
+        self._output_budget = OutputBudget(_output_limits(spec), self._clock())
+        self._output = OutputLog(
+            lines=structlog.get_logger(ENGINE_LOGGER).bind(engine=spec.name), notes=self._log,
+            budget=self._output_budget, clock=self._clock)
 
     # -- requests ------------------------------------------------------------------------
 
@@ -422,9 +429,9 @@ class EngineRunner:
         self.stall.started(now)
         actions = self.lifecycle.spawned(proc.pid, now)
         self._log.info("engine_spawned", pid=proc.pid, argv=argv)
-        self._track(log_lines(proc.stdout, self._log, "stdout", proc.pid))
-        self._stderr.read_by(self._track(log_lines(proc.stderr, self._log, "stderr", proc.pid,
-                                                   tail=self._stderr.spawned())))
+        self._track(log_lines(proc.stdout, self._output, "stdout", proc.pid))
+        self._stderr.read_by(self._track(log_lines(proc.stderr, self._output, "stderr",
+                                                   proc.pid, tail=self._stderr.spawned())))
         self._health_task = self._track(self._supervise_health())
         return actions
 
@@ -672,7 +679,15 @@ class EngineRunner:
             stop_inflight_partitions_total=dict(self.stop_inflight),
             drains_total=dict(self.drains),
             health_loop_failures_total=self.health_loop_failures,
+            output_dropped_lines_total=self._output_budget.dropped_lines_total,
+            output_dropped_bytes_total=self._output_budget.dropped_bytes_total,
         )
+
+
+def _output_limits(spec: EngineConfig) -> OutputLimits:
+    """The engine's ``output_*`` keys, as its output budget's limits."""
+    return OutputLimits(spec.output_lines_per_second, spec.output_bytes_per_second,
+                        spec.output_burst_lines, spec.output_burst_bytes)
 
 
 def _delay(at: float | None, now: float) -> float | None:

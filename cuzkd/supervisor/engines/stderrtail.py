@@ -5,14 +5,16 @@ What ``cuzkd status NAME`` shows under "stderr of the last exited process" and w
 its pipe when the exit is reaped (a leftover descendant may even hold the pipe open), so an
 exit takes the tail at once -- an immediate restart starts a new one -- and
 :meth:`StderrTail.settle` reads it again once its reader is done, within
-:data:`STDERR_DRAIN_TIMEOUT`.
+:data:`STDERR_DRAIN_TIMEOUT`. A panic's head stays whole in it, whatever follows
+(:class:`~cuzkd.supervisor.core.stderrlines.StderrLines`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 from dataclasses import dataclass
+
+from cuzkd.supervisor.core.stderrlines import StderrLines
 
 #: Lines of an engine's stderr kept for the exit log and ``cuzkd status NAME``.
 STDERR_TAIL_LINES = 20
@@ -24,7 +26,7 @@ STDERR_DRAIN_TIMEOUT = 1.0
 class ExitedTail:
     """One exit's tail, as :meth:`StderrTail.exited` took it."""
 
-    lines: deque[str]
+    lines: StderrLines
     reader: asyncio.Task[None] | None
     #: which exit of the engine it was (a later one owns ``last_exit``)
     number: int
@@ -32,15 +34,15 @@ class ExitedTail:
 
 class StderrTail:
     def __init__(self) -> None:
-        self._lines: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
+        self._lines = StderrLines(STDERR_TAIL_LINES)
         self._reader: asyncio.Task[None] | None = None
         self._exits = 0
         #: the last stderr lines of the process that exited last
         self.last_exit: list[str] = []
 
-    def spawned(self) -> deque[str]:
+    def spawned(self) -> StderrLines:
         """A new process: the empty tail its stderr reader fills (see :meth:`read_by`)."""
-        self._lines = deque(maxlen=STDERR_TAIL_LINES)
+        self._lines = StderrLines(STDERR_TAIL_LINES)
         return self._lines
 
     def read_by(self, reader: asyncio.Task[None]) -> None:

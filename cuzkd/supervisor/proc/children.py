@@ -27,7 +27,7 @@ from typing import IO, Protocol
 
 import structlog
 
-from cuzkd.supervisor.proc.output import log_lines
+from cuzkd.supervisor.proc.output import ENGINE_LOGGER, OutputLog, log_lines
 from cuzkd.supervisor.proc.reaper import Reaper
 from cuzkd.supervisor.proc.spawn import EngineProcess, exit_cause
 
@@ -137,7 +137,9 @@ class ChildTable:
             log.error("oneshot_spawn_failed", argv=list(argv), error=str(exc))
             return f"spawn_failed ({exc})"
         oneshot_log = log.bind(oneshot=argv[0])
-        readers = [asyncio.create_task(log_lines(pipe, oneshot_log, stream, proc.pid))
+        output = OutputLog(lines=structlog.get_logger(ENGINE_LOGGER).bind(oneshot=argv[0]),
+                           notes=oneshot_log)
+        readers = [asyncio.create_task(log_lines(pipe, output, stream, proc.pid))
                    for pipe, stream in ((proc.stdout, "stdout"), (proc.stderr, "stderr"))]
         oneshot_log.info("oneshot_spawned", pid=proc.pid, argv=list(argv))
         try:
