@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -100,3 +101,27 @@ def test_ready_after_reload_comes_once_the_change_is_applied(tmp_path: Path) -> 
         assert sup.stop() == 0
     finally:
         sup.close()
+
+
+def test_a_full_queue_never_blocks_and_what_must_arrive_goes_again(tmp_path: Path) -> None:
+    # A listener that does not read: its queue fills after max_dgram_qlen datagrams, and a
+    # blocking sendto would hang the caller (the supervisor's event loop) for good.
+    path = tmp_path / "notify.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(str(path))
+        notifier = Notifier({"NOTIFY_SOCKET": str(path)})
+        queued = int(Path("/proc/sys/net/unix/max_dgram_qlen").read_text())
+        for i in range(queued + 5):
+            notifier.send("WATCHDOG=1", f"STATUS=ping {i}")
+        notifier.send("READY=1", "STATUS=ready")  # refused: the queue is full
+        sock.setblocking(False)
+        received = []
+        with contextlib.suppress(BlockingIOError):
+            while True:
+                received.append(sock.recv(100))
+        assert len(received) >= queued  # the rest were dropped, not waited for
+        assert all(m.startswith(b"WATCHDOG=1\nSTATUS=ping ") for m in received)
+        notifier.send("WATCHDOG=1")
+        assert sock.recv(100) == b"READY=1\nWATCHDOG=1"
+        notifier.send("WATCHDOG=1")
+        assert sock.recv(100) == b"WATCHDOG=1"
