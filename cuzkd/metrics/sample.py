@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from cuzkd.gpus import NvmlDevice
+from cuzkd.labelbudget import LabelBudgets
 from cuzkd.status.document import Extensions, StatusDocument
 
 
@@ -56,6 +57,10 @@ class EngineSample:
     #: reason (cuzkd.status.salvage.REASONS) -> values left out of the engine's decoded
     #: status documents
     status_field_errors_total: Mapping[str, int] = field(default_factory=dict)
+    #: the engine's label budgets, which the exporter's series pass through and which count
+    #: what they dropped: one object for the engine's life, its runner's (None: a fresh one
+    #: with the default limits for this scrape alone, as in tests and benches)
+    labels: LabelBudgets | None = None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,129 @@
+"""Benchmark of one hostile engine's document: distinct label values against /metrics size.
+
+Run by hand: ``.venv/bin/python bench/label_cardinality.py`` (the issue's reproduction: one
+document naming 100,000 distinct proof kinds, and one naming 100,000 GPU workers). Each case
+runs in a child process of its own, so its peak resident memory is its own: the child decodes
+the document with the supervisor's :class:`~cuzkd.status.document.StatusDecoder`, folds it into
+an :class:`~cuzkd.status.derive.ExtensionDeriver` when it is a plain cuzk document, and renders
+``/metrics`` twice with :func:`cuzkd.metrics.http.render` (the second render is what every
+later scrape of the same document costs). Printed per case: the document's size, the
+exposition's size and series count, each render's wall time, the child's peak RSS.
+
+Cases (``--case``): ``kinds`` (each kind counted in ``completed_by_kind``/``failed_by_kind``
+and in ``cuzkd_extensions``: phase transitions and three histograms), ``plain-kinds`` (one
+listed job per kind in a plain cuzk document: the deriver builds every kind's histograms),
+``workers`` (``gpu_workers`` and ``worker_busy``), ``gpus`` (``gpu_devices``).
+
+Figures go to docs/benchmarks.md (section "Label cardinality: one hostile document").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from typing import Any
+
+from cuzkd.metrics.http import render
+from cuzkd.metrics.sample import EngineSample, SupervisorSample
+from cuzkd.status.derive import ExtensionDeriver
+from cuzkd.status.document import DURATION_BUCKETS, JOB_DURATION_BUCKETS, StatusDecoder
+
+CASES = ("kinds", "plain-kinds", "workers", "gpus")
+
+
+def _histogram(bounds: tuple[float, ...]) -> dict[str, Any]:
+    return {"bounds": list(bounds), "bucket_counts": [1] * len(bounds), "count": 1, "sum": 0.5}
+
+
+def document(case: str, n: int) -> bytes:
+    """A cuzk document (with extensions unless ``plain-kinds``) with ``n`` distinct values."""
+    kinds = [f"kind-{i:06d}" for i in range(n)] if case in ("kinds", "plain-kinds") else []
+    workers = range(n) if case == "workers" else range(2)
+    pipelines = [{"job_id": f"job-{i}", "proof_kind": kind, "started_secs_ago": 1.0,
+                  "total_partitions": 1, "partitions_done": 0,
+                  "partitions": [{"index": 0, "state": "synthesizing", "synth_ms": 5,
+                                  "gpu_ms": None}]}
+                 for i, kind in enumerate(kinds)] if case == "plain-kinds" else []
+    doc: dict[str, Any] = {
+        "uptime_secs": 100.0,
+        "memory": {"total_bytes": 2**30, "used_bytes": 0, "available_bytes": 2**30},
+        "synthesis": {"max_concurrent": 4, "active": 0},
+        "pipelines": pipelines,
+        "gpu_workers": [{"worker_id": w, "gpu_ordinal": w // 2, "state": "idle",
+                         "current_job": None, "current_partition": None, "busy_secs": None}
+                        for w in workers],
+        "allocations": {"srs": [], "pce": []},
+        "counters": {"total_completed": 0, "total_failed": 0,
+                     "completed_by_kind": dict.fromkeys(kinds, 1) if case == "kinds" else {},
+                     "failed_by_kind": dict.fromkeys(kinds, 0) if case == "kinds" else {},
+                     "queue_depth": 0},
+        "buffers": {"synth_in_flight": 0, "provers_in_flight": 0, "aux_in_flight": 0,
+                    "shells_in_flight": 0, "pending_handles": 0},
+    }
+    if case != "plain-kinds":
+        phases = {"synthesizing": 1, "synth_done": 1, "gpu": 1, "done": 1, "failed": 0}
+        doc["cuzkd_extensions"] = {
+            "phase_transitions": dict.fromkeys(kinds, phases),
+            "worker_busy": [{"worker_id": w, "gpu_ordinal": w // 2, "busy_seconds_total": 1.0}
+                            for w in workers],
+            "synth_duration_seconds": dict.fromkeys(kinds, _histogram(DURATION_BUCKETS)),
+            "gpu_duration_seconds": dict.fromkeys(kinds, _histogram(DURATION_BUCKETS)),
+            "job_duration_seconds": dict.fromkeys(kinds, _histogram(JOB_DURATION_BUCKETS)),
+            "jobs_in_flight": 0,
+            "gpu_devices": [{"gpu_ordinal": g, "name": "NVIDIA H100", "used_bytes": 0,
+                             "total_bytes": 2**36, "pool_bytes": 0, "uuid": f"GPU-{g}"}
+                            for g in range(n if case == "gpus" else 1)],
+            "backend": "cuzk",
+        }
+    return json.dumps(doc).encode()
+
+
+def run_case(case: str, n: int) -> dict[str, Any]:
+    """Decode and render the document of one case in this process."""
+    body = document(case, n)
+    decoded = StatusDecoder().decode(body).document
+    extensions = decoded.cuzkd_extensions
+    if extensions is None:
+        deriver = ExtensionDeriver()
+        deriver.observe(decoded)
+        extensions = deriver.extensions()
+    engine = EngineSample(
+        name="e0", state="running", restarts_total=0, exits_total={},
+        start_time_seconds=1.7e9, resident_memory_bytes=None, cpu_seconds_total=None,
+        status=decoded, extensions=extensions, fetch_duration_seconds=0.01,
+        fetch_errors_total=0)
+    sample = SupervisorSample(engines=[engine], zombies_reaped_total=0)
+    seconds = []
+    for _ in range(2):
+        started = time.perf_counter()
+        out = render(sample, accept="", accept_encoding="")
+        seconds.append(time.perf_counter() - started)
+    lines = out.body.count(b"\n") - 2 * out.body.count(b"\n# TYPE ")
+    return {"case": case, "n": n, "document_mb": round(len(body) / 1e6, 2),
+            "metrics_mb": round(len(out.body) / 1e6, 2), "series": lines,
+            "render_s": [round(s, 3) for s in seconds],
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--case", choices=CASES, action="append",
+                        help="a case to run (repeatable; default: all)")
+    parser.add_argument("-n", type=int, default=100_000, help="distinct values (100000)")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(run_case(args.case[0], args.n)))
+        return
+    for case in args.case or CASES:
+        out = subprocess.run([sys.executable, __file__, "--child", "--case", case,
+                              "-n", str(args.n)], capture_output=True, text=True, check=True)
+        print(out.stdout.strip())
+
+
+if __name__ == "__main__":
+    main()
