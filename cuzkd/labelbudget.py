@@ -21,7 +21,8 @@ therefore goes through that engine's budget for the label:
 
 :class:`LabelBudget` is the pure rule for one label; :class:`LabelBudgets` is one engine's set,
 with the counting and the log line, and the one entry point callers use (:meth:`keep` when
-exporting, :meth:`admits` for state kept between documents).
+exporting, :meth:`admits` for state kept between documents). The values of ``_info`` labels,
+which name no series, are shortened instead (:func:`attribute_value`).
 """
 
 from __future__ import annotations
@@ -49,6 +50,13 @@ MAX_VALUE_LENGTH = 128
 _QUOTED = 64
 
 _log = structlog.get_logger("cuzkd.metrics")
+
+
+def attribute_value(value: str) -> str:
+    """An ``_info`` label's value (a GPU's name, a backend) cut to :data:`MAX_VALUE_LENGTH`:
+    it names no series (the series is its engine's or GPU's), so shortening it can make no
+    two series one, and a megabyte name costs a line of 128 characters."""
+    return value[:MAX_VALUE_LENGTH]
 
 
 class LabelBudget:

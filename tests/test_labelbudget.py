@@ -1,4 +1,4 @@
-"""Label budgets: the first N distinct values of a label stay, later ones are dropped and counted."""
+"""Label budgets: the first N distinct values of a label stay, later ones are dropped, counted."""
 
 from __future__ import annotations
 

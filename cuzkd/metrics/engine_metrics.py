@@ -26,7 +26,7 @@ from prometheus_client.core import (
 from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Sample
 
-from cuzkd.labelbudget import LabelBudgets
+from cuzkd.labelbudget import LabelBudgets, attribute_value
 from cuzkd.metrics.exposition import RenderedHistogramFamily, render_samples
 from cuzkd.metrics.tally import (
     Admitted,
@@ -222,8 +222,9 @@ class EngineFamilies:
             self.gpu_used.add_metric(labels, device.used_bytes)
             self.gpu_total.add_metric(labels, device.total_bytes)
             self.gpu_pool.add_metric(labels, device.pool_bytes)
-            self.gpu_info.add_metric(labels, {"name": device.name, "uuid": device.uuid})
-        self.backend.add_metric([engine], {"backend": ext.backend})
+            self.gpu_info.add_metric(labels, {"name": attribute_value(device.name),
+                                              "uuid": attribute_value(device.uuid)})
+        self.backend.add_metric([engine], {"backend": attribute_value(ext.backend)})
 
 
 def _put(family: GaugeMetricFamily | CounterMetricFamily, labels: list[str],

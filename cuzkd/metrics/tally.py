@@ -97,7 +97,8 @@ def admitted(labels: LabelBudgets, status: StatusDocument,
         workers.update(w.worker_id for w in extensions.worker_busy)
         gpus.update(d.gpu_ordinal for d in extensions.gpu_devices)
     circuits = {a.circuit_id for a in (*status.allocations.srs, *status.allocations.pce)}
-    kept_kinds = frozenset(labels.keep("proof_kind", sorted({*kinds, *histogrammed}), str))
+    offered = kinds if histogrammed.issubset(kinds) else sorted({*kinds, *histogrammed})
+    kept_kinds = frozenset(labels.keep("proof_kind", offered, str))
     return Admitted(
         kinds=[kind for kind in kinds if kind in kept_kinds],
         histogram_kinds=kept_kinds,

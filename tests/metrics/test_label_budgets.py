@@ -34,8 +34,9 @@ def flooded(example: dict[str, Any], extensions: Extensions, n: int = FLOOD) -> 
     ext = msgspec.to_builtins(extensions)
     kinds = [f"flood-{i:04d}" for i in range(n)]
     doc["counters"]["completed_by_kind"].update(dict.fromkeys(kinds, 1))
-    ext["phase_transitions"].update(dict.fromkeys(kinds, {"synthesizing": 1, "done": 1}))
-    ext["gpu_duration_seconds"].update(dict.fromkeys(kinds, ext["gpu_duration_seconds"]["porep"]))
+    histogram = ext["gpu_duration_seconds"]["porep"]
+    ext["phase_transitions"].update({kind: {"synthesizing": 1, "done": 1} for kind in kinds})
+    ext["gpu_duration_seconds"].update({kind: histogram for kind in kinds})
     for w in range(100, 100 + n):
         doc["gpu_workers"].append({"worker_id": w, "gpu_ordinal": 0, "state": "idle",
                                    "current_job": None, "current_partition": None,
@@ -110,7 +111,7 @@ def test_values_seen_first_keep_their_series_through_a_flood(
     assert set(first) == set(again)  # the flood fills the free slots once, then nothing moves
     assert label_values(first, "e0", "worker") >= {"0", "1"}
     drops = first.named("cuzkd_label_values_dropped_total")
-    assert all(again.named("cuzkd_label_values_dropped_total")[k] == 2 * v for k, v in drops.items())
+    assert again.named("cuzkd_label_values_dropped_total") == {k: 2 * v for k, v in drops.items()}
 
 
 def plain_document(example: dict[str, Any], kinds: int, workers: int) -> bytes:
@@ -150,4 +151,19 @@ def test_the_phase_tally_forgets_kinds_no_job_lists(example):
     tally = PhaseTally()
     for kinds in (500, 0):
         tally.count(decoded(plain_document(example, kinds, 0)).pipelines)
-    assert tally._totals == {}  # the memory it keeps follows the document  # noqa: SLF001
+    assert tally._totals == {}  # the memory it keeps follows the document
+
+
+def test_an_info_value_of_a_megabyte_costs_a_short_line(example, example_extensions, scrape,
+                                                       make_engine, render_text):
+    ext = msgspec.to_builtins(example_extensions)
+    ext["backend"] = "b" * 2**20
+    ext["gpu_devices"][0]["name"] = "\x1b[2J" + "n" * 2**20
+    body = json.dumps({**example, "cuzkd_extensions": ext}).encode()
+    sample = SupervisorSample(engines=[make_engine("e0", status=decoded(body))],
+                              zombies_reaped_total=0)
+    text = render_text(sample)
+    assert len(text) < 100_000
+    series = scrape(sample)
+    (info,) = series.named("cuzk_gpu_info")
+    assert dict(info)["name"] == ("\x1b[2J" + "n" * 2**20)[:128]
