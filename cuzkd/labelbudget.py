@@ -20,16 +20,16 @@ therefore goes through that engine's budget for the label:
   counters start again at 0 anyway).
 
 :class:`LabelBudget` is the pure rule for one label; :class:`LabelBudgets` is one engine's set,
-with the counting and the log line, and the one entry point callers use (:meth:`keep` when
-exporting, :meth:`admits` for state kept between documents). The values of ``_info`` labels,
-which name no series, are shortened instead (:func:`attribute_value`).
+with the counting and the log line: callers exporting series use :meth:`LabelBudgets.keep`,
+state kept between documents asks :meth:`LabelBudgets.budget`'s ``admits``. The values of
+``_info`` labels, which name no series, are shortened instead (:func:`attribute_value`).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import structlog
 
@@ -85,48 +85,42 @@ class LabelBudget:
 class LabelBudgets:
     """One engine's budgets, one per label of :data:`DEFAULT_LIMITS`, and what they dropped.
 
-    ``limits`` overrides some defaults (the engine's config); ``log``: the logger of the
-    dropped-values line (the engine's name is always on it).
+    ``limits`` overrides some defaults (the engine's config).
     """
 
-    def __init__(self, engine: str, limits: Mapping[str, int] | None = None, *,
-                 log: Any = None) -> None:
+    def __init__(self, engine: str, limits: Mapping[str, int] | None = None) -> None:
         self.engine = engine
         merged = {**DEFAULT_LIMITS, **(limits or {})}
         self._budgets = {label: LabelBudget(limit) for label, limit in merged.items()}
         #: label -> values left out of scrapes (one per value per scrape that left it out)
         self.dropped_total: Counter[str] = Counter()
-        self._log = log if log is not None else _log
         self._limited = LimitedLog()
 
     def budget(self, label: str) -> LabelBudget:
-        """The budget of ``label`` (one of :data:`DEFAULT_LIMITS`), e.g. for a deriver's state."""
+        """The budget of ``label`` (one of :data:`DEFAULT_LIMITS`), for state kept between
+        documents (the deriver's): its ``admits`` counts nothing, since what it refuses is
+        counted when its series are left out."""
         return self._budgets[label]
-
-    def admits(self, label: str, value: str) -> bool:
-        """Whether state may be kept for ``value`` of ``label`` (admitting it if there is room);
-        counts nothing: what is refused here is counted when its series are left out."""
-        return self._budgets[label].admits(value)
 
     def keep(self, label: str, items: Iterable[T], value: Callable[[T], str]) -> list[T]:
         """The items whose ``value`` the budget of ``label`` admits, in order; the others are
         counted as dropped and logged (rate-limited)."""
         budget = self._budgets[label]
         kept: list[T] = []
-        refused: str | None = None
-        dropped = 0
+        dropped, first = 0, ""
         for item in items:
             v = value(item)
             if budget.admits(v):
                 kept.append(item)
-            else:
-                dropped += 1
-                refused = v if refused is None else refused
-        if refused is not None:
+                continue
+            if not dropped:
+                first = v
+            dropped += 1
+        if dropped:
             self.dropped_total[label] += dropped
-            self._limited.log(self._log, "warning", "label_values_dropped", key=label,
+            self._limited.log(_log, "warning", "label_values_dropped", key=label,
                               engine=self.engine, label=label, limit=budget.limit,
-                              dropped=dropped, first_dropped=refused[:_QUOTED])
+                              dropped=dropped, first_dropped=first[:_QUOTED])
         return kept
 
     def clear(self) -> None:

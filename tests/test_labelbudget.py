@@ -65,10 +65,10 @@ def test_nothing_dropped_nothing_counted_nor_logged() -> None:
     assert labels.dropped_total == {}
 
 
-def test_admits_shares_the_slots_with_keep_and_counts_nothing() -> None:
+def test_a_budgets_admits_shares_the_slots_with_keep_and_counts_nothing() -> None:
     labels = LabelBudgets("e0", {"proof_kind": 1})
-    assert labels.admits("proof_kind", "window-post")
-    assert not labels.admits("proof_kind", "winning-post")
+    assert labels.budget("proof_kind").admits("window-post")
+    assert not labels.budget("proof_kind").admits("winning-post")
     assert labels.dropped_total == {}
     assert labels.keep("proof_kind", ["winning-post", "window-post"], str) == ["window-post"]
     assert labels.dropped_total == {"proof_kind": 1}
