@@ -17,18 +17,31 @@ builds every kind's histograms), ``workers`` (``gpu_workers`` and ``worker_busy`
 (``gpu_devices``). The last four are over the body cap at 100,000 (a fetch would refuse them):
 they show what the exporter and the deriver do with that many values.
 
+``--supervisor`` runs the real thing: ``cuzkd run`` with two engines serving fixed documents
+(``bench/scrape.py --serve-document``), one the ``counted-kinds`` document, one a sane one,
+and times ``--scrapes`` scrapes of ``/metrics``: bytes, whether the body arrived whole, seconds;
+then the supervisor's peak RSS and how often its freeze watch saw it not run.
+
 Figures go to docs/benchmarks.md (section "Label cardinality: one hostile document").
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import http.client
 import json
 import resource
+import signal
 import subprocess
 import sys
+import tempfile
 import time
+import urllib.request
+from pathlib import Path
 from typing import Any
+
+import scrape  # bench/scrape.py: its document engine and readiness wait
 
 from cuzkd.metrics.http import render
 from cuzkd.metrics.sample import EngineSample, SupervisorSample
@@ -116,13 +129,57 @@ def run_case(case: str, n: int) -> dict[str, Any]:
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
 
 
+def measure_supervisor(n: int, scrapes: int) -> None:
+    """``--supervisor``: ``cuzkd run`` over a hostile engine and a sane one, scraped."""
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        lines = [f"[supervisor]\nstate_dir = {json.dumps(str(tmp / 'state'))}\n",
+                 '[metrics]\nlisten = "127.0.0.1:0"\n']
+        for name, body in (("bad", document("counted-kinds", n)), ("sane", document("gpus", 1))):
+            (tmp / f"{name}.json").write_bytes(body)
+            sock = tmp / f"{name}.sock"
+            command = [sys.executable, scrape.__file__, "--serve-document",
+                       str(tmp / f"{name}.json"), "--socket", str(sock)]
+            lines.append(f'[[engine]]\nname = "{name}"\ncommand = {json.dumps(command)}\n'
+                         f'status_url = "unix:{sock}"\ndrain = "none"\n')
+        (tmp / "cuzkd.toml").write_text("\n".join(lines))
+        with (tmp / "cuzkd.log").open("wb") as log:
+            proc = subprocess.Popen([sys.executable, "-m", "cuzkd", "run", "--config",
+                                     str(tmp / "cuzkd.toml")], stdout=log, stderr=subprocess.STDOUT)
+        try:
+            address = asyncio.run(scrape.wait_ready(proc, tmp / "state" / "control.sock", 2))
+            for i in range(scrapes):
+                started = time.perf_counter()
+                try:
+                    with urllib.request.urlopen(f"http://{address}/metrics", timeout=120) as resp:
+                        size, whole = len(resp.read()), True
+                except http.client.IncompleteRead as exc:  # the supervisor cut the body
+                    size, whole = len(exc.partial), False
+                print(json.dumps({"scrape": i, "bytes": size, "whole": whole,
+                                  "seconds": round(time.perf_counter() - started, 3)}))
+            status = Path(f"/proc/{proc.pid}/status").read_text()
+            peak = next(line.split()[1] for line in status.splitlines()
+                        if line.startswith("VmHWM"))
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(60)
+        freezes = (tmp / "cuzkd.log").read_text().count('"supervisor_resumed"')
+        print(json.dumps({"supervisor_peak_rss_mb": int(peak) // 1024, "freezes": freezes}))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", choices=CASES, action="append",
                         help="a case to run (repeatable; default: all)")
     parser.add_argument("-n", type=int, default=100_000, help="distinct values (100000)")
+    parser.add_argument("--supervisor", action="store_true",
+                        help="scrape a real `cuzkd run` (the counted-kinds document)")
+    parser.add_argument("--scrapes", type=int, default=3, help="with --supervisor (3)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.supervisor:
+        measure_supervisor(args.n, args.scrapes)
+        return
     if args.child:
         print(json.dumps(run_case(args.case[0], args.n)))
         return
