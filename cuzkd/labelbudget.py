@@ -71,9 +71,11 @@ class LabelBudget:
     def admits(self, value: str) -> bool:
         """True for a value admitted now or before; False once the budget is full, or for a
         value longer than :data:`MAX_VALUE_LENGTH`."""
+        if len(value) > MAX_VALUE_LENGTH:
+            return False
         if value in self._admitted:
             return True
-        if len(self._admitted) >= self.limit or len(value) > MAX_VALUE_LENGTH:
+        if len(self._admitted) >= self.limit:
             return False
         self._admitted.add(value)
         return True
