@@ -23,6 +23,7 @@ import msgspec
 from cuzkd.config.cuzkfile import CuzkFile
 from cuzkd.errors import EX_CONFIG, CuzkdError
 from cuzkd.kinds import ProofKind
+from cuzkd.labelbudget import DEFAULT_LIMITS
 from cuzkd.log.configure import LogFormat
 from cuzkd.procfs import PROC_ROOT
 
@@ -51,6 +52,9 @@ class Bytes(int):
 
 _NAME = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9_-]+$", min_length=1, max_length=64)]
 _POSITIVE_INT = Annotated[int, msgspec.Meta(ge=1)]
+#: A label budget: distinct values of one label (cuzkd.labelbudget); the upper bound keeps a
+#: typo (an extra 0s) from undoing the bound the budget exists for.
+_LABEL_LIMIT = Annotated[int, msgspec.Meta(ge=1, le=100_000)]
 Restart = Literal["always", "on-failure", "never"]
 LogLevel = Literal["debug", "info", "warning", "error"]
 StallAction = Literal["restart", "alert"]
@@ -170,6 +174,13 @@ class EngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     output_bytes_per_second: Bytes = Bytes(256 << 10)
     output_burst_lines: _POSITIVE_INT = 2000
     output_burst_bytes: Bytes = Bytes(1 << 20)
+    #: label budgets: the distinct proof kinds, GPU workers, GPUs and circuits of this engine
+    #: that get series and supervisor-side state (the first ones seen while its process
+    #: lives); the others are dropped and counted in cuzkd_label_values_dropped_total
+    max_proof_kinds: _LABEL_LIMIT = DEFAULT_LIMITS["proof_kind"]
+    max_workers: _LABEL_LIMIT = DEFAULT_LIMITS["worker"]
+    max_gpus: _LABEL_LIMIT = DEFAULT_LIMITS["gpu"]
+    max_circuits: _LABEL_LIMIT = DEFAULT_LIMITS["circuit"]
 
     @property
     def engine_type(self) -> EngineType:
@@ -187,6 +198,12 @@ class EngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     @property
     def cuzk(self) -> bool:
         return self.engine_type == "cuzk"
+
+    @property
+    def label_limits(self) -> dict[str, int]:
+        """The label budgets' limits by label name (cuzkd.labelbudget.DEFAULT_LIMITS' keys)."""
+        return {"proof_kind": self.max_proof_kinds, "worker": self.max_workers,
+                "gpu": self.max_gpus, "circuit": self.max_circuits}
 
     @property
     def uses_binary(self) -> bool:

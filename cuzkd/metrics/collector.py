@@ -15,6 +15,7 @@ from collections.abc import Iterable
 import structlog
 from prometheus_client.metrics_core import Metric
 
+from cuzkd.labelbudget import LabelBudgets
 from cuzkd.log.ratelimit import LimitedLog
 from cuzkd.metrics.engine_metrics import EngineFamilies
 from cuzkd.metrics.sample import SupervisorSample
@@ -33,7 +34,8 @@ class SampleCollector:
     series, which Prometheus rejects for the whole scrape). Engines without a fresh status
     document contribute only ``cuzkd_*`` series; so does an engine whose document the
     conversion fails on (logged with its traceback): it is exported as not answering
-    (``cuzkd_engine_up 0``), and the other engines' series are unaffected.
+    (``cuzkd_engine_up 0``), and the other engines' series are unaffected. Each engine's
+    ``cuzk_*`` label values pass through its label budgets (``EngineSample.labels``).
     """
 
     def __init__(self, sample: SupervisorSample) -> None:
@@ -43,10 +45,14 @@ class SampleCollector:
         engines = first_by(self._sample.engines, lambda e: e.name)
         per_engine = EngineFamilies()
         for i, engine in enumerate(engines):
-            if engine.status is None:
+            status, labels = engine.status, engine.labels
+            if status is None:
                 continue
+            if labels is None:  # budgets for this scrape alone, and what they drop counted
+                labels = LabelBudgets(engine.name)
+                engines[i] = engine = dataclasses.replace(engine, labels=labels)
             try:
-                per_engine.add(engine.name, engine.status, engine.extensions)
+                per_engine.add(engine.name, status, engine.extensions, labels)
             except Exception:
                 _limited.log(_log, "error", "metrics_engine_failed", key=engine.name,
                              engine=engine.name, exc_info=True)

@@ -7,7 +7,11 @@ so the series count depends on engines, workers, GPUs, proof kinds and circuits 
 number of jobs processed.
 
 Label values are the engine's own strings (proof kinds, circuit ids); prometheus_client escapes
-them. An engine that stops answering simply has no ``cuzk_*`` series in that scrape.
+them. How many distinct ones an engine gets is bounded by its label budgets
+(:mod:`cuzkd.labelbudget`): every proof kind, worker, GPU and circuit passes through them
+(:func:`~cuzkd.metrics.tally.admitted`), so one engine naming 100,000 kinds costs its own
+excess series, not the host's scrape. An engine that stops answering simply has no ``cuzk_*``
+series in that scrape.
 """
 
 from __future__ import annotations
@@ -22,13 +26,15 @@ from prometheus_client.core import (
 from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Sample
 
+from cuzkd.labelbudget import LabelBudgets, attribute_value
 from cuzkd.metrics.exposition import RenderedHistogramFamily, render_samples
 from cuzkd.metrics.tally import (
+    Admitted,
     PhaseTally,
+    admitted,
     bytes_by_circuit,
     first_by,
     histogram_buckets,
-    proof_kinds,
     unfinished_jobs,
 )
 from cuzkd.status.document import (
@@ -125,8 +131,10 @@ class EngineFamilies:
                                          "(join cuzkd_gpu_info on uuid).",
                                          labels=_GPU)
 
-    def add(self, engine: str, status: StatusDocument, extensions: Extensions | None) -> None:
-        """Add one engine's series. ``extensions`` falls back to the document's own block.
+    def add(self, engine: str, status: StatusDocument, extensions: Extensions | None,
+            labels: LabelBudgets) -> None:
+        """Add one engine's series. ``extensions`` falls back to the document's own block;
+        ``labels``: the engine's label budgets.
 
         All or nothing: when the conversion raises (a supervisor bug met by one engine's
         values), none of the engine's series stay in the families and the exception
@@ -136,7 +144,7 @@ class EngineFamilies:
                   len(family.rendered) if isinstance(family, RenderedHistogramFamily) else 0)
                  for family in self.families()]
         try:
-            self._add_engine(engine, status, extensions)
+            self._add_engine(engine, status, extensions, labels)
         except Exception:
             for family, samples, rendered in marks:
                 del family.samples[samples:]
@@ -145,23 +153,25 @@ class EngineFamilies:
             _PHASE_TALLIES.pop(engine, None)  # it may have stopped halfway through a count
             raise
 
-    def _add_engine(self, engine: str, status: StatusDocument,
-                    extensions: Extensions | None) -> None:
+    def _add_engine(self, engine: str, status: StatusDocument, extensions: Extensions | None,
+                    labels: LabelBudgets) -> None:
         ext = status.cuzkd_extensions if extensions is None else extensions
-        kinds = proof_kinds(status, ext)
-        self._add_document(engine, status, kinds)
+        kept = admitted(labels, status, ext)
+        self._add_document(engine, status, kept)
         if ext is not None:
-            self._add_extensions(engine, ext, kinds)
+            self._add_extensions(engine, ext, kept)
         jobs_in_flight = unfinished_jobs(status.pipelines) if ext is None else ext.jobs_in_flight
         _put(self.jobs_in_flight, [engine], jobs_in_flight)
 
     def families(self) -> list[Metric]:
         return [value for value in vars(self).values() if isinstance(value, Metric)]
 
-    def _add_document(self, engine: str, status: StatusDocument, kinds: list[str]) -> None:
-        e = [engine]
+    def _add_document(self, engine: str, status: StatusDocument, kept: Admitted) -> None:
+        e, kinds = [engine], kept.kinds
         _put(self.uptime, e, status.uptime_secs)
         for worker in first_by(status.gpu_workers, lambda w: w.worker_id):
+            if worker.worker_id not in kept.workers:
+                continue
             labels = [engine, str(worker.worker_id), str(worker.gpu_ordinal)]
             proving = worker.state == "proving"
             self.worker_busy.add_metric(labels, 1 if proving else 0)
@@ -185,29 +195,36 @@ class EngineFamilies:
         for kind, allocations in (("srs", status.allocations.srs),
                                   ("pce", status.allocations.pce)):
             for circuit, size in sorted(bytes_by_circuit(allocations).items()):
-                self.allocation.add_metric([engine, kind, circuit], size)
+                if circuit in kept.circuits:
+                    self.allocation.add_metric([engine, kind, circuit], size)
         for label, field in _BUFFERS:
             _put(self.buffers, [engine, label], getattr(status.buffers, field))
         _put(self.pending_handles, e, status.buffers.pending_handles)
 
-    def _add_extensions(self, engine: str, ext: Extensions, kinds: list[str]) -> None:
+    def _add_extensions(self, engine: str, ext: Extensions, kept: Admitted) -> None:
         for busy in first_by(ext.worker_busy, lambda w: w.worker_id):
+            if busy.worker_id not in kept.workers:
+                continue
             labels = [engine, str(busy.worker_id), str(busy.gpu_ordinal)]
             self.worker_busy_total.add_metric(labels, busy.busy_seconds_total)
-        for kind in kinds:
+        for kind in kept.kinds:
             entered = ext.phase_transitions.get(kind, {})
             for phase in COUNTED_PHASES:
                 _put(self.transitions, [engine, kind, phase], entered.get(phase, 0))
-        _add_histograms(self.synth_duration, engine, ext.synth_duration_seconds)
-        _add_histograms(self.gpu_duration, engine, ext.gpu_duration_seconds)
-        _add_histograms(self.job_duration, engine, ext.job_duration_seconds)
+        for family, histograms in ((self.synth_duration, ext.synth_duration_seconds),
+                                   (self.gpu_duration, ext.gpu_duration_seconds),
+                                   (self.job_duration, ext.job_duration_seconds)):
+            _add_histograms(family, engine, histograms, kept.histogram_kinds)
         for device in first_by(ext.gpu_devices, lambda d: d.gpu_ordinal):
+            if device.gpu_ordinal not in kept.gpus:
+                continue
             labels = [engine, str(device.gpu_ordinal)]
             self.gpu_used.add_metric(labels, device.used_bytes)
             self.gpu_total.add_metric(labels, device.total_bytes)
             self.gpu_pool.add_metric(labels, device.pool_bytes)
-            self.gpu_info.add_metric(labels, {"name": device.name, "uuid": device.uuid})
-        self.backend.add_metric([engine], {"backend": ext.backend})
+            self.gpu_info.add_metric(labels, {"name": attribute_value(device.name),
+                                              "uuid": attribute_value(device.uuid)})
+        self.backend.add_metric([engine], {"backend": attribute_value(ext.backend)})
 
 
 def _put(family: GaugeMetricFamily | CounterMetricFamily, labels: list[str],
@@ -247,14 +264,16 @@ def _histogram_content(histogram: Histogram) -> object:
 
 
 def _add_histograms(family: RenderedHistogramFamily, engine: str,
-                    histograms: dict[str, Histogram]) -> None:
-    """Append each valid histogram's ``_bucket``, ``_count`` and ``_sum`` samples.
+                    histograms: dict[str, Histogram], kinds: frozenset[str]) -> None:
+    """Append the ``_bucket``, ``_count`` and ``_sum`` samples of each valid histogram of one
+    of ``kinds``.
 
     Appended directly rather than through ``HistogramMetricFamily.add_metric``, which rebuilds
     each bucket's label dict through ``zip``; and a histogram equal to the one this engine
     served for the kind at the previous scrape reuses that one's samples and lines.
     """
-    for kind, histogram in sorted(histograms.items()):
+    for kind in sorted(kinds.intersection(histograms)):
+        histogram = histograms[kind]
         key = (family.name, engine, kind)
         content = _histogram_content(histogram)
         memo = _HISTOGRAMS.get(key)

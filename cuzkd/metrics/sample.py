@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from cuzkd.gpus import NvmlDevice
+from cuzkd.labelbudget import LabelBudgets
 from cuzkd.status.document import Extensions, StatusDocument
 
 
@@ -63,6 +64,10 @@ class EngineSample:
     #: seconds from the spawn to the first status answer, of the last process that answered
     #: (None before any, and for an engine without a status URL)
     first_answer_seconds: float | None = None
+    #: the engine's label budgets, which the exporter's series pass through and which count
+    #: what they dropped: one object for the engine's life, its runner's (None: a fresh one
+    #: with the default limits for this scrape alone, as in tests and benches)
+    labels: LabelBudgets | None = None
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from prometheus_client.metrics_core import Metric
 
 from cuzkd import __version__
 from cuzkd.gpus import NvmlDevice
+from cuzkd.labelbudget import DEFAULT_LIMITS, MAX_VALUE_LENGTH
 from cuzkd.log.queue import DROP_REASONS
 from cuzkd.metrics.sample import EngineSample, SupervisorSample
 from cuzkd.metrics.tally import first_by
@@ -79,6 +80,12 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
     drains = c("cuzkd_engine_drains_total",
                "Drains of the stop sequence by result: clean (in-flight work ended first) or "
                "timeout (drain_timeout elapsed).", labels=["engine", "result"])
+    labels_dropped = c(
+        "cuzkd_label_values_dropped_total",
+        "Label values of the engine's series left out because its budget for the label "
+        f"({', '.join(DEFAULT_LIMITS)}) was full, or the value longer than "
+        f"{MAX_VALUE_LENGTH} characters; "
+        "each value counts once per scrape that left it out.", labels=["engine", "label"])
     loop_failures = c("cuzkd_engine_health_loop_failures_total",
                       "Times the engine's health loop died of an error and was started again "
                       "(a bug or a document nobody foresaw; the engine stays supervised).",
@@ -128,6 +135,9 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
         loop_failures.add_metric(name, engine.health_loop_failures_total)
         output_lines.add_metric(name, engine.output_dropped_lines_total)
         output_bytes.add_metric(name, engine.output_dropped_bytes_total)
+        dropped = engine.labels.dropped_total if engine.labels is not None else {}
+        for label in DEFAULT_LIMITS:
+            labels_dropped.add_metric([engine.name, label], dropped.get(label, 0))
         if engine.release is not None:
             release.add_metric(name, {"release": engine.release})
 
@@ -177,9 +187,9 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
     build = InfoMetricFamily("cuzkd_build", "cuzkd version.", value={"version": __version__})
     return [build, up, state, restarts, exits, stalls, stalled, start, first_answer, rss, cpu,
             fetch_duration, fetch_errors, field_errors, descendants_killed, stop_inflight,
-            drains, loop_failures, output_lines, output_bytes, release, swaps, rollbacks, active,
-            zombies, reload_ok, reload_time, deadlines, freezes, frozen, log_dropped,
-            connections_closed,
+            drains, loop_failures, output_lines, output_bytes, labels_dropped, release, swaps,
+            rollbacks, active, zombies, reload_ok, reload_time, deadlines, freezes, frozen,
+            log_dropped, connections_closed,
             *_gpu_families(sample.gpus)]
 
 

@@ -12,10 +12,11 @@ import math
 from collections.abc import Callable, Hashable, Iterable
 from functools import lru_cache
 from itertools import pairwise
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from prometheus_client.utils import floatToGoString
 
+from cuzkd.labelbudget import LabelBudgets
 from cuzkd.status.derive import pipeline_in_flight
 from cuzkd.status.document import (
     PARTITION_STATES,
@@ -68,6 +69,44 @@ def proof_kinds(status: StatusDocument, extensions: Extensions | None) -> list[s
     return sorted(kinds)
 
 
+class Admitted(NamedTuple):
+    """The label values of one engine's document its label budgets admit for one scrape."""
+
+    #: the proof kinds that get series (all of them, at 0 where not counted), sorted
+    kinds: list[str]
+    #: the kinds whose histograms are exported (``kinds`` and those only a histogram names)
+    histogram_kinds: frozenset[str]
+    workers: frozenset[int]
+    gpus: frozenset[int]
+    circuits: frozenset[str]
+
+
+def admitted(labels: LabelBudgets, status: StatusDocument,
+             extensions: Extensions | None) -> Admitted:
+    """Every proof kind, worker, GPU and circuit of the document through ``labels``: each label
+    is offered its values once per scrape, sorted (so which values of a first document win
+    the slots does not depend on the engine's order), and what is refused is counted once."""
+    kinds = proof_kinds(status, extensions)
+    histogrammed: set[str] = set()
+    workers = {w.worker_id for w in status.gpu_workers}
+    gpus: set[int] = set()
+    if extensions is not None:
+        for histograms in (extensions.synth_duration_seconds, extensions.gpu_duration_seconds,
+                           extensions.job_duration_seconds):
+            histogrammed.update(histograms)
+        workers.update(w.worker_id for w in extensions.worker_busy)
+        gpus.update(d.gpu_ordinal for d in extensions.gpu_devices)
+    circuits = {a.circuit_id for a in (*status.allocations.srs, *status.allocations.pce)}
+    offered = kinds if histogrammed.issubset(kinds) else sorted({*kinds, *histogrammed})
+    kept_kinds = frozenset(labels.keep("proof_kind", offered, str))
+    return Admitted(
+        kinds=[kind for kind in kinds if kind in kept_kinds],
+        histogram_kinds=kept_kinds,
+        workers=frozenset(labels.keep("worker", sorted(workers), str)),
+        gpus=frozenset(labels.keep("gpu", sorted(gpus), str)),
+        circuits=frozenset(labels.keep("circuit", sorted(circuits), str)))
+
+
 def partitions_by_phase(pipelines: Iterable[Pipeline]) -> dict[str, dict[str, int]]:
     """proof_kind -> phase -> partitions in that phase now; all six phases present, 0 if none.
 
@@ -84,7 +123,7 @@ class PhaseTally:
     very same list). The tally keeps running totals: a job listed as before costs one
     comparison; a job that changed is taken out of the totals as it was counted and put back
     as it is now; a job no longer listed is taken out. Only the jobs of the latest call are
-    remembered, so memory follows the document.
+    remembered, and only the kinds they are of, so memory follows the document.
     """
 
     def __init__(self) -> None:
@@ -111,8 +150,7 @@ class PhaseTally:
         for gone in before.values():
             self._add(gone, -1)
         self._jobs = jobs
-        return {kind: dict(by_phase) for kind, by_phase in self._totals.items()
-                if self._listed[kind]}
+        return {kind: dict(by_phase) for kind, by_phase in self._totals.items()}
 
     def _add(self, job: tuple[str, list[Partition], dict[str, int]], sign: int) -> None:
         kind, _, counts = job
@@ -121,7 +159,9 @@ class PhaseTally:
             by_phase = self._totals[kind] = dict.fromkeys(PARTITION_STATES, 0)
         for phase, n in counts.items():
             by_phase[phase] += sign * n
-        self._listed[kind] = self._listed.get(kind, 0) + sign
+        listed = self._listed[kind] = self._listed.get(kind, 0) + sign
+        if not listed:  # its totals are all 0 now: a kind no job lists keeps no memory
+            del self._totals[kind], self._listed[kind]
 
 
 def _phase_counts(partitions: list[Partition]) -> dict[str, int]:

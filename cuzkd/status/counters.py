@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 
+from cuzkd.labelbudget import LabelBudget
 from cuzkd.status.document import (
     COUNTED_PHASES,
     DURATION_BUCKETS,
@@ -60,41 +61,49 @@ class KindCounters:
     """Phase-entry counters, phase-duration and job-duration histograms, keyed by proof kind.
 
     A kind gets all its series (zeros included) the first time it is seen, so a consumer's
-    ``rate()`` has a starting point before the first increment.
+    ``rate()`` has a starting point before the first increment. With a ``budget`` (the
+    supervisor's deriver: the kinds come from an engine), a kind it refuses is not counted and
+    keeps no memory; without (the reference engine's tracker), its kinds are its own.
     """
 
-    __slots__ = ("_gpu", "_jobs", "_phases", "_synth")
+    __slots__ = ("_budget", "_gpu", "_jobs", "_phases", "_synth")
 
-    def __init__(self) -> None:
+    def __init__(self, budget: LabelBudget | None = None) -> None:
+        self._budget = budget
         self._phases: dict[str, dict[str, int]] = {}
         self._synth: dict[str, HistogramAccumulator] = {}
         self._gpu: dict[str, HistogramAccumulator] = {}
         self._jobs: dict[str, HistogramAccumulator] = {}
 
-    def ensure_kind(self, kind: str) -> None:
-        if kind not in self._phases:
-            self._phases[kind] = dict.fromkeys(COUNTED_PHASES, 0)
-            self._synth[kind] = HistogramAccumulator()
-            self._gpu[kind] = HistogramAccumulator()
-            self._jobs[kind] = HistogramAccumulator(JOB_DURATION_BUCKETS)
+    def ensure_kind(self, kind: str) -> bool:
+        """Give ``kind`` its counters if it has none; False when the budget refuses it."""
+        if kind in self._phases:
+            return True
+        if self._budget is not None and not self._budget.admits(kind):
+            return False
+        self._phases[kind] = dict.fromkeys(COUNTED_PHASES, 0)
+        self._synth[kind] = HistogramAccumulator()
+        self._gpu[kind] = HistogramAccumulator()
+        self._jobs[kind] = HistogramAccumulator(JOB_DURATION_BUCKETS)
+        return True
 
     def entered(self, kind: str, phase: str) -> None:
         """Count one partition entering ``phase`` (one of COUNTED_PHASES)."""
-        self.ensure_kind(kind)
-        self._phases[kind][phase] += 1
+        if self.ensure_kind(kind):
+            self._phases[kind][phase] += 1
 
     def observe_synth(self, kind: str, seconds: float) -> None:
-        self.ensure_kind(kind)
-        self._synth[kind].observe(seconds)
+        if self.ensure_kind(kind):
+            self._synth[kind].observe(seconds)
 
     def observe_gpu(self, kind: str, seconds: float) -> None:
-        self.ensure_kind(kind)
-        self._gpu[kind].observe(seconds)
+        if self.ensure_kind(kind):
+            self._gpu[kind].observe(seconds)
 
     def observe_job(self, kind: str, seconds: float) -> None:
         """One finished job's end-to-end duration."""
-        self.ensure_kind(kind)
-        self._jobs[kind].observe(seconds)
+        if self.ensure_kind(kind):
+            self._jobs[kind].observe(seconds)
 
     def phase_transitions(self) -> dict[str, dict[str, int | None]]:
         return {kind: dict(phases) for kind, phases in self._phases.items()}

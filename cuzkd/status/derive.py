@@ -19,7 +19,10 @@ observations into the same :class:`~cuzkd.status.document.Extensions` our own en
   failed) or no longer lists it. The end is late by up to one poll interval; a job first seen
   already finished is not timed (its end is unknown).
 
-Jobs that leave the document are forgotten (bounded memory); the counters stay. An engine
+Jobs that leave the document are forgotten (bounded memory); the counters stay, for the proof
+kinds and workers the engine's label budgets admit (:mod:`cuzkd.labelbudget`: the same
+budgets its series pass, so the counters kept are those exported; a kind or worker refused
+keeps no state, however many an engine names over time). An engine
 restart (uptime went down, or the engine's start time jumped forward by more than
 :data:`RESTART_SLACK_SECS`) resets everything, which Prometheus treats as a counter reset.
 docs/status.md lists these approximations.
@@ -30,6 +33,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from cuzkd.labelbudget import DEFAULT_LIMITS, LabelBudget
 from cuzkd.status.counters import KindCounters
 from cuzkd.status.document import (
     TERMINAL_STATES,
@@ -137,15 +141,20 @@ class _WorkerSpans:
 class ExtensionDeriver:
     """Reconstructs cumulative extensions from successive plain cuzk documents.
 
-    Not thread-safe: the supervisor observes and reads from its event loop.
+    Not thread-safe: the supervisor observes and reads from its event loop. ``kinds`` and
+    ``workers``: the engine's label budgets for ``proof_kind`` and ``worker`` (default: budgets
+    of the default limits, this deriver's own).
     """
 
-    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic,
+                 kinds: LabelBudget | None = None, workers: LabelBudget | None = None) -> None:
         self._clock = clock
+        self._kind_budget = LabelBudget(DEFAULT_LIMITS["proof_kind"]) if kinds is None else kinds
+        self._worker_budget = LabelBudget(DEFAULT_LIMITS["worker"]) if workers is None else workers
         self._reset()
 
     def _reset(self) -> None:
-        self._kinds = KindCounters()
+        self._kinds = KindCounters(self._kind_budget)
         self._jobs: dict[str, _SeenJob] = {}
         self._workers: dict[int, _WorkerSpans] = {}
         self._jobs_in_flight = 0
@@ -192,6 +201,8 @@ class ExtensionDeriver:
             seen_workers.add(worker.worker_id)
             spans = self._workers.get(worker.worker_id)
             if spans is None:
+                if not self._worker_budget.admits(str(worker.worker_id)):
+                    continue
                 spans = self._workers[worker.worker_id] = _WorkerSpans(worker.gpu_ordinal)
             spans.observe(worker)
         self._jobs_in_flight = in_flight

@@ -56,6 +56,10 @@ MISTAKES = [
      "engine[0].command", "non-empty"),
     ('[metrics]\nlisten = "nowhere"\n', "metrics.listen", "HOST:PORT"),
     ("[supervisor]\nkeep_releases = 0\n", "supervisor.keep_releases", ">= 1"),
+    # a label budget of 0 would export no kind at all; a million, no bound
+    (GOOD_ENGINE + "max_proof_kinds = 0\n", "engine[0].max_proof_kinds", ">= 1"),
+    ("[engine_defaults]\nmax_workers = 1000000\n" + GOOD_ENGINE, "engine_defaults.max_workers",
+     "<= 100000"),
     # TOML has inf and nan; a nan passes every `<= 0` check and breaks timers later.
     (GOOD_ENGINE + "health_interval = nan\n", "engine[0].health_interval", "finite"),
     (GOOD_ENGINE + "stop_timeout = inf\n", "engine[0].stop_timeout", "finite"),

@@ -117,6 +117,7 @@ _SUPERVISOR_METRICS = {
     "cuzkd_engine_output_dropped_lines_total": _m("counter", "engine"),
     "cuzkd_engine_output_dropped_bytes_total": _m("counter", "engine"),
     "cuzkd_status_field_errors_total": _m("counter", "engine", "reason"),
+    "cuzkd_label_values_dropped_total": _m("counter", "engine", "label"),
     # prometheus_client's process collector (Linux)
     "process_cpu_seconds_total": _m("counter"),
     "process_resident_memory_bytes": _m("gauge"),

@@ -29,6 +29,7 @@ import structlog
 from cuzkd.config import Config, EngineConfig
 from cuzkd.errortext import error_text
 from cuzkd.gpus import GpuView
+from cuzkd.labelbudget import LabelBudgets
 from cuzkd.log.ratelimit import LimitedLog, errno_name
 from cuzkd.metrics.sample import EngineSample
 from cuzkd.states import (
@@ -41,6 +42,7 @@ from cuzkd.states import (
     StopReason,
 )
 from cuzkd.status.client import StatusSource
+from cuzkd.status.derive import ExtensionDeriver
 from cuzkd.status.document import IN_FLIGHT_STATES
 from cuzkd.supervisor.core.backoff import Backoff
 from cuzkd.supervisor.core.cadence import HealthCadence
@@ -119,11 +121,14 @@ class EngineRunner:
                     spec.backoff_reset_after),
         )
         self._log = log.bind(engine=spec.name)
+        #: the label budgets of this engine's series and derived state, freed at each spawn
+        self.labels = LabelBudgets(spec.name, spec.label_limits)
         #: None for an engine without a status URL: supervised by its process alone
         self.status_source = StatusSource(
             self.status_address, timeout=spec.status_timeout, log=self._log,
             # the polls nothing answers before the first answer, within start_timeout
             starting=lambda: self.lifecycle.in_start(self._clock()),
+            deriver=self._new_deriver,
         ) if self.status_address is not None else None
         self._process: ChildProcess | None = None
         self._exited: asyncio.Event = asyncio.Event()
@@ -165,6 +170,11 @@ class EngineRunner:
         self._output = OutputLog(
             lines=structlog.get_logger(ENGINE_LOGGER).bind(engine=spec.name), notes=self._log,
             budget=self._output_budget, clock=self._clock)
+
+    def _new_deriver(self) -> ExtensionDeriver:
+        """The deriver of a plain document, within this engine's label budgets."""
+        return ExtensionDeriver(kinds=self.labels.budget("proof_kind"),
+                                workers=self.labels.budget("worker"))
 
     # -- requests ------------------------------------------------------------------------
 
@@ -423,6 +433,7 @@ class EngineRunner:
         self._exited = asyncio.Event()
         self.started_at = time.time()
         self._spawns += 1
+        self.labels.clear()  # a new process: its values take the slots afresh
         self._killed = False
         self._stop_signalled = False
         self._oom = OomCounters(proc.pid)
@@ -681,6 +692,7 @@ class EngineRunner:
             health_loop_failures_total=self.health_loop_failures,
             output_dropped_lines_total=self._output_budget.dropped_lines_total,
             output_dropped_bytes_total=self._output_budget.dropped_bytes_total,
+            labels=self.labels,
         )
 
 
