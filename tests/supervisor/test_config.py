@@ -75,11 +75,10 @@ MISTAKES = [
     (GOOD_ENGINE + 'gpus = ["0"]\ngpu_memory_needed = "lots"\n', "engine[0].gpu_memory_needed",
      "invalid size"),
     (GOOD_ENGINE + 'stall_action = "panic"\n', "engine[0].stall_action", "panic"),
-    # The stop sequence must fit in the shutdown: drain_timeout + stop_timeout <= grace.
-    (GOOD_ENGINE + 'drain_timeout = "25s"\n', "engine[0].drain_timeout",
-     "drain_timeout 25s + stop_timeout 10s is more than supervisor.shutdown_grace (30s)"),
-    ('[supervisor]\nshutdown_grace = "5s"\n' + GOOD_ENGINE + 'drain = "none"\n',
+    # A shutdown drains for what the grace leaves; the stop signal's time must fit in it.
+    ('[supervisor]\nshutdown_grace = "5s"\n' + GOOD_ENGINE,
      "engine[0].stop_timeout", "stop_timeout 10s is more than supervisor.shutdown_grace (5s)"),
+    (GOOD_ENGINE + 'drain = "cuzk"\n', "engine[0].drain", "only for type = \"cuzk\""),
     (GOOD_ENGINE + 'drain = "slow"\n', "engine[0].drain", "slow"),
     (GOOD_ENGINE + 'drain_timeout = 0\n', "engine[0].drain_timeout", "greater than zero"),
     ('[[engine]]\nname = "c"\ncommand = ["cuzk"]\ndrain = "quiet"\n', "engine[0].drain",
