@@ -25,6 +25,7 @@ from cuzkd.config import (
     START_WAIT_SLACK,
     ConfigError,
     control_socket_despite_errors,
+    cuzk_warnings,
     load_config,
     load_or_default,
 )
@@ -98,6 +99,8 @@ def _run(args: argparse.Namespace) -> int:
 
 def _check_config(args: argparse.Namespace) -> int:
     config = load_config(args.path)
+    for warning in cuzk_warnings(config):
+        print(f"{args.path}: warning: {warning}", file=sys.stderr)
     names = ", ".join(e.name for e in config.engine)
     print(f"{args.path}: OK ({len(config.engine)} engine(s): {names})")
     return 0

@@ -5,9 +5,11 @@ types, duplicate names and impossible values all raise :class:`ConfigError` nami
 the key and the problem. Three modules, one job each: :mod:`.schema` (the structs, their
 defaults, the placeholder constants), :mod:`.loading` (reading the file safely -- size cap,
 FIFO -- and decoding it, its errors turned into messages) and :mod:`.checks` (the rules between
-fields). This front names what the rest of cuzkd uses.
+fields); a cuzk engine's own TOML has :mod:`.cuzkfile` (reading it as cuzk does) and
+:mod:`.cuzkchecks` (its rules). This front names what the rest of cuzkd uses.
 """
 
+from cuzkd.config.cuzkchecks import cuzk_warnings
 from cuzkd.config.loading import (
     control_socket_despite_errors,
     load_config,
@@ -32,6 +34,7 @@ __all__ = [
     "EngineConfig",
     "SupervisorConfig",
     "control_socket_despite_errors",
+    "cuzk_warnings",
     "default_config",
     "load_config",
     "load_or_default",

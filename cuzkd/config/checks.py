@@ -49,7 +49,7 @@ def check(config: Config, where: str) -> None:
     control_key = ("supervisor.control_socket" if config.supervisor.control_socket
                    else "supervisor.state_dir")
     try:
-        _check_socket_path(config.control_socket)
+        check_socket_path(config.control_socket)
     except ValueError as exc:
         raise fail(control_key, str(exc)) from None
     seen: dict[str, int] = {}
@@ -89,7 +89,7 @@ def check(config: Config, where: str) -> None:
         if address is not None and address.startswith("unix:"):
             field = "status_url" if eng.status_url else "listen"
             try:
-                _check_socket_path(Path(address.removeprefix("unix:")))
+                check_socket_path(Path(address.removeprefix("unix:")))
             except ValueError as exc:
                 raise fail(f"{key}.{field}", str(exc)) from None
         if eng.stop_signal not in signal.Signals.__members__:
@@ -167,7 +167,7 @@ def _check_status_url(url: str) -> None:
         raise ValueError(f"{url!r} has an invalid port") from None
 
 
-def _check_socket_path(path: Path) -> None:
+def check_socket_path(path: Path) -> None:
     """Refuse a Unix socket path the kernel could not bind (too long for ``sun_path``)."""
     size = len(os.fsencode(path))
     if size > MAX_SOCKET_PATH_BYTES:

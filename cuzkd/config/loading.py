@@ -24,6 +24,13 @@ import msgspec
 
 from cuzkd import validation
 from cuzkd.config.checks import check, check_metrics_host
+from cuzkd.config.cuzkchecks import check_cuzk_engines, cuzk_file_error
+from cuzkd.config.cuzkfile import (
+    CuzkFileError,
+    cuzk_config_path,
+    listen_from_command,
+    read_cuzk_file,
+)
 from cuzkd.config.schema import (
     TYPE_DEFAULTS,
     Bytes,
@@ -148,6 +155,7 @@ def parse_config(raw: Mapping[str, Any], where: str) -> Config:
     defaults = data.pop("engine_defaults", {})
     if not isinstance(defaults, dict):
         raise ConfigError(f"{where}: key `engine_defaults`: expected a table")
+    _refuse_internal_engine_keys(defaults, data.get("engine"), where)
     if "name" in defaults:
         raise ConfigError(f"{where}: key `engine_defaults.name`: names must be set per engine")
     # Validate the defaults on their own first so their mistakes name `engine_defaults.*`.
@@ -161,9 +169,40 @@ def parse_config(raw: Mapping[str, Any], where: str) -> Config:
     config = _convert(data, Config, where, "")
     if not config.engine:
         config = msgspec.structs.replace(config, engine=default_engines(visible_gpu_count()))
-    config = msgspec.structs.replace(config, path=where)
+    config = msgspec.structs.replace(config, path=where,
+                                     engine=[_with_cuzk_file(e, i, where)
+                                             for i, e in enumerate(config.engine)])
+    check_cuzk_engines(config, where)
     check(config, where)
     return config
+
+
+def _refuse_internal_engine_keys(defaults: dict[str, Any], engines: object, where: str) -> None:
+    """``cuzk_file`` is what loading read, never a key a file sets."""
+    if "cuzk_file" in defaults:
+        raise ConfigError(f"{where}: key `engine_defaults.cuzk_file`: unknown key")
+    for i, engine in enumerate(engines if isinstance(engines, list) else []):
+        if isinstance(engine, dict) and "cuzk_file" in engine:
+            raise ConfigError(f"{where}: key `engine[{i}].cuzk_file`: unknown key")
+
+
+def _with_cuzk_file(engine: EngineConfig, index: int, where: str) -> EngineConfig:
+    """A cuzk engine with its cuzk file read; others as they are (``cuzk_config`` is refused
+    on them by the checks)."""
+    if not engine.cuzk or engine.command is None:  # without a command: refused by the checks
+        return engine
+    key = f"engine[{index}]"
+    command = engine.command
+    try:
+        path = cuzk_config_path(engine.cuzk_config, command)
+        listen = listen_from_command(command)
+    except CuzkFileError as exc:
+        raise ConfigError(f"{where}: key `{key}.{exc.key}`: {exc.problem}") from None
+    try:
+        cuzk_file = read_cuzk_file(path, listen)
+    except CuzkFileError as exc:
+        raise ConfigError(cuzk_file_error(path, exc.key, exc.problem, f"{where}: {key}")) from None
+    return msgspec.structs.replace(engine, cuzk_file=cuzk_file)
 
 
 def _type_defaults(engine: dict[str, Any]) -> dict[str, object]:

@@ -20,6 +20,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from cuzkd.config.cuzkfile import CuzkFile
 from cuzkd.errors import EX_CONFIG, CuzkdError
 from cuzkd.log.configure import LogFormat
 from cuzkd.procfs import PROC_ROOT
@@ -124,6 +125,12 @@ class EngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     #: unset: inferred (see EngineType); read it through ``engine_type``
     type: EngineType | None = None
     command: list[str] | None = None
+    #: type "cuzk": cuzk's own TOML; "" = the command's -c/--config, else cuzk's default
+    #: /data/zk/cuzk.toml
+    cuzk_config: str = ""
+    #: type "cuzk": that file as read at load and on each reload (never set by a file). Part
+    #: of the spec, so a reload that finds it changed restarts the engine (cuzk reads it once)
+    cuzk_file: CuzkFile | None = None
     env: dict[str, str] = msgspec.field(default_factory=dict)
     status_url: str = ""
     listen: str = ""
@@ -227,13 +234,24 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
 
     def status_address(self, engine: EngineConfig) -> str | None:
         """``unix:/path`` (GET /status over the socket) or ``http://host:port/status``; None
-        for a ``command`` without ``status_url``, supervised by its process alone."""
+        for a ``command`` without ``status_url``, supervised by its process alone. A cuzk
+        engine's comes from its file's ``[daemon] status_listen`` (a wildcard polled over
+        loopback), unless ``status_url`` names it (checks make the two agree)."""
         if engine.status_url:
             return engine.status_url
+        if engine.cuzk:
+            return engine.cuzk_file.status_url if engine.cuzk_file is not None else None
         if not engine.bundled:
             return None
         listen = self._bundled_listen(engine)
         return listen if listen.startswith("unix:") else f"http://{listen}/status"
+
+    def grpc_address(self, engine: EngineConfig) -> str | None:
+        """A cuzk engine's gRPC address as cuzk binds it (``unix:///path`` or ``IP:PORT``, from
+        the command's ``-l/--listen`` or ``[daemon] listen``); None for other engine types."""
+        if not engine.cuzk or engine.cuzk_file is None:
+            return None
+        return engine.cuzk_file.grpc_listen
 
     def _bundled_listen(self, engine: EngineConfig) -> str:
         if engine.listen:

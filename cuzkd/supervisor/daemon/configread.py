@@ -21,12 +21,23 @@ import threading
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from cuzkd.config import Config, ConfigError, load_config
+import structlog
+
+from cuzkd.config import Config, ConfigError, cuzk_warnings, load_config
 
 _T = TypeVar("_T")
 
 #: How long a reload waits for the file to be read and validated.
 READ_TIMEOUT = 10.0
+
+log = structlog.get_logger("cuzkd.supervisor")
+
+
+def log_config_warnings(config: Config) -> None:
+    """What the config allows but the operator should hear (``check-config`` prints the
+    same), logged at start and after each reload."""
+    for warning in cuzk_warnings(config):
+        log.warning("config_warning", detail=warning)
 
 
 def reload_config(path: str) -> Config:

@@ -31,7 +31,11 @@ from aiohttp import web
 from cuzkd.config import Config, ConfigError, default_config
 from cuzkd.httperrors import error_response
 from cuzkd.supervisor.core.phase import SupervisorPhase
-from cuzkd.supervisor.daemon.configread import OffLoopReader, reload_config
+from cuzkd.supervisor.daemon.configread import (
+    OffLoopReader,
+    log_config_warnings,
+    reload_config,
+)
 from cuzkd.supervisor.daemon.notify import Notifier
 from cuzkd.supervisor.engines.engineset import EngineSet
 
@@ -116,6 +120,7 @@ class ConfigReloader:
             return ReloadOutcome(str(exc), tuple(self._engines.names()))
         else:
             phase.reload_read(True, time.time())
+            log_config_warnings(new)
             await self._apply(new)
             return ReloadOutcome(None, tuple(self._engines.names()))
         finally:

@@ -35,6 +35,7 @@ from cuzkd.log.ratelimit import LimitedLog, RateLimiter
 from cuzkd.supervisor.core import signals
 from cuzkd.supervisor.core.phase import SupervisorPhase
 from cuzkd.supervisor.daemon import demo, dumps, errorlog
+from cuzkd.supervisor.daemon.configread import log_config_warnings
 from cuzkd.supervisor.daemon.notify import Notifier
 from cuzkd.supervisor.daemon.reload import ConfigReloader
 from cuzkd.supervisor.daemon.signalinstall import LoopSignals
@@ -142,6 +143,7 @@ class Supervisor:
             await self._start_servers()
             log.info("supervisor_started", pid=os.getpid(), **startup_fields(
                 self.config, *self._metrics_bound, self.swaps.active_release()))
+            log_config_warnings(self.config)
             self.engines.start_all()  # after a stop signal during start-up: none started
             self.phase.started()
             self._notifier.send("READY=1", self.readout.status_line())
