@@ -49,9 +49,13 @@ async def read_queues(address: str, timeout: float) -> QueueReading:
             call = channel.unary_unary(GET_STATUS,
                                        request_serializer=pb.GetStatusRequest.SerializeToString,
                                        response_deserializer=pb.GetStatusResponse.FromString)
-            reply: pb.GetStatusResponse = await call(pb.GetStatusRequest(), timeout=timeout)
+            # grpc answers None (and logs) for a reply that does not decode
+            reply: pb.GetStatusResponse | None = await call(pb.GetStatusRequest(),
+                                                            timeout=timeout)
     except grpc.aio.AioRpcError as exc:
         return QueueReading.unknown(f"GetStatus {address}: {exc.code().name}: {exc.details()}")
     except Exception as exc:  # an address grpc refuses, a bug in a reply: unknown, not a crash
         return QueueReading.unknown(f"GetStatus {address}: {error_text(exc)}")
+    if reply is None:
+        return QueueReading.unknown(f"GetStatus {address}: the reply is not a GetStatusResponse")
     return reading_of(reply)
