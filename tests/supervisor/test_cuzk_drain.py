@@ -99,11 +99,15 @@ def test_a_bounded_stop_drains_for_what_the_bound_leaves_after_stop_timeout() ->
     assert seq.step(120.0, exited=False) == SendSignal(kill=False, ends_work=True)
 
 
-def test_a_cuzk_drain_ends_on_the_first_idle_reading() -> None:
+def test_a_cuzk_drain_ends_on_the_second_idle_reading_in_a_row() -> None:
+    """A finished job's Prove reply gets a read's time to leave before the stop signal."""
     seq = StopSequence.begin(0.0, drain_mode="cuzk", drain_timeout=180, stop_timeout=10,
-                             health_interval=1.0)
-    assert isinstance(seq.step(0.0, exited=False), ReadStatus)
+                             health_interval=0.25)
+    for now, idle in ((0.0, True), (0.25, False), (0.5, True)):
+        assert seq.step(now, exited=False) == ReadStatus(by=180.0)
+        seq.status_read(idle)
+    assert seq.step(0.75, exited=False) == ReadStatus(by=180.0)
     seq.status_read(True)
-    over = seq.step(0.2, exited=False)
+    over = seq.step(0.75, exited=False)
     assert isinstance(over, DrainOver) and over.result is DrainResult.CLEAN
-    assert seq.step(0.2, exited=False) == SendSignal(kill=False, ends_work=True)
+    assert seq.step(0.75, exited=False) == SendSignal(kill=False, ends_work=True)

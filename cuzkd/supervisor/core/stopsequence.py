@@ -24,8 +24,11 @@ from cuzkd.states import DrainResult
 
 #: Longest pause between two status reads while a drain waits (the health interval, if shorter).
 DRAIN_POLL = 0.5
-#: Drain modes that end on a status read showing a quiet moment (``http`` ends on the exit).
-QUIET_DRAINS = frozenset(("quiet", "cuzk"))
+#: Drain modes that end on status reads showing a quiet moment (``http`` ends on the exit), and
+#: how many reads in a row must show it. cuzk's: two, a read apart -- a job that has just
+#: finished is off its queues before its ``Prove`` reply (the proof) has left for the client,
+#: and a stop signal in between would throw the finished proof away.
+QUIET_READS = {"quiet": 1, "cuzk": 2}
 
 
 def drain_budget(drain_timeout: float, stop_timeout: float, within: float | None) -> float:
@@ -117,6 +120,8 @@ class StopSequence:
     drain_requested: bool = False
     next_read: float = 0.0
     quiet_seen: bool = False
+    #: status reads in a row that showed the quiet moment
+    quiet_reads: int = 0
 
     @classmethod
     def begin(cls, now: float, *, drain_mode: str, drain_timeout: float, stop_timeout: float,
@@ -148,8 +153,11 @@ class StopSequence:
 
     def status_read(self, quiet: bool) -> None:
         """A status read while draining; ``quiet``: it showed the quiet moment the drain mode
-        waits for (``quiet``, ``cuzk``; an ``http`` drain ends when the engine exits)."""
-        self.quiet_seen = self.quiet_seen or (quiet and self.drain_mode in QUIET_DRAINS)
+        waits for (``quiet``, ``cuzk``: see :data:`QUIET_READS`; an ``http`` drain ends when
+        the engine exits)."""
+        needed = QUIET_READS.get(self.drain_mode)
+        self.quiet_reads = self.quiet_reads + 1 if quiet else 0
+        self.quiet_seen = self.quiet_seen or (needed is not None and self.quiet_reads >= needed)
 
     def step(self, now: float, *, exited: bool, killed: bool = False) -> Step:
         """What to do at ``now``. ``exited``: the process is gone; ``killed``: someone
