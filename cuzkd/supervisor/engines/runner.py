@@ -85,6 +85,10 @@ from cuzkd.supervisor.tasks import TaskSet
 
 log = structlog.get_logger("cuzkd.supervisor")
 
+#: Job ids named in one ``engine_stop_jobs_lost`` event: an engine listing thousands of jobs
+#: must not make one log line of megabytes (the counts stay exact).
+LOGGED_JOB_IDS = 100
+
 class EngineRunner:
     """Runs one configured engine; its processes are spawned through the ``children`` table."""
 
@@ -540,7 +544,8 @@ class EngineRunner:
         self.jobs_lost.update(jobs.by_kind)
         if jobs.by_kind:
             self._log.warning("engine_stop_jobs_lost", reason=reason, jobs=jobs.by_kind,
-                              job_ids=list(jobs.job_ids))
+                              job_ids=list(jobs.job_ids[:LOGGED_JOB_IDS]),
+                              job_ids_left_out=max(0, len(jobs.job_ids) - LOGGED_JOB_IDS))
 
     def _kill(self, proc: ChildProcess) -> None:
         """SIGKILL the group, remembering it so the death is not blamed on the OOM killer."""
