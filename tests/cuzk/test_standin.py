@@ -151,7 +151,7 @@ def test_sighup_kills_at_once(standin: StandIn) -> None:
 
 
 async def test_failed_synthesis_is_left_behind(start: Start) -> None:
-    standin = start({"CUZK_STANDIN_FAIL": "snap-1000-7:3"})
+    standin = start({"CUZK_STANDIN_FAIL": "snap-1000-7:3", "CUZK_STANDIN_SYNTH_SECS": "0.05"})
     async with channel_to(standin.listen) as channel:
         sent = await prove(channel, "snap-update", "snap-1000-7")
     assert sent.outcome == "failed"

@@ -89,6 +89,7 @@ log = structlog.get_logger("cuzkd.supervisor")
 #: must not make one log line of megabytes (the counts stay exact).
 LOGGED_JOB_IDS = 100
 
+
 class EngineRunner:
     """Runs one configured engine; its processes are spawned through the ``children`` table."""
 
