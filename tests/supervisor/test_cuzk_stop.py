@@ -82,7 +82,7 @@ def test_a_restart_under_light_load_loses_no_job_within_one_jobs_time(fleet: Fle
         sent = load.stop()
         [drained] = sup.events("engine_drained", pid=pid)
         assert (drained["mode"], drained["result"]) == ("cuzk", "clean")
-        assert drained["seconds"] <= JOB_SECONDS + 0.5
+        assert drained["seconds"] <= JOB_SECONDS + 1.0  # the rest of one job, two reads
         assert took < JOB_SECONDS + 3.0  # the drain, SIGTERM, and the new cuzk up
         assert [s.outcome for s in sent][:2] == ["failed", "completed"]
         assert "lost" not in [s.outcome for s in sent]
