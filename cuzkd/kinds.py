@@ -13,6 +13,7 @@ where two spellings would split its counters and miss its deadline. A name it do
 kept as it is: another engine may prove kinds cuzk does not have. :func:`deprecation` is the
 warning for an old name a person typed; the caller says where (file and key, the API's reply,
 the CLI's stderr). :func:`typed_table` does both for a table a person wrote, keyed by kinds.
+:func:`reported_kind` bounds what a cuzk engine reports to cuzk's four names and ``other``.
 
 Dependency-free (the standard library only): every layer, and ``grafana/generate.py``, may
 import it.
@@ -53,12 +54,25 @@ GRPC_NAMES: Mapping[str, ProofKind] = {kind.replace("-", "_"): kind for kind in 
 
 #: spelling -> cuzk's name, a plain ``str`` (msgspec takes no ``str`` subclass for a key)
 _SPELLINGS: dict[str, str] = {text: str(kind) for text, kind in {**OLD_NAMES, **GRPC_NAMES}.items()}
+_CUZK_NAMES = frozenset(str(kind) for kind in ProofKind)
 
 
 def normalise_kind(text: str) -> str:
     """cuzk's name for the kind ``text`` spells; ``text`` itself when it is no known spelling
     (a cuzk name, or a kind of another engine's)."""
     return _SPELLINGS.get(text, text)
+
+
+#: The label value of a kind a cuzk engine named that is none of cuzk's (an engine newer than
+#: this list): the kinds a cuzk engine reports stay four (and this) whatever it sends.
+OTHER_KIND = "other"
+
+
+def reported_kind(text: str) -> str:
+    """A kind a cuzk engine reported (``/status``, gRPC's ``QueueStatus``, ``GetMetrics``), as
+    a bounded label value: cuzk's name whatever the spelling or case, else :data:`OTHER_KIND`."""
+    kind = normalise_kind(text.strip().lower().replace("_", "-"))
+    return kind if kind in _CUZK_NAMES else OTHER_KIND
 
 
 def deprecation(text: str) -> str | None:

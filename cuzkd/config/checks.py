@@ -116,14 +116,17 @@ def check(config: Config, where: str) -> None:
         if eng.drain_mode != "none" and address is None:
             raise fail(f"{key}.drain", f"{eng.drain_mode!r} needs the engine's status "
                                        "(set status_url, or drain = \"none\")")
-        if eng.stop_budget > config.supervisor.shutdown_grace:
-            field = "drain_timeout" if eng.drain_mode != "none" else "stop_timeout"
-            drain = (f"drain_timeout {eng.drain_timeout:g}s + " if eng.drain_mode != "none"
-                     else "")
-            raise fail(f"{key}.{field}", f"{drain}stop_timeout {eng.stop_timeout:g}s is more "
-                                         f"than supervisor.shutdown_grace "
-                                         f"({config.supervisor.shutdown_grace:g}s): a shutdown "
-                                         "would SIGKILL the engine before its stop sequence ends")
+        if eng.drain_mode == "cuzk" and not eng.cuzk:
+            raise fail(f"{key}.drain", "'cuzk' reads cuzk's gRPC GetStatus: only for "
+                                       "type = \"cuzk\" (use \"quiet\" for this engine)")
+        # A shutdown drains for what shutdown_grace leaves after stop_timeout (the grace
+        # bounds everything); only a stop signal with no room before the grace ends is refused.
+        if eng.stop_timeout > config.supervisor.shutdown_grace:
+            raise fail(f"{key}.stop_timeout", f"stop_timeout {eng.stop_timeout:g}s is more "
+                                              f"than supervisor.shutdown_grace "
+                                              f"({config.supervisor.shutdown_grace:g}s): a "
+                                              "shutdown would SIGKILL the engine before its "
+                                              "stop signal had its time")
         if eng.unhealthy_after < eng.health_interval:
             raise fail(f"{key}.unhealthy_after", f"{eng.unhealthy_after:g}s is shorter than "
                                                  f"health_interval ({eng.health_interval:g}s)")

@@ -61,8 +61,10 @@ StallAction = Literal["restart", "alert"]
 #: How a supervisor-initiated stop lets in-flight work end first (docs/supervisor.md, the stop
 #: sequence): ``http`` asks the engine to drain (``POST /v1/drain``, the bundled engine's),
 #: ``quiet`` waits for a moment with no partition synthesizing or on a GPU (any engine with a
-#: status), ``none`` sends the stop signal at once.
-DrainMode = Literal["http", "quiet", "none"]
+#: status), ``cuzk`` for one with no job in flight in ``/status`` and nothing pending or in
+#: progress in cuzk's gRPC ``GetStatus`` (a cuzk engine's: cuzk cannot drain itself), ``none``
+#: sends the stop signal at once.
+DrainMode = Literal["http", "quiet", "cuzk", "none"]
 
 #: What an ``[[engine]]`` runs, which decides how cuzkd talks to it: ``bundled`` (cuzkd's own
 #: demo engine, no ``command``), ``process`` (a command watched by its process alone), ``http``
@@ -80,6 +82,10 @@ TYPE_DEFAULTS: dict[EngineType, dict[str, object]] = {
         # seconds. Longer would leave a cuzk whose status_listen failed to bind (it runs on
         # without /status, taking jobs) unseen for longer before it is restarted.
         "start_timeout": "30s",
+        # cuzk cannot drain (SIGINT strands work and never exits, SIGTERM kills at once):
+        # cuzkd waits for no job held, long enough for a whole PoRep C2 on a 128 GiB host
+        # (~150 s; ~38 s with 512 GiB) plus a margin for a GPU shared under load.
+        "drain": "cuzk", "drain_timeout": "180s",
     },
 }
 
@@ -152,8 +158,8 @@ class EngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     unhealthy_after: Seconds = Seconds(15)
     stop_signal: str = "SIGTERM"
     stop_timeout: Seconds = Seconds(10)
-    #: unset: ``http`` for the bundled engine, ``quiet`` with a status (a status_url, or a cuzk
-    #: engine's file), else ``none``
+    #: unset: ``http`` for the bundled engine, ``cuzk`` for a cuzk engine, ``quiet`` with a
+    #: status_url, else ``none``
     drain: DrainMode | None = None
     drain_timeout: Seconds = Seconds(20)
     #: stall watchdog: work and no progress for this long is a stall ("0s": off)
@@ -217,7 +223,9 @@ class EngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
             return self.drain
         if self.bundled:
             return "http"
-        return "quiet" if self.status_url or self.cuzk else "none"  # cuzk: status from its file
+        if self.cuzk:
+            return "cuzk"
+        return "quiet" if self.status_url else "none"
 
     @property
     def stop_budget(self) -> float:

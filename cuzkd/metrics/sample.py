@@ -50,6 +50,9 @@ class EngineSample:
     #: stop reason (:class:`cuzkd.states.StopReason`) -> partitions in flight when the
     #: supervisor stopped the engine
     stop_inflight_partitions_total: Mapping[str, int] = field(default_factory=dict)
+    #: proof kind (:class:`cuzkd.kinds.ProofKind`, ``other``) -> jobs the engine held
+    #: when the supervisor stopped it
+    jobs_lost_total: Mapping[str, int] = field(default_factory=dict)
     #: drain result (:class:`cuzkd.states.DrainResult`) -> drains of the stop sequence
     drains_total: Mapping[str, int] = field(default_factory=dict)
     #: times the engine's health loop died of an exception and was started again

@@ -14,6 +14,7 @@ from prometheus_client.metrics_core import Metric
 
 from cuzkd import __version__
 from cuzkd.gpus import NvmlDevice
+from cuzkd.kinds import ProofKind
 from cuzkd.labelbudget import DEFAULT_LIMITS, MAX_VALUE_LENGTH
 from cuzkd.log.queue import DROP_REASONS
 from cuzkd.metrics.sample import EngineSample, SupervisorSample
@@ -77,6 +78,11 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
         "Partitions in flight (synthesizing, synth_done, gpu) when the supervisor stopped the "
         "engine, by reason (operator, reload, swap, stall, shutdown): work lost to restarts.",
         labels=["engine", "reason"])
+    jobs_lost = c(
+        "cuzkd_engine_jobs_lost_total",
+        "Jobs the engine held (in flight in /status; for cuzk also queued or in progress in "
+        "GetStatus, PoSt included) when the supervisor stopped it, by proof kind: whole proofs "
+        "the client must redo.", labels=["engine", "kind"])
     drains = c("cuzkd_engine_drains_total",
                "Drains of the stop sequence by result: clean (in-flight work ended first) or "
                "timeout (drain_timeout elapsed).", labels=["engine", "result"])
@@ -130,6 +136,8 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
         for reason in StopReason:
             stop_inflight.add_metric([engine.name, reason],
                                      engine.stop_inflight_partitions_total.get(reason, 0))
+        for kind in (*ProofKind, *sorted(set(engine.jobs_lost_total) - set(ProofKind))):
+            jobs_lost.add_metric([engine.name, kind], engine.jobs_lost_total.get(kind, 0))
         for result in DrainResult:
             drains.add_metric([engine.name, result], engine.drains_total.get(result, 0))
         loop_failures.add_metric(name, engine.health_loop_failures_total)
@@ -187,8 +195,8 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
     build = InfoMetricFamily("cuzkd_build", "cuzkd version.", value={"version": __version__})
     return [build, up, state, restarts, exits, stalls, stalled, start, first_answer, rss, cpu,
             fetch_duration, fetch_errors, field_errors, descendants_killed, stop_inflight,
-            drains, loop_failures, output_lines, output_bytes, labels_dropped, release, swaps,
-            rollbacks, active, zombies, reload_ok, reload_time, deadlines, freezes, frozen,
+            jobs_lost, drains, loop_failures, output_lines, output_bytes, labels_dropped, release,
+            swaps, rollbacks, active, zombies, reload_ok, reload_time, deadlines, freezes, frozen,
             log_dropped, connections_closed,
             *_gpu_families(sample.gpus)]
 

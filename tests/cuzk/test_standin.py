@@ -19,7 +19,7 @@ from pathlib import Path
 import grpc
 import pytest
 from support.cuzk_load import channel_to, prove
-from support.cuzk_standin import SCRIPT, write_cuzk_toml
+from support.cuzk_standin import SCRIPT, parse_budget, write_cuzk_toml
 from support.ports import free_port
 from support.waiting import wait_until
 
@@ -151,7 +151,7 @@ def test_sighup_kills_at_once(standin: StandIn) -> None:
 
 
 async def test_failed_synthesis_is_left_behind(start: Start) -> None:
-    standin = start({"CUZK_STANDIN_FAIL": "snap-1000-7:3"})
+    standin = start({"CUZK_STANDIN_FAIL": "snap-1000-7:3", "CUZK_STANDIN_SYNTH_SECS": "0.05"})
     async with channel_to(standin.listen) as channel:
         sent = await prove(channel, "snap-update", "snap-1000-7")
     assert sent.outcome == "failed"
@@ -246,3 +246,11 @@ def test_grpc_stubs_answer_as_the_real_ones(standin: StandIn) -> None:
             return reply.was_running, None
 
     assert asyncio.run(call()) == (False, grpc.StatusCode.NOT_FOUND)
+
+
+@pytest.mark.parametrize(("budget", "gib"), [
+    ("256GiB", 256), (" 256 GiB ", 256), ("256G", 50), ("1TiB", 50), ("1.5GiB", 50),
+    ("256gib", 50), ("512MiB", 0.5), ("lots MiB", 0), ("auto", 64 - 5),
+])
+def test_budget_spellings_read_as_cuzk_reads_them(budget: str, gib: float) -> None:
+    assert parse_budget(budget, 64 << 30, "5GiB") == int(gib * (1 << 30))

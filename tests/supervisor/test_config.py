@@ -87,11 +87,10 @@ MISTAKES = [
      "greater than zero"),
     (GOOD_ENGINE + 'output_burst_bytes = "lots"\n', "engine[0].output_burst_bytes",
      "invalid size"),
-    # The stop sequence must fit in the shutdown: drain_timeout + stop_timeout <= grace.
-    (GOOD_ENGINE + 'drain_timeout = "25s"\n', "engine[0].drain_timeout",
-     "drain_timeout 25s + stop_timeout 10s is more than supervisor.shutdown_grace (30s)"),
-    ('[supervisor]\nshutdown_grace = "5s"\n' + GOOD_ENGINE + 'drain = "none"\n',
+    # A shutdown drains for what the grace leaves; the stop signal's time must fit in it.
+    ('[supervisor]\nshutdown_grace = "5s"\n' + GOOD_ENGINE,
      "engine[0].stop_timeout", "stop_timeout 10s is more than supervisor.shutdown_grace (5s)"),
+    (GOOD_ENGINE + 'drain = "cuzk"\n', "engine[0].drain", "only for type = \"cuzk\""),
     (GOOD_ENGINE + 'drain = "slow"\n', "engine[0].drain", "slow"),
     (GOOD_ENGINE + 'drain_timeout = 0\n', "engine[0].drain_timeout", "greater than zero"),
     ('[[engine]]\nname = "c"\ncommand = ["cuzk"]\ndrain = "quiet"\n', "engine[0].drain",

@@ -43,7 +43,7 @@ def test_the_status_address_comes_from_cuzks_status_listen(tmp_path: Path, statu
     assert config.status_address(engine) == polled
     # cuzk's default gRPC address, as cuzk writes it
     assert config.grpc_address(engine) == "unix:///run/curio/cuzk.sock"
-    assert engine.drain_mode == "quiet"  # a stop waits on that status, as with a status_url
+    assert engine.drain_mode == "cuzk"  # a stop waits for no job held, in /status and gRPC
 
 
 def test_a_wildcard_status_listener_is_warned_about(tmp_path: Path) -> None:

@@ -13,8 +13,9 @@ What it does as the real one does:
   none; a bind failure is logged as an ERROR and the daemon runs on without it), ``[gpus]
   devices`` (default ``[0]``: the stand-in runs no ``nvidia-smi``) and ``gpu_workers_per_device``
   (default 2; worker ids are global), ``[memory] total_budget`` (``"auto"`` = MemTotal -
-  ``safety_margin``, or a size in GiB/MiB/GB/MB/bytes; any other spelling silently becomes
-  50 GiB), ``[pipeline] max_parallel_synthesis`` (18; 0 also means 18), ``[logging] level``.
+  ``safety_margin``, or a whole number of GiB/MiB/GB/MB or bytes; any other spelling
+  silently becomes 50 GiB, an unreadable number of MiB/MB 0), ``[pipeline]
+  max_parallel_synthesis`` (18; 0 also means 18), ``[logging] level``.
   An unparseable file, a bad address or a gRPC bind failure: ``Error: ...`` on stderr, exit 1.
 - **Logs**: tracing-subscriber's default text format with ANSI colours on stdout, one line per
   event (``<ts>Z  INFO cuzk_daemon: cuzk-daemon ready, serving on <listen>`` once gRPC is bound;
@@ -190,16 +191,18 @@ def parse_args(argv: list[str]) -> dict[str, str]:
 
 
 def parse_budget(value: object, memtotal: int, margin: object) -> int:
-    """``[memory] total_budget`` as cuzk reads it: a spelling it does not know is 50 GiB."""
+    """``[memory] total_budget`` as cuzk reads it: trimmed, then a case-sensitive ``GiB``,
+    ``MiB``, ``GB`` or ``MB`` suffix on a whole number, or whole bytes. A number it cannot read
+    becomes 0 after ``MiB``/``MB`` and 50 GiB otherwise (``"256G"``, ``"1TiB"``, ``"1.5GiB"``)."""
     if value == "auto":
         return max(memtotal - parse_budget(margin, memtotal, "5GiB"), 0)
-    if isinstance(value, int):
-        return value
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(GiB|MiB|GB|MB)?\s*", str(value))
-    if match is None:
-        return 50 * GIB
-    unit = {"GiB": GIB, "MiB": MIB, "GB": 10**9, "MB": 10**6, None: 1}[match.group(2)]
-    return int(float(match.group(1)) * unit)
+    text = str(value).strip()
+    for suffix, unit, unreadable in (("GiB", GIB, 50 * GIB), ("MiB", MIB, 0),
+                                     ("GB", 10**9, 50 * GIB), ("MB", 10**6, 0)):
+        if text.endswith(suffix):
+            number = text.removesuffix(suffix).strip()
+            return int(number) * unit if re.fullmatch(r"\+?[0-9]+", number) else unreadable
+    return int(text) if re.fullmatch(r"\+?[0-9]+", text) else 50 * GIB
 
 
 def host_memtotal() -> int:

@@ -2,8 +2,11 @@
 
 The sequence (docs/supervisor.md): let in-flight work end within ``drain_timeout`` -- ``http``
 asks the engine to drain and waits for it to exit, ``quiet`` waits for a status with no
-partition synthesizing or on a GPU -- then the stop signal to the process group, then SIGKILL
-after ``stop_timeout``. A stalled engine skips to SIGKILL (it has nothing left to drain).
+partition synthesizing or on a GPU, ``cuzk`` for one with no job held (``/status`` and
+``GetStatus``) -- then the stop signal to the process group, then SIGKILL after
+``stop_timeout``. A stalled engine skips to SIGKILL (it has nothing left to drain). A stop that
+must end within a bound (a shutdown's ``shutdown_grace``) drains for what the bound leaves
+after ``stop_timeout``: the grace bounds everything, and the stop signal still gets its time.
 
 Every rule of it -- which deadline applies, when the status is read, which signal counts as the
 one that throws work away, how a drain is judged -- is decided here from values. The runner
@@ -21,6 +24,19 @@ from cuzkd.states import DrainResult
 
 #: Longest pause between two status reads while a drain waits (the health interval, if shorter).
 DRAIN_POLL = 0.5
+#: Drain modes that end on status reads showing a quiet moment (``http`` ends on the exit), and
+#: how many reads in a row must show it. cuzk's: two, a read apart -- a job that has just
+#: finished is off its queues before its ``Prove`` reply (the proof) has left for the client,
+#: and a stop signal in between would throw the finished proof away.
+QUIET_READS = {"quiet": 1, "cuzk": 2}
+
+
+def drain_budget(drain_timeout: float, stop_timeout: float, within: float | None) -> float:
+    """How long a stop may drain: ``drain_timeout``, or less when the whole stop must end
+    ``within`` seconds -- what is left of that after ``stop_timeout`` (never below 0)."""
+    if within is None:
+        return drain_timeout
+    return max(0.0, min(drain_timeout, within - stop_timeout))
 
 
 @dataclass(frozen=True)
@@ -89,7 +105,7 @@ class Phase(enum.Enum):
 class StopSequence:
     """What one stop does next; build it with :meth:`begin`."""
 
-    #: ``http``, ``quiet`` or ``none`` (none when this stop skips the drain)
+    #: ``http``, ``quiet``, ``cuzk`` or ``none`` (none when this stop skips the drain)
     drain_mode: str
     drain_timeout: float
     stop_timeout: float
@@ -104,13 +120,18 @@ class StopSequence:
     drain_requested: bool = False
     next_read: float = 0.0
     quiet_seen: bool = False
+    #: status reads in a row that showed the quiet moment
+    quiet_reads: int = 0
 
     @classmethod
     def begin(cls, now: float, *, drain_mode: str, drain_timeout: float, stop_timeout: float,
-              health_interval: float, kill_reason: str | None = None) -> StopSequence:
+              health_interval: float, kill_reason: str | None = None,
+              within: float | None = None) -> StopSequence:
         """A stop starting at ``now``. ``drain_mode`` ``none`` skips the drain (the engine's
         setting, or a stop of an engine whose status never answered); ``kill_reason``: SIGKILL
-        at once, for that reason."""
+        at once, for that reason; ``within``: seconds the whole stop may take (see
+        :func:`drain_budget`)."""
+        drain_timeout = drain_budget(drain_timeout, stop_timeout, within)
         if kill_reason is not None:
             phase, deadline = Phase.KILL_DUE, now
         elif drain_mode != "none":
@@ -131,9 +152,12 @@ class StopSequence:
             self.phase = Phase.SIGNAL_DUE
 
     def status_read(self, quiet: bool) -> None:
-        """A status read while draining; ``quiet``: it showed no compute in progress (only a
-        ``quiet`` drain ends on that; an ``http`` drain ends when the engine exits)."""
-        self.quiet_seen = self.quiet_seen or (quiet and self.drain_mode == "quiet")
+        """A status read while draining; ``quiet``: it showed the quiet moment the drain mode
+        waits for (``quiet``, ``cuzk``: see :data:`QUIET_READS`; an ``http`` drain ends when
+        the engine exits)."""
+        needed = QUIET_READS.get(self.drain_mode)
+        self.quiet_reads = self.quiet_reads + 1 if quiet else 0
+        self.quiet_seen = self.quiet_seen or (needed is not None and self.quiet_reads >= needed)
 
     def step(self, now: float, *, exited: bool, killed: bool = False) -> Step:
         """What to do at ``now``. ``exited``: the process is gone; ``killed``: someone

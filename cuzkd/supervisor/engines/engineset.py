@@ -182,12 +182,13 @@ class EngineSet:
         return todo
 
     async def stop_all(self, grace: float, *, hurry: bool = False) -> None:
-        """Run every engine's stop sequence in parallel; ``grace`` caps them all: after it,
-        SIGKILL whatever is left. ``hurry``: SIGKILL at once (a second stop signal). The
-        phase is ``stopping`` by then: no engine starts after its stop."""
+        """Run every engine's stop sequence in parallel; ``grace`` caps them all: each drains
+        for what the grace leaves after its stop_timeout, and after it whatever is left gets
+        SIGKILL. ``hurry``: SIGKILL at once (a second stop signal). The phase is ``stopping``
+        by then: no engine starts after its stop."""
         runners = list(self._runners.values())
         for r in runners:
-            r.request_stop(StopReason.SHUTDOWN)
+            r.request_stop(StopReason.SHUTDOWN, within=grace)
         if hurry:
             self.kill_now()
         try:

@@ -27,6 +27,8 @@ from typing import Any
 import structlog
 
 from cuzkd.config import Config, EngineConfig
+from cuzkd.cuzk.client import read_queues
+from cuzkd.cuzk.reading import QueueReading
 from cuzkd.errortext import error_text
 from cuzkd.gpus import GpuView
 from cuzkd.labelbudget import LabelBudgets
@@ -46,7 +48,7 @@ from cuzkd.status.derive import ExtensionDeriver
 from cuzkd.status.document import IN_FLIGHT_STATES
 from cuzkd.supervisor.core.backoff import Backoff
 from cuzkd.supervisor.core.cadence import HealthCadence
-from cuzkd.supervisor.core.drain import count_partitions, is_quiet
+from cuzkd.supervisor.core.drain import count_partitions, cuzk_idle, is_quiet, lost_jobs
 from cuzkd.supervisor.core.exitcause import exit_message, process_cause
 from cuzkd.supervisor.core.freezes import said_nothing
 from cuzkd.supervisor.core.lifecycle import (
@@ -86,6 +88,11 @@ from cuzkd.supervisor.tasks import TaskSet
 
 log = structlog.get_logger("cuzkd.supervisor")
 
+#: Job ids named in one ``engine_stop_jobs_lost`` event: an engine listing thousands of jobs
+#: must not make one log line of megabytes (the counts stay exact).
+LOGGED_JOB_IDS = 100
+
+
 class EngineRunner:
     """Runs one configured engine; its processes are spawned through the ``children`` table."""
 
@@ -123,6 +130,10 @@ class EngineRunner:
         self._log = log.bind(engine=spec.name)
         #: the label budgets of this engine's series and derived state, freed at each spawn
         self.labels = LabelBudgets(spec.name, spec.label_limits)
+        #: cuzk's gRPC address (a cuzk engine's ``[daemon] listen``), read by its drain
+        self._grpc_address = config.grpc_address(spec)
+        #: the last GetStatus of the current stop's drain (None: none read in this stop)
+        self._queues: QueueReading | None = None
         #: None for an engine without a status URL: supervised by its process alone
         self.status_source = StatusSource(
             self.status_address, timeout=spec.status_timeout, log=self._log,
@@ -158,8 +169,12 @@ class EngineRunner:
         self._descendants.killed = inherited_kills
         #: why the next stop is made (None: a health kill, not counted)
         self._stop_reason: StopReason | None = None
+        #: seconds the next stop may take in all (a shutdown's grace; None: its own budget)
+        self._stop_within: float | None = None
         #: reason -> partitions in flight when the supervisor stopped the engine
         self.stop_inflight: Counter[str] = Counter()
+        #: proof kind -> jobs the engine held when the supervisor stopped it (thrown away)
+        self.jobs_lost: Counter[str] = Counter()
         #: drain result (clean, timeout) -> drains
         self.drains: Counter[str] = Counter()
         #: times the health loop died of an exception and was started again
@@ -238,9 +253,12 @@ class EngineRunner:
         self.request_stop(reason)
         await self.wait_stopped()
 
-    def request_stop(self, reason: StopReason = StopReason.OPERATOR) -> None:
-        """Begin the stop sequence (or cancel a pending restart) now, without waiting."""
-        self._stop_reason = reason
+    def request_stop(self, reason: StopReason = StopReason.OPERATOR, *,
+                     within: float | None = None) -> None:
+        """Begin the stop sequence (or cancel a pending restart) now, without waiting;
+        ``within``: seconds the whole stop may take (a shutdown's grace: the drain gets what
+        it leaves after stop_timeout)."""
+        self._stop_reason, self._stop_within = reason, within
         abandoned: list[Action] = []
         if self._gate is not None:  # nothing runs yet: the spawn waiting is dropped
             self._gate.cancel()
@@ -373,14 +391,17 @@ class EngineRunner:
                         pending.extend(self._spawn())
                 case Stop(kill=kill, drain=drain):
                     reason, self._stop_reason = self._stop_reason, None
-                    self._track(self._stop_guarded(kill=kill, drain=drain, reason=reason))
+                    within, self._stop_within = self._stop_within, None
+                    self._track(self._stop_guarded(kill=kill, drain=drain, reason=reason,
+                                                   within=within))
                 case ScheduleStart(delay=delay):
                     self._timer = asyncio.get_running_loop().call_later(delay, self._elapsed)
                 case CancelScheduledStart():
                     if self._timer is not None:
                         self._timer.cancel()
                         self._timer = None
-        self._stop_reason = None  # a reason belongs to the request that set it
+        # a reason (and a bound) belongs to the request that set it
+        self._stop_reason, self._stop_within = None, None
         for t in self.lifecycle.take_transitions():
             self._log.info("engine_state", old=str(t.old), new=str(t.new), reason=t.reason,
                            pid=self.lifecycle.pid, cause=self.lifecycle.last_exit_cause,
@@ -446,34 +467,36 @@ class EngineRunner:
         self._health_task = self._track(self._supervise_health())
         return actions
 
-    async def _stop_guarded(self, *, kill: bool, drain: bool,
-                            reason: StopReason | None) -> None:
+    async def _stop_guarded(self, *, kill: bool, drain: bool, reason: StopReason | None,
+                            within: float | None) -> None:
         """:meth:`_stop_process`, whose failure (a bug) still ends in the process's end: its
         group is SIGKILLed, so the engine never stays ``stopping`` with nothing stopping it."""
         proc = self._process
         try:
-            await self._stop_process(kill=kill, drain=drain, reason=reason)
+            await self._stop_process(kill=kill, drain=drain, reason=reason, within=within)
         except Exception as exc:  # the stop must end whatever went wrong
             self._log.error("engine_stop_failed", error=error_text(exc), exc_info=exc)
             if proc is not None and proc is self._process:
                 self._kill(proc)
 
-    async def _stop_process(self, *, kill: bool, drain: bool,
-                            reason: StopReason | None) -> None:
+    async def _stop_process(self, *, kill: bool, drain: bool, reason: StopReason | None,
+                            within: float | None) -> None:
         """Carry out the stop sequence (:mod:`.stopsequence` decides every step): drain (at
-        most drain_timeout), the stop signal, SIGKILL of the group after stop_timeout; ``kill``
-        skips to SIGKILL."""
+        most drain_timeout, less when the stop must end ``within`` seconds), the stop signal,
+        SIGKILL of the group after stop_timeout; ``kill`` skips to SIGKILL."""
         proc = self._process
         if proc is None:
             return
         exited, spec = self._exited, self.spec
+        self._queues = None
         sequence = StopSequence.begin(
             self._clock(), drain_mode=spec.drain_mode if drain else "none",
             drain_timeout=spec.drain_timeout, stop_timeout=spec.stop_timeout,
-            health_interval=spec.health_interval, kill_reason="stalled" if kill else None)
+            health_interval=spec.health_interval, kill_reason="stalled" if kill else None,
+            within=within)
         if sequence.draining:
             self._log.info("engine_drain", pid=proc.pid, mode=spec.drain_mode,
-                           timeout=spec.drain_timeout)
+                           timeout=round(sequence.deadline - sequence.started, 3))
         while True:
             match sequence.step(self._clock(), exited=exited.is_set(), killed=self._killed):
                 case RequestDrain(by=by):
@@ -519,21 +542,37 @@ class EngineRunner:
 
     async def _read_quiet(self) -> bool:
         """Read the status while draining (it also keeps the count of work in flight fresh);
-        True when it shows a quiet moment."""
+        True when it shows a quiet moment -- for a ``cuzk`` drain, ``GetStatus`` too."""
         if self.status_source is None or not await self.status_source.poll():
             return False
         doc = self.status_source.latest()
-        return doc is not None and is_quiet(doc)
+        if doc is None:
+            return False
+        if self.spec.drain_mode != "cuzk" or self._grpc_address is None:
+            return is_quiet(doc)
+        self._queues = await read_queues(self._grpc_address, self.spec.status_timeout)
+        if not self._queues.known:
+            self._limited.log(self._log, "warning", "engine_grpc_status_failed",
+                              key="GetStatus", error=self._queues.error)
+        return cuzk_idle(doc, self._queues)
 
     def _count_inflight(self, reason: StopReason | None) -> None:
-        """Count the partitions in flight, by the last status read, as the engine is stopped
-        (what this stop throws away); health kills (reason None) are not counted."""
+        """Count the partitions and jobs in flight, by the last status read (and, for a cuzk
+        engine, the drain's last GetStatus), as the engine is stopped: what this stop throws
+        away. Health kills (reason None) are not counted."""
         if reason is None or self.status_source is None:
             return
-        lost = count_partitions(self.status_source.latest(), IN_FLIGHT_STATES)
+        doc = self.status_source.latest()
+        lost = count_partitions(doc, IN_FLIGHT_STATES)
         self.stop_inflight[reason] += lost
         if lost:
             self._log.warning("engine_stop_inflight", reason=reason, partitions=lost)
+        jobs = lost_jobs(doc, self._queues)
+        self.jobs_lost.update(jobs.by_kind)
+        if jobs.by_kind:
+            self._log.warning("engine_stop_jobs_lost", reason=reason, jobs=jobs.by_kind,
+                              job_ids=list(jobs.job_ids[:LOGGED_JOB_IDS]),
+                              job_ids_left_out=max(0, len(jobs.job_ids) - LOGGED_JOB_IDS))
 
     def _kill(self, proc: ChildProcess) -> None:
         """SIGKILL the group, remembering it so the death is not blamed on the OOM killer."""
@@ -688,6 +727,7 @@ class EngineRunner:
             stalls_total=self.stall.stalls_total,
             stalled=self.stall.stalled,
             stop_inflight_partitions_total=dict(self.stop_inflight),
+            jobs_lost_total=dict(self.jobs_lost),
             drains_total=dict(self.drains),
             health_loop_failures_total=self.health_loop_failures,
             output_dropped_lines_total=self._output_budget.dropped_lines_total,
