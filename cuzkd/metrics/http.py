@@ -32,7 +32,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 #: few per cent of size on metric text.
 _GZIP_LEVEL = 5
 
-_log = structlog.get_logger(__name__)
+_log = structlog.get_logger("cuzkd.metrics")
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,7 @@ _BINARY_MODE = 0o755
 _DIR_MODE = 0o755
 _COPY_CHUNK = 1 << 20
 
-_log = structlog.get_logger(__name__)
+_log = structlog.get_logger("cuzkd.swap")
 
 T = TypeVar("T")
 
@@ -176,18 +176,18 @@ class ReleaseStore:
             for entry in directory.iterdir():
                 if rules.is_temp_name(entry.name):
                     remove_entry(entry)
-                    _log.warning("swap_recover_removed_temp", path=str(entry))
+                    _log.warning("swap_temp_removed", path=str(entry))
             fsync_dir(directory)
         current_text = self._link_text(rules.CURRENT_LINK)
         previous_text = self._link_text(rules.PREVIOUS_LINK)
         current, previous = self._resolve(current_text), self._resolve(previous_text)
         if current is None and current_text is not None:
             if previous is not None:
-                _log.warning("swap_recover_fell_back", release=previous.id)
+                _log.warning("swap_current_restored", release=previous.id)
                 run_steps(self._flip_steps(rules.CURRENT_LINK, previous))
                 current = previous
             else:
-                _log.warning("swap_recover_no_usable_release")
+                _log.warning("swap_current_removed")
                 self._unlink(rules.CURRENT_LINK)
         stale_previous = previous is None or current is None or previous.id == current.id
         if stale_previous and previous_text is not None:

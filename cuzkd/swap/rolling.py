@@ -42,7 +42,7 @@ ACCEPT_RETRY = 1.0
 
 Progress = Callable[[dict[str, Any]], None]
 
-_log = structlog.get_logger(__name__)
+_log = structlog.get_logger("cuzkd.swap")
 
 T = TypeVar("T")
 
@@ -614,7 +614,7 @@ class SwapCoordinator:
 
     @staticmethod
     def _step(progress: Progress, step: str, **fields: Any) -> None:
-        _log.info("swap_step", step=step, **fields)
+        _log.info("swap_step_reached", step=step, **fields)
         progress({"event": step, **fields})
 
 

@@ -194,7 +194,7 @@ def test_every_status_failure_says_why(tmp_path: Path) -> None:
         assert {e["state"] for e in failures if e["engine"] != "late-hang"} == {"starting"}
         # (a poll before it listened may have failed too, while it was starting)
         assert "running" in {e["state"] for e in failures if e["engine"] == "late-hang"}
-        kills = [e["reason"] for e in sup.events("engine_state", new="stopping")]
+        kills = [e["reason"] for e in sup.events("engine_state_changed", new="stopping")]
         assert len(kills) == len(FAILING) and all("(last error: " in r for r in kills), kills
         log = sup.log_text()
         assert "TimeoutError: " not in log and "error: None" not in log

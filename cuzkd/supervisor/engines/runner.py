@@ -256,7 +256,7 @@ class EngineRunner:
         """Skip the rest of the stop sequence (drain, stop_timeout): SIGKILL the group of a
         stopping engine, and the leftovers of exited ones still being stopped."""
         if self.lifecycle.state is State.STOPPING and self._process is not None:
-            self._log.warning("engine_kill", pid=self._process.pid, reason="stop hurried")
+            self._log.warning("engine_killed", pid=self._process.pid, reason="stop hurried")
             self._kill(self._process)
         self._descendants.kill_now()
 
@@ -357,7 +357,7 @@ class EngineRunner:
                         self._timer = None
         self._stop_reason = None  # a reason belongs to the request that set it
         for t in self.lifecycle.take_transitions():
-            self._log.info("engine_state", old=str(t.old), new=str(t.new), reason=t.reason,
+            self._log.info("engine_state_changed", old=str(t.old), new=str(t.new), reason=t.reason,
                            pid=self.lifecycle.pid, cause=self.lifecycle.last_exit_cause,
                            restart_delay=_delay(self.lifecycle.next_start_at, self._clock()))
         self._changed.set()
@@ -381,7 +381,7 @@ class EngineRunner:
         pinned to GPUs, once they hold nothing of the previous process and have
         ``gpu_memory_needed`` free, or after ``gpu_release_timeout`` (then say why)."""
         if self._descendants.sweeping:
-            self._log.info("engine_spawn_waits_for_leftovers",
+            self._log.info("engine_spawn_waiting",
                            pids=sorted(p.pid for p in self._descendants.sweeping))
             await self._descendants.wait_swept()
         await self._launch.wait_for_gpus(self._log)
@@ -446,7 +446,7 @@ class EngineRunner:
             drain_timeout=spec.drain_timeout, stop_timeout=spec.stop_timeout,
             health_interval=spec.health_interval, kill_reason="stalled" if kill else None)
         if sequence.draining:
-            self._log.info("engine_drain", pid=proc.pid, mode=spec.drain_mode,
+            self._log.info("engine_drain_requested", pid=proc.pid, mode=spec.drain_mode,
                            timeout=spec.drain_timeout)
         while True:
             match sequence.step(self._clock(), exited=exited.is_set(), killed=self._killed):
@@ -463,10 +463,10 @@ class EngineRunner:
                     if ends_work:
                         self._count_inflight(reason)
                     if kill_it:
-                        self._log.warning("engine_kill", pid=proc.pid, reason=why)
+                        self._log.warning("engine_killed", pid=proc.pid, reason=why)
                         self._kill(proc)
                     else:
-                        self._log.info("engine_stop", pid=proc.pid, signal=spec.stop_signal)
+                        self._log.info("engine_stopping", pid=proc.pid, signal=spec.stop_signal)
                         self._stop_signalled = True
                         proc.signal_group(spec.stop_signum)
                 case WaitUntil(at=at):
@@ -507,7 +507,7 @@ class EngineRunner:
         lost = count_partitions(self.status_source.latest(), IN_FLIGHT_STATES)
         self.stop_inflight[reason] += lost
         if lost:
-            self._log.warning("engine_stop_inflight", reason=reason, partitions=lost)
+            self._log.warning("engine_inflight_lost", reason=reason, partitions=lost)
 
     def _kill(self, proc: ChildProcess) -> None:
         """SIGKILL the group, remembering it so the death is not blamed on the OOM killer."""

@@ -144,7 +144,7 @@ class ChildTable:
             try:
                 cause = exit_cause(await asyncio.wait_for(asyncio.shield(exited), timeout))[0]
             except TimeoutError:
-                oneshot_log.warning("oneshot_kill", pid=proc.pid, reason=f"{timeout:g}s elapsed")
+                oneshot_log.warning("oneshot_killed", pid=proc.pid, reason=f"{timeout:g}s elapsed")
                 proc.signal_group(signal.SIGKILL)
                 await exited
                 cause = "timeout"
