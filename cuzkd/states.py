@@ -76,6 +76,8 @@ class ExitCause(enum.StrEnum):
     OOM_KILLED = "oom_killed"
     #: the process dumped core (WCOREDUMP)
     CORE_DUMPED = "core_dumped"
+    #: it exited 0 while its descendants ran on: it put itself in the background
+    DAEMONIZED = "daemonized"
 
 
 class StopIntent(enum.Enum):

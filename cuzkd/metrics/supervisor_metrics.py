@@ -34,7 +34,7 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
                  labels=e)
     exits = c("cuzkd_engine_exits_total",
               "Engine process exits by cause: stopped, swap, unhealthy, stalled, "
-              "start_timeout, oom_killed, core_dumped, signal_NAME, exit_N.",
+              "start_timeout, oom_killed, core_dumped, signal_NAME, daemonized, exit_N.",
               labels=["engine", "cause"])
     stalls = c("cuzkd_engine_stalls_total",
                "Stalls the watchdog declared: work and no progress for stall_after, or a "

@@ -13,7 +13,9 @@ own stop escalation look the same to ``waitpid``. So causes are decided by prece
 3. ``core_dumped``: the process dumped core (WCOREDUMP: SIGSEGV, SIGABRT, ... with core
    dumps enabled);
 4. ``signal_NAME``: killed by another signal (``signal_SIGKILL``, ``signal_SIGTERM``);
-5. ``exit_N``: exited with status N (``exit_0`` is a clean exit).
+5. ``daemonized``: exited 0 while its descendants ran on -- it forked into the background, so
+   cuzkd supervises nothing (and ends them: see :data:`DAEMONIZED_ERROR`); not clean;
+6. ``exit_N``: exited with status N (``exit_0`` is a clean exit).
 
 Pure: the caller decodes the wait status (:func:`cuzkd.supervisor.proc.reaper.ended`), reads
 the counters and says whether it sent SIGKILL itself.
@@ -25,6 +27,10 @@ import signal
 from dataclasses import dataclass
 
 from cuzkd.states import ExitCause
+
+#: What a ``daemonized`` exit tells the operator (the log event, ``last_error``).
+DAEMONIZED_ERROR = ("the engine's process exited 0 while its descendants ran on -- engines "
+                    "must run in the foreground")
 
 
 @dataclass(frozen=True)
@@ -39,12 +45,13 @@ class ProcessEnd:
 
 
 def process_cause(end: ProcessEnd, *, supervisor_killed: bool, oom_kills_moved: bool,
-                  ) -> tuple[str, bool]:
+                  descendants_left: bool = False) -> tuple[str, bool]:
     """(cause, clean) of how a process ended, without the supervisor's intent.
 
     ``supervisor_killed``: the supervisor sent SIGKILL to this process (its stop escalation or
     a hurried stop), so a SIGKILL death is never blamed on the OOM killer. ``oom_kills_moved``:
-    an OOM-kill counter covering the process grew while it ran. ``clean`` is True only for
+    an OOM-kill counter covering the process grew while it ran. ``descendants_left``: some
+    of its descendants were still alive when it had exited. ``clean`` is True only for
     ``exit_0``.
     """
     if end.signal is not None:
@@ -53,6 +60,8 @@ def process_cause(end: ProcessEnd, *, supervisor_killed: bool, oom_kills_moved: 
         if end.core_dumped:
             return ExitCause.CORE_DUMPED, False
         return f"signal_{signal_name(end.signal)}", False
+    if end.exit_code == 0 and descendants_left:
+        return ExitCause.DAEMONIZED, False
     return f"exit_{end.exit_code}", end.exit_code == 0
 
 

@@ -37,6 +37,7 @@ from cuzkd.states import (
     INTENT_CAUSES,
     START_PENDING,
     DrainResult,
+    ExitCause,
     State,
     StopReason,
 )
@@ -45,7 +46,7 @@ from cuzkd.status.document import IN_FLIGHT_STATES
 from cuzkd.supervisor.core.backoff import Backoff
 from cuzkd.supervisor.core.cadence import HealthCadence
 from cuzkd.supervisor.core.drain import count_partitions, is_quiet
-from cuzkd.supervisor.core.exitcause import process_cause
+from cuzkd.supervisor.core.exitcause import DAEMONIZED_ERROR, process_cause
 from cuzkd.supervisor.core.freezes import said_nothing
 from cuzkd.supervisor.core.lifecycle import (
     Action,
@@ -295,6 +296,7 @@ class EngineRunner:
         known = self._descendants.known_pids()
         leftovers = self._descendants.take_leftovers(proc.pid)
         self._launch.previous_process_ended({proc.pid, *known, *(p.pid for p in leftovers)})
+        group_left = False
         if self._stop_signalled and not self._killed and leftovers:
             # The stop signal reached the whole group, and a wrapper shell that does not exec
             # dies of it at once while the engine under it still shuts down: what is left gets
@@ -303,7 +305,8 @@ class EngineRunner:
         else:
             # Leftover helpers of a dead engine would hold GPU memory (or its port) from its
             # replacement: its group dies at once, escaped descendants get stop_timeout.
-            if proc.signal_group(signal.SIGKILL):
+            group_left = proc.signal_group(signal.SIGKILL)
+            if group_left:
                 self._log.info("engine_group_killed", pid=proc.pid, reason="main process exited")
             if leftovers:
                 self._descendants.stop(leftovers, proc.pid)
@@ -314,7 +317,11 @@ class EngineRunner:
             self._health_task.cancel()
         oom_moved = self._oom is not None and self._oom.moved()
         cause, clean = process_cause(ended(wait_status), supervisor_killed=self._killed,
-                                     oom_kills_moved=oom_moved)
+                                     oom_kills_moved=oom_moved,
+                                     descendants_left=group_left or bool(leftovers))
+        if cause == ExitCause.DAEMONIZED:
+            self._log.warning("engine_daemonized", pid=proc.pid, error=DAEMONIZED_ERROR,
+                              pids=sorted(p.pid for p in leftovers))
         # Taken before the lifecycle acts: an immediate restart replaces the tail.
         tail = self._stderr.exited()
         self._apply(self.lifecycle.exited(cause, clean, self._clock()))
