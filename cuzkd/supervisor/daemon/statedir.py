@@ -108,7 +108,8 @@ def unusable_dir(config: Config, exc: OSError, *, control_socket: bool = False) 
         key = "key `supervisor.state_dir`"
     else:
         key = f"key `supervisor.state_dir` (unset: the default state dir, {config.state_dir})"
+    path = exc.filename or (config.control_socket.parent if control_socket else config.state_dir)
     return ConfigError(
-        f"{where}: {key}: cannot write {exc.filename}: {exc.strerror}; cuzkd needs a writable "
+        f"{where}: {key}: cannot write {path}: {exc.strerror}; cuzkd needs a writable "
         f"directory owned by the user it runs as (uid {os.geteuid()}) -- under systemd, "
         f"StateDirectory= makes one")
