@@ -120,9 +120,9 @@ def run(args: argparse.Namespace, load_shape: str, stop: str, drain: str) -> Row
                            counter(sup, "cuzkd_engine_stop_inflight_partitions_total"))
         sent = load.stop()
         if stop == "shutdown":  # the counters died with the supervisor: its log has them
-            lost_events = sup.events("engine_stop_jobs_lost")
+            lost_events = sup.events("engine_jobs_lost")
             jobs = sum(sum(e["jobs"].values()) for e in lost_events)
-            parts = sum(e["partitions"] for e in sup.events("engine_stop_inflight"))
+            parts = sum(e["partitions"] for e in sup.events("engine_inflight_lost"))
         sup.stop()
         return Row(load_shape, stop, drain, in_flight, sum(s.outcome == "lost" for s in sent),
                    jobs, parts, seconds)

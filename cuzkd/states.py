@@ -84,6 +84,8 @@ class ExitCause(enum.StrEnum):
     ERROR = "error"
     #: cuzk exited 2: its command line was refused (an unknown flag, such as ``--version``)
     USAGE = "usage"
+    #: it exited 0 while its descendants ran on: it put itself in the background
+    DAEMONIZED = "daemonized"
 
 
 class StopIntent(enum.Enum):

@@ -357,7 +357,8 @@ def fleet() -> Json:
                    "On purpose: stopped (operator, reload, shutdown), swap (binary swap). "
                    "Killed by cuzkd: unhealthy (status silent), stalled (no progress), "
                    "start_timeout. By the engine or the kernel: oom_killed, core_dumped, "
-                   "signal_X, exit_N; a cuzk engine's panic, error (Error: ...) and usage "
+                   "signal_X, daemonized (exited 0 leaving its children: run it in the "
+                   "foreground), exit_N; a cuzk engine's panic, error (Error: ...) and usage "
                    "(its command line refused). Bad: anything but stopped and swap; `cuzkd "
                    "status ENGINE` shows the last stderr lines and, for cuzk, what it said.",
                    [Q(agg(f"{BY_ENGINE}, cause",

@@ -101,10 +101,12 @@ def test_the_intent_causes_are_every_cause_an_intent_leads_to_and_only_those() -
         assert machine.last_exit_cause == INTENT_CAUSE[intent]
     assert counted == set(INTENT_CAUSES)
     assert len(INTENT_CAUSES) == len(counted)  # each once
-    by_itself = {process_cause(end, supervisor_killed=False, oom_kills_moved=True)[0]
+    by_itself = {process_cause(end, supervisor_killed=False, oom_kills_moved=True,
+                               descendants_left=True)[0]
                  for end in (ProcessEnd(signal.SIGKILL, None), ProcessEnd(signal.SIGSEGV, None,
-                                                                           core_dumped=True))}
-    assert by_itself == {ExitCause.OOM_KILLED, ExitCause.CORE_DUMPED}
+                                                                           core_dumped=True),
+                             ProcessEnd(None, 0))}
+    assert by_itself == {ExitCause.OOM_KILLED, ExitCause.CORE_DUMPED, ExitCause.DAEMONIZED}
     assert not by_itself & set(INTENT_CAUSES)
 
 

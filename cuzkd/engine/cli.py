@@ -94,7 +94,7 @@ async def serve(config: ProverConfig, listen: str) -> int:
         signals += 1
         name = signal.Signals(signum).name
         if signals > 1:
-            _log.warning("engine_killed", signal=name)
+            _log.warning("engine_drain_abandoned", signal=name)
             os._exit(128 + signum)
         if not engine.begin_drain(config.drain_timeout_secs, name):
             _log.warning("engine_drain_cut", signal=name, open_jobs=engine.open_jobs)

@@ -22,7 +22,7 @@ from cuzkd.metrics.sample import SupervisorSample
 from cuzkd.metrics.supervisor_metrics import supervisor_families
 from cuzkd.metrics.tally import first_by
 
-_log = structlog.get_logger(__name__)
+_log = structlog.get_logger("cuzkd.metrics")
 #: one traceback per engine per 10 s, however often Prometheus scrapes
 _limited = LimitedLog()
 

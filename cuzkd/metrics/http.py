@@ -36,7 +36,7 @@ BodySender = Callable[[web.Request, bytes, LooseHeaders], Awaitable[web.StreamRe
 #: few per cent of size on metric text.
 _GZIP_LEVEL = 5
 
-_log = structlog.get_logger(__name__)
+_log = structlog.get_logger("cuzkd.metrics")
 
 
 @dataclass(frozen=True)

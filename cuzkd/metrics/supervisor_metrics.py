@@ -43,7 +43,7 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
                  labels=e)
     exits = c("cuzkd_engine_exits_total",
               "Engine process exits by cause: stopped, swap, unhealthy, stalled, "
-              "start_timeout, oom_killed, core_dumped, signal_NAME, exit_N; for cuzk "
+              "start_timeout, oom_killed, core_dumped, signal_NAME, daemonized, exit_N; for cuzk "
               "engines panic (101), error (1) and usage (2) instead of those exit_N.",
               labels=["engine", "cause"])
     stalls = c("cuzkd_engine_stalls_total",

@@ -52,7 +52,7 @@ from cuzkd.status.document import (
     WorkerBusyTotal,
 )
 
-_log = structlog.get_logger(__name__)
+_log = structlog.get_logger("cuzkd.status")
 
 
 #: target phase -> the phase a partition must be in to enter it (``failed``: any non-terminal).
@@ -173,7 +173,7 @@ class StatusTracker:
             now = self._clock()
             self._collect_finished(now)
             if job_id in self._jobs:
-                _log.debug("status_duplicate_job", job_id=job_id)
+                _log.debug("status_job_duplicated", job_id=job_id)
                 return
             self._jobs[job_id] = _JobRecord(proof_kind, partitions, now)
             self._jobs_in_flight += 1
@@ -250,7 +250,7 @@ class StatusTracker:
             job = self._jobs.get(job_id)
             if job is not None:
                 if job.completed_at is not None:
-                    _log.debug("status_job_completed_twice", job_id=job_id)
+                    _log.debug("status_completion_repeated", job_id=job_id)
                     return
                 job.completed_at = now
                 self._jobs_in_flight -= 1
@@ -356,14 +356,14 @@ class StatusTracker:
         """Move a partition to ``target`` and count the entry, or log why not and return None."""
         job = self._jobs.get(job_id)
         if job is None or not 0 <= partition < len(job.partitions):
-            _log.debug("status_unknown_partition", job_id=job_id, partition=partition,
+            _log.debug("status_partition_unknown", job_id=job_id, partition=partition,
                        transition=target)
             return None
         part = job.partitions[partition]
         required = _REQUIRED_PREVIOUS.get(target)
         allowed = part.state not in TERMINAL_STATES if required is None else part.state == required
         if not allowed:
-            _log.debug("status_out_of_order_transition", job_id=job_id, partition=partition,
+            _log.debug("status_transition_out_of_order", job_id=job_id, partition=partition,
                        state=part.state, transition=target)
             return None
         part.state = target
@@ -373,7 +373,7 @@ class StatusTracker:
     def _worker(self, worker_id: int, job_id: str, partition: int) -> _WorkerRecord | None:
         worker = self._workers.get(worker_id)
         if worker is None:
-            _log.debug("status_unknown_worker", worker_id=worker_id, job_id=job_id,
+            _log.debug("status_worker_unknown", worker_id=worker_id, job_id=job_id,
                        partition=partition)
         return worker
 

@@ -45,13 +45,13 @@ ACTIVATE_STEPS = ("previous_linked", "previous_flipped", "current_linked", "curr
                   "stamped")
 ROLLBACK_STEPS = ("current_linked", "current_flipped", "previous_linked", "previous_flipped",
                   "stamped")
-PRUNE_STEPS = ("detached", "removed")  # once per removed release
+PRUNE_STEPS = ("detached", "removed")  # once per removed release (pruned or discarded)
 
 _BINARY_MODE = 0o755
 _DIR_MODE = 0o755
 _COPY_CHUNK = 1 << 20
 
-_log = structlog.get_logger(__name__)
+_log = structlog.get_logger("cuzkd.swap")
 
 T = TypeVar("T")
 
@@ -169,30 +169,32 @@ class ReleaseStore:
 
         Removes temporary entries left by an interrupted operation; repoints ``current`` to
         ``previous`` if it names no complete release (or removes it if neither is usable);
-        drops ``previous`` if unusable, missing its ``current`` or equal to it.
+        drops ``previous`` if unusable, missing its ``current`` or equal to it; discards the
+        releases never accepted (see :meth:`_discard_never_accepted`).
         """
         self._ensure_layout()
         for directory in (self.state_dir, self._releases):
             for entry in directory.iterdir():
                 if rules.is_temp_name(entry.name):
                     remove_entry(entry)
-                    _log.warning("swap_recover_removed_temp", path=str(entry))
+                    _log.warning("swap_temp_removed", path=str(entry))
             fsync_dir(directory)
         current_text = self._link_text(rules.CURRENT_LINK)
         previous_text = self._link_text(rules.PREVIOUS_LINK)
         current, previous = self._resolve(current_text), self._resolve(previous_text)
         if current is None and current_text is not None:
             if previous is not None:
-                _log.warning("swap_recover_fell_back", release=previous.id)
+                _log.warning("swap_current_restored", release=previous.id)
                 run_steps(self._flip_steps(rules.CURRENT_LINK, previous))
                 current = previous
             else:
-                _log.warning("swap_recover_no_usable_release")
+                _log.warning("swap_current_removed")
                 self._unlink(rules.CURRENT_LINK)
         stale_previous = previous is None or current is None or previous.id == current.id
         if stale_previous and previous_text is not None:
             self._unlink(rules.PREVIOUS_LINK)
-        self._recover_history(current)
+        if self._recover_history(current):
+            self._discard_never_accepted()
 
     def install(self, source: Path) -> Release:
         """Copy ``source`` into the store (or reuse the release with the same content)."""
@@ -291,34 +293,76 @@ class ReleaseStore:
         deleted, so an interruption never leaves a half-deleted directory under a release id.
         """
         ordered = self.releases()
-        active = self.active()
-        protected = {r.id for r in (active, self.previous()) if r is not None}
-        protected |= history.protected(self.history(), _id_of(active),
-                                       {r.id for r in ordered})
-        protected |= _executed_ids(ordered, inuse.running_executables())
+        protected = self._pinned(ordered) | history.protected(
+            self.history(), _id_of(self.active()), {r.id for r in ordered})
         doomed = set(rules.select_prunable([r.id for r in ordered], keep, protected))
         removed = []
         for release in ordered:
             if release.id not in doomed:
                 continue
-            detached = temp_path(self._releases)
-            replace_durably(release.binary.parent, detached)
-            yield "detached"
-            remove_entry(detached)
-            yield "removed"
+            yield from self._remove_steps(release)
             removed.append(release)
             _log.info("swap_release_pruned", release=release.id)
         return removed
 
+    def discard(self, release: Release, reason: str) -> bool:
+        """Remove ``release``, installed by a swap that was then refused (its smoke test, its
+        activation): it would only take the space -- a full disk is often why the swap was
+        refused. Kept when it is pinned after all (:meth:`_pinned`); the history is not
+        asked: it may be what could not be written, and it keeps only accepted releases,
+        which a swap's fresh copy is not. True when removed."""
+        if release.id in self._pinned([release]):
+            return False
+        run_steps(self._remove_steps(release))
+        _log.info("swap_release_discarded", release=release.id, reason=reason)
+        return True
+
     # -- internals ---------------------------------------------------------------------------
 
-    def _recover_history(self, active: Release | None) -> None:
-        """Make the history agree with ``current``; set an unreadable history aside.
+    def _pinned(self, releases: list[Release]) -> set[str]:
+        """Those of ``releases`` no removal may take whatever the history says: the active
+        one, the previous one, and any a process executes."""
+        pinned = {r.id for r in (self.active(), self.previous()) if r is not None}
+        return pinned | _executed_ids(releases, inuse.running_executables())
+
+    def _remove_steps(self, release: Release) -> Generator[str, None, None]:
+        """Rename ``release`` to a temporary name (atomically gone from the store), then
+        delete it: an interruption never leaves a half-deleted directory under a release id."""
+        detached = temp_path(self._releases)
+        replace_durably(release.binary.parent, detached)
+        yield "detached"
+        remove_entry(detached)
+        yield "removed"
+
+    def _discard_never_accepted(self) -> None:
+        """At start: remove each release the history has no record of, or a ``rejected``
+        one, unless pinned (:meth:`_pinned`: active, previous, executed). Every release put
+        in service (a swap, ``initial_binary``) has a record from before its activation, so
+        one without a record was installed by an operation that stopped before (the
+        supervisor died during a smoke test); a rejected one failed its smoke test, its
+        activation or its trial, and no rollback goes to it. Either is what a refused swap
+        leaves behind when it could not discard it at once."""
+        verdicts = {r.release: r.verdict for r in self.history()}
+        unused = [r for r in self.releases() if verdicts.get(r.id, "rejected") == "rejected"]
+        if not unused:
+            return
+        pinned = self._pinned(unused)
+        for release in unused:
+            if release.id not in pinned:
+                run_steps(self._remove_steps(release))
+                _log.info("swap_release_discarded", release=release.id, reason=(
+                    "never accepted: " + ("rejected" if release.id in verdicts
+                                          else "no history record")))
+
+    def _recover_history(self, active: Release | None) -> bool:
+        """Make the history agree with ``current``; set an unreadable history aside (then
+        False: the new history knows no release, so none may be judged by it).
 
         An unreadable file is kept under another name for the operator and a new history
         starts: the supervisor still runs, but no release is a rollback target until one has
         been accepted again (guessing one could bring back a release that crashes).
         """
+        readable = True
         try:
             records = self._history.records()
         except HistoryError as exc:
@@ -326,11 +370,12 @@ class ReleaseStore:
             _log.error("swap_history_unreadable", error=str(exc), moved_to=str(aside),
                        detail="a new history starts; rollback has no target until a release "
                               "is accepted")
-            records = []
+            records, readable = [], False
         reconciled = history.reconcile(records, _id_of(active),
                                        None if active is None else active.binary.name, time.time())
         if reconciled != records:
             self._save_history(reconciled)
+        return readable
 
     def _save_history(self, records: list[Record]) -> None:
         self._history.save(self._trimmed(records))

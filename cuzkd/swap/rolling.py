@@ -42,7 +42,7 @@ ACCEPT_RETRY = 1.0
 
 Progress = Callable[[dict[str, Any]], None]
 
-_log = structlog.get_logger(__name__)
+_log = structlog.get_logger("cuzkd.swap")
 
 T = TypeVar("T")
 
@@ -287,11 +287,15 @@ class SwapCoordinator:
                     underway: _Underway) -> SwapOutcome:
         try:
             self.store.validate_source(source)
+            installed = {r.id for r in await asyncio.to_thread(self.store.releases)}
             # Refusals found while copying (the source changed, a full disk) and a
             # failed flip below change nothing the engines run: still a refusal.
             release = await asyncio.to_thread(self.store.install, source)
         except (ReleaseError, OSError) as exc:
             return self.refuse(str(exc))
+        #: this swap's own copy (not a release installed before with the same content): a
+        #: refusal before its activation removes it
+        fresh = release.id not in installed
         self._step(progress, "installed", release=release.id, binary=str(release.binary))
         if smoke_args is not None:
             cause = await self._unless_closed(self.target.run_oneshot(
@@ -300,6 +304,7 @@ class SwapCoordinator:
             if cause != "exit_0":
                 refusal = f"smoke test {list(smoke_args)} ended with {cause}"
                 await self._judge(release, "rejected", refusal, progress, trial=True)
+                await self._discard(release, fresh, refusal, progress)
                 return self.refuse(refusal)
         engines = self.target.engine_names_using_binary()
         before: analysis.Tally | None = None
@@ -313,7 +318,9 @@ class SwapCoordinator:
             underway.trial = release
             previous = await asyncio.to_thread(self.store.activate, release)
         except (ReleaseError, OSError) as exc:
-            return self.refuse(f"cannot activate release {release.id}: {exc}")
+            refusal = f"cannot activate release {release.id}: {exc}"
+            await self._discard(release, fresh, refusal, progress)
+            return self.refuse(refusal)
         self._step(
             progress, "activated", release=release.id,
             previous=previous.id if previous else None,
@@ -567,6 +574,19 @@ class SwapCoordinator:
             return
         self._step(progress, verdict, release=release.id)
 
+    async def _discard(self, release: Release, fresh: bool, reason: str,
+                       progress: Progress) -> None:
+        """Remove the release a refused swap installed (``fresh``) and never activated: left
+        in ``releases/`` it would only take the space (see :meth:`ReleaseStore.discard`).
+        Failing to is reported, never fatal: the next start discards it."""
+        if not fresh:
+            return
+        try:
+            if await asyncio.to_thread(self.store.discard, release, reason):
+                self._step(progress, "discarded", release=release.id)
+        except (ReleaseError, OSError) as exc:
+            _log.error("swap_discard_failed", release=release.id, error=str(exc))
+
     async def _prune(self, progress: Progress) -> None:
         try:
             removed = await asyncio.to_thread(self.store.prune, self.keep_releases)
@@ -614,7 +634,7 @@ class SwapCoordinator:
 
     @staticmethod
     def _step(progress: Progress, step: str, **fields: Any) -> None:
-        _log.info("swap_step", step=step, **fields)
+        _log.info("swap_step_reached", step=step, **fields)
         progress({"event": step, **fields})
 
 

@@ -87,7 +87,7 @@ def test_a_restart_under_light_load_loses_no_job_within_one_jobs_time(fleet: Fle
         assert [s.outcome for s in sent][:2] == ["failed", "completed"]
         assert "lost" not in [s.outcome for s in sent]
         assert metric(sup, "cuzkd_engine_jobs_lost_total", engine="light", kind="porep-c2") == 0
-        assert not sup.events("engine_stop_jobs_lost", engine="light")
+        assert not sup.events("engine_jobs_lost", engine="light")
     finally:
         load.stop()
 
@@ -100,14 +100,14 @@ def test_a_restart_under_steady_load_waits_drain_timeout_then_counts_jobs_lost(
     try:
         wait_until(lambda: len(load.sent) >= 6, 10, "the load going")
         fleet.restart("steady")
-        [drain] = sup.events("engine_drain", pid=pid)
+        [drain] = sup.events("engine_drain_requested", pid=pid)
         [drained] = sup.events("engine_drained", pid=pid)
         assert (drain["mode"], drained["result"]) == ("cuzk", "timeout")
         assert 1.5 <= drained["seconds"] < 3.5
-        [stop] = sup.events("engine_stop", pid=pid)
+        [stop] = sup.events("engine_stopping", pid=pid)
         assert stop["signal"] == "SIGTERM"
-        assert not sup.events("engine_kill", pid=pid), "SIGTERM kills cuzk at once"
-        [lost] = sup.events("engine_stop_jobs_lost", engine="steady")
+        assert not sup.events("engine_killed", pid=pid), "SIGTERM kills cuzk at once"
+        [lost] = sup.events("engine_jobs_lost", engine="steady")
         sent = load.stop()
         dropped = {s.job_id for s in sent if s.outcome == "lost"}
         named = set(lost["job_ids"])
@@ -150,7 +150,7 @@ def test_a_cuzk_ignoring_all_but_sigkill_stops_within_drain_and_stop_timeout(
         status, body = sup.request("POST", "/v1/engines/stubborn/stop", timeout=30)
         assert status == 200 and body["state"] == "stopped", body
         assert time.monotonic() - began < 1 + 1 + 1.0
-        [kill] = sup.events("engine_kill", pid=pid)
+        [kill] = sup.events("engine_killed", pid=pid)
         assert kill["reason"] == "stop_timeout elapsed"
     finally:
         load.stop()
@@ -168,10 +168,10 @@ def test_a_shutdown_drains_for_what_shutdown_grace_leaves(tmp_path: Path) -> Non
         began = time.monotonic()
         assert sup.stop(timeout=30) == 0
         assert time.monotonic() - began < 3 + 4.0  # the grace, then the exit (a loaded host)
-        [drain] = sup.events("engine_drain", pid=pid)
+        [drain] = sup.events("engine_drain_requested", pid=pid)
         [drained] = sup.events("engine_drained", pid=pid)
         assert drain["timeout"] == 2.0 and drained["result"] == "timeout"
-        assert sup.events("engine_stop", pid=pid) and not sup.events("shutdown_grace_elapsed")
+        assert sup.events("engine_stopping", pid=pid) and not sup.events("shutdown_grace_elapsed")
     finally:
         load.stop()
         sup.close()

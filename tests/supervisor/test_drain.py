@@ -54,7 +54,7 @@ def test_quiet_drain_waits_for_the_work_to_end_before_the_stop_signal(tmp_path: 
         assert status == 200, body
         [spawned] = sup.events("engine_spawned", pid=pid)
         [drained] = sup.events("engine_drained", pid=pid)
-        [stop] = sup.events("engine_stop", pid=pid)
+        [stop] = sup.events("engine_stopping", pid=pid)
         assert (drained["mode"], drained["result"]) == ("quiet", "clean")
         assert at(stop) - at(spawned) >= 2.5 - 0.1, "stopped before the quiet moment"
         text = metrics(sup)
@@ -78,12 +78,13 @@ def test_drain_timeout_then_the_stop_signal_and_the_lost_work_is_counted(
         for name in ("busy", "plain"):
             status, body = sup.request("POST", f"/v1/engines/{name}/stop")
             assert status == 200 and body["state"] == "stopped", body
-        [drain] = sup.events("engine_drain", pid=busy)
+        [drain] = sup.events("engine_drain_requested", pid=busy)
         [drained] = sup.events("engine_drained", pid=busy)
         assert drained["result"] == "timeout" and 1.0 <= at(drained) - at(drain) < 3.0
-        assert sup.events("engine_stop", pid=busy)
-        assert not sup.events("engine_drain", pid=plain), "drain = none: straight to the signal"
-        assert sup.events("engine_stop", pid=plain)
+        assert sup.events("engine_stopping", pid=busy)
+        assert not sup.events("engine_drain_requested", pid=plain), \
+            "drain = none: straight to the signal"
+        assert sup.events("engine_stopping", pid=plain)
         text = metrics(sup)
         assert 'cuzkd_engine_drains_total{engine="busy",result="timeout"} 1.0' in text
         assert 'cuzkd_engine_drains_total{engine="plain",result="timeout"} 0.0' in text
@@ -115,7 +116,7 @@ def test_bundled_engine_drains_over_http_and_no_accepted_job_is_lost(tmp_path: P
                 assert status == 200, body
                 [drained] = sup.events("engine_drained", pid=pid)
                 assert (drained["mode"], drained["result"]) == ("http", "clean")
-                assert not sup.events("engine_stop", pid=pid), "it exited by itself"
+                assert not sup.events("engine_stopping", pid=pid), "it exited by itself"
                 text = metrics(sup)
                 assert 'cuzkd_engine_drains_total{engine="ref",result="clean"} 1.0' in text
                 assert ('cuzkd_engine_stop_inflight_partitions_total{engine="ref",'

@@ -43,7 +43,7 @@ async def test_accept_failures_reported_by_the_loop_log_once(
         loop.call_exception_handler({"message": "socket.accept() out of system resource",
                                      "exception": OSError(errno.EMFILE, "Too many open files")})
     [event] = _events(out)
-    assert event["event"] == "event_loop_error"
+    assert event["event"] == "event_loop_error_caught"
     assert event["errno"] == "EMFILE" and event["repeated"] == 1
     assert capfd.readouterr().err == ""
 
@@ -75,7 +75,7 @@ async def test_aiohttp_server_errors_become_structured(
         except ConnectionResetError:
             server_log.exception("Error handling request from %s", f"10.0.0.{peer}")
     [event] = _events(out)
-    assert event["event"] == "library_log" and event["logger"] == "aiohttp.server"
+    assert event["event"] == "library_logged" and event["logger"] == "aiohttp.server"
     assert event["message"] == "Error handling request from 10.0.0.0"
     assert event["errno"] == "ECONNRESET" and event["level"] == "error"
     assert capfd.readouterr().err == ""

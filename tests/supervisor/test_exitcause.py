@@ -22,6 +22,7 @@ from support.ports import free_port
 from support.supervisor_harness import (
     RunningSupervisor,
     fake_engine,
+    pid_alive,
     start_supervisor,
     write_config,
 )
@@ -378,3 +379,46 @@ def test_external_sigkill_is_not_an_oom_kill(tmp_path: Path) -> None:
         assert eng["exits"] == {"signal_SIGKILL": 1}
     finally:
         sup.stop()
+
+
+#: Forks into the background as a daemon does (setsid, a second fork, the middle process
+#: gone) and exits 0 once the daemon runs: it leaves the engine's group and tree.
+DOUBLE_FORK = """
+import os, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        time.sleep(600)
+    os._exit(0)
+os.wait()
+"""
+
+
+def test_an_engine_that_daemonizes_is_told_to_run_in_the_foreground(tmp_path: Path) -> None:
+    """Exit 0 while descendants run on -- a background job in the engine's group, or a
+    double-forked daemon the supervisor adopted -- is ``daemonized``, never a clean
+    ``exit_0``: one warning saying why, the same words as the engine's last error, and the
+    descendants ended as any engine's leftovers are."""
+    engines = [
+        {"name": "background", "command": ["sh", "-c", "sleep 600 & exit 0"]},
+        {"name": "daemon", "command": [sys.executable, "-c", DOUBLE_FORK]},
+    ]
+    for engine in engines:
+        engine.update(restart="never", stop_timeout="2s")
+    sup = start_supervisor(write_config(tmp_path, engines))
+    message = ("the engine's process exited 0 while its descendants ran on -- engines must "
+               "run in the foreground")
+    try:
+        for name in ("background", "daemon"):
+            eng = sup.wait_engine(name, lambda e: e["state"] == "failed", 20)
+            assert eng["exits"] == {"daemonized": 1} and eng["last_exit_cause"] == "daemonized"
+            assert eng["last_error"] == message
+            [warned] = wait_until(lambda n=name: sup.events("engine_daemonized", engine=n),
+                                  10, f"{name}: engine_daemonized")
+            assert warned["level"] == "warning" and warned["error"] == message
+            [stopped] = wait_until(
+                lambda n=name: sup.events("engine_descendants_stopped", engine=n), 10,
+                f"{name}: its descendants stopped")
+            assert stopped["left"] == [] and not any(map(pid_alive, stopped["pids"]))
+    finally:
+        assert sup.stop() == 0

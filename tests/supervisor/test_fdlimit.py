@@ -42,7 +42,7 @@ def test_spawn_out_of_descriptors_backs_off_and_recovers(tmp_path: Path) -> None
         resource.prlimit(pid, resource.RLIMIT_NOFILE, (_open_fds(pid) - 4, limits[1]))
         os.kill(first["pid"], signal.SIGKILL)
         def retries() -> list[dict[str, object]]:
-            found = sup.events("engine_state", engine="gpu0", new="backoff")
+            found = sup.events("engine_state_changed", engine="gpu0", new="backoff")
             return found if len(found) >= 5 else []
 
         retried = wait_until(retries, 20, "five spawn retries")
@@ -53,7 +53,7 @@ def test_spawn_out_of_descriptors_backs_off_and_recovers(tmp_path: Path) -> None
         assert again["last_error"] is None
     finally:
         assert sup.stop() == 0
-    assert not sup.events("engine_state", engine="gpu0", new="failed")
+    assert not sup.events("engine_state_changed", engine="gpu0", new="failed")
     # one line for the whole burst of failures (rate-limited per engine and errno)
     [failed] = sup.events("engine_spawn_failed", engine="gpu0")
     assert failed["errno"] == "EMFILE" and failed["transient"] is True
@@ -95,7 +95,7 @@ def test_idle_connection_flood_under_ulimit_64(tmp_path: Path) -> None:
     lines = sup.log_text().splitlines()
     assert len(lines) < 80, "\n".join(lines[:100])  # no flood: a few rate-limited lines
     assert not [line for line in lines if not line.startswith("{")]  # no raw tracebacks
-    assert not sup.events("engine_state", engine="gpu0", new="failed")
+    assert not sup.events("engine_state_changed", engine="gpu0", new="failed")
     # the listener refused connections over its limit: no descriptor ran out anywhere
     assert sup.events("metrics_connection_refused")
-    assert not sup.events("event_loop_error") and not sup.events("metrics_accept_failed")
+    assert not sup.events("event_loop_error_caught") and not sup.events("metrics_accept_failed")

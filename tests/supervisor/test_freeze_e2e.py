@@ -43,7 +43,7 @@ def test_a_supervisor_frozen_past_unhealthy_after_kills_no_engine(tmp_path: Path
         for name in ENGINES:
             info = sup.engine(name)
             assert (info["state"], info["pid"], info["restarts"]) == ("running", pids[name], 0)
-        assert not sup.events("engine_state", new="stopping")
+        assert not sup.events("engine_state_changed", new="stopping")
         assert any(e["frozen_seconds"] >= 2.0 for e in sup.events("supervisor_resumed"))
     finally:
         sup.stop()

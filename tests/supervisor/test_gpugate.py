@@ -216,7 +216,7 @@ async def test_the_gate_gives_up_after_gpu_release_timeout_and_starts_anyway(
 
     with structlog.testing.capture_logs() as logs:
         await run_runner(sup, runner, body)
-    [timeout] = [e for e in logs if e["event"] == "gpu_gate_timeout"]
+    [timeout] = [e for e in logs if e["event"] == "gpu_gate_timed_out"]
     assert timeout["reason"] == "GPU 0 has 5.0 GiB free, 10.0 GiB needed"
     assert timeout["waited_seconds"] >= 0.3
 
@@ -273,6 +273,6 @@ def test_without_nvml_the_gate_is_off_and_says_so_once(tmp_path: Path) -> None:
         sup.wait_engine("a", lambda e: e["state"] == "running" and e["pid"] != pid)
         [said] = sup.events("nvml_unavailable")
         assert said["gated_engines"] == ["a", "b"] and said["level"] == "warning"
-        assert not sup.events("gpu_gate_passed") and not sup.events("gpu_gate_timeout")
+        assert not sup.events("gpu_gate_passed") and not sup.events("gpu_gate_timed_out")
     finally:
         sup.stop()

@@ -44,7 +44,7 @@ def test_a_forced_stop_counts_every_job_and_names_a_bounded_few(tmp_path: Path) 
 
     runner, logs = run_virtual(main)
     assert sum(runner.jobs_lost.values()) == len(in_flight)
-    [event] = [e for e in logs if e["event"] == "engine_stop_jobs_lost"]
+    [event] = [e for e in logs if e["event"] == "engine_jobs_lost"]
     assert event["job_ids"] == in_flight[:LOGGED_JOB_IDS]
     assert event["job_ids_left_out"] == len(in_flight) - LOGGED_JOB_IDS
     assert sum(event["jobs"].values()) == len(in_flight)  # type: ignore[attr-defined]

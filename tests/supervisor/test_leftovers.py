@@ -104,11 +104,11 @@ def test_the_replacement_starts_once_the_previous_helpers_are_gone(tmp_path: Pat
         spawned = wait_until(lambda: sup.events("engine_spawned", engine="gpu0")[1:], 20,
                              "the replacement")
         [stopped, *_] = sup.events("engine_descendants_stopped", engine="gpu0")
-        [waited, *_] = sup.events("engine_spawn_waits_for_leftovers", engine="gpu0")
+        [waited, *_] = sup.events("engine_spawn_waiting", engine="gpu0")
         assert _ts(spawned[0]) >= _ts(stopped) >= _ts(waited) + 0.9  # TERM ignored: KILL at 1s
         assert waited["pids"] == stopped["pids"] == _helpers(pidfile)[:1]
         # meanwhile it reads as starting without a process, not as the dead one running
-        [moved, *_] = [e for e in sup.events("engine_state", engine="gpu0")
+        [moved, *_] = [e for e in sup.events("engine_state_changed", engine="gpu0")
                        if "leftovers" in e["reason"]]
         assert (moved["new"], moved["pid"]) == ("starting", None)
     finally:
@@ -201,7 +201,7 @@ def test_engine_removed_by_reload_leaves_no_helper(tmp_path: Path) -> None:
         [helper] = wait_until(lambda: _helpers(pidfile), 20, "the helper started")
         write_config(tmp_path, [keep])
         sup.proc.send_signal(signal.SIGHUP)
-        wait_until(lambda: sup.events("reloaded"), 20, "the reload applied")
+        wait_until(lambda: sup.events("supervisor_reloaded"), 20, "the reload applied")
         assert not pid_alive(helper)  # gone before the reload was declared applied
         assert set(sup.engines()) == {"keep"}
     finally:

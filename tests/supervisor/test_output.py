@@ -17,7 +17,7 @@ from cuzkd.log.configure import configure_logging
 from cuzkd.log.controls import strip_controls
 from cuzkd.supervisor.core.outputbudget import OutputBudget, OutputLimits
 from cuzkd.supervisor.core.stderrlines import StderrLines
-from cuzkd.supervisor.proc.output import ENGINE_LOGGER, MAX_LINE_BYTES, OutputLog, log_lines
+from cuzkd.supervisor.proc.output import MAX_LINE_BYTES, OutputLog, log_lines
 
 #: A child that writes what it reads on stdin to the pipe named by argv[1] (1: stdout).
 ECHO = "import os, sys; os.write(int(sys.argv[1]), sys.stdin.buffer.read())"
@@ -194,7 +194,7 @@ def _strict_json(line: str) -> dict[str, Any]:
 def test_lines_no_parser_or_renderer_takes_are_logged_plain_and_the_reader_goes_on() -> None:
     out = MarkedOutput('"line": "ready"')
     configure_logging(log_format="json", stream=out)
-    assert _relog_hostile(structlog.get_logger(ENGINE_LOGGER), out.seen) == 0  # no SIGPIPE
+    assert _relog_hostile(structlog.get_logger("cuzkd.engine"), out.seen) == 0  # no SIGPIPE
     events = [_strict_json(line) for line in out.getvalue().splitlines()]  # all valid JSON
     assert len(events) == len(HOSTILE) + 2  # one each, then "ready" and "last"
     plain = [e["line"] for e in events if e["event"] == "engine_output" and "line" in e]
@@ -207,7 +207,7 @@ def test_lines_no_parser_or_renderer_takes_are_logged_plain_and_the_reader_goes_
 def test_the_console_renderer_failing_on_a_line_logs_it_plain() -> None:
     out = MarkedOutput("ready")
     configure_logging(log_format="console", stream=out)
-    assert _relog_hostile(structlog.get_logger(ENGINE_LOGGER), out.seen) == 0
+    assert _relog_hostile(structlog.get_logger("cuzkd.engine"), out.seen) == 0
     lines = out.getvalue().splitlines()
     (odd,) = [line for line in lines if "odd_exception" in line]
     assert "engine_output" in odd and "render_error=TypeError" in odd

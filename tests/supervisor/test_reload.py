@@ -52,7 +52,8 @@ def test_reload_applies_the_difference(tmp_path: Path) -> None:
 
         config.write_text(config.read_text() + "\n[[engine]]\nname = 'keep'\n")  # duplicate
         sup.proc.send_signal(signal.SIGHUP)
-        [refused] = wait_until(lambda: sup.events("reload_refused"), 10, "reload_refused")
+        [refused] = wait_until(lambda: sup.events("supervisor_reload_refused"), 10,
+                               "supervisor_reload_refused")
         assert "duplicate engine name" in refused["error"] and "engine[3].name" in refused["error"]
         assert {n: e["pid"] for n, e in sup.engines().items()} == after
     finally:
@@ -121,14 +122,15 @@ def test_a_file_that_is_not_utf8_is_refused_and_exported(tmp_path: Path) -> None
         good = config.read_bytes()
         config.write_bytes(b"# caf\xe9\n" + good)
         sup.proc.send_signal(signal.SIGHUP)
-        [refused] = wait_until(lambda: sup.events("reload_refused"), 10, "reload_refused")
+        [refused] = wait_until(lambda: sup.events("supervisor_reload_refused"), 10,
+                               "supervisor_reload_refused")
         assert f"{config}: not UTF-8" in refused["error"]
         assert _metric(sup, "cuzkd_config_last_reload_successful") == 0
         assert sup.engine("a")["pid"] == pid
 
         config.write_bytes(good)
         sup.proc.send_signal(signal.SIGHUP)
-        wait_until(lambda: sup.events("reloaded"), 10, "the reload")
+        wait_until(lambda: sup.events("supervisor_reloaded"), 10, "the reload")
         assert _metric(sup, "cuzkd_config_last_reload_successful") == 1
         assert _metric(sup, "cuzkd_config_last_reload_success_timestamp_seconds") > started
     finally:
@@ -153,7 +155,8 @@ def test_a_fifo_config_does_not_freeze_metrics_or_the_control_socket(tmp_path: P
             for _ in range(3):
                 assert _metric(sup, "cuzkd_config_last_reload_successful") == 1
                 assert sup.engine("a")["state"] == "running"
-            assert not sup.events("reloaded") and not sup.events("reload_refused")
+            assert not sup.events("supervisor_reloaded")
+            assert not sup.events("supervisor_reload_refused")
             extra = to_toml({"engine": [fake_engine(tmp_path, "b")]})
             os.write(writer, (good + "\n" + extra).encode())
         finally:

@@ -23,12 +23,13 @@ def test_crash_loop_backs_off_with_growing_delays(tmp_path: Path) -> None:
                       **FAST)
     sup = start_supervisor(write_config(tmp_path, [eng]))
     try:
-        wait_until(lambda: len(sup.events("engine_state", engine="crashy", new="backoff")) >= 5,
+        wait_until(lambda: len(sup.events("engine_state_changed", engine="crashy",
+                                          new="backoff")) >= 5,
                    20, "five backoff periods")
         info = sup.engine("crashy")
     finally:
         assert sup.stop() == 0
-    backoffs = sup.events("engine_state", engine="crashy", new="backoff")
+    backoffs = sup.events("engine_state_changed", engine="crashy", new="backoff")
     delays = [float(e["restart_delay"]) for e in backoffs]
     # 100ms, 200ms, 400ms, 800ms (cap) with at most 20% jitter off each
     assert delays[:3] == sorted(delays[:3])
@@ -59,7 +60,7 @@ def test_healthy_engine_killed_restarts_at_once(tmp_path: Path) -> None:
         assert sup.stop() == 0
     assert after["last_exit_cause"] == "signal_SIGKILL" and after["restarts"] == 1
     # no backoff period: the kill led straight to a new process (a 30 s one would time out)
-    assert not sup.events("engine_state", engine="steady", new="backoff")
+    assert not sup.events("engine_state_changed", engine="steady", new="backoff")
 
 
 def test_hung_engine_is_killed_and_restarted_after_unhealthy_after(tmp_path: Path) -> None:
@@ -76,7 +77,7 @@ def test_hung_engine_is_killed_and_restarted_after_unhealthy_after(tmp_path: Pat
         assert sup.stop() == 0
     assert after["exits"] == {"unhealthy": 1}
     assert after["restarts"] == 1
-    [kill] = [e for e in sup.events("engine_state", engine="hangs", new="stopping")
+    [kill] = [e for e in sup.events("engine_state_changed", engine="hangs", new="stopping")
               if e["reason"].startswith("status silent for unhealthy_after (last error: ")]
     assert _ts(kill) - first["started_at"] >= 0.3 + 0.6 - 0.05
     assert fine["state"] == "running" and fine["restarts"] == 0
@@ -90,7 +91,7 @@ def test_garbage_status_never_becomes_running(tmp_path: Path) -> None:
     try:
         info = sup.wait_engine("garbled", lambda e: e["exits"].get("start_timeout", 0) >= 1,
                                timeout=20)
-        assert not sup.events("engine_state", engine="garbled", new="running")
+        assert not sup.events("engine_state_changed", engine="garbled", new="running")
         assert sup.engine("fine")["state"] == "running"
     finally:
         assert sup.stop() == 0

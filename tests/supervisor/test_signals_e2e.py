@@ -60,7 +60,7 @@ def ignored(sup: RunningSupervisor, signum: int) -> list[dict[str, object]]:
 
 
 def test_stray_signals_are_logged_and_change_nothing(sup: RunningSupervisor) -> None:
-    before, transitions = pids(sup), len(sup.events("engine_state"))
+    before, transitions = pids(sup), len(sup.events("engine_state_changed"))
     for signum in STRAYS:
         if signum not in FLOOD:
             os.kill(sup.proc.pid, signum)
@@ -68,7 +68,8 @@ def test_stray_signals_are_logged_and_change_nothing(sup: RunningSupervisor) -> 
                "a line for each signal")
     assert sup.proc.poll() is None
     assert pids(sup) == before and all(map(pid_alive, before.values()))
-    assert len(sup.events("engine_state")) == transitions  # no engine was stopped or restarted
+    # no engine was stopped or restarted
+    assert len(sup.events("engine_state_changed")) == transitions
     [line] = ignored(sup, signal.SIGRTMIN + 3)
     assert line["level"] == "warning" and line["phase"] == "running"
 
@@ -84,12 +85,12 @@ def test_a_flood_of_one_signal_writes_one_line(sup: RunningSupervisor) -> None:
 
 def test_sigusr1_writes_each_engines_state_to_the_log(sup: RunningSupervisor) -> None:
     os.kill(sup.proc.pid, signal.SIGUSR1)
-    dumped = wait_until(lambda: len(sup.events("engine_state_dump")) >= len(ENGINES) and
-                        {e["engine"]: e for e in sup.events("engine_state_dump")},
+    dumped = wait_until(lambda: len(sup.events("engine_state_dumped")) >= len(ENGINES) and
+                        {e["engine"]: e for e in sup.events("engine_state_dumped")},
                         15, "a state line per engine")
     assert {name: e["pid"] for name, e in dumped.items()} == pids(sup)
     assert all(e["state"] == "running" for e in dumped.values())
-    [about] = sup.events("supervisor_state_dump")
+    [about] = sup.events("supervisor_state_dumped")
     assert about["pid"] == sup.proc.pid and about["engines_total"] == len(ENGINES)
     assert sup.proc.poll() is None
 
@@ -97,7 +98,7 @@ def test_sigusr1_writes_each_engines_state_to_the_log(sup: RunningSupervisor) ->
 def test_sigquit_writes_task_and_thread_stacks_and_kills_nothing(sup: RunningSupervisor) -> None:
     before = pids(sup)
     os.kill(sup.proc.pid, signal.SIGQUIT)
-    stacks = wait_until(lambda: sup.events("task_stack"), 15, "the task stacks")
+    stacks = wait_until(lambda: sup.events("task_stack_dumped"), 15, "the task stacks")
     assert any("_stop_event" in str(s["stack"]) or "run" in str(s["coro"]) for s in stacks)
     assert "most recent call first" in sup.log_text()  # faulthandler's thread dump
     assert sup.proc.poll() is None and pids(sup) == before
@@ -177,7 +178,7 @@ def test_sighup_and_strays_during_start_up_are_ignored_and_it_runs_on(tmp_path: 
         wait_until(engine_running, 30, "the engine running")
         assert [e["phase"] for e in sup.events("signal_ignored", signal="SIGHUP")] == ["starting"]
         assert all(ignored(sup, signum) for signum in STRAYS)
-        assert not sup.events("reloaded") and not sup.events("reload_refused")
+        assert not sup.events("supervisor_reloaded") and not sup.events("supervisor_reload_refused")
         assert sup.stop() == 0
     finally:
         sup.close()
@@ -198,7 +199,7 @@ def test_as_pid_1_the_handled_signals_still_arrive(tmp_path: Path) -> None:
         assert sup.about()["pid"] == 1
         os.kill(pid1, signal.SIGUSR1)
         os.kill(pid1, signal.SIGRTMIN + 3)
-        wait_until(lambda: sup.events("engine_state_dump") and
+        wait_until(lambda: sup.events("engine_state_dumped") and
                    sup.events("signal_ignored", signal="SIGRTMIN+3"), 15, "both lines")
         os.kill(pid1, signal.SIGTERM)
         assert sup.proc.wait(20) == 0

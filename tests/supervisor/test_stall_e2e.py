@@ -41,7 +41,7 @@ def test_frozen_engine_is_restarted_idle_and_steady_ones_never_stall(tmp_path: P
         # within stall_after + one poll of the last change (seen up to a poll after it);
         # generous slack for a loaded 2-core CI machine, never earlier than stall_after
         assert STALL_AFTER - 0.2 <= delay <= STALL_AFTER + 2 * POLL + 1.0, delay
-        [killed] = sup.events("engine_kill", engine="frozen")
+        [killed] = sup.events("engine_killed", engine="frozen")
         assert killed["reason"] == "stalled"
         [exited] = sup.events("engine_exited", engine="frozen", pid=first)
         assert (exited["cause"], exited["process_cause"]) == ("stalled", "signal_SIGKILL")
@@ -66,7 +66,7 @@ def test_frozen_engine_is_restarted_idle_and_steady_ones_never_stall(tmp_path: P
         assert 'cuzkd_engine_exits_total{cause="stalled",engine="frozen"}' in text
         # A stall restart skips the drain (a hung kernel finishes nothing) and counts what it
         # threw away: the frozen job's two partitions (one synthesizing or gpu, one gpu) x 2.
-        assert not sup.events("engine_drain", engine="frozen")
+        assert not sup.events("engine_drain_requested", engine="frozen")
         lost = 'cuzkd_engine_stop_inflight_partitions_total{engine="frozen",reason="stall"}'
         assert f"{lost} 4.0" in text or f"{lost} 3.0" in text, text
         wait_until(lambda: sup.engine("watched")["pid"] == watched["pid"], 1, "same pid")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -59,3 +60,39 @@ def test_a_second_supervisor_on_the_same_control_socket_is_refused(tmp_path: Pat
         assert first.about()["pid"] == first.proc.pid
     finally:
         assert first.stop() == 0
+
+
+def _under_readonly_mount(mountpoint: Path, argv: list[str],
+                          env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``argv`` in a mount namespace of its own where ``mountpoint`` is a read-only tmpfs
+    (EROFS for every write, for root too; a user namespace when not root). Skips the test
+    where the kernel or the container lends no mount namespace."""
+    unshare = ["unshare", "--mount"] + ([] if os.geteuid() == 0 else ["--map-root-user"])
+    mount = 'mount -t tmpfs -o ro tmpfs "$0" || exit 111; exec "$@"'
+    done = subprocess.run([*unshare, "sh", "-c", mount, str(mountpoint), *argv],
+                          capture_output=True, text=True, timeout=60, env=env)
+    if done.returncode == 111 or "unshare:" in done.stderr:
+        pytest.skip(f"no read-only mount here: {done.stderr.strip()}")
+    return done
+
+
+@pytest.mark.parametrize("set_in_file", [True, False])
+def test_a_read_only_state_dir_is_a_config_error_naming_key_file_and_need(
+        tmp_path: Path, set_in_file: bool) -> None:
+    """Not ``[Errno 30] Read-only file system: '.../ro'`` and exit 1: the file, the key (or
+    that the default was used), the directory, and what cuzkd needs; exit 78."""
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    state = ro if set_in_file else ro / "cuzkd"
+    config = write_config(tmp_path, [{"name": "a", "command": ["sleep", "600"]}],
+                          supervisor={"state_dir": str(state) if set_in_file else ""})
+    env = {**os.environ, "STATE_DIRECTORY": str(state)}
+    done = _under_readonly_mount(ro, [sys.executable, "-m", "cuzkd", "run", "--config",
+                                      str(config)], env)
+    out = done.stdout + done.stderr
+    assert done.returncode == 78, out
+    key = ("key `supervisor.state_dir`: " if set_in_file
+           else f"key `supervisor.state_dir` (unset: the default state dir, {state}): ")
+    assert f"{config}: {key}cannot write {state}: Read-only file system" in out, out
+    assert "needs a writable directory owned by the user it runs as" in out
+    assert "StateDirectory=" in out

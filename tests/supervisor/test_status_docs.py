@@ -197,7 +197,7 @@ def test_every_status_failure_says_why(tmp_path: Path) -> None:
             assert [e["repeated"] for e in failures if e["engine"] == name] == [1]
         # (a poll before it listened was its start: not logged)
         assert {e["state"] for e in failures if e["engine"] == "late-hang"} == {"running"}
-        kills = [e["reason"] for e in sup.events("engine_state", new="stopping")]
+        kills = [e["reason"] for e in sup.events("engine_state_changed", new="stopping")]
         assert len(kills) == len(FAILING) and all("(last error: " in r for r in kills), kills
         log = sup.log_text()
         assert "TimeoutError: " not in log and "error: None" not in log

@@ -27,7 +27,7 @@ def test_sigterm_stops_gracefully_and_escalates_for_a_stubborn_engine(tmp_path: 
     exits = {e["engine"]: (e["cause"], e["process_cause"]) for e in sup.events("engine_exited")}
     assert exits == {"polite": ("stopped", "signal_SIGTERM"),
                      "stubborn": ("stopped", "signal_SIGKILL")}
-    [kill] = sup.events("engine_kill")
+    [kill] = sup.events("engine_killed")
     assert kill["engine"] == "stubborn" and kill["reason"] == "stop_timeout elapsed"
 
 
@@ -36,14 +36,14 @@ def test_second_sigterm_skips_the_wait(tmp_path: Path) -> None:
     sup = start_supervisor(write_config(tmp_path, engines, supervisor=LONG_GRACE))
     pid = sup.wait_engine("stubborn", lambda e: e["state"] == "running")["pid"]
     sup.proc.send_signal(signal.SIGTERM)
-    wait_until(lambda: sup.events("engine_stop"), 10, "the stop signal to the engine")
+    wait_until(lambda: sup.events("engine_stopping"), 10, "the stop signal to the engine")
     started = time.monotonic()
     sup.proc.send_signal(signal.SIGINT)
     assert sup.proc.wait(10) == 0
     assert time.monotonic() - started < 10
     sup.close()
     assert not pid_alive(pid)
-    assert sup.events("engine_kill", reason="stop hurried")
+    assert sup.events("engine_killed", reason="stop hurried")
 
 
 def test_sigkill_of_the_supervisor_leaves_no_engine(tmp_path: Path) -> None:
@@ -78,7 +78,7 @@ def test_start_and_restart_are_refused_while_stopping(tmp_path: Path) -> None:
     try:
         sup.wait_engine("stubborn", lambda e: e["state"] == "running")
         sup.proc.send_signal(signal.SIGTERM)
-        wait_until(lambda: sup.events("engine_stop"), 10, "the stop signal to the engine")
+        wait_until(lambda: sup.events("engine_stopping"), 10, "the stop signal to the engine")
         for verb in ("start", "restart"):
             status, body = sup.request("POST", f"/v1/engines/stubborn/{verb}")
             assert status == 409 and "stopping" in body["error"], (status, body)

@@ -130,7 +130,7 @@ def test_each_verdict_on_two_engines_and_no_accepted_job_is_lost(pair: CanaryFle
 
     outcomes = job_outcomes(pair.sup.events())
     assert outcomes.lost(pair.loader.accepted) == [], "an accepted job was lost to a swap"
-    swaps = [line for line in pair.sup.events("swap_step") if line["step"] == "analysis"]
+    swaps = [line for line in pair.sup.events("swap_step_reached") if line["step"] == "analysis"]
     assert [s["verdict"] for s in swaps] == ["fail", "fail", "pass", "inconclusive",
                                              "inconclusive", "fail"]
 
@@ -143,7 +143,7 @@ def test_one_engine_is_compared_with_its_own_window_before_the_swap(tmp_path: Pa
         assert code == 1, out
         assert record["analysis"]["baseline"] == "self", record
         assert record["analysis"]["result"] == "fail" and "throughput" in record["reason"]
-        steps = [e["step"] for e in fleet.sup.events("swap_step")]
+        steps = [e["step"] for e in fleet.sup.events("swap_step_reached")]
         assert steps.index("analysis_baseline") < steps.index("activated")
 
         # The CLI that started a swap goes away mid-analysis: the swap goes on to its verdict.

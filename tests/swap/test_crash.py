@@ -56,42 +56,52 @@ def installed(store: ReleaseStore, make: Make, *tags: str) -> dict[str, Release]
     return {tag: store.install(make(tag)) for tag in tags}
 
 
+def accepted(store: ReleaseStore, release: Release) -> None:
+    """Activated and accepted, with the history records a swap writes."""
+    store.put_in_service(release, "swap")
+    store.activate(release)
+    store.judge(release, "accepted", "healthy")
+
+
 def setup_install(store: ReleaseStore, make: Make) -> tuple[str, str]:
-    store.activate(installed(store, make, "a")["a"])
+    accepted(store, installed(store, make, "a")["a"])
     return "install", str(make("b"))
 
 
 def setup_activate(store: ReleaseStore, make: Make) -> tuple[str, str]:
     rel = installed(store, make, "z", "a", "b")
-    store.activate(rel["z"])
-    store.activate(rel["a"])
+    accepted(store, rel["z"])
+    accepted(store, rel["a"])
+    store.put_in_service(rel["b"], "swap")  # as a swap does, before the flips
     return "activate", rel["b"].id
 
 
 def setup_rollback(store: ReleaseStore, make: Make) -> tuple[str, str]:
     rel = installed(store, make, "a", "b")
-    store.activate(rel["a"])
-    store.activate(rel["b"])
+    accepted(store, rel["a"])
+    accepted(store, rel["b"])
     return "rollback", "-"
 
 
 def setup_prune(store: ReleaseStore, make: Make) -> tuple[str, str]:
     rel = installed(store, make, "x", "a", "b")
-    store.activate(rel["a"])
-    store.activate(rel["b"])
+    accepted(store, rel["a"])
+    accepted(store, rel["b"])
     return "prune", "0"
 
 
-# (set-up, step, active after recovery, previous after recovery, releases after recovery)
+# (set-up, step, active after recovery, previous after recovery, releases after recovery):
+# a release never accepted and not active or previous (installed by an operation that stopped
+# before its activation, or whose swap was interrupted) is discarded by the recovery.
 CASES = [
     (setup_install, "temp_created", "a", None, {"a"}),
     (setup_install, "copied", "a", None, {"a"}),
     (setup_install, "sealed", "a", None, {"a"}),
-    (setup_install, "committed", "a", None, {"a", "b"}),
-    (setup_install, "stamped", "a", None, {"a", "b"}),
-    (setup_activate, "previous_linked", "a", "z", {"z", "a", "b"}),
-    (setup_activate, "previous_flipped", "a", None, {"z", "a", "b"}),
-    (setup_activate, "current_linked", "a", None, {"z", "a", "b"}),
+    (setup_install, "committed", "a", None, {"a"}),
+    (setup_install, "stamped", "a", None, {"a"}),
+    (setup_activate, "previous_linked", "a", "z", {"z", "a"}),
+    (setup_activate, "previous_flipped", "a", None, {"z", "a"}),
+    (setup_activate, "current_linked", "a", None, {"z", "a"}),
     (setup_activate, "current_flipped", "b", "a", {"z", "a", "b"}),
     (setup_activate, "stamped", "b", "a", {"z", "a", "b"}),
     (setup_rollback, "current_linked", "b", "a", {"a", "b"}),

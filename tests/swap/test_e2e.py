@@ -177,9 +177,9 @@ def most_binary_engines_down_during_swap(sup: RunningSupervisor) -> int:
     state = dict.fromkeys(BINARY_ENGINES, "stopped")
     swapping, worst = False, 0
     for rec in sup.events():
-        if rec.get("event") == "swap_step":
+        if rec.get("event") == "swap_step_reached":
             swapping = True
-        elif rec.get("event") == "engine_state" and rec.get("engine") in state:
+        elif rec.get("event") == "engine_state_changed" and rec.get("engine") in state:
             state[rec["engine"]] = rec["new"]
             if swapping:
                 worst = max(worst, sum(s != "running" for s in state.values()))
@@ -445,7 +445,8 @@ def test_a_supervisor_killed_during_a_swap_restarts_consistent(
         old_pids = [pid for pid in fleet.pids().values() if pid is not None]
         swap = subprocess.Popen(fleet.swap_argv(str(fleet.src["v2"]), settle="0.5s"),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_until(lambda: fleet.sup.events("swap_step", step=step), 30, f"swap step {step}")
+        wait_until(lambda: fleet.sup.events("swap_step_reached", step=step), 30,
+                   f"swap step {step}")
         fleet.sup.proc.send_signal(signal.SIGKILL)
         fleet.sup.stop()
         assert swap.wait(30) != 0  # the stream broke before a result

@@ -292,3 +292,40 @@ def test_a_path_with_a_nul_byte_is_refused_not_raised(store):
     # It arrives from the control API's JSON; a ValueError would become a 500.
     with pytest.raises(ReleaseError, match="not a valid path"):
         store.validate_source(Path("/opt/cuzk\0x"))
+
+
+def accepted(store: ReleaseStore, release: Release) -> None:
+    """Activated and accepted, with the history records a swap writes."""
+    store.put_in_service(release, "swap")
+    store.activate(release)
+    store.judge(release, "accepted", "healthy")
+
+
+def test_recover_discards_the_releases_never_accepted_unless_pinned(store, make_elf):
+    """What a refused or interrupted swap left in ``releases/`` (no history record: the
+    supervisor died during the smoke test; ``rejected``: refused before its activation) goes
+    at the next start; accepted releases, ``current``, ``previous`` and a release a process
+    still executes stay."""
+    old, prev, cur, smoked, orphan, running = (store.install(make_elf(tag)) for tag in (
+        "old", "prev", "cur", "smoked", "orphan", "running"))
+    for release in (old, prev, cur):
+        accepted(store, release)
+    for release in (smoked, running):
+        store.put_in_service(release, "swap")
+        store.judge(release, "rejected", "smoke test ended with exit_3")
+    executing = subprocess.Popen([running.binary], stdin=subprocess.PIPE)  # cat: waits
+    try:
+        ReleaseStore(store.state_dir).recover()
+        assert {r.id for r in store.releases()} == {old.id, prev.id, cur.id, running.id}
+    finally:
+        executing.communicate(b"")
+    assert not smoked.binary.parent.exists() and not orphan.binary.parent.exists()
+    assert (store.active(), store.previous()) == (cur, prev)
+    assert not any(p.name.startswith(".tmp-") for p in (store.state_dir / "releases").iterdir())
+
+    # A history set aside as unreadable knows no release: nothing goes on its word.
+    kept = store.install(make_elf("kept"))
+    (store.state_dir / "history.json").write_text("{not json")
+    restarted = ReleaseStore(store.state_dir)
+    restarted.recover()
+    assert kept in restarted.releases()

@@ -610,3 +610,39 @@ async def test_close_during_the_canary_analysis_cuts_its_window_short(
     outcome = await asyncio.wait_for(swap, 5)  # not the hour of the window
     assert outcome.result == "cancelled" and store.active().id == v1.id
     assert target.log == [("restart", "gpu0")]  # the canary; gpu1 never moved
+
+
+def _release_ids(store: ReleaseStore) -> set[str]:
+    return {r.id for r in store.releases()}
+
+
+async def test_a_refused_swap_removes_the_release_it_installed(store, make_script, v1):
+    """Refused by its smoke test or at its activation, the swap's copy leaves ``releases/``
+    at once (on a full disk it is the space the next try needs); the verdict stays in the
+    history. A release that was installed before the swap (same content) stays."""
+    target = ScriptedSupervisor(store, ["gpu0"])
+    target.smoke_cause = "exit_3"
+    coord = SwapCoordinator(store, target, keep_releases=5)
+    events: list[dict] = []
+    smoked = make_script("v2-smoked")
+    outcome = await coord.swap(smoked, smoke_args=["--version"], settle=0,
+                               progress=events.append)
+    assert outcome.result == "refused" and _release_ids(store) == {v1.id}
+    assert "discarded" in [e["event"] for e in events]
+    verdicts = {r.release: r.verdict for r in store.history()}
+    assert verdicts[source_release_id(smoked)] == "rejected"
+
+    target.smoke_cause = "exit_0"
+    v2, v3 = make_script("v2-good"), make_script("v3-good")
+    for source in (v2, v3):
+        assert (await coord.swap(source, settle=0)).result == "ok"
+    target.smoke_cause = "exit_3"  # v1 again: neither active nor previous, but installed before
+    assert (await coord.swap(v1.binary, smoke_args=["--version"], settle=0)).result == "refused"
+    assert v1.id in _release_ids(store)
+
+    (store.state_dir / "history.json").unlink()
+    (store.state_dir / "history.json").mkdir()  # the history cannot be read: no activation
+    v4 = make_script("v4-good")
+    refused = await coord.swap(v4, settle=0)
+    assert refused.result == "refused" and "cannot activate" in refused.reason
+    assert source_release_id(v4) not in _release_ids(store)

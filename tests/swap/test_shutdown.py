@@ -53,7 +53,7 @@ def test_sigterm_during_a_swap_cancels_it_and_exits_within_the_grace(tmp_path: P
         swap = subprocess.Popen([sys.executable, "-m", "cuzkd", "swap", "--config", str(config),
                                  "--settle", "30s", str(v2)],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        wait_until(lambda: sup.events("engine_state", engine="gpu0", new="stopping"), 20,
+        wait_until(lambda: sup.events("engine_state_changed", engine="gpu0", new="stopping"), 20,
                    "gpu0's swap restart under way")
         sent = time.monotonic()
         sup.proc.send_signal(signal.SIGTERM)

@@ -13,10 +13,12 @@ own stop escalation look the same to ``waitpid``. So causes are decided by prece
 3. ``core_dumped``: the process dumped core (WCOREDUMP: SIGSEGV, SIGABRT, ... with core
    dumps enabled);
 4. ``signal_NAME``: killed by another signal (``signal_SIGKILL``, ``signal_SIGTERM``);
-5. for an engine of type ``cuzk``, its own exit statuses (``cuzk-real.md``): 101 ``panic`` (a
+5. for an engine of type ``cuzk``, its own exit statuses (from its source): 101 ``panic`` (a
    Rust panic on the main thread), 1 ``error`` (``Error: ...`` from main: a bad config, a
    listener it could not bind), 2 ``usage`` (its command line refused);
-6. ``exit_N``: exited with status N (``exit_0`` is a clean exit).
+6. ``daemonized``: exited 0 while its descendants ran on -- it forked into the background, so
+   cuzkd supervises nothing (and ends them: see :data:`DAEMONIZED_ERROR`); not clean;
+7. ``exit_N``: exited with status N (``exit_0`` is a clean exit).
 
 Pure: the caller decodes the wait status (:func:`cuzkd.supervisor.proc.reaper.ended`), reads
 the counters and says whether it sent SIGKILL itself. What a cuzk exit said it died of is read
@@ -33,6 +35,10 @@ from dataclasses import dataclass
 from itertools import takewhile
 
 from cuzkd.states import ExitCause
+
+#: What a ``daemonized`` exit tells the operator (the log event, ``last_error``).
+DAEMONIZED_ERROR = ("the engine's process exited 0 while its descendants ran on -- engines "
+                    "must run in the foreground")
 
 
 @dataclass(frozen=True)
@@ -52,13 +58,14 @@ CUZK_EXIT_CAUSES: dict[int, ExitCause] = {
 
 
 def process_cause(end: ProcessEnd, *, supervisor_killed: bool, oom_kills_moved: bool,
-                  cuzk: bool = False) -> tuple[str, bool]:
+                  cuzk: bool = False, descendants_left: bool = False) -> tuple[str, bool]:
     """(cause, clean) of how a process ended, without the supervisor's intent.
 
     ``supervisor_killed``: the supervisor sent SIGKILL to this process (its stop escalation or
     a hurried stop), so a SIGKILL death is never blamed on the OOM killer. ``oom_kills_moved``:
     an OOM-kill counter covering the process grew while it ran. ``cuzk``: the engine is of
-    type ``cuzk``, whose exit statuses have names. ``clean`` is True only for ``exit_0``.
+    type ``cuzk``, whose exit statuses have names. ``descendants_left``: some of its
+    descendants were still alive when it had exited. ``clean`` is True only for ``exit_0``.
     """
     if end.signal is not None:
         if end.signal == signal.SIGKILL and oom_kills_moved and not supervisor_killed:
@@ -68,6 +75,8 @@ def process_cause(end: ProcessEnd, *, supervisor_killed: bool, oom_kills_moved: 
         return f"signal_{signal_name(end.signal)}", False
     if cuzk and end.exit_code in CUZK_EXIT_CAUSES:
         return CUZK_EXIT_CAUSES[end.exit_code], False
+    if end.exit_code == 0 and descendants_left:
+        return ExitCause.DAEMONIZED, False
     return f"exit_{end.exit_code}", end.exit_code == 0
 
 

@@ -18,8 +18,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from cuzkd.states import ALIVE, AT_REST, INTENT_CAUSE, State, StopIntent
+from cuzkd.states import ALIVE, AT_REST, INTENT_CAUSE, ExitCause, State, StopIntent
 from cuzkd.supervisor.core.backoff import Backoff
+from cuzkd.supervisor.core.exitcause import DAEMONIZED_ERROR
 
 
 @dataclass(frozen=True)
@@ -268,6 +269,8 @@ class Lifecycle:
         self.healthy_since = None
         if intent is not None:
             cause, clean = INTENT_CAUSE[intent], False
+        if cause == ExitCause.DAEMONIZED:  # the one exit whose cause says what to change
+            self.last_error = DAEMONIZED_ERROR
         self.exits[cause] += 1
         self.last_exit_cause = cause
         self._exit_unexplained = True

@@ -21,19 +21,19 @@ STACK_LIMIT = 40
 
 
 def log_state(logger: Any, supervisor: dict[str, Any], engines: Iterable[EngineInfo]) -> None:
-    """One ``supervisor_state_dump`` event, then one ``engine_state_dump`` per engine."""
-    logger.info("supervisor_state_dump", **supervisor)
+    """One ``supervisor_state_dumped`` event, then one ``engine_state_dumped`` per engine."""
+    logger.info("supervisor_state_dumped", **supervisor)
     for info in engines:
-        logger.info("engine_state_dump", engine=info.name,
+        logger.info("engine_state_dumped", engine=info.name,
                     **{k: v for k, v in info.as_json().items() if k != "name"})
 
 
 def log_task_stacks(logger: Any, tasks: Iterable[asyncio.Task[Any]]) -> None:
-    """One ``task_stack`` event per task, named by its coroutine."""
+    """One ``task_stack_dumped`` event per task, named by its coroutine."""
     for task in sorted(tasks, key=lambda t: t.get_name()):
         text = io.StringIO()
         task.print_stack(limit=STACK_LIMIT, file=text)
-        logger.info("task_stack", task=task.get_name(), coro=_coro_name(task),
+        logger.info("task_stack_dumped", task=task.get_name(), coro=_coro_name(task),
                     stack=text.getvalue())
 
 

@@ -5,7 +5,7 @@ loop's exception handler, and aiohttp reports connection errors through the stdl
 loggers ``aiohttp.server``/``aiohttp.web``/``aiohttp.access``. Left alone, both print a raw
 multi-line traceback on stderr for every occurrence: under descriptor exhaustion that was
 686,000 lines in 30 s. Here the loop's handler and a handler on the stdlib root logger turn
-each report into one JSON event (``event_loop_error``, ``library_log``) written through a
+each report into one JSON event (``event_loop_error_caught``, ``library_logged``) written through a
 shared :class:`~cuzkd.log.ratelimit.LimitedLog`: at most once per 10 s per kind and errno.
 """
 
@@ -36,7 +36,7 @@ def loop_exception_handler(limited: LimitedLog) -> Any:
             fields["errno"] = errno_name(exc)
             if not isinstance(exc, OSError):  # a bug: its traceback, inside the JSON line
                 fields["exc_info"] = exc
-        limited.log(log, "error", "event_loop_error", key=(message, fields.get("errno")),
+        limited.log(log, "error", "event_loop_error_caught", key=(message, fields.get("errno")),
                     **fields)
 
     return handle
@@ -58,7 +58,7 @@ class StdlibBridge(logging.Handler):
                 fields["errno"] = errno_name(exc)
             # the unformatted message: one key per kind of report, not per peer address
             key = (record.name, str(record.msg), fields.get("errno"))
-            self._limited.log(log, record.levelname.lower(), "library_log", key=key, **fields)
+            self._limited.log(log, record.levelname.lower(), "library_logged", key=key, **fields)
         except Exception:  # a logging handler must never raise into the code that logged
             self.handleError(record)
 

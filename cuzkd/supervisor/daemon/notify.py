@@ -50,7 +50,7 @@ class Notifier:
                 sock.sendto("\n".join(message).encode(), self._address)
         except BlockingIOError:
             if not self._unsent:
-                log.warning("sd_notify_queue_full", message=fields)
+                log.warning("sd_notify_dropped", message=fields)
             self._unsent = tuple(f for f in message if not f.startswith(_LATEST_ONLY))
         except OSError as exc:
             log.warning("sd_notify_failed", error=str(exc), message=fields)

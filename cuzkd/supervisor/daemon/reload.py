@@ -112,7 +112,8 @@ class ConfigReloader:
             new = await self._reader.read(path) if path else default_config()
         except ConfigError as exc:
             phase.reload_read(False, time.time())
-            log.error("reload_refused", error=str(exc), detail="keeping the running config")
+            log.error("supervisor_reload_refused", error=str(exc),
+                      detail="keeping the running config")
             return ReloadOutcome(str(exc), tuple(self._engines.names()))
         else:
             phase.reload_read(True, time.time())
@@ -128,7 +129,7 @@ class ConfigReloader:
     async def _apply(self, new: Config) -> None:
         old = self._engines.config
         if (new.supervisor, new.metrics) != (old.supervisor, old.metrics):
-            log.warning("reload_partial", detail="[supervisor] and [metrics] changes take "
-                                                 "effect at the next start")
+            log.warning("supervisor_reload_partial",
+                        detail="[supervisor] and [metrics] changes take effect at the next start")
         await self._engines.apply(new)
         self._on_applied()

@@ -30,6 +30,7 @@ import msgspec
 import structlog
 
 from cuzkd.config import Config
+from cuzkd.errors import CuzkdError
 from cuzkd.gpus import GpuView
 from cuzkd.log.ratelimit import LimitedLog, RateLimiter
 from cuzkd.supervisor.core import signals
@@ -40,7 +41,7 @@ from cuzkd.supervisor.daemon.notify import Notifier
 from cuzkd.supervisor.daemon.reload import ConfigReloader
 from cuzkd.supervisor.daemon.signalinstall import LoopSignals
 from cuzkd.supervisor.daemon.startup import startup_fields
-from cuzkd.supervisor.daemon.statedir import ControlSocketLock, StateDirBusy, StateDirLock
+from cuzkd.supervisor.daemon.statedir import ControlSocketLock, StateDirLock, unusable_dir
 from cuzkd.supervisor.engines.binaries import EngineBinaries
 from cuzkd.supervisor.engines.engineset import EngineSet
 from cuzkd.supervisor.proc.children import ChildTable
@@ -124,12 +125,11 @@ class Supervisor:
         lock = StateDirLock(self.config.state_dir)
         control_lock = ControlSocketLock(self.config.control_socket)
         try:
-            lock.acquire()
-            control_lock.acquire()
-        except (StateDirBusy, OSError) as exc:
+            self._lock(lock, control_lock)
+        except CuzkdError as exc:  # busy: 1; a directory it cannot write: a config error, 78
             log.error("supervisor_start_failed", error=str(exc))
             lock.release()
-            return 1
+            return exc.exit_code
         if not set_child_subreaper():
             log.warning("subreaper_refused", detail="orphaned grandchildren will not be reaped")
         self.children.install(loop)
@@ -169,6 +169,18 @@ class Supervisor:
             await self._shutdown(loop_signals)
             control_lock.release()
             lock.release()
+
+    def _lock(self, lock: StateDirLock, control_lock: ControlSocketLock) -> None:
+        """Take the state dir and the control socket (StateDirBusy when another supervisor
+        has one); a directory that cannot be written is the config's mistake, named."""
+        try:
+            lock.acquire()
+        except OSError as exc:
+            raise unusable_dir(self.config, exc) from None
+        try:
+            control_lock.acquire()
+        except OSError as exc:
+            raise unusable_dir(self.config, exc, control_socket=True) from None
 
     def request_stop(self) -> None:
         """Begin the shutdown: no engine starts any more, a swap in flight is cancelled (its

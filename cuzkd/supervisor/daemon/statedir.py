@@ -6,15 +6,25 @@ control plane over. Both refuse to start instead. Each lock is an ``flock`` on a
 (``cuzkd.pid`` in the state dir, ``<control_socket>.lock`` beside the socket) holding the
 owner's pid for the message: the kernel drops it when its owner dies, so a crashed supervisor
 never leaves a stale lock behind.
+
+A directory cuzkd cannot write (a read-only mount, another user's directory) is a config
+mistake, refused as every other one: :func:`unusable_dir` names the file, the key and what is
+needed (exit 78) instead of a bare ``[Errno 30] Read-only file system``. The state dir is
+probed at once (a file created and removed) rather than at the first engine socket or release.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 from pathlib import Path
 
+from cuzkd.config import Config, ConfigError
 from cuzkd.errors import CuzkdError
+
+#: Created and removed in the state dir at start: proof that cuzkd can write there.
+WRITE_PROBE = ".write-probe"
 
 
 class StateDirBusy(CuzkdError):
@@ -59,6 +69,7 @@ class StateDirLock(PidFileLock):
     def acquire(self) -> None:
         self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.state_dir.chmod(0o700)
+        probe_writable(self.state_dir)
         super().acquire()
 
 
@@ -74,3 +85,31 @@ class ControlSocketLock(PidFileLock):
     def acquire(self) -> None:
         self.control_socket.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         super().acquire()
+
+
+def probe_writable(directory: Path) -> None:
+    """Create and remove a file in ``directory`` (OSError when it cannot be done). O_NOFOLLOW
+    and O_EXCL: a symlink planted as the probe's name is removed, never written through."""
+    probe = directory / WRITE_PROBE
+    with contextlib.suppress(FileNotFoundError):
+        probe.unlink()  # a crash's leftover (unlink does not follow a symlink)
+    os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600))
+    probe.unlink()
+
+
+def unusable_dir(config: Config, exc: OSError, *, control_socket: bool = False) -> ConfigError:
+    """The config error for a directory cuzkd could not create or write: the state dir, or
+    (``control_socket``) the control socket's, which is the state dir's unless set."""
+    where = config.path or "the built-in default config"
+    if control_socket and config.supervisor.control_socket:
+        key = "key `supervisor.control_socket`"
+    elif config.supervisor.state_dir:
+        key = "key `supervisor.state_dir`"
+    else:
+        key = f"key `supervisor.state_dir` (unset: the default state dir, {config.state_dir})"
+    path = exc.filename or (config.control_socket.parent if control_socket else config.state_dir)
+    return ConfigError(
+        f"{where}: {key}: cannot write {path}: {exc.strerror}; cuzkd needs a writable "
+        f"directory owned by the user it runs as (uid {os.geteuid()}) -- under systemd, "
+        f"StateDirectory= makes one")

@@ -177,7 +177,7 @@ class EngineSet:
                 self._runners[spec.name] = old[spec.name]
             else:  # unless a shutdown came while the old ones were stopping
                 self._add_started(spec)
-        log.info("reloaded", engines=list(self._runners),
+        log.info("supervisor_reloaded", engines=list(self._runners),
                  restarted_or_removed=[r.name for r in gone])
         return todo
 
@@ -290,7 +290,7 @@ class EngineSet:
     async def restart_engine(self, name: str, *, swap: bool = False) -> None:
         """Restart ``name``; while stopping, log and do nothing (see :meth:`start_engine`).
         ``swap``: a binary swap's restart (counted as exit cause ``swap``)."""
-        if self._refuse_spawn("restart", name):
+        if self._refuse_spawn(name, restart=True):
             return
         await self.runner(name).restart(swap=swap)
 
@@ -308,7 +308,7 @@ class EngineSet:
     async def start_engine(self, name: str) -> None:
         """Start ``name``; while stopping, log and do nothing: shutdown owns the engines, and
         an engine spawned after its stop was awaited would be abandoned running."""
-        if self._refuse_spawn("start", name):
+        if self._refuse_spawn(name, restart=False):
             return
         await self.runner(name).start_and_wait()
 
@@ -325,9 +325,10 @@ class EngineSet:
             return None
         return f"did not start: {runner.not_up_reason()}"
 
-    def _refuse_spawn(self, action: str, name: str) -> bool:
+    def _refuse_spawn(self, name: str, *, restart: bool) -> bool:
         if self.stopping:
-            log.warning(f"{action}_refused", engine=name, reason="supervisor stopping")
+            log.warning("engine_restart_refused" if restart else "engine_start_refused",
+                        engine=name, reason="supervisor stopping")
         return self.stopping
 
     async def wait_healthy(self, name: str, settle: float) -> str | None:

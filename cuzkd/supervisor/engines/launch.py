@@ -86,7 +86,7 @@ class EngineLaunch:
         result = await wait_for_gpus(self._gpu_view, spec.gpus, self._previous,
                                      spec.gpu_memory_needed, spec.gpu_release_timeout)
         if not result.ready:
-            log.warning("gpu_gate_timeout", gpus=spec.gpus, reason=result.reason,
+            log.warning("gpu_gate_timed_out", gpus=spec.gpus, reason=result.reason,
                         waited_seconds=round(result.waited_seconds, 3))
         elif result.reads > 1:
             log.info("gpu_gate_passed", gpus=spec.gpus,

@@ -40,6 +40,7 @@ from cuzkd.states import (
     INTENT_CAUSES,
     START_PENDING,
     DrainResult,
+    ExitCause,
     State,
     StopReason,
 )
@@ -49,7 +50,7 @@ from cuzkd.status.document import IN_FLIGHT_STATES
 from cuzkd.supervisor.core.backoff import Backoff
 from cuzkd.supervisor.core.cadence import HealthCadence
 from cuzkd.supervisor.core.drain import count_partitions, cuzk_idle, is_quiet, lost_jobs
-from cuzkd.supervisor.core.exitcause import exit_message, process_cause
+from cuzkd.supervisor.core.exitcause import DAEMONIZED_ERROR, exit_message, process_cause
 from cuzkd.supervisor.core.freezes import said_nothing
 from cuzkd.supervisor.core.lifecycle import (
     Action,
@@ -80,7 +81,7 @@ from cuzkd.supervisor.proc import pids
 from cuzkd.supervisor.proc.children import SPAWN_ERRORS, ChildProcess, ChildTable
 from cuzkd.supervisor.proc.descendants import DescendantWatch
 from cuzkd.supervisor.proc.oom import OomCounters
-from cuzkd.supervisor.proc.output import ENGINE_LOGGER, OutputLog, log_lines
+from cuzkd.supervisor.proc.output import OutputLog, log_lines
 from cuzkd.supervisor.proc.reaper import ended
 from cuzkd.supervisor.proc.spawn import SpawnError, spawn_error_is_transient
 from cuzkd.supervisor.proc.tree import tree_usage
@@ -183,7 +184,7 @@ class EngineRunner:
         #: (one for both pipes and every process of it: the dropped counts are the engine's)
         self._output_budget = OutputBudget(_output_limits(spec), self._clock())
         self._output = OutputLog(
-            lines=structlog.get_logger(ENGINE_LOGGER).bind(engine=spec.name), notes=self._log,
+            lines=structlog.get_logger("cuzkd.engine").bind(engine=spec.name), notes=self._log,
             budget=self._output_budget, clock=self._clock)
 
     def _new_deriver(self) -> ExtensionDeriver:
@@ -293,7 +294,7 @@ class EngineRunner:
         """Skip the rest of the stop sequence (drain, stop_timeout): SIGKILL the group of a
         stopping engine, and the leftovers of exited ones still being stopped."""
         if self.lifecycle.state is State.STOPPING and self._process is not None:
-            self._log.warning("engine_kill", pid=self._process.pid, reason="stop hurried")
+            self._log.warning("engine_killed", pid=self._process.pid, reason="stop hurried")
             self._kill(self._process)
         self._descendants.kill_now()
 
@@ -332,6 +333,7 @@ class EngineRunner:
         known = self._descendants.known_pids()
         leftovers = self._descendants.take_leftovers(proc.pid)
         self._launch.previous_process_ended({proc.pid, *known, *(p.pid for p in leftovers)})
+        group_left = False
         if self._stop_signalled and not self._killed and leftovers:
             # The stop signal reached the whole group, and a wrapper shell that does not exec
             # dies of it at once while the engine under it still shuts down: what is left gets
@@ -340,7 +342,8 @@ class EngineRunner:
         else:
             # Leftover helpers of a dead engine would hold GPU memory (or its port) from its
             # replacement: its group dies at once, escaped descendants get stop_timeout.
-            if proc.signal_group(signal.SIGKILL):
+            group_left = proc.signal_group(signal.SIGKILL)
+            if group_left:
                 self._log.info("engine_group_killed", pid=proc.pid, reason="main process exited")
             if leftovers:
                 self._descendants.stop(leftovers, proc.pid)
@@ -351,7 +354,11 @@ class EngineRunner:
             self._health_task.cancel()
         oom_moved = self._oom is not None and self._oom.moved()
         cause, clean = process_cause(ended(wait_status), supervisor_killed=self._killed,
-                                     oom_kills_moved=oom_moved, cuzk=self.spec.cuzk)
+                                     oom_kills_moved=oom_moved, cuzk=self.spec.cuzk,
+                                     descendants_left=group_left or bool(leftovers))
+        if cause == ExitCause.DAEMONIZED:
+            self._log.warning("engine_daemonized", pid=proc.pid, error=DAEMONIZED_ERROR,
+                              pids=sorted(p.pid for p in leftovers))
         # Taken before the lifecycle acts: an immediate restart replaces the tail.
         tail = self._stderr.exited()
         self._apply(self.lifecycle.exited(cause, clean, self._clock()))
@@ -403,7 +410,7 @@ class EngineRunner:
         # a reason (and a bound) belongs to the request that set it
         self._stop_reason, self._stop_within = None, None
         for t in self.lifecycle.take_transitions():
-            self._log.info("engine_state", old=str(t.old), new=str(t.new), reason=t.reason,
+            self._log.info("engine_state_changed", old=str(t.old), new=str(t.new), reason=t.reason,
                            pid=self.lifecycle.pid, cause=self.lifecycle.last_exit_cause,
                            restart_delay=_delay(self.lifecycle.next_start_at, self._clock()))
         self._changed.set()
@@ -427,7 +434,7 @@ class EngineRunner:
         pinned to GPUs, once they hold nothing of the previous process and have
         ``gpu_memory_needed`` free, or after ``gpu_release_timeout`` (then say why)."""
         if self._descendants.sweeping:
-            self._log.info("engine_spawn_waits_for_leftovers",
+            self._log.info("engine_spawn_waiting",
                            pids=sorted(p.pid for p in self._descendants.sweeping))
             await self._descendants.wait_swept()
         await self._launch.wait_for_gpus(self._log)
@@ -495,7 +502,7 @@ class EngineRunner:
             health_interval=spec.health_interval, kill_reason="stalled" if kill else None,
             within=within)
         if sequence.draining:
-            self._log.info("engine_drain", pid=proc.pid, mode=spec.drain_mode,
+            self._log.info("engine_drain_requested", pid=proc.pid, mode=spec.drain_mode,
                            timeout=round(sequence.deadline - sequence.started, 3))
         while True:
             match sequence.step(self._clock(), exited=exited.is_set(), killed=self._killed):
@@ -512,10 +519,10 @@ class EngineRunner:
                     if ends_work:
                         self._count_inflight(reason)
                     if kill_it:
-                        self._log.warning("engine_kill", pid=proc.pid, reason=why)
+                        self._log.warning("engine_killed", pid=proc.pid, reason=why)
                         self._kill(proc)
                     else:
-                        self._log.info("engine_stop", pid=proc.pid, signal=spec.stop_signal)
+                        self._log.info("engine_stopping", pid=proc.pid, signal=spec.stop_signal)
                         self._stop_signalled = True
                         proc.signal_group(spec.stop_signum)
                 case WaitUntil(at=at):
@@ -566,11 +573,11 @@ class EngineRunner:
         lost = count_partitions(doc, IN_FLIGHT_STATES)
         self.stop_inflight[reason] += lost
         if lost:
-            self._log.warning("engine_stop_inflight", reason=reason, partitions=lost)
+            self._log.warning("engine_inflight_lost", reason=reason, partitions=lost)
         jobs = lost_jobs(doc, self._queues)
         self.jobs_lost.update(jobs.by_kind)
         if jobs.by_kind:
-            self._log.warning("engine_stop_jobs_lost", reason=reason, jobs=jobs.by_kind,
+            self._log.warning("engine_jobs_lost", reason=reason, jobs=jobs.by_kind,
                               job_ids=list(jobs.job_ids[:LOGGED_JOB_IDS]),
                               job_ids_left_out=max(0, len(jobs.job_ids) - LOGGED_JOB_IDS))
 

@@ -27,7 +27,7 @@ from typing import IO, Protocol
 
 import structlog
 
-from cuzkd.supervisor.proc.output import ENGINE_LOGGER, OutputLog, log_lines
+from cuzkd.supervisor.proc.output import OutputLog, log_lines
 from cuzkd.supervisor.proc.reaper import Reaper
 from cuzkd.supervisor.proc.spawn import EngineProcess, exit_cause
 
@@ -137,7 +137,7 @@ class ChildTable:
             log.error("oneshot_spawn_failed", argv=list(argv), error=str(exc))
             return f"spawn_failed ({exc})"
         oneshot_log = log.bind(oneshot=argv[0])
-        output = OutputLog(lines=structlog.get_logger(ENGINE_LOGGER).bind(oneshot=argv[0]),
+        output = OutputLog(lines=structlog.get_logger("cuzkd.engine").bind(oneshot=argv[0]),
                            notes=oneshot_log)
         readers = [asyncio.create_task(log_lines(pipe, output, stream, proc.pid))
                    for pipe, stream in ((proc.stdout, "stdout"), (proc.stderr, "stderr"))]
@@ -146,7 +146,7 @@ class ChildTable:
             try:
                 cause = exit_cause(await asyncio.wait_for(asyncio.shield(exited), timeout))[0]
             except TimeoutError:
-                oneshot_log.warning("oneshot_kill", pid=proc.pid, reason=f"{timeout:g}s elapsed")
+                oneshot_log.warning("oneshot_killed", pid=proc.pid, reason=f"{timeout:g}s elapsed")
                 proc.signal_group(signal.SIGKILL)
                 await exited
                 cause = "timeout"

@@ -35,8 +35,6 @@ from cuzkd.log.ratelimit import LimitedLog
 from cuzkd.supervisor.core.outputbudget import OutputBudget
 from cuzkd.supervisor.core.stderrlines import PANIC_MARK, StderrLines
 
-#: The logger of every engine's (and one-shot's) own lines: never one of the supervisor's.
-ENGINE_LOGGER = "cuzkd.engine"
 #: Longest engine output line logged whole; a longer one is cut here (its head logged).
 MAX_LINE_BYTES = 64 << 10
 #: The pipe's buffer (Linux's default limit for an unprivileged process; the default is 64
