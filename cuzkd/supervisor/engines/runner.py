@@ -89,7 +89,7 @@ from cuzkd.supervisor.tasks import TaskSet
 
 log = structlog.get_logger("cuzkd.supervisor")
 
-#: Job ids named in one ``engine_stop_jobs_lost`` event: an engine listing thousands of jobs
+#: Job ids named in one ``engine_jobs_lost`` event: an engine listing thousands of jobs
 #: must not make one log line of megabytes (the counts stay exact).
 LOGGED_JOB_IDS = 100
 
