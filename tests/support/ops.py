@@ -99,6 +99,7 @@ _SUPERVISOR_METRICS = {
     "cuzkd_engine_release_info": _m("gauge", "engine", "release"),
     "cuzkd_engine_descendants_killed_total": _m("counter", "engine"),
     "cuzkd_engine_stop_inflight_partitions_total": _m("counter", "engine", "reason"),
+    "cuzkd_engine_jobs_lost_total": _m("counter", "engine", "kind"),
     "cuzkd_engine_drains_total": _m("counter", "engine", "result"),
     "cuzkd_zombies_reaped_total": _m("counter"),
     "cuzkd_binary_swaps_total": _m("counter", "result"),
