@@ -11,6 +11,8 @@ Engines (one ``cuzkd run --demo`` with ``[metrics] listen`` on port 0):
 * ``garbage``, ``badschema``: serve non-JSON and a wrong-schema document. ``start_timeout`` is
   long so they stay ``starting`` (down, fetch errors counting) for the whole session instead of
   being killed and restarted;
+* ``cuzk``: the cuzk stand-in as a ``type = "cuzk"`` engine, idle: its gRPC telemetry makes
+  the ``cuzk_grpc_*`` families (each kind at 0) and ``cuzkd_engine_grpc_errors_total`` live;
 * ``victim``: a fake engine whose first start exits 1 (restarted at once, as the first failure
   always is). That leaves its backoff one failure deep with ``backoff_reset_after`` far away,
   so the *next* failure (the SIGKILL test) waits ``backoff_initial`` (4 s, at least 3.2 s with
@@ -36,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from cuzkd.config import BINARY_PLACEHOLDER
+from support.cuzk_harness import cuzk_engine
 from support.live import Exposition, Prometheus, doc_engine, scrape
 from support.supervisor_harness import (
     RunningSupervisor,
@@ -50,6 +53,7 @@ RECORDING_RULES = REPO / "prometheus" / "cuzkd-recording.yml"
 RULE_FILES = (ALERT_RULES, RECORDING_RULES)
 BUNDLED = ("b0", "b1")
 BAD_DOCUMENTS = ("garbage", "badschema")
+CUZK = "cuzk"
 VICTIM_BACKOFF = 4.0
 
 
@@ -92,6 +96,7 @@ def live_stack(tmp: Path, example: Path) -> Iterator[LiveStack]:
         *({"name": name} for name in BUNDLED),
         doc_engine(tmp, "example", example),
         *(doc_engine(tmp, name, bad[name], start_timeout="1h") for name in BAD_DOCUMENTS),
+        cuzk_engine(tmp, CUZK, health_interval="1s", grpc_telemetry_interval="2s")[0],
         _victim(tmp),
     ]
     # The release store is seeded with this Python interpreter: the victim runs it as {binary}.
@@ -103,7 +108,7 @@ def live_stack(tmp: Path, example: Path) -> Iterator[LiveStack]:
         address = sup.about()["metrics_listen"]
         prometheus = Prometheus.start(tmp / "prometheus", [address], rule_files=RULE_FILES)
         cleanup.callback(prometheus.stop)
-        for name in (*BUNDLED, "example"):
+        for name in (*BUNDLED, "example", CUZK):
             sup.wait_engine(name, lambda e: e["state"] == "running", timeout=60,
                             what=f"{name} running")
         sup.wait_engine("victim", lambda e: e["state"] == "running" and e["restarts"] == 1,
