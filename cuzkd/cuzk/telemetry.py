@@ -42,6 +42,11 @@ FAILURE_REASONS = (UNAVAILABLE, TIMEOUT, TOO_LARGE, ERROR_STATUS, UNDECODABLE,
                    BAD_METRICS_TEXT, CLIENT_ERROR)
 
 
+#: GPU ordinals one reading keeps: a host has at most 16 GPUs, but a 1 MiB reply of a hostile
+#: engine could list ~300,000 (the label budget, 64 by default, still bounds the series).
+MAX_GPUS = 1024
+
+
 @dataclass(frozen=True)
 class Failure:
     """One method of one poll that told nothing: a bounded reason and the sentence to log."""
@@ -93,10 +98,13 @@ class Telemetry:
 def gpus_of(entries: list[tuple[int, str, int, int, str]]) -> tuple[GpuReading, ...]:
     """``(ordinal, name, vram_total, vram_free, current_proof_kind)`` per GPU worker as one
     reading per ordinal, in order: name and memory from its first entry (``nvidia-smi``'s,
-    the same for every worker of the GPU), the kinds its workers prove counted."""
+    the same for every worker of the GPU), the kinds its workers prove counted; the first
+    :data:`MAX_GPUS` ordinals only."""
     first: dict[int, tuple[str, int, int]] = {}
     proving: dict[int, Counter[str]] = {}
     for ordinal, name, total, free, kind in entries:
+        if ordinal not in first and len(first) >= MAX_GPUS:
+            continue
         first.setdefault(ordinal, (name, total, free))
         counts = proving.setdefault(ordinal, Counter())
         if kind:

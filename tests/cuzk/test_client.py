@@ -15,7 +15,7 @@ import pytest
 from cuzkd.cuzk import proving_pb2 as pb
 from cuzkd.cuzk.client import read_queues, read_telemetry
 from cuzkd.cuzk.reading import KindQueue
-from cuzkd.cuzk.telemetry import GpuReading, Outcomes
+from cuzkd.cuzk.telemetry import MAX_GPUS, GpuReading, Outcomes, gpus_of
 
 
 async def serve(tmp_path: Path, handler: Callable[..., Any],
@@ -156,17 +156,23 @@ def status_with_post() -> pb.GetStatusResponse:
     return reply
 
 
-async def test_telemetry_reads_every_kind_per_gpu_and_by_kind(
-        tmp_path: Path, servers: list[grpc.aio.Server]) -> None:
+async def serve_post(tmp_path: Path, servers: list[grpc.aio.Server], text: str) -> str:
+    """A server answering :func:`status_with_post` and GetMetrics ``text``; its address."""
     async def status(request: Any, context: Any) -> pb.GetStatusResponse:
         return status_with_post()
 
     async def metrics(request: Any, context: Any) -> pb.GetMetricsResponse:
-        return pb.GetMetricsResponse(prometheus_text=METRICS_TEXT)
+        return pb.GetMetricsResponse(prometheus_text=text)
 
     server, address = await serve(tmp_path, status, metrics=metrics)
     servers.append(server)
-    telemetry = await read_telemetry(address, timeout=5)
+    return address
+
+
+async def test_telemetry_reads_every_kind_per_gpu_and_by_kind(
+        tmp_path: Path, servers: list[grpc.aio.Server]) -> None:
+    telemetry = await read_telemetry(await serve_post(tmp_path, servers, METRICS_TEXT),
+                                     timeout=5)
     assert telemetry.failures == ()
     assert telemetry.queues == {"window-post": KindQueue(1, 1), "porep-c2": KindQueue(3, 1)}
     assert telemetry.gpus == (
@@ -244,15 +250,7 @@ async def test_a_listener_that_resets_every_connection_is_unavailable(tmp_path: 
 ])
 async def test_metrics_text_that_is_not_exposition_costs_only_the_outcomes(
         tmp_path: Path, servers: list[grpc.aio.Server], text: str) -> None:
-    async def status(request: Any, context: Any) -> pb.GetStatusResponse:
-        return status_with_post()
-
-    async def metrics(request: Any, context: Any) -> pb.GetMetricsResponse:
-        return pb.GetMetricsResponse(prometheus_text=text)
-
-    server, address = await serve(tmp_path, status, metrics=metrics)
-    servers.append(server)
-    telemetry = await read_telemetry(address, timeout=5)
+    telemetry = await read_telemetry(await serve_post(tmp_path, servers, text), timeout=5)
     assert [f.reason for f in telemetry.failures] == ["bad_metrics_text"]
     assert telemetry.outcomes is None
     assert telemetry.queues == {"window-post": KindQueue(1, 1), "porep-c2": KindQueue(3, 1)}
@@ -269,3 +267,10 @@ async def test_an_engine_without_getmetrics_still_has_its_queues(
     assert [f.reason for f in telemetry.failures] == ["error_status"]
     assert "UNIMPLEMENTED" in telemetry.failures[0].message
     assert telemetry.queues is not None and telemetry.outcomes is None
+
+
+def test_a_reading_keeps_a_bounded_number_of_gpus_whatever_the_reply_lists() -> None:
+    entries = [(n, "g", 1, 1, "window_post") for n in range(100_000)]
+    gpus = gpus_of(entries + [(0, "again", 2, 2, "mystery")])
+    assert len(gpus) == MAX_GPUS
+    assert gpus[0] == GpuReading(0, "g", 1, 1, {"window-post": 1, "other": 1})

@@ -754,7 +754,9 @@ class EngineRunner:
             output_dropped_lines_total=self._output_budget.dropped_lines_total,
             output_dropped_bytes_total=self._output_budget.dropped_bytes_total,
             labels=self.labels,
-            grpc=telemetry.latest if alive and telemetry is not None else None,
+            # a stopping engine's last answer is not what it holds now
+            grpc=(telemetry.latest if telemetry is not None
+                  and self.lifecycle.state is State.RUNNING else None),
             grpc_polled=telemetry is not None,
             grpc_errors_total=dict(telemetry.errors_total) if telemetry is not None else {},
         )

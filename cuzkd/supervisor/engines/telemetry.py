@@ -14,7 +14,7 @@ garbled, a ``GetMetrics`` text that is not exposition) counts its bounded reason
 per reason per 10 s, and drops what it could not read: that engine's gRPC series go until an
 answer comes. It is not a health failure (``/status`` is the engine's health), and nothing else
 waits on it. Polls run only while the engine is ``running``: an engine still starting or
-stopping is not expected to answer, and its old answer is not kept.
+stopping is not expected to answer, and its last answer is not exported then.
 """
 
 from __future__ import annotations
@@ -55,13 +55,11 @@ class GrpcTelemetry:
         self.latest = reading if reading.queues is not None else None
 
     async def run(self, running: Callable[[], bool], alive: Callable[[], bool]) -> None:
-        """Poll every interval while ``running()``, for as long as ``alive()``; the answer
-        is dropped whenever the engine is not running."""
+        """Poll every interval while ``running()``, for as long as ``alive()`` (the scrapes
+        export the answer only while the engine is running)."""
         while alive():
             if running():
                 await self.poll()
-            if not running():
-                self.latest = None
             await asyncio.sleep(self._interval)
 
     def forget(self) -> None:
