@@ -271,6 +271,6 @@ async def test_an_engine_without_getmetrics_still_has_its_queues(
 
 def test_a_reading_keeps_a_bounded_number_of_gpus_whatever_the_reply_lists() -> None:
     entries = [(n, "g", 1, 1, "window_post") for n in range(100_000)]
-    gpus = gpus_of(entries + [(0, "again", 2, 2, "mystery")])
+    gpus = gpus_of([*entries, (0, "again", 2, 2, "mystery")])
     assert len(gpus) == MAX_GPUS
     assert gpus[0] == GpuReading(0, "g", 1, 1, {"window-post": 1, "other": 1})
