@@ -1,5 +1,6 @@
-"""The GetStatus client against real gRPC servers: the stand-in, and servers that misbehave.
-Whatever the engine does, a read returns a reading (``unknown`` with a reason), in time."""
+"""The gRPC client (GetStatus for the drain, GetStatus + GetMetrics for the telemetry) against
+real gRPC servers that misbehave. Whatever the engine does, a read returns in time, with a
+bounded reason when it told nothing."""
 
 from __future__ import annotations
 
@@ -11,32 +12,12 @@ from typing import Any
 
 import grpc
 import pytest
+from support.cuzk_grpc import serve
 
 from cuzkd.cuzk import proving_pb2 as pb
 from cuzkd.cuzk.client import read_queues, read_telemetry
 from cuzkd.cuzk.reading import KindQueue
 from cuzkd.cuzk.telemetry import MAX_GPUS, GpuReading, Outcomes, gpus_of
-
-
-async def serve(tmp_path: Path, handler: Callable[..., Any],
-                serializer: Callable[[Any], bytes] = lambda m: m.SerializeToString(),
-                metrics: Callable[..., Any] | None = None) -> tuple[grpc.aio.Server, str]:
-    """A gRPC server answering GetStatus with ``handler`` (its replies through
-    ``serializer``) and, when given, GetMetrics with ``metrics``."""
-    server = grpc.aio.server()
-    methods = {"GetStatus": grpc.unary_unary_rpc_method_handler(
-        handler, request_deserializer=pb.GetStatusRequest.FromString,
-        response_serializer=serializer)}
-    if metrics is not None:
-        methods["GetMetrics"] = grpc.unary_unary_rpc_method_handler(
-            metrics, request_deserializer=pb.GetMetricsRequest.FromString,
-            response_serializer=pb.GetMetricsResponse.SerializeToString)
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
-        "cuzk.v1.ProvingEngine", methods),))
-    address = f"unix://{tmp_path}/cuzk.sock"
-    server.add_insecure_port(f"unix:{tmp_path}/cuzk.sock")
-    await server.start()
-    return server, address
 
 
 @pytest.fixture
