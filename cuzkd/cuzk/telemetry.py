@@ -55,14 +55,6 @@ class Failure:
     message: str
 
 
-class TelemetryFailed(Exception):
-    """Raised inside the client for a :class:`Failure` (never out of it)."""
-
-    def __init__(self, failure: Failure) -> None:
-        super().__init__(failure.message)
-        self.failure = failure
-
-
 @dataclass(frozen=True)
 class GpuReading:
     """One GPU ordinal of ``GetStatus`` (cuzk lists one entry per GPU *worker*: merged here)."""
