@@ -1,5 +1,6 @@
 """The telemetry poll of a cuzk engine's gRPC: what a failing address costs (its series, a
-counted reason, one log line per reason per 10 s) and that the next answer brings them back."""
+counted reason, one log line per reason per 10 s) once its start is over, and that the next
+answer brings them back."""
 
 from __future__ import annotations
 
@@ -17,8 +18,13 @@ from cuzkd.supervisor.engines.telemetry import GrpcTelemetry
 async def test_failures_drop_the_answer_count_their_reason_and_log_once(tmp_path: Path) -> None:
     address = f"unix://{tmp_path}/cuzk.sock"
     log: FilteringBoundLogger = structlog.get_logger("test").bind(engine="c0")
-    telemetry = GrpcTelemetry(address, timeout=2, interval=10, log=log, limited=LimitedLog())
+    now = [0.0]
+    telemetry = GrpcTelemetry(address, timeout=2, interval=10, start_grace=30,
+                              clock=lambda: now[0], log=log, limited=LimitedLog())
     with structlog.testing.capture_logs() as logs:
+        await telemetry.poll()  # nothing listens yet: the engine's start (cuzk binds it last)
+        assert telemetry.errors_total == {} and not logs
+        now[0] = 30.0
         await telemetry.poll()
         await telemetry.poll()
     assert telemetry.latest is None

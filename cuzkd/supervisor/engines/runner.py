@@ -172,8 +172,9 @@ class EngineRunner:
         self._descendants.killed = inherited_kills
         #: a cuzk engine's gRPC telemetry (queues, GPUs, outcomes of every proof kind)
         self.telemetry = GrpcTelemetry(
-            self._grpc_address, spec.status_timeout, spec.grpc_telemetry_interval, self._log,
-            self._limited) if self._grpc_address and spec.grpc_telemetry_interval else None
+            self._grpc_address, spec.status_timeout, spec.grpc_telemetry_interval,
+            spec.start_timeout, self._clock, self._log, self._limited,
+        ) if self._grpc_address and spec.grpc_telemetry_interval else None
         #: why the next stop is made (None: a health kill, not counted)
         self._stop_reason: StopReason | None = None
         #: seconds the next stop may take in all (a shutdown's grace; None: its own budget)
