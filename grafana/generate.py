@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cuzkd.kinds import ProofKind
 from cuzkd.states import State
 
 OUT_DIR = Path(__file__).resolve().parent / "dashboards"
@@ -43,6 +44,8 @@ RATE = "$__rate_interval"
 #: Label names grouped on in every per-engine panel (a fleet has one cuzkd per GPU host).
 BY_ENGINE = "instance, engine"
 LEGEND_ENGINE = "{{instance}} {{engine}}"
+#: The proof kinds with chain deadlines, which cuzk's /status never shows (its gRPC does).
+POST_KINDS = f"{ProofKind.WINDOW_POST}|{ProofKind.WINNING_POST}"
 
 Json = dict[str, Any]
 
@@ -51,14 +54,17 @@ Json = dict[str, Any]
 # Queries
 
 
-def sel(metric: str, engine: bool = True, **matchers: str) -> str:
+def sel(metric: str, engine: bool = True, kinds: str | None = None, **matchers: str) -> str:
     """``metric{job=~"$job", instance=~"$instance"[, engine=~"$engine"], k="v"...}``.
 
-    ``engine=False`` for the supervisor's own series, which carry no ``engine`` label.
+    ``engine=False`` for the supervisor's own series, which carry no ``engine`` label;
+    ``kinds``: a regex the ``proof_kind`` must match (:data:`POST_KINDS`).
     """
     parts = ['job=~"$job"', 'instance=~"$instance"']
     if engine:
         parts.append('engine=~"$engine"')
+    if kinds is not None:
+        parts.append(f'proof_kind=~"{kinds}"')
     parts += [f'{k}="{v}"' for k, v in matchers.items()]
     return f"{metric}{{{', '.join(parts)}}}"
 
@@ -69,9 +75,9 @@ def fleet_sel(metric: str) -> str:
 
 
 def rate(metric: str, engine: bool = True, fn: str = "rate", window: str = RATE,
-         **matchers: str) -> str:
+         kinds: str | None = None, **matchers: str) -> str:
     """``rate(metric{...}[$__rate_interval])`` (or irate/increase, or ``$__range``)."""
-    return f"{fn}({sel(metric, engine, **matchers)}[{window}])"
+    return f"{fn}({sel(metric, engine, kinds, **matchers)}[{window}])"
 
 
 def agg(by: str, inner: str, op: str = "sum") -> str:
@@ -481,6 +487,18 @@ def gpu_workers() -> Json:
                    "any; CuzkdEngineStalled fires.",
                    [Q(agg(BY_ENGINE, rate("cuzkd_engine_stalls_total", fn="increase")),
                       LEGEND_ENGINE)], "short", bars=True),
+        timeseries("PoSt activity per GPU (gRPC)", "GPU workers of each GPU proving a "
+                   "WindowPoSt or WinningPoSt now, from a cuzk engine's gRPC GetStatus (polled "
+                   "every grpc_telemetry_interval, 10 s by default: a WinningPoSt of about a "
+                   "second shows only when a poll falls in it; the outcome counters on the "
+                   "Pipeline dashboard count every one). Worker busy / idle above shows these "
+                   "workers idle: cuzk's /status does not see PoSt. Bad: PoSt proving while "
+                   "the PoSt queue on the Pipeline dashboard grows — deadline proofs wait for "
+                   "GPUs.",
+                   [Q(agg(f"{BY_ENGINE}, gpu, proof_kind",
+                          sel("cuzk_grpc_gpu_workers_proving", kinds=POST_KINDS)),
+                      f"{LEGEND_ENGINE} gpu {{{{gpu}}}} {{{{proof_kind}}}}")], "short",
+                   stack=True),
         timeseries("Work waiting for a GPU", "Jobs queued in the scheduler and partitions "
                    "synthesized and waiting for a GPU worker. Bad: growing while utilization "
                    "is below 100 %.",
@@ -552,6 +570,30 @@ def pipeline() -> Json:
                           f"and on (job, instance, proof_kind) "
                           f"{sel('cuzkd_proof_deadline_seconds', engine=False)}"),
                       "{{proof_kind}}", event_only=True)], "short", w=8, bars=True),
+        timeseries("PoSt queued and in progress (gRPC)", "WindowPoSt and WinningPoSt proofs "
+                   "waiting in cuzk's scheduler and being proved, from a cuzk engine's gRPC "
+                   "GetStatus (cuzk's /status never lists them). Bad: queued above 0 for more "
+                   "than a poll or two — deadline proofs wait behind other work. Empty for a "
+                   "cuzk engine: its gRPC does not answer (cuzkd_engine_grpc_errors_total).",
+                   [Q(agg("proof_kind", sel(f"cuzk_grpc_proofs_{part}", kinds=POST_KINDS)),
+                      f"{{{{proof_kind}}}} {part.replace('_', ' ')}")
+                    for part in ("queued", "in_progress")], "short", w=8),
+        timeseries("PoSt completed and failed (gRPC)", "WindowPoSt and WinningPoSt proofs "
+                   "finished per second, from a cuzk engine's gRPC GetMetrics (every failure "
+                   "counted, which /status never does). Bad: any failed — "
+                   "CuzkdDeadlineProofFailed fires; or no completions while PoSt is queued.",
+                   [Q(agg("proof_kind", rate("cuzk_grpc_proofs_completed_total",
+                                             kinds=POST_KINDS)), "{{proof_kind}} completed"),
+                    Q(agg("proof_kind", rate("cuzk_grpc_proofs_failed_total", kinds=POST_KINDS)),
+                      "{{proof_kind}} failed", event_only=True)], "ops", w=8),
+        timeseries("gRPC telemetry errors", "Telemetry reads of cuzk engines' gRPC that told "
+                   "nothing, by reason, per rate interval (their cuzk_grpc_* series are absent "
+                   "meanwhile; not a health failure). Empty is good. Bad: any for long — the "
+                   "PoSt panels are blind.",
+                   [Q(agg(f"{BY_ENGINE}, reason",
+                          f"{rate('cuzkd_engine_grpc_errors_total', fn='increase')} > 0"),
+                      f"{LEGEND_ENGINE} {{{{reason}}}}", event_only=True)], "short", w=8,
+                   bars=True),
         timeseries("Queue depth", "Jobs waiting in each engine's scheduler. Bad: growing "
                    "steadily — the host cannot keep up with the offered load.",
                    [Q(agg(BY_ENGINE, sel("cuzk_queue_depth"), op="max"), LEGEND_ENGINE)],

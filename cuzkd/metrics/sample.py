@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from cuzkd.cuzk.telemetry import Telemetry
 from cuzkd.gpus import NvmlDevice
 from cuzkd.labelbudget import LabelBudgets
 from cuzkd.status.document import Extensions, StatusDocument
@@ -71,6 +72,13 @@ class EngineSample:
     #: what they dropped: one object for the engine's life, its runner's (None: a fresh one
     #: with the default limits for this scrape alone, as in tests and benches)
     labels: LabelBudgets | None = None
+    #: a cuzk engine's last gRPC telemetry poll (None: not a cuzk engine, not running, or its
+    #: gRPC told nothing at the last poll): exported as ``cuzk_grpc_*``, apart from ``status``
+    grpc: Telemetry | None = None
+    #: a cuzk engine: its gRPC is polled (``cuzkd_engine_grpc_errors_total`` exported)
+    grpc_polled: bool = False
+    #: reason (:data:`cuzkd.cuzk.telemetry.FAILURE_REASONS`) -> gRPC reads that told nothing
+    grpc_errors_total: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

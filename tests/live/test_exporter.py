@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from support.live import Exposition, LabelSet, by_label, promtool_check_metrics
-from support.live_stack import BAD_DOCUMENTS, BUNDLED, VICTIM_BACKOFF, LiveStack
+from support.live_stack import BAD_DOCUMENTS, BUNDLED, CUZK, VICTIM_BACKOFF, LiveStack
 from support.waiting import wait_until
 
 from cuzkd.status.document import PARTITION_STATES
@@ -201,7 +201,7 @@ def test_bad_documents_mark_only_their_engine_down(live: LiveStack) -> None:
     assert not with_engine_series & set(BAD_DOCUMENTS), "no cuzk_* series for a bad document"
     assert {*BUNDLED, "example"} <= with_engine_series
     assert s.engines_with("cuzkd_engine_state") == {*BUNDLED, "example", *BAD_DOCUMENTS,
-                                                    "victim"}
+                                                    CUZK, "victim"}
     assert promtool_check_metrics(s.text) == ""
     live.prometheus.wait_for(
         'increase(cuzkd_status_fetch_errors_total{engine=~"garbage|badschema"}[10s])',

@@ -35,6 +35,8 @@ MISTAKES = [
     (GOOD_ENGINE + "backoff_multiplier = 0.5\n", "engine[0].backoff_multiplier", ">= 1"),
     (GOOD_ENGINE + "health_interval = 0\n", "engine[0].health_interval", "minimum of 10ms"),
     (GOOD_ENGINE + 'health_interval = "5ms"\n', "engine[0].health_interval", "minimum of 10ms"),
+    (GOOD_ENGINE + 'grpc_telemetry_interval = "5ms"\n', "engine[0].grpc_telemetry_interval",
+     "minimum of 10ms"),
     (GOOD_ENGINE + 'backoff_initial = "9ms"\n', "engine[0].backoff_initial", "minimum of 10ms"),
     (GOOD_ENGINE + "stop_timeout = 0\n", "engine[0].stop_timeout", "greater than zero"),
     # A year is the longest any timer may be: longer is a typo, and overflows some timers.

@@ -45,6 +45,8 @@ Stand-in-only knobs (environment variables; seconds may be fractions):
 - ``CUZK_STANDIN_SYNTH_SECS`` (0.3): synthesis time of one partition;
   ``CUZK_STANDIN_GPU_SECS`` (0.05): GPU time of one partition;
   ``CUZK_STANDIN_POST_SECS`` (0.2): a whole WindowPoSt or WinningPoSt proof.
+- ``CUZK_STANDIN_NVIDIA_SMI_SECS`` (0.03): CPU seconds each ``GetStatus`` burns, as the real
+  one's ``nvidia-smi`` run does.
 - ``CUZK_STANDIN_START_DELAY`` (0): seconds between start and binding the listeners (SRS
   preload, say); nothing answers meanwhile.
 - ``CUZK_STANDIN_EXIT`` (unset) = 1, 2 or 101, after ``CUZK_STANDIN_EXIT_AFTER`` seconds
@@ -312,6 +314,9 @@ class Engine:
         self.completed_by_kind: dict[str, int] = {}
         self.all_completed = 0
         self.all_failed = 0
+        #: gRPC kind spelling -> proofs of every kind completed / failed (GetMetrics)
+        self.grpc_completed: dict[str, int] = {}
+        self.grpc_failed: dict[str, int] = {}
         self.durations: list[float] = []
         self.srs_used: dict[str, float] = {}
         self.wake = asyncio.Event()
@@ -426,6 +431,8 @@ class Engine:
     def finish(self, job: Job, error: str) -> None:
         job.finished = self.now()
         job.failed = error
+        outcomes = self.grpc_failed if error else self.grpc_completed
+        outcomes[job.grpc_kind] = outcomes.get(job.grpc_kind, 0) + 1
         if error:
             self.all_failed += 1
             self.log("ERROR", "cuzk_core::engine", "proof failed", job_id=job.job_id,
@@ -528,7 +535,23 @@ class Engine:
             f"cuzk_proof_duration_seconds_sum {sum(self.durations):.3f}",
             f"cuzk_proof_duration_seconds_count {len(self.durations)}",
         ]
+        for name, counts in (("cuzk_proofs_completed", self.grpc_completed),
+                             ("cuzk_proofs_failed", self.grpc_failed)):
+            lines.append(f"# TYPE {name} counter")
+            lines.extend(f'{name}{{proof_kind="{kind}"}} {n}' for kind, n in counts.items())
         return "\n".join(lines) + "\n"
+
+
+#: CPU seconds the real engine spends per GetStatus running nvidia-smi ("tens of milliseconds")
+NVIDIA_SMI_SECS = 0.03
+
+
+def nvidia_smi(cpu_seconds: float) -> None:
+    """What one GetStatus costs the real engine: ``nvidia-smi``'s CPU time, burnt here (a busy
+    loop on the process's CPU clock, so a measurement of the engine's CPU sees it)."""
+    until = time.process_time() + cpu_seconds
+    while time.process_time() < until:
+        pass
 
 
 def parse_failures(spec: str) -> dict[tuple[str, int], str]:
@@ -599,6 +622,7 @@ class ProvingEngine:
 
     async def GetStatus(self, request: pb.GetStatusRequest,
                         context: grpc.aio.ServicerContext) -> pb.GetStatusResponse:
+        nvidia_smi(knob("NVIDIA_SMI_SECS", NVIDIA_SMI_SECS))
         return self.engine.grpc_status()
 
     async def GetMetrics(self, request: pb.GetMetricsRequest,

@@ -78,6 +78,14 @@ _ENGINE_METRICS = {
     "cuzk_gpu_info": _m("gauge", "engine", "gpu", "name", "uuid"),
     "cuzk_engine_uptime_seconds": _m("gauge", "engine"),
     "cuzk_engine_backend_info": _m("gauge", "engine", "backend"),
+    "cuzk_grpc_proofs_queued": _m("gauge", "engine", "proof_kind"),
+    "cuzk_grpc_proofs_in_progress": _m("gauge", "engine", "proof_kind"),
+    "cuzk_grpc_proofs_completed_total": _m("counter", "engine", "proof_kind"),
+    "cuzk_grpc_proofs_failed_total": _m("counter", "engine", "proof_kind"),
+    "cuzk_grpc_gpu_memory_total_bytes": _m("gauge", "engine", "gpu"),
+    "cuzk_grpc_gpu_memory_free_bytes": _m("gauge", "engine", "gpu"),
+    "cuzk_grpc_gpu_info": _m("gauge", "engine", "gpu", "name"),
+    "cuzk_grpc_gpu_workers_proving": _m("gauge", "engine", "gpu", "proof_kind"),
 }
 
 _SUPERVISOR_METRICS = {
@@ -119,6 +127,7 @@ _SUPERVISOR_METRICS = {
     "cuzkd_engine_output_dropped_bytes_total": _m("counter", "engine"),
     "cuzkd_status_field_errors_total": _m("counter", "engine", "reason"),
     "cuzkd_label_values_dropped_total": _m("counter", "engine", "label"),
+    "cuzkd_engine_grpc_errors_total": _m("counter", "engine", "reason"),
     # prometheus_client's process collector (Linux)
     "process_cpu_seconds_total": _m("counter"),
     "process_resident_memory_bytes": _m("gauge"),
