@@ -9,10 +9,13 @@ observations into the same :class:`~cuzkd.status.document.Extensions` our own en
   partition seen ``pending`` then ``gpu`` passed ``synthesizing`` and ``synth_done`` too). A
   ``failed`` partition counts the phases its ``synth_ms``/``gpu_ms`` prove it reached, then
   ``failed``. No entry is counted twice.
-* **Busy seconds** -- a worker's span is identified by (current_job, current_partition); while it
-  lasts its length is the reported ``busy_secs``; when it changes the last seen length is added
-  to the finished total. The part of a span after its last poll is lost (an undercount of at
-  most one poll interval per span).
+* **Busy seconds** -- a worker's span is identified by (current_job, current_partition) and
+  placed by ``busy_secs`` (it began that long before it was first seen). A span that ended
+  between two polls ends at its partition's own end (its start + ``gpu_ms``, when the next
+  document lists the partition ``done``), never after the worker's next span began, never
+  before its last sighting; without ``gpu_ms``, when the next span began or, gone idle,
+  half-way between the two polls. Spans that
+  begin and end between two polls are invisible and not counted (docs/status.md).
 * **Histograms** -- a partition seen with a finished phase records that phase's duration once.
 * **Job durations** -- a job first seen in flight started ``started_secs_ago`` before that
   observation; it ends at the first observation that shows it finished (every partition done or
@@ -115,27 +118,75 @@ class _SeenJob:
 
 
 class _WorkerSpans:
-    __slots__ = ("current", "current_secs", "finished_secs", "gpu_ordinal")
+    """One worker's busy time, rebuilt from the spans its polls show.
+
+    A span is a (current_job, current_partition) the worker is seen ``proving``. It is placed
+    by ``busy_secs``: it began ``busy_secs`` before the first observation that showed it. It
+    ends unseen, between the last poll that showed it and the first that does not, at
+    :meth:`_end_of`; the total only grows, and no second is counted in two spans.
+    """
+
+    __slots__ = ("current", "finished_secs", "gpu_ordinal", "last_seen", "observed_at",
+                 "started")
 
     def __init__(self, gpu_ordinal: int) -> None:
         self.gpu_ordinal = gpu_ordinal
         self.current: tuple[str, int] | None = None
-        self.current_secs = 0.0
+        self.started = 0.0  # estimated start of ``current``
+        self.last_seen = 0.0  # the last observation that showed ``current``
+        self.observed_at = float("-inf")  # the last observation of this worker
         self.finished_secs = 0.0
 
-    def observe(self, worker: GpuWorker) -> None:
+    def busy_seconds_total(self) -> float:
+        running = self.last_seen - self.started if self.current is not None else 0.0
+        return self.finished_secs + running
+
+    def observe(self, worker: GpuWorker, now: float,
+                gpu_ms: Callable[[str, int], int | None]) -> None:
+        """Fold in the worker as one document shows it at ``now``; ``gpu_ms`` looks up the
+        ``gpu_ms`` of a partition that document lists ``done``."""
         self.gpu_ordinal = worker.gpu_ordinal
+        previous, self.observed_at = self.observed_at, now
         span: tuple[str, int] | None = None
+        started = now
         if (worker.state == "proving" and worker.current_job is not None
                 and worker.current_partition is not None and worker.busy_secs is not None):
             span = (worker.current_job, worker.current_partition)
-        busy = worker.busy_secs if span is not None and worker.busy_secs is not None else 0.0
-        # a new span, or the same partition restarted (its busy time went down)
-        if span != self.current or busy < self.current_secs:
-            self.finished_secs += self.current_secs
-            self.current_secs = 0.0
-        self.current = span
-        self.current_secs = max(self.current_secs, busy)
+            started = now - max(0.0, worker.busy_secs)
+        if self.current is not None:
+            if span == self.current and started <= self.last_seen:
+                self.last_seen = now  # the same span, still running
+                return
+            # a new span, idle, or the same partition restarted (begun after it was last seen)
+            previous = self._end_of(self.current, None if span is None else started, now,
+                                    gpu_ms)
+            self.finished_secs += previous - self.started
+            self.current = None
+        if span is not None:
+            # it began after the worker was last seen without it: never one second in two spans
+            self.current, self.started, self.last_seen = span, max(started, previous), now
+
+    def _end_of(self, span: tuple[str, int], next_started: float | None, now: float,
+                gpu_ms: Callable[[str, int], int | None]) -> float:
+        """When ``span``, last seen at ``last_seen``, ended: it is gone at ``now``.
+
+        It ended by ``now`` and, when the worker shows a span begun since, by the time that one
+        began (the engine's rule: a worker is busy until its partition ends or it picks up the
+        next one). Within that: at its partition's own end (start + ``gpu_ms``) when the
+        document lists it ``done``; else when the next span began (split proving: the worker
+        picks the next partition up while a finalizer still holds the last one in ``gpu``);
+        else, gone idle at an unknown time, half-way (wrong by at most half a poll interval,
+        as often early as late).
+        """
+        latest = now
+        if next_started is not None and next_started > self.last_seen:
+            latest = min(latest, next_started)
+        finished_ms = gpu_ms(*span)
+        if finished_ms is not None:
+            return min(max(self.started + finished_ms / 1000, self.last_seen), latest)
+        if latest < now:
+            return latest
+        return (self.last_seen + latest) / 2
 
 
 class ExtensionDeriver:
@@ -204,7 +255,7 @@ class ExtensionDeriver:
                 if not self._worker_budget.admits(str(worker.worker_id)):
                     continue
                 spans = self._workers[worker.worker_id] = _WorkerSpans(worker.gpu_ordinal)
-            spans.observe(worker)
+            spans.observe(worker, now, self._finished_gpu_ms)
         self._jobs_in_flight = in_flight
 
     def extensions(self) -> Extensions:
@@ -214,7 +265,7 @@ class ExtensionDeriver:
                 WorkerBusyTotal(
                     worker_id=worker_id,
                     gpu_ordinal=spans.gpu_ordinal,
-                    busy_seconds_total=spans.finished_secs + spans.current_secs,
+                    busy_seconds_total=spans.busy_seconds_total(),
                 )
                 for worker_id, spans in sorted(self._workers.items())
             ],
@@ -225,6 +276,14 @@ class ExtensionDeriver:
             backend="cuzk",
             job_duration_seconds=self._kinds.job_histograms(),
         )
+
+    def _finished_gpu_ms(self, job_id: str, index: int) -> int | None:
+        """``gpu_ms`` of a partition this document lists ``done``, else None."""
+        job = self._jobs.get(job_id)
+        if job is None:
+            return None
+        part = next((p for p in job.listed if p.index == index), None)
+        return part.gpu_ms if part is not None and part.state == "done" else None
 
     def _time_job(self, pipeline: Pipeline, running: bool, now: float) -> _JobClock:
         """The job's clock after this observation; its duration is recorded when it finishes."""

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from cuzkd.status.derive import RESTART_SLACK_SECS, ExtensionDeriver, entered_phases
@@ -36,9 +37,13 @@ def clock() -> Clock:
 
 
 def poll(clock: Clock, base: dict[str, Any], uptime_delta: float = 1.0) -> dict[str, Any]:
-    """The next document: a copy of ``base`` one poll later (engine and our clock advance)."""
+    """The next document: a copy of ``base`` one poll later (engine and our clock advance; a
+    worker still proving has been busy that much longer)."""
     doc = copy.deepcopy(base)
     doc["uptime_secs"] = base["uptime_secs"] + uptime_delta
+    for worker in doc["gpu_workers"]:
+        if worker["busy_secs"] is not None:
+            worker["busy_secs"] += uptime_delta
     clock.now += uptime_delta
     return doc
 
@@ -89,7 +94,9 @@ def test_first_observation_counts_every_phase_each_partition_passed(
 
     deriver.observe(decode(example))  # the same document again
     deriver.observe(decode(poll(clock, example)))  # a later one, nothing moved
-    assert deriver.extensions() == ext
+    later = deriver.extensions()
+    assert busy(later) == {0: pytest.approx(2.21), 1: 0.0}  # still on its partition
+    assert msgspec.structs.replace(later, worker_busy=ext.worker_busy) == ext
 
 
 def test_partitions_skipping_phases_between_polls_count_each_entry_once(
@@ -118,28 +125,54 @@ def test_partitions_skipping_phases_between_polls_count_each_entry_once(
     assert ext.gpu_duration_seconds["porep-c2"].count == 6
 
 
-def test_worker_switching_partitions_between_polls_keeps_busy_time_monotonic(
+def test_worker_switching_partitions_between_polls_places_each_span_end(
     example: dict[str, Any], clock: Clock
 ) -> None:
+    """A span is placed by busy_secs and ends unseen: at its partition's start + gpu_ms when
+    that is listed done, never after the next span began; else when the next span began or,
+    gone idle, half-way between the polls."""
     deriver = ExtensionDeriver(clock=clock)
-    deriver.observe(decode(example))  # w0 on (porep-c2, 4) for 1.21 s
+    deriver.observe(decode(example))  # w0 on (porep-c2, 4) for 1.21 s: began at 4998.79
     doc = poll(clock, example)
-    set_worker(doc, 0, POREP, 4, 1.9)
     deriver.observe(decode(doc))
-    assert busy(deriver.extensions())[0] == pytest.approx(1.9)
-    doc = poll(clock, doc)
-    set_worker(doc, 0, POREP, 5, 0.5)  # finished 4, started 5 between polls
+    assert busy(deriver.extensions())[0] == pytest.approx(2.21)
+    doc = poll(clock, doc)  # 5002
+    set_partition(doc, POREP, 4, "done", 30113, 2400)  # ended at 5001.19
+    set_worker(doc, 0, POREP, 5, 0.5)  # began at 5001.5
     set_worker(doc, 1, POREP, 4, 0.2)  # another worker picked up the same partition id
     deriver.observe(decode(doc))
-    assert busy(deriver.extensions()) == {0: pytest.approx(2.4), 1: pytest.approx(0.2)}
-    doc = poll(clock, doc)
+    assert busy(deriver.extensions()) == {0: pytest.approx(2.4 + 0.5), 1: pytest.approx(0.2)}
+    doc = poll(clock, doc)  # 5003: (porep-c2, 5) is not listed done: ended half-way
     set_worker(doc, 0, None, None, None)
     deriver.observe(decode(doc))
-    assert busy(deriver.extensions())[0] == pytest.approx(2.4)
-    doc = poll(clock, doc)
-    set_worker(doc, 0, POREP, 5, 0.1)  # the same partition again: a new span, not a decrease
+    assert busy(deriver.extensions())[0] == pytest.approx(2.4 + 1.0)
+    doc = poll(clock, doc)  # 5004
+    set_worker(doc, 0, POREP, 5, 0.1)  # the same partition again: a new span
     deriver.observe(decode(doc))
-    assert busy(deriver.extensions())[0] == pytest.approx(2.5)
+    assert busy(deriver.extensions())[0] == pytest.approx(2.4 + 1.0 + 0.1)
+    doc = poll(clock, doc)  # 5005
+    set_worker(doc, 0, POREP, 5, 0.3)  # restarted at 5004.7: the second span ended then
+    deriver.observe(decode(doc))
+    assert busy(deriver.extensions())[0] == pytest.approx(2.4 + 1.0 + 0.8 + 0.3)
+
+
+def test_busy_secs_out_of_line_counts_no_second_twice(
+    example: dict[str, Any], clock: Clock
+) -> None:
+    """A span claiming to have begun before the worker was last seen idle, or before the span
+    it replaces ended, counts only time since then: no second is counted twice."""
+    deriver = ExtensionDeriver(clock=clock)
+    doc = copy.deepcopy(example)
+    set_worker(doc, 0, None, None, None)
+    deriver.observe(decode(doc))  # 5000: idle
+    doc = poll(clock, doc)
+    set_worker(doc, 0, POREP, 4, 50.0)  # "began" at 4951
+    deriver.observe(decode(doc))
+    assert busy(deriver.extensions())[0] == pytest.approx(1.0)
+    doc = poll(clock, doc)
+    set_worker(doc, 0, POREP, 5, 99.0)  # 5002: the first span ended half-way, at 5001.5
+    deriver.observe(decode(doc))
+    assert busy(deriver.extensions())[0] == pytest.approx(1.5 + 0.5)
 
 
 def test_vanished_jobs_are_forgotten_and_counters_kept(
@@ -250,7 +283,7 @@ def test_duplicate_jobs_and_workers_in_a_document_count_once(
     ext = odd.extensions()
     assert ext.phase_transitions == clean.phase_transitions
     assert ext.jobs_in_flight == clean.jobs_in_flight
-    assert busy(ext) == {0: pytest.approx(1.21), 1: 0.0}
+    assert busy(ext) == {0: pytest.approx(1.21 + 2), 1: 0.0}
 
 
 def finish_all(raw: dict[str, Any], job: str) -> None:
@@ -299,7 +332,7 @@ def test_unchanged_jobs_between_polls_count_nothing_and_a_later_change_counts_on
     for _ in range(3):
         doc = poll(clock, doc)
         deriver.observe(decode(doc))
-    assert deriver.extensions() == first
+    assert msgspec.structs.replace(deriver.extensions(), worker_busy=first.worker_busy) == first
     pending = next(i for i, p in enumerate(
         next(p for p in doc["pipelines"] if p["job_id"] == POREP)["partitions"])
         if p["state"] == "pending")
