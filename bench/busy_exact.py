@@ -93,10 +93,10 @@ def report(name: str, out: Path) -> None:
     print(f"worst |error|: {100 * worst:.2f} % of the window")
 
 
-async def run_scenario(name: str, rest_max: str, secs: float, in_flight: int,
-                       out: Path) -> None:
+def start_engine(name: str, rest_max: str, out: Path) -> tuple[subprocess.Popen[bytes], int,
+                                                                str]:
+    """The stand-in of one scenario: (process, /status port, gRPC address)."""
     sys.path.insert(0, str(REPO / "tests"))  # support: the stand-in and its load
-    from support.cuzk_load import Load
     from support.cuzk_standin import SCRIPT, write_cuzk_toml
     from support.ports import free_port
 
@@ -113,37 +113,47 @@ async def run_scenario(name: str, rest_max: str, secs: float, in_flight: int,
            "CUZK_STANDIN_SEED": name, "CUZK_STANDIN_SPANS": str(out / "spans.jsonl")}
     engine = subprocess.Popen([sys.executable, str(SCRIPT), "-c", str(config)], env=env,
                               stdout=subprocess.DEVNULL)
-    try:
+    return engine, port, listen
+
+
+async def poll_scenario(port: int, listen: str, secs: float, in_flight: int,
+                        documents: Path) -> None:
+    """Poll ``/status`` every second for ``secs`` under a steady load, recording each document
+    with the time it arrived."""
+    from support.cuzk_load import Load
+
+    while True:
+        try:
+            await fetch_status(port)
+            break
+        except OSError:
+            await asyncio.sleep(0.1)
+    load = Load(listen, ["porep-c2"])
+    deadline = time.monotonic() + secs
+    with documents.open("w") as sink:
         while True:
-            try:
-                await fetch_status(port)
+            body = await fetch_status(port)
+            sink.write(json.dumps({"t": time.monotonic(), "doc": body.decode()}) + "\n")
+            if not load.tasks:  # the first poll saw the engine idle
+                load.steady(in_flight)
+            if time.monotonic() >= deadline:
                 break
-            except OSError:
-                await asyncio.sleep(0.1)
-        load = Load(listen, ["porep-c2"])
-        deadline = time.monotonic() + secs
-        with (out / "documents.jsonl").open("w") as documents:
-            started = False
-            while True:
-                body = await fetch_status(port)
-                documents.write(json.dumps({"t": time.monotonic(), "doc": body.decode()}) + "\n")
-                if not started:  # the first poll saw the engine idle
-                    load.steady(in_flight)
-                    started = True
-                if time.monotonic() >= deadline:
-                    break
-                await asyncio.sleep(1.0)
-        await load.stop()
-        await asyncio.sleep(9)  # the GPU runs still going end and are recorded
-    finally:
-        engine.terminate()
-        engine.wait(30)
+            await asyncio.sleep(1.0)
+    await load.stop()
+    await asyncio.sleep(9)  # the GPU runs still going end and are recorded
 
 
 async def run_live(args: argparse.Namespace) -> None:
-    await asyncio.gather(*(run_scenario(name, rest, args.secs, args.in_flight,
-                                        args.out / name)
-                           for name, rest in SCENARIOS.items()))
+    engines = {name: start_engine(name, rest, args.out / name)
+               for name, rest in SCENARIOS.items()}
+    try:
+        await asyncio.gather(*(poll_scenario(port, listen, args.secs, args.in_flight,
+                                             args.out / name / "documents.jsonl")
+                               for name, (_, port, listen) in engines.items()))
+    finally:
+        for engine, _, _ in engines.values():
+            engine.terminate()
+            engine.wait(30)
 
 
 def main() -> None:

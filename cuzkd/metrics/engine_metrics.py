@@ -17,6 +17,8 @@ series in that scrape.
 from __future__ import annotations
 
 import math
+from collections import Counter
+from typing import NamedTuple
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -35,8 +37,10 @@ from cuzkd.metrics.tally import (
     bytes_by_circuit,
     first_by,
     histogram_buckets,
+    stale_synthesis,
     unfinished_jobs,
 )
+from cuzkd.status.derive import PHANTOM_REASONS
 from cuzkd.status.document import (
     COUNTED_PHASES,
     PARTITION_STATES,
@@ -102,6 +106,14 @@ class EngineFamilies:
         self.jobs_failed = c("cuzk_jobs_failed_total", "Jobs that failed.", labels=_KIND)
         self.jobs_in_flight = g("cuzk_jobs_in_flight", "Jobs accepted and not finished.",
                                 labels=_E)
+        self.stale_jobs = g(
+            "cuzk_stale_jobs",
+            "Listed jobs that are leftovers of failed work (a failed partition, or no progress "
+            "for stale_job_after): not in flight, queued or synthesizing.", labels=_KIND)
+        self.phantom_busy = c(
+            "cuzk_gpu_worker_phantom_busy_total",
+            "Spans of GPU workers shown proving a partition not in gpu in a live job, two polls "
+            "in a row (counted as not busy), by reason.", labels=["engine", "reason"])
         self.queue_depth = g("cuzk_queue_depth", "Jobs waiting in the engine's scheduler.",
                              labels=_E)
         self.budget_total = g("cuzk_memory_budget_total_bytes",
@@ -157,7 +169,7 @@ class EngineFamilies:
                     labels: LabelBudgets) -> None:
         ext = status.cuzkd_extensions if extensions is None else extensions
         kept = admitted(labels, status, ext)
-        self._add_document(engine, status, kept)
+        self._add_document(engine, status, kept, Leftovers.of(ext))
         if ext is not None:
             self._add_extensions(engine, ext, kept)
         jobs_in_flight = unfinished_jobs(status.pipelines) if ext is None else ext.jobs_in_flight
@@ -166,18 +178,20 @@ class EngineFamilies:
     def families(self) -> list[Metric]:
         return [value for value in vars(self).values() if isinstance(value, Metric)]
 
-    def _add_document(self, engine: str, status: StatusDocument, kept: Admitted) -> None:
+    def _add_document(self, engine: str, status: StatusDocument, kept: Admitted,
+                      leftovers: Leftovers) -> None:
         e, kinds = [engine], kept.kinds
         _put(self.uptime, e, status.uptime_secs)
         for worker in first_by(status.gpu_workers, lambda w: w.worker_id):
             if worker.worker_id not in kept.workers:
                 continue
             labels = [engine, str(worker.worker_id), str(worker.gpu_ordinal)]
-            proving = worker.state == "proving"
+            proving = worker.state == "proving" and worker.worker_id not in leftovers.phantom
             self.worker_busy.add_metric(labels, 1 if proving else 0)
             current = worker.busy_secs if proving and worker.busy_secs is not None else 0.0
             self.worker_current.add_metric(labels, current)
-        by_phase = _phase_tally(engine).count(status.pipelines)
+        by_phase = _phase_tally(engine).count(
+            p for p in status.pipelines if p.job_id not in leftovers.stale)
         for kind in kinds:
             for phase, count in by_phase.get(kind, _NO_PARTITIONS).items():
                 self.partitions.add_metric([engine, kind, phase], count)
@@ -190,7 +204,9 @@ class EngineFamilies:
         _put(self.budget_total, e, memory.total_bytes)
         _put(self.budget_used, e, memory.used_bytes)
         _put(self.budget_available, e, memory.available_bytes)
-        _put(self.synth_active, e, status.synthesis.active)
+        active = status.synthesis.active
+        _put(self.synth_active, e, None if active is None else max(
+            0, active - stale_synthesis(status.pipelines, leftovers.stale)))
         _put(self.synth_max, e, status.synthesis.max_concurrent)
         for kind, allocations in (("srs", status.allocations.srs),
                                   ("pce", status.allocations.pce)):
@@ -207,6 +223,12 @@ class EngineFamilies:
                 continue
             labels = [engine, str(busy.worker_id), str(busy.gpu_ordinal)]
             self.worker_busy_total.add_metric(labels, busy.busy_seconds_total)
+        stale_by_kind = Counter(job.proof_kind for job in ext.stale_jobs)
+        for kind in kept.kinds:
+            self.stale_jobs.add_metric([engine, kind], stale_by_kind.get(kind, 0))
+        for reason, spans in sorted(ext.phantom_busy_total.items()):
+            if reason in PHANTOM_REASONS:
+                self.phantom_busy.add_metric([engine, reason], spans)
         for kind in kept.kinds:
             entered = ext.phase_transitions.get(kind, {})
             for phase in COUNTED_PHASES:
@@ -225,6 +247,21 @@ class EngineFamilies:
             self.gpu_info.add_metric(labels, {"name": attribute_value(device.name),
                                               "uuid": attribute_value(device.uuid)})
         self.backend.add_metric([engine], {"backend": attribute_value(ext.backend)})
+
+
+class Leftovers(NamedTuple):
+    """What the deriver found left over from failed work in a plain cuzk's document: the stale
+    jobs' ids and the phantom-busy workers (none for an engine serving its own extensions)."""
+
+    stale: frozenset[str]
+    phantom: frozenset[int]
+
+    @classmethod
+    def of(cls, ext: Extensions | None) -> Leftovers:
+        if ext is None:
+            return cls(frozenset(), frozenset())
+        return cls(frozenset(job.job_id for job in ext.stale_jobs),
+                   frozenset(ext.phantom_busy_workers))
 
 
 def _put(family: GaugeMetricFamily | CounterMetricFamily, labels: list[str],

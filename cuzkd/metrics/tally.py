@@ -171,6 +171,18 @@ def _phase_counts(partitions: list[Partition]) -> dict[str, int]:
     return counts
 
 
+def stale_synthesis(pipelines: Iterable[Pipeline], stale: frozenset[str]) -> int:
+    """Of ``synthesis.active``, what leftovers of failed work hold: their partitions shown
+    ``synthesizing``, and those whose synthesis failed (cuzk never takes them off the count).
+    Each listed job once."""
+    held = 0
+    for pipeline in first_by(pipelines, lambda p: p.job_id):
+        if pipeline.job_id in stale:
+            held += sum(1 for part in pipeline.partitions if part.state == "synthesizing" or (
+                part.state == "failed" and part.synth_ms is not None and part.gpu_ms is None))
+    return held
+
+
 def unfinished_jobs(pipelines: Iterable[Pipeline]) -> int:
     """Jobs with a partition not yet done or failed: ``jobs_in_flight`` when an engine gives no
     extensions (it then misses unpartitioned jobs, which cuzk does not list)."""

@@ -45,14 +45,20 @@ from cuzkd.status.document import (
     Partition,
     PartitionState,
     Pipeline,
+    StaleJob,
     StatusDocument,
     WorkerBusyTotal,
 )
+from cuzkd.status.leftovers import STALE_AFTER_SECS, JobProgress
 
 #: How far the engine's start time, estimated as ``clock() - uptime_secs``, may move between two
 #: observations before it counts as a restart. Covers fetch latency jitter (a document is
 #: generated some time before we observe it).
 RESTART_SLACK_SECS = 5.0
+
+#: Why a worker shown ``proving`` is not busy (the bounded ``reason`` of phantom-busy spans):
+#: its job is not listed, is a leftover of failed work, or lists that partition not in ``gpu``.
+PHANTOM_REASONS: tuple[str, ...] = ("job_not_listed", "job_stale", "partition_not_gpu")
 
 #: Pipeline order without ``pending`` (where partitions start) and ``failed`` (off-pipeline).
 _FORWARD: tuple[PartitionState, ...] = ("synthesizing", "synth_done", "gpu", "done")
@@ -127,7 +133,7 @@ class _WorkerSpans:
     """
 
     __slots__ = ("current", "finished_secs", "gpu_ordinal", "last_seen", "observed_at",
-                 "started")
+                 "phantom", "phantom_polls", "started")
 
     def __init__(self, gpu_ordinal: int) -> None:
         self.gpu_ordinal = gpu_ordinal
@@ -136,15 +142,26 @@ class _WorkerSpans:
         self.last_seen = 0.0  # the last observation that showed ``current``
         self.observed_at = float("-inf")  # the last observation of this worker
         self.finished_secs = 0.0
+        #: consecutive polls that showed ``current`` phantom (see :meth:`observe`)
+        self.phantom_polls = 0
+        #: ``current`` is phantom: shown proving, not busy
+        self.phantom = False
 
     def busy_seconds_total(self) -> float:
         running = self.last_seen - self.started if self.current is not None else 0.0
-        return self.finished_secs + running
+        return self.finished_secs + (0.0 if self.phantom else running)
 
-    def observe(self, worker: GpuWorker, now: float,
-                gpu_ms: Callable[[str, int], int | None]) -> None:
+    def observe(self, worker: GpuWorker, now: float, gpu_ms: Callable[[str, int], int | None],
+                phantom: Callable[[str, int], str | None]) -> str | None:
         """Fold in the worker as one document shows it at ``now``; ``gpu_ms`` looks up the
-        ``gpu_ms`` of a partition that document lists ``done``."""
+        ``gpu_ms`` of a partition that document lists ``done``, ``phantom`` why a partition is
+        not one a worker can be busy with (None: it is in ``gpu`` in a live job).
+
+        A span shown phantom is not seen (its time is not counted past its last genuine
+        sighting); on the second poll in a row it ends as if the worker had gone idle, and
+        the worker counts as not busy until it shows another span. Returns the reason when
+        the span has just been found phantom (once per span).
+        """
         self.gpu_ordinal = worker.gpu_ordinal
         previous, self.observed_at = self.observed_at, now
         span: tuple[str, int] | None = None
@@ -153,18 +170,47 @@ class _WorkerSpans:
                 and worker.current_partition is not None and worker.busy_secs is not None):
             span = (worker.current_job, worker.current_partition)
             started = now - max(0.0, worker.busy_secs)
+        reason = None if span is None else phantom(*span)
         if self.current is not None:
-            if span == self.current and started <= self.last_seen:
-                self.last_seen = now  # the same span, still running
-                return
-            # a new span, idle, or the same partition restarted (begun after it was last seen)
-            previous = self._end_of(self.current, None if span is None else started, now,
-                                    gpu_ms)
-            self.finished_secs += previous - self.started
-            self.current = None
+            # ``current`` is what the previous observation showed: the same span, unless it
+            # restarted (began after that observation)
+            if span == self.current and started <= previous:
+                return self._same_span(now, gpu_ms, reason)
+            self._close(None if span is None else started, now, gpu_ms)
+            previous = max(previous, self.last_seen)
         if span is not None:
             # it began after the worker was last seen without it: never one second in two spans
-            self.current, self.started, self.last_seen = span, max(started, previous), now
+            self.current, self.started = span, max(started, previous)
+            self.last_seen = self.started if reason is not None else now
+            self.phantom_polls = 0 if reason is None else 1
+        return None
+
+    def _same_span(self, now: float, gpu_ms: Callable[[str, int], int | None],
+                   reason: str | None) -> str | None:
+        if self.phantom:
+            return None  # still shown proving it: still not busy
+        if reason is None:
+            self.last_seen, self.phantom_polls = now, 0  # the same span, still running
+            return None
+        self.phantom_polls += 1
+        if self.phantom_polls < 2:
+            return None
+        # it ended at its partition's own end if that is known, else when last seen genuine
+        current = self.current
+        if current is not None:
+            ended = self._partition_end(current, now, gpu_ms)
+            self.finished_secs += (self.last_seen if ended is None else ended) - self.started
+        self.phantom = True
+        return reason
+
+    def _close(self, next_started: float | None, now: float,
+               gpu_ms: Callable[[str, int], int | None]) -> None:
+        """End the current span (a phantom one has ended already) and add it to the total."""
+        if self.current is not None and not self.phantom:
+            ended = self._end_of(self.current, next_started, now, gpu_ms)
+            self.finished_secs += ended - self.started
+            self.last_seen = ended
+        self.current, self.phantom, self.phantom_polls = None, False, 0
 
     def _end_of(self, span: tuple[str, int], next_started: float | None, now: float,
                 gpu_ms: Callable[[str, int], int | None]) -> float:
@@ -181,12 +227,20 @@ class _WorkerSpans:
         latest = now
         if next_started is not None and next_started > self.last_seen:
             latest = min(latest, next_started)
-        finished_ms = gpu_ms(*span)
-        if finished_ms is not None:
-            return min(max(self.started + finished_ms / 1000, self.last_seen), latest)
+        ended = self._partition_end(span, latest, gpu_ms)
+        if ended is not None:
+            return ended
         if latest < now:
             return latest
         return (self.last_seen + latest) / 2
+
+    def _partition_end(self, span: tuple[str, int], latest: float,
+                       gpu_ms: Callable[[str, int], int | None]) -> float | None:
+        """The span's partition's own end (start + ``gpu_ms``) within [last seen, latest]."""
+        finished_ms = gpu_ms(*span)
+        if finished_ms is None:
+            return None
+        return min(max(self.started + finished_ms / 1000, self.last_seen), latest)
 
 
 class ExtensionDeriver:
@@ -198,8 +252,10 @@ class ExtensionDeriver:
     """
 
     def __init__(self, *, clock: Callable[[], float] = time.monotonic,
-                 kinds: LabelBudget | None = None, workers: LabelBudget | None = None) -> None:
+                 kinds: LabelBudget | None = None, workers: LabelBudget | None = None,
+                 stale_after: float = STALE_AFTER_SECS) -> None:
         self._clock = clock
+        self._stale_after = stale_after
         self._kind_budget = LabelBudget(DEFAULT_LIMITS["proof_kind"]) if kinds is None else kinds
         self._worker_budget = LabelBudget(DEFAULT_LIMITS["worker"]) if workers is None else workers
         self._reset()
@@ -212,6 +268,9 @@ class ExtensionDeriver:
         self._job_clocks: dict[str, _JobClock] = {}
         self._last_uptime: float | None = None
         self._engine_start: float | None = None
+        self._progress = JobProgress(self._stale_after)
+        self._stale: dict[str, StaleJob] = {}
+        self._phantom_total = dict.fromkeys(PHANTOM_REASONS, 0)
 
     def observe(self, doc: StatusDocument) -> None:
         """Fold one document into the counters. Observing the same document again is a no-op.
@@ -231,20 +290,34 @@ class ExtensionDeriver:
 
         jobs: dict[str, _SeenJob] = {}
         clocks: dict[str, _JobClock] = {}
+        stale: dict[str, StaleJob] = {}
         in_flight = 0
         now = self._clock()
+        self._progress.begin()
         for pipeline in doc.pipelines:
             if pipeline.job_id in jobs:
                 continue  # listed twice: the first entry counts (a second would recount it)
+            if self._progress.observe(pipeline, now):  # a retry under the same id: a new job
+                self._jobs.pop(pipeline.job_id, None)
+                self._job_clocks.pop(pipeline.job_id, None)
             job = jobs[pipeline.job_id] = self._observe_pipeline(pipeline)
-            running = job.terminal < pipeline.total_partitions  # pipeline_in_flight, kept
+            if self._progress.stale(pipeline, now):
+                stale[pipeline.job_id] = self._stale_job(pipeline, now)
+            # pipeline_in_flight, kept; a leftover of failed work is not in flight
+            running = job.terminal < pipeline.total_partitions and pipeline.job_id not in stale
             in_flight += running
             clocks[pipeline.job_id] = self._time_job(pipeline, running, now)
+        self._progress.end()
         for job_id, clock in self._job_clocks.items():
             if job_id not in clocks and clock.started is not None:  # gone before seen finished
                 self._kinds.observe_job(clock.kind, now - clock.started)
         self._jobs = jobs
         self._job_clocks = clocks
+        self._stale = stale
+        self._observe_workers(doc, now)
+        self._jobs_in_flight = in_flight
+
+    def _observe_workers(self, doc: StatusDocument, now: float) -> None:
         seen_workers: set[int] = set()
         for worker in doc.gpu_workers:
             if worker.worker_id in seen_workers:
@@ -255,8 +328,9 @@ class ExtensionDeriver:
                 if not self._worker_budget.admits(str(worker.worker_id)):
                     continue
                 spans = self._workers[worker.worker_id] = _WorkerSpans(worker.gpu_ordinal)
-            spans.observe(worker, now, self._finished_gpu_ms)
-        self._jobs_in_flight = in_flight
+            reason = spans.observe(worker, now, self._finished_gpu_ms, self._phantom_reason)
+            if reason is not None:
+                self._phantom_total[reason] += 1
 
     def extensions(self) -> Extensions:
         return Extensions(
@@ -275,7 +349,29 @@ class ExtensionDeriver:
             gpu_devices=[],
             backend="cuzk",
             job_duration_seconds=self._kinds.job_histograms(),
+            stale_jobs=list(self._stale.values()),
+            phantom_busy_workers=sorted(
+                worker_id for worker_id, spans in self._workers.items() if spans.phantom),
+            phantom_busy_total=dict(self._phantom_total),
         )
+
+    def _stale_job(self, pipeline: Pipeline, now: float) -> StaleJob:
+        return StaleJob(
+            job_id=pipeline.job_id, proof_kind=pipeline.proof_kind,
+            age_secs=pipeline.started_secs_ago,
+            idle_secs=self._progress.idle_secs(pipeline.job_id, now),
+            failed_partitions=sum(1 for p in pipeline.partitions if p.state == "failed"))
+
+    def _phantom_reason(self, job_id: str, index: int) -> str | None:
+        """Why a worker shown proving (job_id, index) cannot be busy with it, or None."""
+        job = self._jobs.get(job_id)
+        if job is None:
+            return "job_not_listed"
+        if job_id in self._stale:
+            return "job_stale"
+        if not any(p.index == index and p.state == "gpu" for p in job.listed):
+            return "partition_not_gpu"
+        return None
 
     def _finished_gpu_ms(self, job_id: str, index: int) -> int | None:
         """``gpu_ms`` of a partition this document lists ``done``, else None."""

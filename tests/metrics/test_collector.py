@@ -15,6 +15,7 @@ from cuzkd.status.document import (
     PARTITION_STATES,
     GpuWorker,
     Histogram,
+    StaleJob,
 )
 
 
@@ -298,3 +299,31 @@ def test_nvml_gpu_families(make_engine, scrape):
     assert s.named("cuzkd_gpu_utilization_ratio") == {(("gpu", "1"),): 0.75}
     assert s.get_value("cuzkd_gpu_info", gpu="0", name="NVIDIA H200", uuid="GPU-aaaa") == 1
     assert not scrape(one([make_engine("e0")])).named("cuzkd_gpu_memory_used_bytes")
+
+
+def test_leftovers_of_failed_work_are_not_in_flight_queued_synthesizing_or_busy(
+        example_status, example_extensions, make_engine, scrape):
+    """The deriver's stale jobs and phantom-busy workers (a plain cuzk's failed work): the
+    stale porep-c2 job's partitions leave cuzk_partitions and what it holds of synthesis.active
+    leaves cuzk_synthesis_active; worker 0, shown proving, is not busy."""
+    [porep] = [p for p in example_status.pipelines if p.proof_kind == "porep-c2"]
+    ext = msgspec.structs.replace(
+        example_extensions,
+        stale_jobs=[StaleJob(job_id=porep.job_id, proof_kind="porep-c2", age_secs=900.0,
+                             idle_secs=700.0, failed_partitions=0)],
+        phantom_busy_workers=[0],
+        phantom_busy_total={"job_not_listed": 0, "job_stale": 2, "partition_not_gpu": 1})
+    s = scrape(one([make_engine("e0", status=example_status, extensions=ext)]))
+    assert s.get_value("cuzk_stale_jobs", engine="e0", proof_kind="porep-c2") == 1
+    assert s.get_value("cuzk_stale_jobs", engine="e0", proof_kind="snap-update") == 0
+    assert s.get_value("cuzk_gpu_worker_phantom_busy_total", engine="e0", reason="job_stale") == 2
+    assert s.get_value("cuzk_gpu_worker_busy", engine="e0", worker="0", gpu="0") == 0
+    assert s.get_value("cuzk_gpu_worker_current_busy_seconds", engine="e0", worker="0",
+                       gpu="0") == 0
+    for phase in PARTITION_STATES:
+        assert s.get_value("cuzk_partitions", engine="e0", proof_kind="porep-c2",
+                           phase=phase) == 0
+    assert s.get_value("cuzk_synthesis_active", engine="e0") == 0  # its 3 synthesizing
+    clean = scrape(one([make_engine("e0", status=example_status, extensions=example_extensions)]))
+    assert clean.get_value("cuzk_synthesis_active", engine="e0") == 3
+    assert clean.get_value("cuzk_gpu_worker_busy", engine="e0", worker="0", gpu="0") == 1

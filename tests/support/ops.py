@@ -63,6 +63,8 @@ _ENGINE_METRICS = {
     "cuzk_job_duration_seconds": _m("histogram", "engine", "proof_kind"),
     "cuzk_jobs_failed_total": _m("counter", "engine", "proof_kind"),
     "cuzk_jobs_in_flight": _m("gauge", "engine"),
+    "cuzk_stale_jobs": _m("gauge", "engine", "proof_kind"),
+    "cuzk_gpu_worker_phantom_busy_total": _m("counter", "engine", "reason"),
     "cuzk_queue_depth": _m("gauge", "engine"),
     "cuzk_memory_budget_total_bytes": _m("gauge", "engine"),
     "cuzk_memory_budget_used_bytes": _m("gauge", "engine"),
