@@ -4,10 +4,11 @@ Runs the cuzk stand-in (tests/support/cuzk_standin.py) with 4 GPU workers twice 
 (a worker takes the next partition the moment it ends one: it often moves from one partition to
 the next between two polls) and ``gaps`` (a worker rests 0-2 s after each GPU run). GPU runs last
 0.5-8 s; ``--in-flight`` PoRep C2 jobs are kept in flight over gRPC ``Prove``. Every second the
-bench fetches ``/status``, feeds it to :class:`~cuzkd.status.derive.ExtensionDeriver` (the
-supervisor's deriver, on the real clock) and records the document with its time; the stand-in
-records each GPU run it made (``CUZK_STANDIN_SPANS``). At the end, per worker: the derived
-``busy_seconds_total`` against the true busy time up to the last poll, as a share of the window.
+bench fetches ``/status`` and records the document with the time it arrived; the stand-in
+records each GPU run it made (``CUZK_STANDIN_SPANS``). Then the documents go through
+:class:`~cuzkd.status.derive.ExtensionDeriver` (the supervisor's deriver) on their recorded
+times, and per worker the derived ``busy_seconds_total`` is set against the true busy time up
+to the last poll, as a share of the window; and the GPU runs no document showed are counted.
 
     .venv/bin/python bench/busy_exact.py [--secs 600] [--out DIR]
     .venv/bin/python bench/busy_exact.py --replay DIR    # the recorded documents, again
@@ -68,6 +69,22 @@ def derive(out: Path) -> tuple[dict[int, float], float, float]:
     return busy, times[0], times[-1]
 
 
+def unseen_spans(out: Path, last: float) -> tuple[int, int, float]:
+    """(spans begun by the last poll, those no document showed, their seconds): the spans
+    invisible to ``/status``."""
+    shown: dict[int, list[float]] = {}  # worker -> span starts the documents imply
+    for line in (out / "documents.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        for worker in json.loads(record["doc"])["gpu_workers"]:
+            if worker["busy_secs"] is not None:
+                shown.setdefault(worker["worker_id"], []).append(record["t"] - worker["busy_secs"])
+    spans = [span for span in map(json.loads, (out / "spans.jsonl").read_text().splitlines())
+             if span["start"] <= last]
+    unseen = [s for s in spans if not any(abs(start - s["start"]) < 0.25
+                                          for start in shown.get(s["worker"], []))]
+    return len(spans), len(unseen), sum(s["end"] - s["start"] for s in unseen)
+
+
 def true_busy(out: Path, first: float, last: float) -> dict[int, float]:
     """The stand-in's recorded GPU runs clipped to the polled window."""
     busy: dict[int, float] = {}
@@ -91,6 +108,9 @@ def report(name: str, out: Path) -> None:
               f"{derived.get(worker, 0.0):.1f} s, error {error:+.2f} s "
               f"({100 * error / window:+.2f} % of the window)")
     print(f"worst |error|: {100 * worst:.2f} % of the window")
+    spans, unseen, unseen_secs = unseen_spans(out, last)
+    print(f"GPU runs: {spans}; never shown by /status: {unseen} ({unseen_secs:.1f} s, "
+          f"{100 * unseen_secs / sum(truth.values()):.2f} % of the busy time)")
 
 
 def start_engine(name: str, rest_max: str, out: Path) -> tuple[subprocess.Popen[bytes], int,
