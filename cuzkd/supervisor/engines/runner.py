@@ -190,7 +190,8 @@ class EngineRunner:
     def _new_deriver(self) -> ExtensionDeriver:
         """The deriver of a plain document, within this engine's label budgets."""
         return ExtensionDeriver(kinds=self.labels.budget("proof_kind"),
-                                workers=self.labels.budget("worker"))
+                                workers=self.labels.budget("worker"),
+                                stale_after=self.spec.stale_job_after)
 
     # -- requests ------------------------------------------------------------------------
 
