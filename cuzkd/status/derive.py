@@ -349,11 +349,18 @@ class ExtensionDeriver:
             gpu_devices=[],
             backend="cuzk",
             job_duration_seconds=self._kinds.job_histograms(),
-            stale_jobs=list(self._stale.values()),
-            phantom_busy_workers=sorted(
-                worker_id for worker_id, spans in self._workers.items() if spans.phantom),
+            stale_jobs=self.stale_jobs(),
+            phantom_busy_workers=self.phantom_busy_workers(),
             phantom_busy_total=dict(self._phantom_total),
         )
+
+    def stale_jobs(self) -> list[StaleJob]:
+        """The last document's leftovers of failed work."""
+        return list(self._stale.values())
+
+    def phantom_busy_workers(self) -> list[int]:
+        """Workers the last document shows proving that are not busy."""
+        return sorted(worker_id for worker_id, spans in self._workers.items() if spans.phantom)
 
     def _stale_job(self, pipeline: Pipeline, now: float) -> StaleJob:
         return StaleJob(

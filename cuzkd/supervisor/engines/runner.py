@@ -73,7 +73,7 @@ from cuzkd.supervisor.core.stopsequence import (
     WaitUntil,
 )
 from cuzkd.supervisor.engines.drainrequest import ENGINE_DEADLINE_SLACK, request_drain
-from cuzkd.supervisor.engines.info import EngineInfo
+from cuzkd.supervisor.engines.info import MAX_STALE_JOBS_SHOWN, EngineInfo
 from cuzkd.supervisor.engines.launch import BinaryResolver, EngineLaunch
 from cuzkd.supervisor.engines.runclock import RunClock
 from cuzkd.supervisor.engines.stderrtail import ExitedTail, StderrTail
@@ -676,6 +676,7 @@ class EngineRunner:
         """This engine for the control API, ``/status`` and the CLI; ``release``: the one its
         process executes (the engine set knows the releases)."""
         m, source = self.lifecycle, self.status_source
+        stale, phantom = source.leftovers() if source is not None else ([], [])
         return EngineInfo(
             name=self.name,
             state=m.state,
@@ -696,6 +697,8 @@ class EngineRunner:
             release=release,
             # the last decoded document's values that did not decode (a healthy engine)
             status_field_errors=source.field_errors if source is not None else None,
+            stale_jobs=sorted(stale, key=lambda job: -job.age_secs)[:MAX_STALE_JOBS_SHOWN],
+            phantom_busy_workers=phantom,
         )
 
     async def sample(self, max_age: float) -> EngineSample:
