@@ -481,6 +481,14 @@ def gpu_workers() -> Json:
                    "any; CuzkdEngineStalled fires.",
                    [Q(agg(BY_ENGINE, rate("cuzkd_engine_stalls_total", fn="increase")),
                       LEGEND_ENGINE)], "short", bars=True),
+        timeseries("Phantom-busy workers", "Spans of workers a plain cuzk shows proving a "
+                   "partition that is not on a GPU in a live job (left behind by a failed GPU "
+                   "run or a failed job), per rate interval, by reason: cuzkd counts them as "
+                   "not busy. Empty is good. Bad: frequent — GPU runs are failing.",
+                   [Q(agg(f"{BY_ENGINE}, reason",
+                          rate("cuzk_gpu_worker_phantom_busy_total", fn="increase")),
+                      f"{LEGEND_ENGINE} {{{{reason}}}}", event_only=True)], "short",
+                   bars=True),
         timeseries("Work waiting for a GPU", "Jobs queued in the scheduler and partitions "
                    "synthesized and waiting for a GPU worker. Bad: growing while utilization "
                    "is below 100 %.",
@@ -552,6 +560,13 @@ def pipeline() -> Json:
                           f"and on (job, instance, proof_kind) "
                           f"{sel('cuzkd_proof_deadline_seconds', engine=False)}"),
                       "{{proof_kind}}", event_only=True)], "short", w=8, bars=True),
+        timeseries("Stale jobs (failed-work leftovers)", "Jobs a plain cuzk keeps listed "
+                   "although their work failed (a failed partition, or no partition moved for "
+                   "stale_job_after), by proof kind; they are not counted in flight. 0 is good. "
+                   "Bad: growing — CuzkdStaleJobsAccumulating fires at 3 for 30 minutes; "
+                   "`cuzkd status ENGINE` lists them with their age.",
+                   [Q(agg(f"{BY_ENGINE}, proof_kind", sel("cuzk_stale_jobs"), op="max"),
+                      f"{LEGEND_ENGINE} {{{{proof_kind}}}}")], "short"),
         timeseries("Queue depth", "Jobs waiting in each engine's scheduler. Bad: growing "
                    "steadily — the host cannot keep up with the offered load.",
                    [Q(agg(BY_ENGINE, sel("cuzk_queue_depth"), op="max"), LEGEND_ENGINE)],
@@ -591,7 +606,8 @@ def memory() -> Json:
                    [Q(agg(f"{BY_ENGINE}, kind, circuit", sel("cuzk_allocation_bytes")),
                       f"{LEGEND_ENGINE} {{{{kind}}}} {{{{circuit}}}}")], "bytes", stack=True),
         timeseries("Buffers in flight", "In-flight buffers by kind (synthesis outputs, prover "
-                   "inputs, aux, shells, pending handles). Bad: growing without bound — buffers "
+                   "inputs, aux, shells, pending handles; a plain cuzk's aux and shells are "
+                   "counters, cuzk_buffers_started_total). Bad: growing without bound — buffers "
                    "are not being released.",
                    [Q(agg(f"{BY_ENGINE}, buffer", sel("cuzk_buffers_in_flight")),
                       f"{LEGEND_ENGINE} {{{{buffer}}}}")], "short"),

@@ -62,6 +62,10 @@ _BUFFERS: tuple[tuple[str, str], ...] = (
     ("aux", "aux_in_flight"),
     ("shells", "shells_in_flight"),
 )
+#: Of those, the fields a real cuzk never decrements (docs/status.md): from its own document
+#: they count buffers ever put in flight, a counter (``cuzk_buffers_started_total``), never a
+#: gauge that climbs for good. The reference engine's own are true in-flight counts.
+_NEVER_DECREMENTED = frozenset(("aux", "shells"))
 
 
 class EngineFamilies:
@@ -132,6 +136,10 @@ class EngineFamilies:
                             labels=["engine", "kind", "circuit"])
         self.buffers = g("cuzk_buffers_in_flight", "Buffers in flight by pipeline stage.",
                          labels=["engine", "buffer"])
+        self.buffers_started = c(
+            "cuzk_buffers_started",
+            "Buffers a plain cuzk put in flight since it started (aux, shells: fields it never "
+            "decrements).", labels=["engine", "buffer"])
         self.pending_handles = g("cuzk_pending_handles", "Proof handles awaiting collection.",
                                  labels=_E)
         self.gpu_used = g("cuzk_gpu_memory_used_bytes", "Device memory in use (driver view).",
@@ -213,8 +221,11 @@ class EngineFamilies:
             for circuit, size in sorted(bytes_by_circuit(allocations).items()):
                 if circuit in kept.circuits:
                     self.allocation.add_metric([engine, kind, circuit], size)
+        plain = status.cuzkd_extensions is None
         for label, field in _BUFFERS:
-            _put(self.buffers, [engine, label], getattr(status.buffers, field))
+            family = self.buffers_started if plain and label in _NEVER_DECREMENTED \
+                else self.buffers
+            _put(family, [engine, label], getattr(status.buffers, field))
         _put(self.pending_handles, e, status.buffers.pending_handles)
 
     def _add_extensions(self, engine: str, ext: Extensions, kept: Admitted) -> None:

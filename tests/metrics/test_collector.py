@@ -56,9 +56,12 @@ def test_example_document_values(example_status, make_engine, scrape):
                        circuit="porep-32g") == 47244640256
     assert s.get_value("cuzk_allocation_bytes", engine="e0", kind="pce",
                        circuit="porep-32g") == 27917287424
-    buffers = {"synth": 4, "provers": 2, "aux": 1, "shells": 0}
-    for buffer, count in buffers.items():
+    for buffer, count in {"synth": 4, "provers": 2}.items():
         assert s.get_value("cuzk_buffers_in_flight", engine="e0", buffer=buffer) == count
+    # a plain cuzk never decrements aux and shells: counts of buffers put in flight
+    for buffer, count in {"aux": 1, "shells": 0}.items():
+        assert s.get_value("cuzk_buffers_started_total", engine="e0", buffer=buffer) == count
+        assert ("cuzk_buffers_in_flight", (("buffer", buffer), ("engine", "e0"))) not in s
     assert s.get_value("cuzk_pending_handles", engine="e0") == 1
     assert s.get_value("cuzk_engine_uptime_seconds", engine="e0") == pytest.approx(812.44)
     # extension-only families are absent without extensions
@@ -106,6 +109,9 @@ def test_document_own_extensions_are_used(example_status, example_extensions, ma
     s = scrape(one([make_engine("e0", status=doc)]))
     assert s.get_value("cuzk_gpu_worker_busy_seconds_total", engine="e0", worker="0",
                        gpu="0") == 512.5
+    # the reference engine's aux and shells are true in-flight counts
+    assert s.get_value("cuzk_buffers_in_flight", engine="e0", buffer="aux") == 1
+    assert "cuzk_buffers_started_total" not in s.of_engine("e0")
 
 
 def test_missing_status_drops_only_that_engines_cuzk_series(example_status, example_extensions,

@@ -73,6 +73,7 @@ _ENGINE_METRICS = {
     "cuzk_synthesis_max_concurrent": _m("gauge", "engine"),
     "cuzk_allocation_bytes": _m("gauge", "engine", "kind", "circuit"),
     "cuzk_buffers_in_flight": _m("gauge", "engine", "buffer"),
+    "cuzk_buffers_started_total": _m("counter", "engine", "buffer"),
     "cuzk_pending_handles": _m("gauge", "engine"),
     "cuzk_gpu_memory_used_bytes": _m("gauge", "engine", "gpu"),
     "cuzk_gpu_memory_total_bytes": _m("gauge", "engine", "gpu"),
