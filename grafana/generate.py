@@ -596,10 +596,15 @@ def memory() -> Json:
                       f"{agg(BY_ENGINE, sel('cuzk_memory_budget_total_bytes'))}",
                       LEGEND_ENGINE)], "percentunit"),
         timeseries("Synthesis active vs max", "Partitions synthesizing now and how many the "
-                   "memory budget allows at once. Bad: active stuck below max while partitions "
-                   "are pending (another limit), or max of 0 or 1 (budget too small).",
-                   [Q(agg(BY_ENGINE, sel(f"cuzk_synthesis_{part}")), f"{LEGEND_ENGINE} {part}")
-                    for part in ("active", "max_concurrent")], "short"),
+                   "memory budget allows at once; for a cuzk engine, its real capacity (from "
+                   "its config: min(budget / 14 GiB, max_parallel_synthesis)), which its "
+                   "max_concurrent (budget / 9 GiB) overstates. Bad: active stuck below the "
+                   "capacity while partitions are pending (another limit), or a capacity of 2 "
+                   "(budget too small).",
+                   [*(Q(agg(BY_ENGINE, sel(f"cuzk_synthesis_{part}")), f"{LEGEND_ENGINE} {part}")
+                      for part in ("active", "max_concurrent")),
+                    Q(agg(BY_ENGINE, sel("cuzk_synthesis_capacity")),
+                      f"{LEGEND_ENGINE} capacity", event_only=True)], "short"),
         timeseries("SRS and PCE allocations", "Long-lived allocations by kind (srs: proving "
                    "parameters, pce: pre-compiled circuits) and circuit, stacked. Bad: the same "
                    "circuit loaded twice, or allocations crowding out synthesis.",

@@ -28,6 +28,7 @@ from prometheus_client.core import (
 from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Sample
 
+from cuzkd.config.cuzkfile import synthesis_capacity
 from cuzkd.labelbudget import LabelBudgets, attribute_value
 from cuzkd.metrics.exposition import RenderedHistogramFamily, render_samples
 from cuzkd.metrics.tally import (
@@ -131,6 +132,10 @@ class EngineFamilies:
         self.synth_max = g("cuzk_synthesis_max_concurrent",
                            "Partitions the memory budget allows to synthesize at once.",
                            labels=_E)
+        self.synth_capacity = g(
+            "cuzk_synthesis_capacity",
+            "Partitions a cuzk engine really synthesizes at once: max(2, min(budget / 14 GiB, "
+            "[pipeline] max_parallel_synthesis)), from its config and budget.", labels=_E)
         self.allocation = g("cuzk_allocation_bytes",
                             "Long-lived allocations by kind (srs, pce) and circuit.",
                             labels=["engine", "kind", "circuit"])
@@ -152,9 +157,10 @@ class EngineFamilies:
                                          labels=_GPU)
 
     def add(self, engine: str, status: StatusDocument, extensions: Extensions | None,
-            labels: LabelBudgets) -> None:
+            labels: LabelBudgets, *, max_parallel_synthesis: int | None = None) -> None:
         """Add one engine's series. ``extensions`` falls back to the document's own block;
-        ``labels``: the engine's label budgets.
+        ``labels``: the engine's label budgets; ``max_parallel_synthesis``: a cuzk engine's,
+        from its config (its real synthesis capacity follows from it and the budget).
 
         All or nothing: when the conversion raises (a supervisor bug met by one engine's
         values), none of the engine's series stay in the families and the exception
@@ -165,6 +171,10 @@ class EngineFamilies:
                  for family in self.families()]
         try:
             self._add_engine(engine, status, extensions, labels)
+            budget = status.memory.total_bytes
+            if max_parallel_synthesis is not None and budget is not None:
+                self.synth_capacity.add_metric(
+                    [engine], synthesis_capacity(budget, max_parallel_synthesis))
         except Exception:
             for family, samples, rendered in marks:
                 del family.samples[samples:]

@@ -333,3 +333,16 @@ def test_leftovers_of_failed_work_are_not_in_flight_queued_synthesizing_or_busy(
     clean = scrape(one([make_engine("e0", status=example_status, extensions=example_extensions)]))
     assert clean.get_value("cuzk_synthesis_active", engine="e0") == 3
     assert clean.get_value("cuzk_gpu_worker_busy", engine="e0", worker="0", gpu="0") == 1
+
+
+def test_a_cuzk_engines_real_synthesis_capacity_beside_max_concurrent(
+        example_status, make_engine, scrape):
+    """From its config's max_parallel_synthesis and its budget (252 GiB: 18 by 14 GiB);
+    engines that are not cuzk engines have none."""
+    s = scrape(one([make_engine("four", status=example_status, max_parallel_synthesis=4),
+                    make_engine("dflt", status=example_status, max_parallel_synthesis=0),
+                    make_engine("ref", status=example_status)]))
+    assert s.get_value("cuzk_synthesis_capacity", engine="four") == 4
+    assert s.get_value("cuzk_synthesis_capacity", engine="dflt") == 18
+    assert s.get_value("cuzk_synthesis_max_concurrent", engine="dflt") == 19
+    assert "cuzk_synthesis_capacity" not in s.of_engine("ref")

@@ -71,6 +71,7 @@ _ENGINE_METRICS = {
     "cuzk_memory_budget_available_bytes": _m("gauge", "engine"),
     "cuzk_synthesis_active": _m("gauge", "engine"),
     "cuzk_synthesis_max_concurrent": _m("gauge", "engine"),
+    "cuzk_synthesis_capacity": _m("gauge", "engine"),
     "cuzk_allocation_bytes": _m("gauge", "engine", "kind", "circuit"),
     "cuzk_buffers_in_flight": _m("gauge", "engine", "buffer"),
     "cuzk_buffers_started_total": _m("counter", "engine", "buffer"),

@@ -741,6 +741,8 @@ class EngineRunner:
             jobs_lost_total=dict(self.jobs_lost),
             drains_total=dict(self.drains),
             health_loop_failures_total=self.health_loop_failures,
+            max_parallel_synthesis=(None if self.spec.cuzk_file is None
+                                    else self.spec.cuzk_file.pipeline.max_parallel_synthesis),
             output_dropped_lines_total=self._output_budget.dropped_lines_total,
             output_dropped_bytes_total=self._output_budget.dropped_bytes_total,
             labels=self.labels,
