@@ -45,6 +45,7 @@ from cuzkd.status.derive import PHANTOM_REASONS
 from cuzkd.status.document import (
     COUNTED_PHASES,
     PARTITION_STATES,
+    Allocation,
     Extensions,
     Histogram,
     StatusDocument,
@@ -226,8 +227,9 @@ class EngineFamilies:
         _put(self.synth_active, e, None if active is None else max(
             0, active - stale_synthesis(status.pipelines, leftovers.stale)))
         _put(self.synth_max, e, status.synthesis.max_concurrent)
-        for kind, allocations in (("srs", status.allocations.srs),
-                                  ("pce", status.allocations.pce)):
+        # a plain cuzk's [] means "SRS manager busy": the deriver holds the last list a while
+        srs = status.allocations.srs or leftovers.held_srs
+        for kind, allocations in (("srs", srs), ("pce", status.allocations.pce)):
             for circuit, size in sorted(bytes_by_circuit(allocations).items()):
                 if circuit in kept.circuits:
                     self.allocation.add_metric([engine, kind, circuit], size)
@@ -271,18 +273,20 @@ class EngineFamilies:
 
 
 class Leftovers(NamedTuple):
-    """What the deriver found left over from failed work in a plain cuzk's document: the stale
-    jobs' ids and the phantom-busy workers (none for an engine serving its own extensions)."""
+    """What the deriver corrects in a plain cuzk's document: the stale jobs' ids, the
+    phantom-busy workers and the SRS list held through an empty one (none for an engine
+    serving its own extensions)."""
 
     stale: frozenset[str]
     phantom: frozenset[int]
+    held_srs: list[Allocation]
 
     @classmethod
     def of(cls, ext: Extensions | None) -> Leftovers:
         if ext is None:
-            return cls(frozenset(), frozenset())
+            return cls(frozenset(), frozenset(), [])
         return cls(frozenset(job.job_id for job in ext.stale_jobs),
-                   frozenset(ext.phantom_busy_workers))
+                   frozenset(ext.phantom_busy_workers), ext.held_srs)
 
 
 def _put(family: GaugeMetricFamily | CounterMetricFamily, labels: list[str],

@@ -96,7 +96,8 @@ def admitted(labels: LabelBudgets, status: StatusDocument,
             histogrammed.update(histograms)
         workers.update(w.worker_id for w in extensions.worker_busy)
         gpus.update(d.gpu_ordinal for d in extensions.gpu_devices)
-    circuits = {a.circuit_id for a in (*status.allocations.srs, *status.allocations.pce)}
+    held = () if extensions is None or status.allocations.srs else extensions.held_srs
+    circuits = {a.circuit_id for a in (*status.allocations.srs, *held, *status.allocations.pce)}
     offered = kinds if histogrammed.issubset(kinds) else sorted({*kinds, *histogrammed})
     kept_kinds = frozenset(labels.keep("proof_kind", offered, str))
     return Admitted(

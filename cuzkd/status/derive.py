@@ -40,6 +40,7 @@ from cuzkd.labelbudget import DEFAULT_LIMITS, LabelBudget
 from cuzkd.status.counters import KindCounters
 from cuzkd.status.document import (
     TERMINAL_STATES,
+    Allocation,
     Extensions,
     GpuWorker,
     Partition,
@@ -55,6 +56,11 @@ from cuzkd.status.leftovers import STALE_AFTER_SECS, JobProgress
 #: observations before it counts as a restart. Covers fetch latency jitter (a document is
 #: generated some time before we observe it).
 RESTART_SLACK_SECS = 5.0
+
+#: How long an empty ``allocations.srs`` keeps the last non-empty one: a real cuzk serves ``[]``
+#: whenever its SRS manager is busy, as during an SRS load (30-90 s), so an empty list means
+#: "unknown", not "nothing loaded"; past this it is believed.
+SRS_HOLD_SECS = 120.0
 
 #: Why a worker shown ``proving`` is not busy (the bounded ``reason`` of phantom-busy spans):
 #: its job is not listed, is a leftover of failed work, or lists that partition not in ``gpu``.
@@ -271,6 +277,9 @@ class ExtensionDeriver:
         self._progress = JobProgress(self._stale_after)
         self._stale: dict[str, StaleJob] = {}
         self._phantom_total = dict.fromkeys(PHANTOM_REASONS, 0)
+        self._srs: list[Allocation] = []  # the last non-empty allocations.srs ...
+        self._srs_seen = 0.0  # ... when it was seen
+        self._held_srs: list[Allocation] = []
 
     def observe(self, doc: StatusDocument) -> None:
         """Fold one document into the counters. Observing the same document again is a no-op.
@@ -314,8 +323,16 @@ class ExtensionDeriver:
         self._jobs = jobs
         self._job_clocks = clocks
         self._stale = stale
+        self._hold_srs(doc.allocations.srs, now)
         self._observe_workers(doc, now)
         self._jobs_in_flight = in_flight
+
+    def _hold_srs(self, srs: list[Allocation], now: float) -> None:
+        """Keep the last non-empty SRS list through up to SRS_HOLD_SECS of empty ones."""
+        if srs:
+            self._srs, self._srs_seen, self._held_srs = srs, now, []
+        else:
+            self._held_srs = self._srs if now - self._srs_seen <= SRS_HOLD_SECS else []
 
     def _observe_workers(self, doc: StatusDocument, now: float) -> None:
         seen_workers: set[int] = set()
@@ -352,6 +369,7 @@ class ExtensionDeriver:
             stale_jobs=self.stale_jobs(),
             phantom_busy_workers=self.phantom_busy_workers(),
             phantom_busy_total=dict(self._phantom_total),
+            held_srs=list(self._held_srs),
         )
 
     def stale_jobs(self) -> list[StaleJob]:

@@ -224,6 +224,9 @@ class Extensions(msgspec.Struct, frozen=True, gc=False):
     phantom_busy_workers: list[NonNegInt] = msgspec.field(default_factory=list)
     #: reason -> such phantom-busy spans since the engine started
     phantom_busy_total: dict[str, NonNegInt] = msgspec.field(default_factory=dict)
+    #: the last non-empty ``allocations.srs`` while the document's is empty, for a bounded time
+    #: (a real cuzk serves ``[]`` while its SRS manager is busy; derived only)
+    held_srs: list[Allocation] = msgspec.field(default_factory=list)
 
 
 class StatusDocument(msgspec.Struct, frozen=True, gc=False):

@@ -346,3 +346,19 @@ def test_a_cuzk_engines_real_synthesis_capacity_beside_max_concurrent(
     assert s.get_value("cuzk_synthesis_capacity", engine="dflt") == 18
     assert s.get_value("cuzk_synthesis_max_concurrent", engine="dflt") == 19
     assert "cuzk_synthesis_capacity" not in s.of_engine("ref")
+
+
+def test_an_empty_srs_list_is_filled_from_the_held_one(example_status, example_extensions,
+                                                       make_engine, scrape):
+    """The documented exception to "never a stale value": a plain cuzk's [] (SRS manager
+    busy) shows the deriver's held list; the engine's own non-empty list always wins."""
+    held = list(example_status.allocations.srs)
+    busy = msgspec.structs.replace(example_status, allocations=msgspec.structs.replace(
+        example_status.allocations, srs=[]))
+    ext = msgspec.structs.replace(example_extensions, held_srs=held)
+    s = scrape(one([make_engine("e0", status=busy, extensions=ext)]))
+    assert s.get_value("cuzk_allocation_bytes", engine="e0", kind="srs",
+                       circuit="porep-32g") == 47244640256
+    s = scrape(one([make_engine("e0", status=busy, extensions=example_extensions)]))
+    assert ("cuzk_allocation_bytes", (("circuit", "porep-32g"), ("engine", "e0"),
+                                      ("kind", "srs"))) not in s

@@ -10,7 +10,12 @@ from typing import Any
 import msgspec
 import pytest
 
-from cuzkd.status.derive import RESTART_SLACK_SECS, ExtensionDeriver, entered_phases
+from cuzkd.status.derive import (
+    RESTART_SLACK_SECS,
+    SRS_HOLD_SECS,
+    ExtensionDeriver,
+    entered_phases,
+)
 from cuzkd.status.document import Extensions, Partition, StatusDocument, decode_status
 
 PHASES = ("synthesizing", "synth_done", "gpu", "done", "failed")
@@ -496,3 +501,21 @@ def test_a_worker_on_a_partition_of_a_stale_job_is_not_busy(
     ext = deriver.extensions()
     assert (ext.phantom_busy_workers, busy(ext)[0]) == ([0], 0.0)  # never seen busy genuinely
     assert ext.phantom_busy_total["job_stale"] == 1
+
+
+def test_an_empty_srs_list_keeps_the_last_known_one_for_a_bounded_time(
+    example: dict[str, Any], clock: Clock
+) -> None:
+    """cuzk serves srs [] while its SRS manager is busy (a 30-90 s load): the last list is
+    held for SRS_HOLD_SECS, then the empty one is believed."""
+    deriver = ExtensionDeriver(clock=clock)
+    deriver.observe(decode(example))
+    known = decode(example).allocations.srs
+    assert known and deriver.extensions().held_srs == []
+    doc = poll(clock, example)
+    doc["allocations"]["srs"] = []
+    deriver.observe(decode(doc))
+    assert deriver.extensions().held_srs == known
+    doc = poll(clock, doc, uptime_delta=SRS_HOLD_SECS)  # now past the hold
+    deriver.observe(decode(doc))
+    assert deriver.extensions().held_srs == []
