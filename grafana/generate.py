@@ -171,6 +171,15 @@ def timeseries(title: str, description: str, queries: Sequence[Q], unit: str, *,
                   options=options)
 
 
+def events_by(title: str, description: str, counter: str, label: str) -> Json:
+    """Bars of an engine counter's increase per rate interval by ``label``: series that exist
+    only once the event happened (event_only)."""
+    return timeseries(title, description,
+                      [Q(agg(f"{BY_ENGINE}, {label}", rate(counter, fn="increase")),
+                         f"{LEGEND_ENGINE} {{{{{label}}}}}", event_only=True)], "short",
+                      bars=True)
+
+
 def stat(title: str, description: str, queries: Sequence[Q], unit: str, *, w: int = 6,
          h: int = 5, thresholds: list[Json] | None = None, text_mode: str = "value_and_name",
          links: list[Json] | None = None) -> Json:
@@ -377,25 +386,18 @@ def fleet() -> Json:
                    [Q(agg("instance, result",
                           rate("cuzkd_binary_swaps_total", engine=False, fn="increase")),
                       "{{instance}} {{result}}")], "short", bars=True),
-        timeseries("Work lost to restarts", "Partitions in flight (synthesizing, "
-                   "synth_done or on a GPU) when cuzkd stopped an engine, per rate interval, "
-                   "by reason: operator (cuzkd stop/restart), reload, swap, stall, shutdown. "
-                   "Every stop drains first (the bundled engine finishes its accepted jobs; "
-                   "an engine with a status is stopped at a quiet moment), so this stays at 0 "
-                   "unless a drain timed out, drain = \"none\", or a stall killed the engine. "
-                   "Bad: anything but stall — raise drain_timeout (docs/supervisor.md).",
-                   [Q(agg(f"{BY_ENGINE}, reason",
-                          rate("cuzkd_engine_stop_inflight_partitions_total", fn="increase")),
-                      f"{LEGEND_ENGINE} {{{{reason}}}}", event_only=True)], "short",
-                   bars=True),
-        timeseries("Drains by result", "Stop-sequence drains per rate interval: clean (the "
-                   "engine finished its work, or a quiet moment came) or timeout "
-                   "(drain_timeout elapsed and the stop signal went out with work in flight). "
-                   "Bad: any timeout.",
-                   [Q(agg(f"{BY_ENGINE}, result",
-                          rate("cuzkd_engine_drains_total", fn="increase")),
-                      f"{LEGEND_ENGINE} {{{{result}}}}", event_only=True)], "short",
-                   bars=True),
+        events_by("Work lost to restarts", "Partitions in flight (synthesizing, "
+                  "synth_done or on a GPU) when cuzkd stopped an engine, per rate interval, "
+                  "by reason: operator (cuzkd stop/restart), reload, swap, stall, shutdown. "
+                  "Every stop drains first (the bundled engine finishes its accepted jobs; "
+                  "an engine with a status is stopped at a quiet moment), so this stays at 0 "
+                  "unless a drain timed out, drain = \"none\", or a stall killed the engine. "
+                  "Bad: anything but stall — raise drain_timeout (docs/supervisor.md).",
+                  "cuzkd_engine_stop_inflight_partitions_total", "reason"),
+        events_by("Drains by result", "Stop-sequence drains per rate interval: clean (the "
+                  "engine finished its work, or a quiet moment came) or timeout "
+                  "(drain_timeout elapsed and the stop signal went out with work in flight). "
+                  "Bad: any timeout.", "cuzkd_engine_drains_total", "result"),
         timeseries("Engine uptime", "Time since each engine process started. Bad: a saw-tooth "
                    "that keeps returning to zero — the engine restarts.",
                    [Q(agg(BY_ENGINE, f"time() - {sel('cuzkd_engine_start_time_seconds')}",
@@ -481,14 +483,11 @@ def gpu_workers() -> Json:
                    "any; CuzkdEngineStalled fires.",
                    [Q(agg(BY_ENGINE, rate("cuzkd_engine_stalls_total", fn="increase")),
                       LEGEND_ENGINE)], "short", bars=True),
-        timeseries("Phantom-busy workers", "Spans of workers a plain cuzk shows proving a "
-                   "partition that is not on a GPU in a live job (left behind by a failed GPU "
-                   "run or a failed job), per rate interval, by reason: cuzkd counts them as "
-                   "not busy. Empty is good. Bad: frequent — GPU runs are failing.",
-                   [Q(agg(f"{BY_ENGINE}, reason",
-                          rate("cuzk_gpu_worker_phantom_busy_total", fn="increase")),
-                      f"{LEGEND_ENGINE} {{{{reason}}}}", event_only=True)], "short",
-                   bars=True),
+        events_by("Phantom-busy workers", "Spans of workers a plain cuzk shows proving a "
+                  "partition that is not on a GPU in a live job (left behind by a failed GPU "
+                  "run or a failed job), per rate interval, by reason: cuzkd counts them as "
+                  "not busy. Empty is good. Bad: frequent — GPU runs are failing.",
+                  "cuzk_gpu_worker_phantom_busy_total", "reason"),
         timeseries("Work waiting for a GPU", "Jobs queued in the scheduler and partitions "
                    "synthesized and waiting for a GPU worker. Bad: growing while utilization "
                    "is below 100 %.",
