@@ -158,10 +158,11 @@ class _WorkerSpans:
         return self.finished_secs + (0.0 if self.phantom else running)
 
     def observe(self, worker: GpuWorker, now: float, gpu_ms: Callable[[str, int], int | None],
-                phantom: Callable[[str, int], str | None]) -> str | None:
+                phantom: Callable[[str, int], str | None], engine_start: float) -> str | None:
         """Fold in the worker as one document shows it at ``now``; ``gpu_ms`` looks up the
         ``gpu_ms`` of a partition that document lists ``done``, ``phantom`` why a partition is
-        not one a worker can be busy with (None: it is in ``gpu`` in a live job).
+        not one a worker can be busy with (None: it is in ``gpu`` in a live job). No span
+        began before ``engine_start`` (a larger ``busy_secs`` is the document's error).
 
         A span shown phantom is not seen (its time is not counted past its last genuine
         sighting); on the second poll in a row it ends as if the worker had gone idle, and
@@ -169,7 +170,7 @@ class _WorkerSpans:
         the span has just been found phantom (once per span).
         """
         self.gpu_ordinal = worker.gpu_ordinal
-        previous, self.observed_at = self.observed_at, now
+        previous, self.observed_at = max(self.observed_at, engine_start), now
         span: tuple[str, int] | None = None
         started = now
         if (worker.state == "proving" and worker.current_job is not None
@@ -335,6 +336,7 @@ class ExtensionDeriver:
             self._held_srs = self._srs if now - self._srs_seen <= SRS_HOLD_SECS else []
 
     def _observe_workers(self, doc: StatusDocument, now: float) -> None:
+        engine_start = float("-inf") if self._engine_start is None else self._engine_start
         seen_workers: set[int] = set()
         for worker in doc.gpu_workers:
             if worker.worker_id in seen_workers:
@@ -345,7 +347,8 @@ class ExtensionDeriver:
                 if not self._worker_budget.admits(str(worker.worker_id)):
                     continue
                 spans = self._workers[worker.worker_id] = _WorkerSpans(worker.gpu_ordinal)
-            reason = spans.observe(worker, now, self._finished_gpu_ms, self._phantom_reason)
+            reason = spans.observe(worker, now, self._finished_gpu_ms, self._phantom_reason,
+                                   engine_start)
             if reason is not None:
                 self._phantom_total[reason] += 1
 

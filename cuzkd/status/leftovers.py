@@ -78,8 +78,8 @@ class JobProgress:
         states = [p.state for p in pipeline.partitions]
         if "failed" in states:
             return True
-        if states and all(state == "done" for state in states):
-            return False
+        if all(state == "done" for state in states):
+            return False  # finished (a job without partitions: nothing left to do)
         seen = self._observing.get(pipeline.job_id)
         return seen is not None and now - seen.progress_at >= self._stale_after
 

@@ -519,3 +519,15 @@ def test_an_empty_srs_list_keeps_the_last_known_one_for_a_bounded_time(
     doc = poll(clock, doc, uptime_delta=SRS_HOLD_SECS)  # now past the hold
     deriver.observe(decode(doc))
     assert deriver.extensions().held_srs == []
+
+
+def test_a_span_never_began_before_the_engine_started(
+    example: dict[str, Any], clock: Clock
+) -> None:
+    """A busy_secs far beyond the engine's uptime is the document's error: the span counts
+    from the engine's start at most."""
+    doc = copy.deepcopy(example)
+    set_worker(doc, 0, POREP, 4, 1e12)
+    deriver = ExtensionDeriver(clock=clock)
+    deriver.observe(decode(doc))
+    assert busy(deriver.extensions())[0] == pytest.approx(example["uptime_secs"])
