@@ -603,7 +603,7 @@ def memory() -> Json:
                    [*(Q(agg(BY_ENGINE, sel(f"cuzk_synthesis_{part}")), f"{LEGEND_ENGINE} {part}")
                       for part in ("active", "max_concurrent")),
                     Q(agg(BY_ENGINE, sel("cuzk_synthesis_capacity")),
-                      f"{LEGEND_ENGINE} capacity", event_only=True)], "short"),
+                      f"{LEGEND_ENGINE} capacity")], "short"),
         timeseries("SRS and PCE allocations", "Long-lived allocations by kind (srs: proving "
                    "parameters, pce: pre-compiled circuits) and circuit, stacked. Bad: the same "
                    "circuit loaded twice, or allocations crowding out synthesis.",

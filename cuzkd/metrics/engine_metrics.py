@@ -135,8 +135,9 @@ class EngineFamilies:
                            labels=_E)
         self.synth_capacity = g(
             "cuzk_synthesis_capacity",
-            "Partitions a cuzk engine really synthesizes at once: max(2, min(budget / 14 GiB, "
-            "[pipeline] max_parallel_synthesis)), from its config and budget.", labels=_E)
+            "Partitions the engine really synthesizes at once (a cuzk: max(2, min(budget / "
+            "14 GiB, [pipeline] max_parallel_synthesis)); cuzkd's engine: its max_concurrent).",
+            labels=_E)
         self.allocation = g("cuzk_allocation_bytes",
                             "Long-lived allocations by kind (srs, pce) and circuit.",
                             labels=["engine", "kind", "circuit"])
@@ -172,10 +173,7 @@ class EngineFamilies:
                  for family in self.families()]
         try:
             self._add_engine(engine, status, extensions, labels)
-            budget = status.memory.total_bytes
-            if max_parallel_synthesis is not None and budget is not None:
-                self.synth_capacity.add_metric(
-                    [engine], synthesis_capacity(budget, max_parallel_synthesis))
+            _put(self.synth_capacity, [engine], _capacity(status, max_parallel_synthesis))
         except Exception:
             for family, samples, rendered in marks:
                 del family.samples[samples:]
@@ -287,6 +285,17 @@ class Leftovers(NamedTuple):
             return cls(frozenset(), frozenset(), [])
         return cls(frozenset(job.job_id for job in ext.stale_jobs),
                    frozenset(ext.phantom_busy_workers), ext.held_srs)
+
+
+def _capacity(status: StatusDocument, max_parallel_synthesis: int | None) -> int | None:
+    """Partitions the engine really synthesizes at once. A plain cuzk document's
+    ``max_concurrent`` (budget / 9 GiB) is not cuzk's cap: that follows from the budget and
+    its config's ``max_parallel_synthesis`` (cuzk's default when cuzkd has no cuzk file for
+    it). An engine serving cuzkd's extensions reports its own cap."""
+    if status.cuzkd_extensions is not None:
+        return status.synthesis.max_concurrent
+    budget = status.memory.total_bytes
+    return None if budget is None else synthesis_capacity(budget, max_parallel_synthesis or 0)
 
 
 def _put(family: GaugeMetricFamily | CounterMetricFamily, labels: list[str],

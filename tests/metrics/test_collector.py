@@ -336,16 +336,17 @@ def test_leftovers_of_failed_work_are_not_in_flight_queued_synthesizing_or_busy(
 
 
 def test_a_cuzk_engines_real_synthesis_capacity_beside_max_concurrent(
-        example_status, make_engine, scrape):
-    """From its config's max_parallel_synthesis and its budget (252 GiB: 18 by 14 GiB);
-    engines that are not cuzk engines have none."""
+        example_status, example_extensions, make_engine, scrape):
+    """From its config's max_parallel_synthesis (cuzk's default without a cuzk file) and its
+    budget (252 GiB: 18 by 14 GiB); cuzkd's engine reports its own cap."""
+    own = msgspec.structs.replace(example_status, cuzkd_extensions=example_extensions)
     s = scrape(one([make_engine("four", status=example_status, max_parallel_synthesis=4),
-                    make_engine("dflt", status=example_status, max_parallel_synthesis=0),
-                    make_engine("ref", status=example_status)]))
+                    make_engine("dflt", status=example_status),
+                    make_engine("ref", status=own)]))
     assert s.get_value("cuzk_synthesis_capacity", engine="four") == 4
     assert s.get_value("cuzk_synthesis_capacity", engine="dflt") == 18
     assert s.get_value("cuzk_synthesis_max_concurrent", engine="dflt") == 19
-    assert "cuzk_synthesis_capacity" not in s.of_engine("ref")
+    assert s.get_value("cuzk_synthesis_capacity", engine="ref") == 19
 
 
 def test_an_empty_srs_list_is_filled_from_the_held_one(example_status, example_extensions,
