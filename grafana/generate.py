@@ -177,6 +177,15 @@ def timeseries(title: str, description: str, queries: Sequence[Q], unit: str, *,
                   options=options)
 
 
+def events_by(title: str, description: str, counter: str, label: str) -> Json:
+    """Bars of an engine counter's increase per rate interval by ``label``: series that exist
+    only once the event happened (event_only)."""
+    return timeseries(title, description,
+                      [Q(agg(f"{BY_ENGINE}, {label}", rate(counter, fn="increase")),
+                         f"{LEGEND_ENGINE} {{{{{label}}}}}", event_only=True)], "short",
+                      bars=True)
+
+
 def stat(title: str, description: str, queries: Sequence[Q], unit: str, *, w: int = 6,
          h: int = 5, thresholds: list[Json] | None = None, text_mode: str = "value_and_name",
          links: list[Json] | None = None) -> Json:
@@ -383,25 +392,18 @@ def fleet() -> Json:
                    [Q(agg("instance, result",
                           rate("cuzkd_binary_swaps_total", engine=False, fn="increase")),
                       "{{instance}} {{result}}")], "short", bars=True),
-        timeseries("Work lost to restarts", "Partitions in flight (synthesizing, "
-                   "synth_done or on a GPU) when cuzkd stopped an engine, per rate interval, "
-                   "by reason: operator (cuzkd stop/restart), reload, swap, stall, shutdown. "
-                   "Every stop drains first (the bundled engine finishes its accepted jobs; "
-                   "an engine with a status is stopped at a quiet moment), so this stays at 0 "
-                   "unless a drain timed out, drain = \"none\", or a stall killed the engine. "
-                   "Bad: anything but stall — raise drain_timeout (docs/supervisor.md).",
-                   [Q(agg(f"{BY_ENGINE}, reason",
-                          rate("cuzkd_engine_stop_inflight_partitions_total", fn="increase")),
-                      f"{LEGEND_ENGINE} {{{{reason}}}}", event_only=True)], "short",
-                   bars=True),
-        timeseries("Drains by result", "Stop-sequence drains per rate interval: clean (the "
-                   "engine finished its work, or a quiet moment came) or timeout "
-                   "(drain_timeout elapsed and the stop signal went out with work in flight). "
-                   "Bad: any timeout.",
-                   [Q(agg(f"{BY_ENGINE}, result",
-                          rate("cuzkd_engine_drains_total", fn="increase")),
-                      f"{LEGEND_ENGINE} {{{{result}}}}", event_only=True)], "short",
-                   bars=True),
+        events_by("Work lost to restarts", "Partitions in flight (synthesizing, "
+                  "synth_done or on a GPU) when cuzkd stopped an engine, per rate interval, "
+                  "by reason: operator (cuzkd stop/restart), reload, swap, stall, shutdown. "
+                  "Every stop drains first (the bundled engine finishes its accepted jobs; "
+                  "an engine with a status is stopped at a quiet moment), so this stays at 0 "
+                  "unless a drain timed out, drain = \"none\", or a stall killed the engine. "
+                  "Bad: anything but stall — raise drain_timeout (docs/supervisor.md).",
+                  "cuzkd_engine_stop_inflight_partitions_total", "reason"),
+        events_by("Drains by result", "Stop-sequence drains per rate interval: clean (the "
+                  "engine finished its work, or a quiet moment came) or timeout "
+                  "(drain_timeout elapsed and the stop signal went out with work in flight). "
+                  "Bad: any timeout.", "cuzkd_engine_drains_total", "result"),
         timeseries("Engine uptime", "Time since each engine process started. Bad: a saw-tooth "
                    "that keeps returning to zero — the engine restarts.",
                    [Q(agg(BY_ENGINE, f"time() - {sel('cuzkd_engine_start_time_seconds')}",
@@ -499,6 +501,11 @@ def gpu_workers() -> Json:
                           sel("cuzk_grpc_gpu_workers_proving", kinds=POST_KINDS)),
                       f"{LEGEND_ENGINE} gpu {{{{gpu}}}} {{{{proof_kind}}}}")], "short",
                    stack=True),
+        events_by("Phantom-busy workers", "Spans of workers a plain cuzk shows proving a "
+                  "partition that is not on a GPU in a live job (left behind by a failed GPU "
+                  "run or a failed job), per rate interval, by reason: cuzkd counts them as "
+                  "not busy. Empty is good. Bad: frequent — GPU runs are failing.",
+                  "cuzk_gpu_worker_phantom_busy_total", "reason"),
         timeseries("Work waiting for a GPU", "Jobs queued in the scheduler and partitions "
                    "synthesized and waiting for a GPU worker. Bad: growing while utilization "
                    "is below 100 %.",
@@ -594,6 +601,13 @@ def pipeline() -> Json:
                           f"{rate('cuzkd_engine_grpc_errors_total', fn='increase')} > 0"),
                       f"{LEGEND_ENGINE} {{{{reason}}}}", event_only=True)], "short", w=8,
                    bars=True),
+        timeseries("Stale jobs (failed-work leftovers)", "Jobs a plain cuzk keeps listed "
+                   "although their work failed (a failed partition, or no partition moved for "
+                   "stale_job_after), by proof kind; they are not counted in flight. 0 is good. "
+                   "Bad: growing — CuzkdStaleJobsAccumulating fires at 3 for 30 minutes; "
+                   "`cuzkd status ENGINE` lists them with their age.",
+                   [Q(agg(f"{BY_ENGINE}, proof_kind", sel("cuzk_stale_jobs"), op="max"),
+                      f"{LEGEND_ENGINE} {{{{proof_kind}}}}")], "short"),
         timeseries("Queue depth", "Jobs waiting in each engine's scheduler. Bad: growing "
                    "steadily — the host cannot keep up with the offered load.",
                    [Q(agg(BY_ENGINE, sel("cuzk_queue_depth"), op="max"), LEGEND_ENGINE)],
@@ -623,17 +637,23 @@ def memory() -> Json:
                       f"{agg(BY_ENGINE, sel('cuzk_memory_budget_total_bytes'))}",
                       LEGEND_ENGINE)], "percentunit"),
         timeseries("Synthesis active vs max", "Partitions synthesizing now and how many the "
-                   "memory budget allows at once. Bad: active stuck below max while partitions "
-                   "are pending (another limit), or max of 0 or 1 (budget too small).",
-                   [Q(agg(BY_ENGINE, sel(f"cuzk_synthesis_{part}")), f"{LEGEND_ENGINE} {part}")
-                    for part in ("active", "max_concurrent")], "short"),
+                   "memory budget allows at once; for a cuzk engine, its real capacity (from "
+                   "its config: min(budget / 14 GiB, max_parallel_synthesis)), which its "
+                   "max_concurrent (budget / 9 GiB) overstates. Bad: active stuck below the "
+                   "capacity while partitions are pending (another limit), or a capacity of 2 "
+                   "(budget too small).",
+                   [*(Q(agg(BY_ENGINE, sel(f"cuzk_synthesis_{part}")), f"{LEGEND_ENGINE} {part}")
+                      for part in ("active", "max_concurrent")),
+                    Q(agg(BY_ENGINE, sel("cuzk_synthesis_capacity")),
+                      f"{LEGEND_ENGINE} capacity")], "short"),
         timeseries("SRS and PCE allocations", "Long-lived allocations by kind (srs: proving "
                    "parameters, pce: pre-compiled circuits) and circuit, stacked. Bad: the same "
                    "circuit loaded twice, or allocations crowding out synthesis.",
                    [Q(agg(f"{BY_ENGINE}, kind, circuit", sel("cuzk_allocation_bytes")),
                       f"{LEGEND_ENGINE} {{{{kind}}}} {{{{circuit}}}}")], "bytes", stack=True),
         timeseries("Buffers in flight", "In-flight buffers by kind (synthesis outputs, prover "
-                   "inputs, aux, shells, pending handles). Bad: growing without bound — buffers "
+                   "inputs, aux, shells, pending handles; a plain cuzk's aux and shells are "
+                   "counters, cuzk_buffers_started_total). Bad: growing without bound — buffers "
                    "are not being released.",
                    [Q(agg(f"{BY_ENGINE}, buffer", sel("cuzk_buffers_in_flight")),
                       f"{LEGEND_ENGINE} {{{{buffer}}}}")], "short"),

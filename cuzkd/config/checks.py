@@ -96,6 +96,7 @@ def check(config: Config, where: str) -> None:
             raise fail(f"{key}.stop_signal", f"unknown signal {eng.stop_signal!r} "
                                              "(use a name such as 'SIGTERM')")
         positive = ("backoff_max", "backoff_reset_after", "start_timeout", "unhealthy_after",
+                    "stale_job_after",
                     "stop_timeout", "drain_timeout", "status_timeout", "output_bytes_per_second",
                     "output_burst_bytes")
         for field in positive:

@@ -169,6 +169,10 @@ class EngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     #: stall watchdog: work and no progress for this long is a stall ("0s": off)
     stall_after: Seconds = Seconds(600)
     stall_action: StallAction = "restart"
+    #: a plain cuzk document's job whose partitions have not moved for this long is a
+    #: leftover of failed work (cuzkd/status/leftovers.py: 10 min is many times cuzk's slowest
+    #: step, a ~150 s PoRep on a small host); a job with a failed partition is one at once
+    stale_job_after: Seconds = Seconds(600)
     #: GPUs the engine is pinned to: NVML indices ("0") or UUIDs ("GPU-..."); sets
     #: CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER=PCI_BUS_ID, and each start waits for their
     #: memory (the previous process's released, gpu_memory_needed free) up to

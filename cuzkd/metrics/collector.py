@@ -53,7 +53,8 @@ class SampleCollector:
                 labels = LabelBudgets(engine.name)
                 engines[i] = engine = dataclasses.replace(engine, labels=labels)
             try:
-                per_engine.add(engine.name, status, engine.extensions, labels)
+                per_engine.add(engine.name, status, engine.extensions, labels,
+                               max_parallel_synthesis=engine.max_parallel_synthesis)
             except Exception:
                 _limited.log(_log, "error", "metrics_engine_failed", key=engine.name,
                              engine=engine.name, exc_info=True)

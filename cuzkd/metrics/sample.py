@@ -58,6 +58,8 @@ class EngineSample:
     drains_total: Mapping[str, int] = field(default_factory=dict)
     #: times the engine's health loop died of an exception and was started again
     health_loop_failures_total: int = 0
+    #: a cuzk engine's ``[pipeline] max_parallel_synthesis`` from its config (None otherwise)
+    max_parallel_synthesis: int | None = None
     #: engine output lines its output limits kept from the log, and the bytes of output not
     #: logged (those lines', and the cut-off rest of lines over the length limit)
     output_dropped_lines_total: int = 0

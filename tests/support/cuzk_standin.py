@@ -47,6 +47,13 @@ Stand-in-only knobs (environment variables; seconds may be fractions):
   ``CUZK_STANDIN_POST_SECS`` (0.2): a whole WindowPoSt or WinningPoSt proof.
 - ``CUZK_STANDIN_NVIDIA_SMI_SECS`` (0.03): CPU seconds each ``GetStatus`` burns, as the real
   one's ``nvidia-smi`` run does.
+- ``CUZK_STANDIN_GPU_SECS_MAX`` (unset): each GPU run lasts a random time between
+  ``GPU_SECS`` and this; ``CUZK_STANDIN_GPU_REST_MAX`` (0): after each GPU run its worker rests
+  (idle) a random 0 to this many seconds before it takes the next partition;
+  ``CUZK_STANDIN_SEED``: the seed of both (default: random).
+- ``CUZK_STANDIN_SPANS`` (unset): a file to which each GPU run of a partition is appended as it
+  ends, one JSON line ``{"worker": ID, "start": S, "end": E}`` in ``CLOCK_MONOTONIC`` seconds
+  (the host's clock, shared with a bench on the same host): the engine's true busy spans.
 - ``CUZK_STANDIN_START_DELAY`` (0): seconds between start and binding the listeners (SRS
   preload, say); nothing answers meanwhile.
 - ``CUZK_STANDIN_EXIT`` (unset) = 1, 2 or 101, after ``CUZK_STANDIN_EXIT_AFTER`` seconds
@@ -66,6 +73,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import re
 import signal
 import sys
@@ -295,6 +303,10 @@ class Engine:
         self.synth_secs = knob("SYNTH_SECS", 0.3)
         self.gpu_secs = knob("GPU_SECS", 0.05)
         self.post_secs = knob("POST_SECS", 0.2)
+        self.gpu_secs_max = knob("GPU_SECS_MAX", self.gpu_secs)
+        self.gpu_rest_max = knob("GPU_REST_MAX", 0)
+        self.random = random.Random(os.environ.get("CUZK_STANDIN_SEED"))
+        self.spans_path = os.environ.get("CUZK_STANDIN_SPANS", "")
         self.failures = parse_failures(os.environ.get("CUZK_STANDIN_FAIL", ""))
         self.jobs: dict[str, Job] = {}
         self.queue: list[Job] = []
@@ -396,25 +408,43 @@ class Engine:
         self.wake.set()
         worker = await self.free_workers.get()
         self.in_gpu += 1
-        partition.state, partition.gpu_start = "gpu", self.now()
-        worker.busy, worker.busy_since = True, self.now()
+        picked_up = self.now()
+        partition.state, partition.gpu_start = "gpu", picked_up
+        worker.busy, worker.busy_since = True, picked_up
         worker.current_job, worker.current_partition = job.job_id, partition.index
-        await asyncio.sleep(self.gpu_secs)
+        gpu_secs = self.random.uniform(self.gpu_secs, self.gpu_secs_max)
+        await asyncio.sleep(gpu_secs)
         self.in_gpu -= 1
         partition.gpu_end = self.now()
         partition.state = "done"
-        job.gpu_ms += int(self.gpu_secs * 1000)
+        job.gpu_ms += int(gpu_secs * 1000)
+        self.record_span(worker, picked_up, partition.gpu_end)
         if self.failures.get((job.job_id, partition.index)) == "gpu":
-            self.free_workers.put_nowait(worker)  # left showing `proving` this partition
+            self.release(worker)  # left showing `proving` this partition
             self.finish(job, f"GPU proving of partition {partition.index} failed")
             return
         if worker.current_job == job.job_id and worker.current_partition == partition.index:
             worker.busy, worker.current_job, worker.current_partition = False, None, None
             worker.busy_since = None
-        self.free_workers.put_nowait(worker)
+        self.release(worker)
         self.wake.set()
         if not job.failed and all(p.state == "done" for p in job.partitions):
             self.finish(job, "")
+
+    def record_span(self, worker: Worker, start: float, end: float) -> None:
+        if self.spans_path:
+            with open(self.spans_path, "a") as spans:
+                spans.write(json.dumps({"worker": worker.worker_id, "start": start,
+                                        "end": end}) + "\n")
+
+    def release(self, worker: Worker) -> None:
+        """The worker takes the next partition now, or after its rest."""
+        rest = self.random.uniform(0, self.gpu_rest_max)
+        if rest <= 0:
+            self.free_workers.put_nowait(worker)
+            return
+        loop = asyncio.get_running_loop()
+        loop.call_later(rest, self.free_workers.put_nowait, worker)
 
     async def prove_whole(self, job: Job, worker: Worker) -> None:
         job.started = self.now()

@@ -73,7 +73,7 @@ from cuzkd.supervisor.core.stopsequence import (
     WaitUntil,
 )
 from cuzkd.supervisor.engines.drainrequest import ENGINE_DEADLINE_SLACK, request_drain
-from cuzkd.supervisor.engines.info import EngineInfo
+from cuzkd.supervisor.engines.info import MAX_STALE_JOBS_SHOWN, EngineInfo
 from cuzkd.supervisor.engines.launch import BinaryResolver, EngineLaunch
 from cuzkd.supervisor.engines.runclock import RunClock
 from cuzkd.supervisor.engines.stderrtail import ExitedTail, StderrTail
@@ -197,7 +197,8 @@ class EngineRunner:
     def _new_deriver(self) -> ExtensionDeriver:
         """The deriver of a plain document, within this engine's label budgets."""
         return ExtensionDeriver(kinds=self.labels.budget("proof_kind"),
-                                workers=self.labels.budget("worker"))
+                                workers=self.labels.budget("worker"),
+                                stale_after=self.spec.stale_job_after)
 
     # -- requests ------------------------------------------------------------------------
 
@@ -690,6 +691,7 @@ class EngineRunner:
         """This engine for the control API, ``/status`` and the CLI; ``release``: the one its
         process executes (the engine set knows the releases)."""
         m, source = self.lifecycle, self.status_source
+        stale, phantom = source.leftovers() if source is not None else ([], [])
         return EngineInfo(
             name=self.name,
             state=m.state,
@@ -710,6 +712,8 @@ class EngineRunner:
             release=release,
             # the last decoded document's values that did not decode (a healthy engine)
             status_field_errors=source.field_errors if source is not None else None,
+            stale_jobs=sorted(stale, key=lambda job: -job.age_secs)[:MAX_STALE_JOBS_SHOWN],
+            phantom_busy_workers=phantom,
         )
 
     async def sample(self, max_age: float) -> EngineSample:
@@ -752,6 +756,8 @@ class EngineRunner:
             jobs_lost_total=dict(self.jobs_lost),
             drains_total=dict(self.drains),
             health_loop_failures_total=self.health_loop_failures,
+            max_parallel_synthesis=(None if self.spec.cuzk_file is None
+                                    else self.spec.cuzk_file.pipeline.max_parallel_synthesis),
             output_dropped_lines_total=self._output_budget.dropped_lines_total,
             output_dropped_bytes_total=self._output_budget.dropped_bytes_total,
             labels=self.labels,
