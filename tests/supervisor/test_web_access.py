@@ -315,3 +315,20 @@ def test_a_listener_beyond_loopback_without_tls_and_auth_is_named_at_start(
     assert fields["metrics_url"] == "https://127.0.0.1:9822/metrics"
     assert fields["metrics_access"] == "TLS, basic auth"
     assert "metrics_exposed" not in fields
+
+
+async def test_a_file_a_failed_re_read_named_is_watched_until_it_works(
+        serve: Any, tls: TlsFiles, tmp_path: Path) -> None:
+    """The web config moved to a new pair whose key is not there yet: refused; the key then
+    written (the web config untouched) is seen on the next connection."""
+    served: Served = await serve()
+    rotated = make_tls_files(tls.dir, "moved")
+    shutil.copy(rotated.cert, tmp_path / "next.crt")
+    write_web_config(tmp_path / "web.yml", TlsFiles(
+        tls.dir, tls.ca, tmp_path / "next.crt", tmp_path / "next.key", tls.client_cert,
+        tls.client_key))
+    assert await _served_cert(served) == _der(tls.cert)
+    assert not served.access.last_reload_ok
+    shutil.copy(rotated.key, tmp_path / "next.key")
+    assert await _served_cert(served) == _der(rotated.cert)
+    assert served.access.last_reload_ok
