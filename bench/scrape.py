@@ -58,7 +58,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psutil
-from aiohttp import BasicAuth, ClientSession, TCPConnector, UnixConnector, web
+from aiohttp import ClientSession, TCPConnector, UnixConnector, web
 
 from cuzkd.metrics.http import make_metrics_handler
 from cuzkd.metrics.sample import EngineSample, SupervisorSample
@@ -67,7 +67,7 @@ from cuzkd.status.document import encode_status
 from cuzkd.status.tracker import StatusTracker
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # support.tlsfiles
-from support.tlsfiles import PASSWORD, USER, make_tls_files, write_web_config
+from support.tlsfiles import basic_auth, make_tls_files, write_web_config
 
 KINDS = ("porep-c2", "snap-update", "window-post", "winning-post")
 
@@ -148,14 +148,16 @@ async def timed_scrapes(url: str, args: argparse.Namespace, *,
     latencies: list[float] = []
     cpu: list[float] = []
     text = b""
-    auth = BasicAuth(USER, PASSWORD) if tls else None
+    headers = {"Accept-Encoding": "gzip"}
+    if tls:
+        headers.update(basic_auth())
     fresh = getattr(args, "new_connections", False)
-    async with ClientSession(connector=TCPConnector(ssl=tls or False, force_close=fresh),
-                             auth=auth) as session:
+    async with ClientSession(connector=TCPConnector(ssl=tls or False, force_close=fresh)
+                             ) as session:
         for i in range(args.warmup + args.scrapes):
             cpu_before = cpu_ns() if cpu_ns else 0
             started = time.perf_counter()
-            async with session.get(url, headers={"Accept-Encoding": "gzip"}) as resp:
+            async with session.get(url, headers=headers) as resp:
                 text = await resp.read()
                 assert resp.status == 200, resp.status
             if i >= args.warmup:

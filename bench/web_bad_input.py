@@ -28,10 +28,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from aiohttp import BasicAuth, ClientSession, TCPConnector
+from aiohttp import ClientSession, TCPConnector
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from support.tlsfiles import PASSWORD, USER, make_tls_files, write_web_config
+from support.tlsfiles import PASSWORD, basic_auth, make_tls_files, write_web_config
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scrape import on_cpu_ns
@@ -55,11 +55,10 @@ async def _until_up(url: str, tls: ssl.SSLContext, proc: subprocess.Popen[bytes]
 
 async def _scraper(url: str, tls: ssl.SSLContext, stop: asyncio.Event) -> list[float]:
     latencies = []
-    async with ClientSession(connector=TCPConnector(ssl=tls),
-                             auth=BasicAuth(USER, PASSWORD)) as session:
+    async with ClientSession(connector=TCPConnector(ssl=tls)) as session:
         while not stop.is_set():
             started = time.perf_counter()
-            async with session.get(f"{url}/metrics") as response:
+            async with session.get(f"{url}/metrics", headers=basic_auth(PASSWORD)) as response:
                 await response.read()
                 assert response.status == 200, response.status
             latencies.append(time.perf_counter() - started)
@@ -85,8 +84,7 @@ async def _passwords(url: str, tls: ssl.SSLContext, count: int) -> Counter[int]:
     statuses: Counter[int] = Counter()
     async with ClientSession(connector=TCPConnector(ssl=tls, limit=32)) as session:
         async def one(i: int) -> None:
-            async with session.get(f"{url}/status",
-                                   auth=BasicAuth(USER, f"guess-{i}")) as response:
+            async with session.get(f"{url}/status", headers=basic_auth(f"guess-{i}")) as response:
                 await response.read()
                 statuses[response.status] += 1
 
@@ -131,12 +129,11 @@ async def attack(args: argparse.Namespace, proc: subprocess.Popen[bytes], port: 
     await _phase(f"{args.garbage} garbage ClientHellos", url, tls, proc.pid,
                  asyncio.ensure_future(_raw(port, args.garbage,
                                             b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")))
-    async with ClientSession(connector=TCPConnector(ssl=tls),
-                             auth=BasicAuth(USER, PASSWORD)) as session, \
-            session.get(f"{url}/status") as response:
+    async with ClientSession(connector=TCPConnector(ssl=tls)) as session, \
+            session.get(f"{url}/status", headers=basic_auth(PASSWORD)) as response:
         engines = (await response.json())["engines"]
         print("engines after:", {e["name"]: e["state"] for e in engines})
-        async with session.get(f"{url}/metrics") as metrics:
+        async with session.get(f"{url}/metrics", headers=basic_auth(PASSWORD)) as metrics:
             for line in (await metrics.text()).splitlines():
                 if line.startswith(("cuzkd_metrics_auth", "cuzkd_metrics_tls",
                                     "cuzkd_metrics_connections_closed")):

@@ -7,7 +7,6 @@ only the supervisor behind them is a stand-in. Certificates are made per module 
 from __future__ import annotations
 
 import asyncio
-import base64
 import os
 import shutil
 import socket
@@ -22,7 +21,14 @@ import bcrypt
 import pytest
 import structlog
 from aiohttp import web
-from support.tlsfiles import PASSWORD, USER, TlsFiles, make_tls_files, write_web_config
+from support.tlsfiles import (
+    PASSWORD,
+    USER,
+    TlsFiles,
+    basic_auth,
+    make_tls_files,
+    write_web_config,
+)
 
 from cuzkd.config import Config
 from cuzkd.config.webconfig import read_web_config
@@ -103,11 +109,6 @@ async def serve(tls: TlsFiles, tmp_path: Path) -> AsyncIterator[Callable[..., An
             await result
 
 
-def _basic(user: str, password: str) -> dict[str, str]:
-    token = base64.b64encode(f"{user}:{password}".encode()).decode()
-    return {"Authorization": f"Basic {token}"}
-
-
 async def _until(predicate: Callable[[], Any], what: str, timeout: float = 20) -> None:
     deadline = asyncio.get_running_loop().time() + timeout
     while not predicate():
@@ -122,7 +123,7 @@ async def test_every_route_but_healthz_asks_for_credentials(serve: Any, tls: Tls
                                    "    X-Frame-Options: deny\n")
     async with aiohttp.ClientSession() as session:
         for path in ("/metrics", "/status", "/no-such-route"):
-            for headers in ({}, _basic(USER, "wrong"), _basic("nobody", PASSWORD),
+            for headers in ({}, basic_auth("wrong"), basic_auth(PASSWORD, "nobody"),
                             {"Authorization": "Basic !!!"}, {"Authorization": "Bearer x"}):
                 async with session.get(served.url(path), ssl=served.client_tls,
                                        headers=headers) as response:
@@ -132,7 +133,7 @@ async def test_every_route_but_healthz_asks_for_credentials(serve: Any, tls: Tls
                     assert (await response.json())["error"].startswith("unauthorized")
         async with session.get(served.url("/healthz"), ssl=served.client_tls) as response:
             assert response.status == 200  # a liveness probe needs no password
-        good = _basic(USER, PASSWORD)
+        good = basic_auth(PASSWORD)
         async with session.get(served.url("/metrics"), ssl=served.client_tls,
                                headers=good) as response:
             assert response.status == 200
@@ -153,7 +154,7 @@ async def test_a_verified_password_costs_no_bcrypt_round_again(serve: Any) -> No
     async with aiohttp.ClientSession() as session:
         for _ in range(5):
             async with session.get(served.url("/status"), ssl=served.client_tls,
-                                   headers=_basic(USER, PASSWORD)) as response:
+                                   headers=basic_auth(PASSWORD)) as response:
                 assert response.status == 200
                 assert await response.read() == STATUS_BODY
     assert auth.bcrypt_rounds == 1
@@ -175,7 +176,7 @@ async def test_a_flood_of_wrong_passwords_is_bounded_and_never_logged(
     async with aiohttp.ClientSession(connector=connector) as session:
         async def get(password: str) -> int:
             async with session.get(served.url("/status"), ssl=served.client_tls,
-                                   headers=_basic(USER, password)) as response:
+                                   headers=basic_auth(password)) as response:
                 await response.read()
                 return response.status
 

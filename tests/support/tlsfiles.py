@@ -8,6 +8,7 @@ least bcrypt allows): a test checks behaviour, not the cost.
 
 from __future__ import annotations
 
+import base64
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +59,11 @@ def make_tls_files(directory: Path, name: str = "server") -> TlsFiles:
                                          "extendedKeyUsage=serverAuth\n")
     return TlsFiles(directory, ca, directory / f"{name}.crt", directory / f"{name}.key",
                     directory / "client.crt", directory / "client.key")
+
+
+def basic_auth(password: str = PASSWORD, user: str = USER) -> dict[str, str]:
+    """The ``Authorization`` header of ``user`` with ``password``."""
+    return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
 
 
 def password_hash(password: str = PASSWORD, cost: int = 4) -> str:
