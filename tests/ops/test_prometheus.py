@@ -27,7 +27,7 @@ ALERTS = {
     "CuzkdTargetDown", "CuzkdConfigReloadFailed", "CuzkdEngineOomKilled", "CuzkdEngineStalled",
     "CuzkdProofSlowerThanDeadline", "CuzkdDeadlineProofFailed", "CuzkdRollbackFailed",
     "CuzkdEngineDrainTimedOut", "CuzkdLabelValuesDropped", "CuzkdStaleJobsAccumulating",
-    "CuzkdPartitionsFailing",
+    "CuzkdPartitionsFailing", "CuzkdWebConfigReloadFailed",
 }
 
 
