@@ -26,7 +26,7 @@ ALERTS = {
     "CuzkdMemoryBudgetExhausted", "CuzkdSwapRolledBack", "CuzkdStatusFetchFailing",
     "CuzkdTargetDown", "CuzkdConfigReloadFailed", "CuzkdEngineOomKilled", "CuzkdEngineStalled",
     "CuzkdProofSlowerThanDeadline", "CuzkdDeadlineProofFailed", "CuzkdRollbackFailed",
-    "CuzkdEngineDrainTimedOut", "CuzkdLabelValuesDropped",
+    "CuzkdEngineDrainTimedOut", "CuzkdLabelValuesDropped", "CuzkdHostStoppedPushing",
 }
 
 
