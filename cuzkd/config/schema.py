@@ -120,6 +120,9 @@ class MetricsConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     """``[metrics]``: the TCP listener for /metrics, /status and /healthz (read-only)."""
 
     listen: str = DEFAULT_METRICS_LISTEN
+    #: exporter-toolkit's web configuration file (TLS, basic auth, headers) for this listener,
+    #: as node_exporter's ``--web.config.file`` (cuzkd.config.webconfig); "" = plain HTTP
+    web_config: str = ""
     #: proof kind -> latency deadline, exported as ``cuzkd_proof_deadline_seconds``
     proof_deadlines: dict[_PROOF_KIND, Seconds] = msgspec.field(default_factory=dict)
 

@@ -47,6 +47,7 @@ from cuzkd.supervisor.engines.engineset import EngineSet
 from cuzkd.supervisor.proc.children import ChildTable
 from cuzkd.supervisor.proc.spawn import set_child_subreaper
 from cuzkd.supervisor.tasks import TaskSet
+from cuzkd.supervisor.web.access import WebAccess
 from cuzkd.supervisor.web.control_routes import RouteHook, build_control_app
 from cuzkd.supervisor.web.listener import connection_limit
 from cuzkd.supervisor.web.metrics_routes import build_metrics_app
@@ -101,6 +102,9 @@ class Supervisor:
         #: repeated errors (accept failing, refused connections) log once per 10 s per kind
         self._limited = LimitedLog()
         self._servers = Servers(self._limited)
+        #: TLS, basic auth and headers of the metrics listener ([metrics] web_config); a file
+        #: broken since the config was read is a ConfigError here (exit 78)
+        self.access = WebAccess(config.metrics.web_config, self._limited, where=config.path or "")
         #: log_drops: lines the log sink dropped, by reason (``cuzkd run``'s queued logging)
         self.readout = SupervisorReadout(self.engines, self.children, self.phase, self.swaps,
                                          self._limited, log_drops,
@@ -142,8 +146,12 @@ class Supervisor:
             await self.engines.stop_previous_leftovers()
             await asyncio.to_thread(self.binaries.prepare)
             await self._start_servers()
-            log.info("supervisor_started", pid=os.getpid(), **startup_fields(
-                self.config, *self._metrics_bound, self.swaps.active_release()))
+            started = startup_fields(self.config, *self._metrics_bound,
+                                     self.swaps.active_release(), self.access.web)
+            if "metrics_exposed" in started:
+                log.warning("metrics_listener_exposed", listen=self.config.metrics.listen,
+                            detail=started["metrics_exposed"])
+            log.info("supervisor_started", pid=os.getpid(), **started)
             log_notices(self.config)
             self.engines.start_all()  # after a stop signal during start-up: none started
             self.phase.started()
@@ -196,8 +204,10 @@ class Supervisor:
         host, port = await self._servers.start(
             build_control_app(self.engines, self.readout.about, self.swaps.active_verdict,
                               self._control_routes),
-            self.config.control_socket, build_metrics_app(self.readout, self._servers.outbox),
-            self.config.metrics.listen, lambda: connection_limit(len(self.engines)))
+            self.config.control_socket,
+            build_metrics_app(self.readout, self._servers.outbox, self.access),
+            self.config.metrics.listen, lambda: connection_limit(len(self.engines)),
+            self.access.tls)
         self._metrics_bound = (host, port)
         self.readout.metrics_address = f"{host}:{port}"
 

@@ -21,6 +21,13 @@ transport's high-water mark is 0, so the outbox's slices wait in cuzkd's memory 
 
 The HTTP side is aiohttp's: each accepted socket is handed to ``loop.connect_accepted_socket``
 with the runner's protocol factory, wrapped to count the connection and watch its silence.
+
+With TLS (``[metrics] web_config``) each connection gets the context ``tls()`` returns when it
+is accepted -- the current one, so a rotated certificate serves the next connection. Its
+handshake counts against the limit like any connection and must end within ``idle`` seconds:
+a client that connects and sends nothing, or half a ClientHello, is closed then; garbage instead
+of a ClientHello fails the handshake at once. Both are counted and told to
+``on_handshake_failed`` (the caller rate-limits its logs), never raised.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import asyncio
 import fcntl
 import resource
 import socket
+import ssl
 import struct
 import termios
 from collections.abc import Callable
@@ -45,6 +53,8 @@ RESERVE_BASE = 32
 RESERVE_PER_ENGINE = 8
 #: Connections allowed whatever the limit (Prometheus needs one or two).
 MIN_CONNECTIONS = 4
+#: Seconds a TLS connection closing may wait for the client's close_notify.
+TLS_SHUTDOWN_TIMEOUT = 2.0
 #: After ``accept`` failed (descriptors short elsewhere), wait this long before accepting again.
 ACCEPT_RETRY = 1.0
 BACKLOG = 128
@@ -62,18 +72,24 @@ class GatedListener:
     """Listens on HOST:PORT and serves ``factory``'s protocol on at most ``limit()`` connections.
 
     ``on_accept_error(exc)`` is told of every failed ``accept``, ``on_limit(limit)`` of every
-    connection refused at the limit (the caller rate-limits its logs).
+    connection refused at the limit, ``on_handshake_failed(exc)`` of every TLS handshake that
+    failed or timed out (the caller rate-limits its logs). ``tls()``: the context a new
+    connection is served with, None for plain HTTP.
     """
 
     def __init__(self, factory: Callable[[], asyncio.BaseProtocol], *,
                  limit: Callable[[], int], idle: float = IDLE_TIMEOUT,
+                 tls: Callable[[], ssl.SSLContext | None] = lambda: None,
                  on_accept_error: Callable[[OSError], None] = lambda exc: None,
-                 on_limit: Callable[[int], None] = lambda limit: None) -> None:
+                 on_limit: Callable[[int], None] = lambda limit: None,
+                 on_handshake_failed: Callable[[OSError], None] = lambda exc: None) -> None:
         self._factory = factory
         self._limit = limit
         self.idle = idle
+        self._tls = tls
         self._on_accept_error = on_accept_error
         self._on_limit = on_limit
+        self._on_handshake_failed = on_handshake_failed
         self._socks: list[socket.socket] = []
         self._accepting = False
         self._retry: asyncio.TimerHandle | None = None
@@ -82,6 +98,9 @@ class GatedListener:
         self.open = 0
         self.idle_closed_total = 0
         self.refused_total = 0
+        #: TLS handshakes completed, and failed or timed out
+        self.handshakes_total = 0
+        self.handshakes_failed_total = 0
 
     async def start(self, host: str, port: int) -> list[tuple[str, int]]:
         """Bind every address ``host`` resolves to (like ``loop.create_server``); the bound
@@ -158,7 +177,7 @@ class GatedListener:
                 continue
             conn.setblocking(False)
             self.open += 1
-            task = loop.create_task(self._serve(conn))
+            task = loop.create_task(self._serve(conn, self._tls()))
             self._handshakes.add(task)
             task.add_done_callback(self._handshakes.discard)
 
@@ -166,14 +185,26 @@ class GatedListener:
         self._retry = None
         self._resume()
 
-    async def _serve(self, conn: socket.socket) -> None:
+    async def _serve(self, conn: socket.socket, context: ssl.SSLContext | None) -> None:
+        tls: dict[str, Any] = {} if context is None else {
+            "ssl": context, "ssl_handshake_timeout": self.idle,
+            "ssl_shutdown_timeout": TLS_SHUTDOWN_TIMEOUT}
         try:
             await asyncio.get_running_loop().connect_accepted_socket(
-                lambda: _Counted(self), conn)
+                lambda: _Counted(self), conn, **tls)
+        except OSError as exc:  # ssl.SSLError, a handshake timeout, a reset during it
+            conn.close()
+            self._released()
+            if context is None:
+                raise
+            self.handshakes_failed_total += 1
+            self._on_handshake_failed(exc)
         except BaseException:
             conn.close()
             self._released()
             raise
+        else:
+            self.handshakes_total += context is not None
 
     def _released(self) -> None:
         self.open -= 1
