@@ -70,7 +70,8 @@ def test_the_check_refuses_a_broken_stack(tmp_path: Path) -> None:
     assert "undeclared" in result.stdout + result.stderr
 
 
-AGENT_ENV = {"CUZKD_HOST_ID": "gpu-host-17", "CUZKD_REMOTE_WRITE_PASSWORD_FILE": "/dev/null"}
+AGENT_ENV = {"CUZKD_HOST_ID": "gpu-host-17", "CUZKD_REMOTE_WRITE_PASSWORD_FILE": "/dev/null",
+             "CUZKD_SCRAPE_PASSWORD_FILE": "/dev/null", "CUZKD_CA_FILE": "/dev/null"}
 
 
 def test_the_agent_override_adds_the_agent_beside_cuzkd() -> None:
@@ -83,8 +84,8 @@ def test_the_agent_override_adds_the_agent_beside_cuzkd() -> None:
 
 
 @pytest.mark.parametrize("missing", sorted(AGENT_ENV))
-def test_the_agent_override_refuses_a_host_without_identity_or_password(missing: str) -> None:
-    """Either left out: refused by name, never a host pushing as 127.0.0.1:9822."""
+def test_the_agent_override_refuses_a_host_without_identity_or_credentials(missing: str) -> None:
+    """Any left out: refused by name, never a host pushing as 127.0.0.1:9822."""
     env = {**AGENT_ENV, missing: ""}
     result = _compose_config(DEPLOY / "compose.yaml", DEPLOY / "compose.agent.yaml", env=env)
     assert result.returncode != 0

@@ -59,6 +59,7 @@ def test_the_host_identity_replaces_the_scrape_address_on_every_pushed_series() 
     (job,) = config["scrape_configs"]
     assert job["job_name"] == "cuzkd-push", "CuzkdHostStoppedPushing matches this job"
     assert job["static_configs"] == [{"targets": ["127.0.0.1:9822"]}]
+    assert job["scheme"] == "https" and job["tls_config"]["min_version"] == "TLS12"
     assert config["global"]["external_labels"] == {"cuzkd_host": "${CUZKD_HOST_ID}"}
     (write,) = config["remote_write"]
     assert write["write_relabel_configs"] == [
@@ -85,14 +86,18 @@ def test_unit_runs_the_agent_on_the_shipped_config_with_the_host_identity() -> N
     assert listen.partition("=")[2].startswith("127.0.0.1:")
 
 
-def test_unit_and_compose_hand_the_password_where_the_config_reads_it() -> None:
-    (write,) = _config()["remote_write"]
-    path = Path(write["basic_auth"]["password_file"])
-    (credential,) = _directive("LoadCredential")
-    assert path == Path("/run/credentials") / UNIT.name / credential.partition(":")[0]
-    (secret,) = yaml.safe_load(COMPOSE.read_text(encoding="utf-8"))["services"][
+def test_unit_and_compose_hand_the_passwords_where_the_config_reads_them() -> None:
+    config = _config()
+    (write,) = config["remote_write"]
+    (job,) = config["scrape_configs"]
+    read = {Path(write["basic_auth"]["password_file"]), Path(job["basic_auth"]["password_file"])}
+    credentials = Path("/run/credentials") / UNIT.name
+    loaded = {credentials / line.partition(":")[0] for line in _directive("LoadCredential")}
+    assert loaded == read
+    secrets = yaml.safe_load(COMPOSE.read_text(encoding="utf-8"))["services"][
         "prometheus-agent"]["secrets"]
-    assert Path(secret["target"]) == path
+    mounted = {Path(s["target"]) for s in secrets}
+    assert mounted == read | {Path(job["tls_config"]["ca_file"])}
 
 
 def test_compose_service_runs_the_same_agent_in_cuzkds_network() -> None:

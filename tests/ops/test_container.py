@@ -76,7 +76,9 @@ def test_image_runs_cuzkd_as_pid1_non_root_with_healthcheck() -> None:
     uid = user.split(":")[0]
     assert uid.isdigit() and int(uid) > 0, "numeric non-root user"
     (health,) = [a for w, a in ins if w == "HEALTHCHECK"]
-    assert "http://127.0.0.1:9822/healthz" in health
+    # the URL is an ENV default, https when the listener has TLS (tests/live/test_tls.py)
+    assert "os.environ['CUZKD_HEALTHZ_URL']" in health
+    assert ("ENV", "CUZKD_HEALTHZ_URL=http://127.0.0.1:9822/healthz") in ins
     assert ("EXPOSE", "9822") in ins
     assert ("VOLUME", '["/var/lib/cuzkd"]') in ins
     assert not any(w == "CMD" and "tini" in a for w, a in ins), "cuzkd is PID 1 itself"
