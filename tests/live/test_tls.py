@@ -3,8 +3,9 @@
 One supervisor (one engine serving cuzk's reference document) whose ``[metrics] web_config``
 asks for a client certificate (``VerifyClientCertIfGiven``: verified when one is given);
 certificates and keys are made per run by openssl (support.tlsfiles), never committed. One
-Prometheus scrapes it with a job per case (the right credentials and a client certificate, a
-wrong password, no client certificate, a certificate of a foreign CA). A Prometheus agent runs
+Prometheus scrapes it with the compose stack's TLS job (deploy/prometheus-tls.yml), once per
+case: the right credentials and a client certificate, a wrong password, no client
+certificate, a certificate of a foreign CA. A Prometheus agent runs
 the shipped ``prometheus/prometheus-agent.yml`` (changed only where a test must: target,
 files, URLs, 1 s intervals), identity from the environment as its unit gives it, and pushes to
 a second Prometheus started with its remote-write receiver, which evaluates the shipped
@@ -35,6 +36,7 @@ from support.tlsfiles import PASSWORD, USER, TlsFiles, make_tls_files, password_
 from support.waiting import wait_until
 
 AGENT_CONFIG = REPO / "prometheus" / "prometheus-agent.yml"
+COMPOSE_TLS_CONFIG = REPO / "deploy" / "prometheus-tls.yml"
 HOST = "gpu-host-17"
 PUSH = f'job="cuzkd-push", instance="{HOST}"'
 
@@ -60,14 +62,19 @@ def _web_config(path: Path, files: TlsFiles, client_auth: str) -> None:
     os.replace(aside, path)
 
 
-def _job(name: str, address: str, ca: Path, *, password: str = PASSWORD,
+def _job(name: str, address: str, ca: Path, password_file: Path, *,
          client: TlsFiles | None = None) -> dict[str, Any]:
-    tls: dict[str, Any] = {"ca_file": str(ca)}
-    if client is not None:
-        tls |= {"cert_file": str(client.client_cert), "key_file": str(client.client_key)}
-    return {"job_name": name, "scrape_timeout": "1s", "scheme": "https", "tls_config": tls,
-            "basic_auth": {"username": USER, "password": password},
+    """The compose stack's TLS job (deploy/prometheus-tls.yml) with this run's files."""
+    (job,) = yaml.safe_load(COMPOSE_TLS_CONFIG.read_text(encoding="utf-8"))["scrape_configs"]
+    job |= {"job_name": name, "scrape_timeout": "1s",
             "static_configs": [{"targets": [address]}]}
+    job["tls_config"]["ca_file"] = str(ca)
+    if client is not None:
+        job["tls_config"] |= {"cert_file": str(client.client_cert),
+                              "key_file": str(client.client_key)}
+    assert job["basic_auth"]["username"] == USER
+    job["basic_auth"]["password_file"] = str(password_file)
+    return dict(job)
 
 
 def _agent_config(address: str, files: TlsFiles, central: str, tmp: Path) -> dict[str, Any]:
@@ -102,11 +109,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory, reference_dir: Path) -> Iter
         sup = start_supervisor(write_config(tmp, [engine], metrics={"web_config": str(web)}))
         cleanup.callback(sup.stop)
         address = sup.about()["metrics_listen"]
-        jobs = [_job("cuzkd-tls", address, files.ca, client=files),
-                _job("cuzkd-tls-wrong-password", address, files.ca, password="nope",
-                     client=files),
-                _job("cuzkd-tls-no-client-cert", address, files.ca),
-                _job("cuzkd-tls-foreign-client-cert", address, files.ca, client=foreign)]
+        right, wrong = tmp / "right-password", tmp / "wrong-password"
+        right.write_text(PASSWORD)
+        wrong.write_text(f"{PASSWORD}x")
+        jobs = [_job("cuzkd-tls", address, files.ca, right, client=files),
+                _job("cuzkd-tls-wrong-password", address, files.ca, wrong, client=files),
+                _job("cuzkd-tls-no-client-cert", address, files.ca, right),
+                _job("cuzkd-tls-foreign-client-cert", address, files.ca, right, client=foreign)]
         scraper = Prometheus.start(tmp / "scraper", [], scrape_configs=jobs)
         cleanup.callback(scraper.stop)
         central = Prometheus.start(tmp / "central", [], rule_files=[RECORDING_RULES],

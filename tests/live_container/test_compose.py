@@ -90,3 +90,14 @@ def test_the_agent_override_refuses_a_host_without_identity_or_credentials(missi
     result = _compose_config(DEPLOY / "compose.yaml", DEPLOY / "compose.agent.yaml", env=env)
     assert result.returncode != 0
     assert missing in result.stdout + result.stderr
+
+
+def test_the_tls_override_resolves_and_needs_its_files() -> None:
+    files = (DEPLOY / "compose.yaml", DEPLOY / "compose.tls.yaml")
+    env = {"CUZKD_TLS_DIR": "/srv/tls", "CUZKD_SCRAPE_PASSWORD_FILE": "/dev/null"}
+    config = _resolved(*files, env=env)
+    assert "/srv/tls:/etc/cuzkd/tls:ro" in config["services"]["cuzkd"]["volumes"]
+    assert "./cuzkd-tls.toml:/etc/cuzkd/cuzkd.toml:ro" in config["services"]["cuzkd"]["volumes"]
+    assert "./cuzkd.toml:/etc/cuzkd/cuzkd.toml:ro" not in config["services"]["cuzkd"]["volumes"]
+    result = _compose_config(*files, env={**env, "CUZKD_TLS_DIR": ""})
+    assert result.returncode != 0 and "CUZKD_TLS_DIR" in result.stdout + result.stderr

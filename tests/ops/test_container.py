@@ -8,6 +8,7 @@ is in the build context, and every file compose mounts exists where the services
 from __future__ import annotations
 
 import json
+import tomllib
 import re
 import shutil
 import subprocess
@@ -148,3 +149,15 @@ def test_gpu_override_builds_the_cuda_image_with_the_gpu_extra() -> None:
     assert cuzkd["build"]["args"]["EXTRAS"] == "gpu"
     (device,) = cuzkd["deploy"]["resources"]["reservations"]["devices"]
     assert device["driver"] == "nvidia" and "gpu" in device["capabilities"]
+
+
+def test_tls_config_is_the_container_config_with_a_web_config() -> None:
+    """deploy/cuzkd-tls.toml (compose.tls.yaml) cannot drift from deploy/cuzkd.toml."""
+    plain = tomllib.loads((DEPLOY / "cuzkd.toml").read_text(encoding="utf-8"))
+    tls = tomllib.loads((DEPLOY / "cuzkd-tls.toml").read_text(encoding="utf-8"))
+    assert tls["metrics"].pop("web_config") == "/etc/cuzkd/tls/web-config.yml"
+    assert tls == plain
+    cuzkd = _compose("compose.tls.yaml")["services"]["cuzkd"]
+    assert "./cuzkd-tls.toml:/etc/cuzkd/cuzkd.toml:ro" in cuzkd["volumes"]
+    assert any(v.endswith(":/etc/cuzkd/tls:ro") for v in cuzkd["volumes"])
+    assert cuzkd["environment"]["CUZKD_HEALTHZ_URL"] == "https://127.0.0.1:9822/healthz"

@@ -71,6 +71,23 @@ def test_compose_prometheus_config_is_valid(tmp_path: Path) -> None:
     assert "WARNING" not in result.stdout + result.stderr
 
 
+def test_compose_tls_prometheus_config_is_the_plain_one_over_tls(tmp_path: Path) -> None:
+    """deploy/prometheus-tls.yml (compose.tls.yaml) is valid, and differs from
+    deploy/prometheus.yml only in how the one job reaches cuzkd."""
+    shutil.copy(ops.REPO / "deploy" / "prometheus-tls.yml", tmp_path / "prometheus.yml")
+    shutil.copy(RULES, tmp_path / "cuzkd-alerts.yml")
+    shutil.copy(PROM / "cuzkd-recording.yml", tmp_path / "cuzkd-recording.yml")
+    result = _promtool("check", "config", "prometheus.yml", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "WARNING" not in result.stdout + result.stderr
+    plain = yaml.safe_load((ops.REPO / "deploy" / "prometheus.yml").read_text())
+    tls = yaml.safe_load((ops.REPO / "deploy" / "prometheus-tls.yml").read_text())
+    (job,) = tls["scrape_configs"]
+    assert job.pop("scheme") == "https" and job.pop("tls_config")["min_version"] == "TLS12"
+    assert job.pop("basic_auth")["username"] == "prometheus"
+    assert tls == plain
+
+
 def test_rules_are_valid() -> None:
     result = _promtool("check", "rules", str(RULES))
     assert result.returncode == 0, result.stdout + result.stderr
