@@ -8,11 +8,11 @@ is in the build context, and every file compose mounts exists where the services
 from __future__ import annotations
 
 import json
-import tomllib
 import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
