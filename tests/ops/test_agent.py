@@ -8,6 +8,7 @@ name the same flags and the same credential path), and the host identity really 
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -73,6 +74,16 @@ def test_unit_is_clean_for_systemds_verifier() -> None:
     result = _run("systemd-analyze", "verify", str(UNIT))
     assert result.returncode == 0, result.stderr
     assert result.stdout + result.stderr == "", "verify printed warnings"
+
+
+def test_unit_exposure_is_low_and_documented() -> None:
+    result = _run("systemd-analyze", "security", "--offline=true", str(UNIT))
+    match = re.search(rf"Overall exposure level for {re.escape(UNIT.name)}: (\d+\.\d+)",
+                      result.stdout)
+    assert match, result.stdout + result.stderr
+    assert float(match.group(1)) <= 3.0
+    docs = (ops.REPO / "docs" / "operations.md").read_text(encoding="utf-8")
+    assert f"It scores **{match.group(1)}** on `systemd-analyze" in docs
 
 
 def test_unit_runs_the_agent_on_the_shipped_config_with_the_host_identity() -> None:
