@@ -8,8 +8,8 @@ case: the right credentials and a client certificate, a wrong password, no clien
 certificate, a certificate of a foreign CA. A Prometheus agent runs
 the shipped ``prometheus/prometheus-agent.yml`` (changed only where a test must: target,
 files, URLs, 1 s intervals), identity from the environment as its unit gives it, and pushes to
-a second Prometheus started with its remote-write receiver, which evaluates the shipped
-recording rules over what it received. The last test rotates the certificate, so it stays
+a second Prometheus started with its remote-write receiver behind basic auth (the agent's
+own credentials), which evaluates the shipped recording rules over what it received. The last test rotates the certificate, so it stays
 last in the file.
 """
 
@@ -21,6 +21,8 @@ import socket
 import ssl
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -39,6 +41,8 @@ AGENT_CONFIG = REPO / "prometheus" / "prometheus-agent.yml"
 COMPOSE_TLS_CONFIG = REPO / "deploy" / "prometheus-tls.yml"
 HOST = "gpu-host-17"
 PUSH = f'job="cuzkd-push", instance="{HOST}"'
+#: The agent's own credentials at the central Prometheus (never cuzkd's).
+PUSH_USER, PUSH_PASSWORD = "cuzkd-push", "push-secret"
 
 
 @dataclass
@@ -90,7 +94,8 @@ def _agent_config(address: str, files: TlsFiles, central: str, tmp: Path) -> dic
     (tmp / "scrape-password").write_text(PASSWORD)
     job["basic_auth"]["password_file"] = str(tmp / "scrape-password")
     (write,) = doc["remote_write"]
-    (tmp / "remote-write-password").write_text("push-secret\n")
+    assert write["basic_auth"]["username"] == PUSH_USER
+    (tmp / "remote-write-password").write_text(f"{PUSH_PASSWORD}\n")
     write["url"] = f"{central}/api/v1/write"
     write["basic_auth"]["password_file"] = str(tmp / "remote-write-password")
     write["queue_config"] = {"batch_send_deadline": "1s"}  # default 5 s: a slower test only
@@ -118,9 +123,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory, reference_dir: Path) -> Iter
                 _job("cuzkd-tls-foreign-client-cert", address, files.ca, right, client=foreign)]
         scraper = Prometheus.start(tmp / "scraper", [], scrape_configs=jobs)
         cleanup.callback(scraper.stop)
+        central_web = tmp / "central-web.yml"
+        central_web.write_text(yaml.safe_dump(
+            {"basic_auth_users": {PUSH_USER: password_hash(PUSH_PASSWORD)}}))
         central = Prometheus.start(tmp / "central", [], rule_files=[RECORDING_RULES],
-                                   scrape_configs=[],
-                                   flags=["--web.enable-remote-write-receiver"])
+                                   scrape_configs=[], auth=(PUSH_USER, PUSH_PASSWORD),
+                                   flags=["--web.enable-remote-write-receiver",
+                                          f"--web.config.file={central_web}"])
         cleanup.callback(central.stop)
         agent = Prometheus.start(tmp / "agent", [], agent=True,
                                  config=_agent_config(address, files, central.url, tmp),
@@ -168,6 +177,11 @@ def test_the_images_healthcheck_follows_the_listeners_scheme(stack: TlsStack, sc
 
 def test_an_agent_pushes_cuzkd_with_the_host_identity(stack: TlsStack) -> None:
     central = stack.central
+    # the receiver takes writes with the agent's credentials only
+    anonymous = urllib.request.Request(f"{central.url}/api/v1/write", data=b"", method="POST")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(anonymous, timeout=10)
+    assert refused.value.code == 401
     engines = central.wait_for(f"cuzkd_engine_up{{{PUSH}}}",
                                lambda v: "example" in by_label(v, "engine"), 30,
                                "the engine's series pushed under the host identity")
