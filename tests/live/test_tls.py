@@ -9,8 +9,8 @@ certificate, a certificate of a foreign CA. A Prometheus agent runs
 the shipped ``prometheus/prometheus-agent.yml`` (changed only where a test must: target,
 files, URLs, 1 s intervals), identity from the environment as its unit gives it, and pushes to
 a second Prometheus started with its remote-write receiver behind basic auth (the agent's
-own credentials), which evaluates the shipped recording rules over what it received. The last test rotates the certificate, so it stays
-last in the file.
+own credentials), which evaluates the shipped recording rules over what it received. The
+last test rotates the certificate, so it stays last in the file.
 """
 
 from __future__ import annotations
