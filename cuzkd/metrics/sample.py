@@ -74,6 +74,19 @@ class EngineSample:
 
 
 @dataclass(frozen=True)
+class ListenerAccess:
+    """The metrics listener's ``[metrics] web_config`` as it stands (defaults: none set)."""
+
+    #: whether the last re-read of the web config and its files was applied
+    reload_ok: bool = True
+    #: requests answered 401 (no, malformed or wrong basic auth credentials)
+    auth_refused_total: int = 0
+    #: TLS handshakes that completed, and that failed or timed out
+    handshakes_ok_total: int = 0
+    handshakes_failed_total: int = 0
+
+
+@dataclass(frozen=True)
 class SupervisorSample:
     engines: Sequence[EngineSample]
     zombies_reaped_total: int
@@ -99,3 +112,5 @@ class SupervisorSample:
     #: reason (cuzkd.supervisor.web: refused, idle, deadline, send_budget) -> connections of
     #: the metrics listener cuzkd closed
     metrics_connections_closed_total: Mapping[str, int] = field(default_factory=dict)
+    #: TLS and basic auth of the metrics listener
+    listener_access: ListenerAccess = ListenerAccess()

@@ -26,7 +26,8 @@ ALERTS = {
     "CuzkdMemoryBudgetExhausted", "CuzkdSwapRolledBack", "CuzkdStatusFetchFailing",
     "CuzkdTargetDown", "CuzkdConfigReloadFailed", "CuzkdEngineOomKilled", "CuzkdEngineStalled",
     "CuzkdProofSlowerThanDeadline", "CuzkdDeadlineProofFailed", "CuzkdRollbackFailed",
-    "CuzkdEngineDrainTimedOut", "CuzkdLabelValuesDropped", "CuzkdHostStoppedPushing",
+    "CuzkdEngineDrainTimedOut", "CuzkdLabelValuesDropped", "CuzkdWebConfigReloadFailed",
+    "CuzkdHostStoppedPushing",
 }
 
 

@@ -60,17 +60,18 @@ def make_tls_files(directory: Path, name: str = "server") -> TlsFiles:
                     directory / "client.crt", directory / "client.key")
 
 
-def password_hash(password: str = PASSWORD) -> str:
-    return bcrypt.hashpw(password.encode(), bcrypt.gensalt(4)).decode()
+def password_hash(password: str = PASSWORD, cost: int = 4) -> str:
+    return bcrypt.hashpw(password.encode(), bcrypt.gensalt(cost)).decode()
 
 
 def write_web_config(path: Path, files: TlsFiles | None, *, users: bool = True,
-                     extra: str = "") -> Path:
-    """A web config at ``path``: TLS with ``files`` (none: plain), USER with PASSWORD."""
+                     extra: str = "", cost: int = 4) -> Path:
+    """A web config at ``path``: TLS with ``files`` (none: plain), USER with PASSWORD hashed
+    at ``cost``."""
     lines = []
     if files is not None:
         lines += ["tls_server_config:", f"  cert_file: {files.cert}", f"  key_file: {files.key}"]
     if users:
-        lines += ["basic_auth_users:", f"  {USER}: '{password_hash()}'"]
+        lines += ["basic_auth_users:", f"  {USER}: '{password_hash(cost=cost)}'"]
     path.write_text("\n".join(lines) + "\n" + extra, encoding="utf-8")
     return path

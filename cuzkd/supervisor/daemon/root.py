@@ -33,6 +33,7 @@ from cuzkd.config import Config
 from cuzkd.errors import CuzkdError
 from cuzkd.gpus import GpuView
 from cuzkd.log.ratelimit import LimitedLog, RateLimiter
+from cuzkd.metrics.sample import ListenerAccess
 from cuzkd.supervisor.core import signals
 from cuzkd.supervisor.core.phase import SupervisorPhase
 from cuzkd.supervisor.daemon import demo, dumps, errorlog
@@ -108,7 +109,8 @@ class Supervisor:
         #: log_drops: lines the log sink dropped, by reason (``cuzkd run``'s queued logging)
         self.readout = SupervisorReadout(self.engines, self.children, self.phase, self.swaps,
                                          self._limited, log_drops,
-                                         self._servers.connections_closed)
+                                         self._servers.connections_closed,
+                                         self._listener_access)
         self._reloader = ConfigReloader(self.engines, self.phase, self._notifier,
                                         status_line=self.readout.status_line,
                                         on_applied=self._notify_status)
@@ -210,6 +212,15 @@ class Supervisor:
             self.access.tls)
         self._metrics_bound = (host, port)
         self.readout.metrics_address = f"{host}:{port}"
+
+    def _listener_access(self) -> ListenerAccess:
+        """The web config's state for a scrape: re-read first if its files changed, so that
+        a broken rotation shows even while Prometheus keeps its connection open."""
+        self.access.refresh()
+        ok, failed = self._servers.handshakes()
+        return ListenerAccess(reload_ok=self.access.last_reload_ok,
+                              auth_refused_total=self.access.refused_total,
+                              handshakes_ok_total=ok, handshakes_failed_total=failed)
 
     def _grace_left(self) -> float:
         """Seconds left of ``shutdown_grace`` (all of it when no stop was requested: a

@@ -68,13 +68,16 @@ class WebAccess:
 
     def __init__(self, path: str, limited: LimitedLog, *, where: str = "") -> None:
         self._limited = limited
+        self.web = WebConfig(path=path)
+        #: the files watched, and their stamps: taken before each is read, so that a file
+        #: changing during the reads differs at the next look
+        self._watched: tuple[str, ...] = (path,) if path else ()
+        self._stamps = _stamps(self._watched)
         try:
-            self.web = read_web_config(path) if path else WebConfig()
-            self.context = tls_context(self.web)
+            self.web, self.context = self._load() if path else (self.web, None)
         except WebConfigError as exc:
             raise ConfigError(web_config_error(where or "config", path, exc)) from None
         self.auth = BasicAuth(self.web.basic_auth_users) if self.web.basic_auth_users else None
-        self._stamps = _stamps(self.web.files()) if path else ()
         self.last_reload_ok = True
         #: requests answered 401 (no, malformed or wrong credentials)
         self.refused_total = 0
@@ -85,16 +88,14 @@ class WebAccess:
         return self.context
 
     def refresh(self) -> None:
-        """Re-read the settings if one of their files changed since the last look."""
-        if not self.web.path:
+        """Re-read the settings if one of their files changed since the last look (a failed
+        read is not tried again until one changes again)."""
+        if not self.web.path or _stamps(self._watched) == self._stamps:
             return
-        stamps = _stamps(self.web.files())
-        if stamps == self._stamps:
-            return
-        self._stamps = stamps  # a failed read is not retried until the files change again
+        self._watched = self.web.files()
+        self._stamps = _stamps(self._watched)
         try:
-            web = read_web_config(self.web.path)
-            context = tls_context(web)
+            web, context = self._load()
             if web.tls != self.web.tls:
                 raise WebConfigError("tls_server_config", "turning TLS on or off needs a "
                                      "restart of cuzkd")
@@ -105,7 +106,6 @@ class WebAccess:
                           detail="keeping the last good TLS and auth settings")
             self.last_reload_ok = False
             return
-        self._stamps = _stamps(web.files())  # the files this configuration names now
         self.web, self.context, self.last_reload_ok = web, context, True
         if not web.basic_auth_users:
             self.auth = None
@@ -115,6 +115,15 @@ class WebAccess:
             self.auth.replace_users(web.basic_auth_users)
         log.info("metrics_web_config_reloaded", path=web.path, tls=web.tls,
                  users=len(web.basic_auth_users))
+
+    def _load(self) -> tuple[WebConfig, ssl.SSLContext | None]:
+        """The web config file (stamped already) and the context of the files it names, which
+        are watched from now on, stamped before they are read."""
+        web = read_web_config(self.web.path)
+        added = tuple(f for f in web.files() if f not in self._watched)
+        self._watched += added
+        self._stamps += _stamps(added)
+        return web, tls_context(web)
 
     @web.middleware
     async def guard(self, request: web.Request, handler: _Handler) -> web.StreamResponse:

@@ -186,28 +186,49 @@ class GatedListener:
         self._resume()
 
     async def _serve(self, conn: socket.socket, context: ssl.SSLContext | None) -> None:
-        tls: dict[str, Any] = {} if context is None else {
-            "ssl": context, "ssl_handshake_timeout": self.idle,
-            "ssl_shutdown_timeout": TLS_SHUTDOWN_TIMEOUT}
+        loop = asyncio.get_running_loop()
+        counted = _Counted(self)
         try:
-            await asyncio.get_running_loop().connect_accepted_socket(
-                lambda: _Counted(self), conn, **tls)
+            if context is None:
+                await loop.connect_accepted_socket(lambda: counted, conn)
+                return
+            # TLS through start_tls rather than connect_accepted_socket(ssl=...): the TCP
+            # transport under TLS gets a high-water mark of 0 too, so a response's bytes wait
+            # in cuzkd's memory one slice at a time as they do without TLS (its default would
+            # hold 64 KiB more per connection, unseen by the outbox's send budget).
+            raw, _ = await loop.connect_accepted_socket(_Unread, conn)
+            raw.set_write_buffer_limits(high=0)
+            tls = await loop.start_tls(raw, counted, context, server_side=True,
+                                       ssl_handshake_timeout=self.idle,
+                                       ssl_shutdown_timeout=TLS_SHUTDOWN_TIMEOUT)
         except OSError as exc:  # ssl.SSLError, a handshake timeout, a reset during it
             conn.close()
-            self._released()
+            counted.release()
             if context is None:
                 raise
             self.handshakes_failed_total += 1
             self._on_handshake_failed(exc)
         except BaseException:
             conn.close()
-            self._released()
+            counted.release()
             raise
         else:
-            self.handshakes_total += context is not None
+            self.handshakes_total += 1
+            # lost already (closing): its connection_lost releases it; start_tls returns None
+            # only in typeshed's signature
+            if tls is not None and not tls.is_closing():
+                counted.connection_made(tls)
 
     def _released(self) -> None:
         self.open -= 1
+
+
+class _Unread(asyncio.Protocol):
+    """A TLS connection's TCP side until ``start_tls`` takes it over: it reads nothing, so the
+    ClientHello waits in the kernel for the TLS layer."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        cast(asyncio.Transport, transport).pause_reading()
 
 
 class _Counted(asyncio.Protocol):
@@ -222,10 +243,14 @@ class _Counted(asyncio.Protocol):
         self._moved_at = 0.0
         #: (transport buffer, kernel send queue) at the last look
         self._queues = (0, 0)
+        self._released = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)
-        self._transport.set_write_buffer_limits(high=0)
+        # "Pause as soon as anything waits": asyncio's TLS transport pauses at size >= high
+        # (0 would pause it with nothing to wait for, for good), its TCP one at size > high.
+        tls = transport.get_extra_info("ssl_object") is not None
+        self._transport.set_write_buffer_limits(high=1 if tls else 0)
         self._inner.connection_made(transport)
         self._moved()
         self._arm(self._listener.idle)
@@ -273,9 +298,17 @@ class _Counted(asyncio.Protocol):
         if self._check is not None:
             self._check.cancel()
             self._check = None
+        if self._transport is not None:  # None: a TLS connection lost before it was made
+            self._inner.connection_lost(exc)
         self._transport = None
-        self._inner.connection_lost(exc)
-        self._listener._released()
+        self.release()
+
+    def release(self) -> None:
+        """No longer counted; once, however many ways the connection ended (a failed TLS
+        handshake is told both to the listener and, by asyncio, as a lost connection)."""
+        if not self._released:
+            self._released = True
+            self._listener._released()
 
 
 def reset(transport: asyncio.Transport) -> None:
