@@ -211,16 +211,36 @@ def _served_certificate(address: str, files: TlsFiles) -> bytes:
     return certificate
 
 
+def _healthz_without_client_certificate(address: str, ca: Path) -> bytes:
+    """The first bytes of a /healthz answer on a new connection offering no certificate
+    (b"" or an error's name when the server refuses it)."""
+    host, _, port = address.rpartition(":")
+    context = ssl.create_default_context(cafile=str(ca))
+    try:
+        with socket.create_connection((host, int(port)), timeout=5) as raw, \
+                context.wrap_socket(raw, server_hostname=host) as tls:
+            tls.sendall(b"GET /healthz HTTP/1.1\r\nHost: cuzkd\r\nConnection: close\r\n\r\n")
+            return tls.recv(64)
+    except (ssl.SSLError, ConnectionError) as exc:  # TLS 1.3: the alert arrives on read
+        return type(exc).__name__.encode()
+
+
 def test_a_rotated_certificate_is_served_without_restarting_cuzkd(stack: TlsStack) -> None:
+    """The rotation also asks for a client certificate from then on: new connections without
+    one are refused, those with one served."""
     pid = stack.sup.proc.pid
     rotated = make_tls_files(stack.files.dir, "rotated")
     new = ssl.PEM_cert_to_DER_cert(rotated.cert.read_text(encoding="utf-8"))
     assert _served_certificate(stack.address, stack.files) != new
-    _web_config(stack.web_config, rotated, "VerifyClientCertIfGiven")
+    assert _healthz_without_client_certificate(stack.address, stack.files.ca).startswith(
+        b"HTTP/1.1 200")
+    _web_config(stack.web_config, rotated, "RequireAndVerifyClientCert")
     rotated_at = time.time()
     wait_until(lambda: _served_certificate(stack.address, stack.files) == new, 15,
                "the rotated certificate served")
     assert stack.sup.proc.poll() is None and stack.sup.proc.pid == pid
+    refused = _healthz_without_client_certificate(stack.address, stack.files.ca)
+    assert not refused.startswith(b"HTTP/"), refused
     # Scrapes go on through it. (Prometheus keeps its connection alive: a connection made
     # before the rotation keeps the settings it was made with, as with any TLS server.)
     stack.scraper.wait_for(f'up{{job="cuzkd-tls"}} and timestamp(up) > {rotated_at + 1}',
