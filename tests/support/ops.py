@@ -281,6 +281,9 @@ def iter_panel_queries(**substitutions: str) -> Iterator[PanelQuery]:
 #: Durations unlikely to be written by hand: a range equal to one of these came from a variable.
 RATE_SENTINEL, RANGE_SENTINEL = "1237s", "86413s"
 RATE_FUNCTIONS = frozenset({"rate", "irate", "increase"})
+#: A gauge's range is read through these (a host last seen in a window: max_over_time of up).
+GAUGE_RANGE_FUNCTIONS = frozenset({"max_over_time", "min_over_time", "avg_over_time",
+                                   "last_over_time", "present_over_time"})
 _LEGEND_RE = re.compile(r"\{\{\s*(\w+)\s*\}\}")
 
 
@@ -325,7 +328,8 @@ def matchers(selector: Any) -> dict[str, tuple[str, str]]:
 
 def counter_misuse(node: Any, series: dict[str, Metric], ranges: frozenset[str] | None,
                    in_rate: bool = False) -> list[str]:
-    """Rule 4/5 problems: counters outside rate/irate/increase, gauges inside, odd ranges.
+    """Rule 4/5 problems: counters outside rate/irate/increase, gauges inside (and counters
+    inside the gauge range functions), odd ranges.
 
     ``ranges`` is the set of allowed range durations as the parser prints them (None: any, as
     in alert rules).
@@ -333,12 +337,13 @@ def counter_misuse(node: Any, series: dict[str, Metric], ranges: frozenset[str] 
     problems: list[str] = []
     if isinstance(node, pp.SubqueryExpr):
         problems.append("subquery")
-    if isinstance(node, pp.Call) and node.func.name in RATE_FUNCTIONS:
+    if isinstance(node, pp.Call) and node.func.name in RATE_FUNCTIONS | GAUGE_RANGE_FUNCTIONS:
+        wanted = "counter" if node.func.name in RATE_FUNCTIONS else "gauge"
         for arg in node.args:
             if isinstance(arg, pp.MatrixSelector):
                 name = arg.vector_selector.name
-                if name in series and series[name].kind != "counter":
-                    problems.append(f"gauge {name} inside {node.func.name}()")
+                if name in series and series[name].kind != wanted:
+                    problems.append(f"{series[name].kind} {name} inside {node.func.name}()")
                 duration = pp.display_duration(arg.range)
                 if ranges is not None and duration not in ranges:
                     problems.append(f"fixed range [{duration}] on {name}")
