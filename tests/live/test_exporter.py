@@ -155,8 +155,10 @@ def expected_example_series(doc: dict[str, Any], engine: str) -> dict[tuple[str,
             allocations[kind, a["circuit_id"]] += a["bytes"]
     for (kind, circuit), size in allocations.items():
         put("cuzk_allocation_bytes", size, kind=kind, circuit=circuit)
-    for buffer in ("synth", "provers", "aux", "shells"):
+    for buffer in ("synth", "provers"):
         put("cuzk_buffers_in_flight", doc["buffers"][f"{buffer}_in_flight"], buffer=buffer)
+    for buffer in ("aux", "shells"):  # a real cuzk never decrements these: buffers ever started
+        put("cuzk_buffers_started_total", doc["buffers"][f"{buffer}_in_flight"], buffer=buffer)
     put("cuzk_pending_handles", doc["buffers"]["pending_handles"])
     put("cuzk_engine_uptime_seconds", doc["uptime_secs"])
     put("cuzkd_engine_up", 1)
