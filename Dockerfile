@@ -63,9 +63,14 @@ EXPOSE 9822
 USER 10001:10001
 WORKDIR /var/lib/cuzkd
 # No curl in the slim image: Python's urllib exits non-zero on a refused connection or a
-# non-2xx answer.
+# non-2xx answer. With TLS on the listener ([metrics] web_config), run the container with
+# -e CUZKD_HEALTHZ_URL=https://127.0.0.1:9822/healthz: /healthz needs no password, and the
+# certificate is not verified, as kubelet's HTTPS probes do not verify it (a liveness check
+# of the process beside it over loopback, sending nothing secret). A web config requiring a
+# client certificate (RequireAndVerifyClientCert) fails this check: use VerifyClientCertIfGiven.
+ENV CUZKD_HEALTHZ_URL=http://127.0.0.1:9822/healthz
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
-  CMD ["python3", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:9822/healthz', timeout=4)"]
+  CMD ["python3", "-c", "import os, ssl, urllib.request; urllib.request.urlopen(os.environ['CUZKD_HEALTHZ_URL'], timeout=4, context=ssl._create_unverified_context())"]
 # cuzkd stops its engines within shutdown_grace (30 s): run with --stop-timeout 45 (compose.yaml
 # sets stop_grace_period), or Docker's default 10 s kills engines mid-proof.
 STOPSIGNAL SIGTERM

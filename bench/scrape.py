@@ -29,6 +29,14 @@ supervisor's on-CPU time across the scrape, read from ``/proc/PID/task/*/schedst
 (nanoseconds; psutil's ``cpu_times`` has 10 ms ticks), minus nothing: health polls that land
 inside a scrape are counted, so the idle rate of the same supervisor is printed next to it.
 
+``--tls`` (with ``--supervisor``) serves the listener with ``[metrics] web_config``: TLS (an EC
+P-256 certificate made by openssl for the run) and basic auth (a cost-10 bcrypt hash, the
+usual one), scraped with the password as Prometheus does. The client keeps its connection
+alive between scrapes like Prometheus; ``--new-connections`` opens one per scrape instead (what
+a 15 s scrape interval gets from a listener that closes idle connections after 10 s), so the
+TLS handshake is counted in. TLS handshakes per scrape are read from
+``cuzkd_metrics_tls_handshakes_total``.
+
 Figures go to docs/benchmarks.md (section metrics).
 """
 
@@ -40,6 +48,7 @@ import json
 import os
 import re
 import signal
+import ssl
 import statistics
 import subprocess
 import sys
@@ -49,13 +58,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psutil
-from aiohttp import ClientSession, UnixConnector, web
+from aiohttp import ClientSession, TCPConnector, UnixConnector, web
 
 from cuzkd.metrics.http import make_metrics_handler
 from cuzkd.metrics.sample import EngineSample, SupervisorSample
 from cuzkd.status.client import StatusSource
 from cuzkd.status.document import encode_status
 from cuzkd.status.tracker import StatusTracker
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # support.tlsfiles
+from support.tlsfiles import basic_auth, make_tls_files, write_web_config
 
 KINDS = ("porep-c2", "snap-update", "window-post", "winning-post")
 
@@ -124,40 +136,48 @@ async def serve_document(body: bytes, socket_path: str, piece: int = 0) -> web.A
 
 async def timed_scrapes(url: str, args: argparse.Namespace, *,
                         cpu_ns: Callable[[], int] | None = None,
-                        pause: float = 0.0) -> tuple[list[float], list[float], int]:
-    """Scrape ``url`` ``--warmup`` + ``--scrapes`` times (gzip asked, as Prometheus does).
+                        pause: float = 0.0,
+                        tls: ssl.SSLContext | None = None,
+                        ) -> tuple[list[float], list[float], bytes]:
+    """Scrape ``url`` ``--warmup`` + ``--scrapes`` times (gzip asked, as Prometheus does;
+    with ``tls``: trusting that context, with the basic auth password).
 
     Returns the latencies (s) and, when ``cpu_ns`` reads the server's CPU clock, its CPU
-    per scrape (ms) for the timed scrapes, and the size of the last body.
+    per scrape (ms) for the timed scrapes, and the last body.
     """
     latencies: list[float] = []
     cpu: list[float] = []
-    size = 0
-    async with ClientSession() as session:
+    text = b""
+    headers = {"Accept-Encoding": "gzip"}
+    if tls:
+        headers.update(basic_auth())
+    fresh = getattr(args, "new_connections", False)
+    async with ClientSession(connector=TCPConnector(ssl=tls or False, force_close=fresh)
+                             ) as session:
         for i in range(args.warmup + args.scrapes):
             cpu_before = cpu_ns() if cpu_ns else 0
             started = time.perf_counter()
-            async with session.get(url, headers={"Accept-Encoding": "gzip"}) as resp:
+            async with session.get(url, headers=headers) as resp:
                 text = await resp.read()
                 assert resp.status == 200, resp.status
             if i >= args.warmup:
                 latencies.append(time.perf_counter() - started)
                 if cpu_ns:
                     cpu.append((cpu_ns() - cpu_before) / 1e6)
-            size = len(text)
             if pause:
                 await asyncio.sleep(pause)
-    return latencies, cpu, size
+    return latencies, cpu, text
 
 
 async def child(args: argparse.Namespace) -> None:
     body = busy_document(args.jobs, args.partitions, args.workers, args.plain, args.pretty)
     runners = [await serve_document(body, str(Path(args.sockets) / f"e{e}.sock"), args.piece)
                for e in range(args.engines)]
-    latencies, _, size = await timed_scrapes(f"http://127.0.0.1:{args.port}/metrics", args)
+    latencies, _, text = await timed_scrapes(f"http://127.0.0.1:{args.port}/metrics", args)
     for runner in runners:
         await runner.cleanup()
-    print(json.dumps({"latencies": latencies, "status_bytes": len(body), "metrics_bytes": size}))
+    print(json.dumps({"latencies": latencies, "status_bytes": len(body),
+                      "metrics_bytes": len(text)}))
 
 
 # --- parent: the supervisor side ---------------------------------------------------------------
@@ -234,10 +254,12 @@ async def engine_main(body: bytes, socket_path: str, piece: int) -> None:
     await stop.wait()
 
 
-def supervisor_config(tmp: Path, document: Path, engines: int, piece: int) -> Path:
+def supervisor_config(tmp: Path, document: Path, engines: int, piece: int,
+                      web_config: Path | None = None) -> Path:
     """A cuzkd.toml: ``engines`` engines running this script in --serve-document mode."""
+    web = f"web_config = {json.dumps(str(web_config))}\n" if web_config else ""
     lines = [f"[supervisor]\nstate_dir = {json.dumps(str(tmp / 'state'))}\n",
-             '[metrics]\nlisten = "127.0.0.1:0"\n']
+             f'[metrics]\nlisten = "127.0.0.1:0"\n{web}']
     for e in range(engines):
         sock = tmp / f"e{e}.sock"
         command = [sys.executable, __file__, "--serve-document", str(document),
@@ -283,8 +305,14 @@ async def wait_ready(proc: subprocess.Popen[bytes], control: Path, engines: int)
     raise SystemExit("engines did not all start within 60 s")
 
 
+def handshakes(body: bytes) -> int:
+    """``cuzkd_metrics_tls_handshakes_total{result="ok"}`` in a /metrics body."""
+    found = re.search(rb'^cuzkd_metrics_tls_handshakes_total\{result="ok"\} (\S+)$', body, re.M)
+    return int(float(found.group(1))) if found else 0
+
+
 async def scrape_supervisor(args: argparse.Namespace, proc: subprocess.Popen[bytes],
-                            control: Path) -> None:
+                            control: Path, tls: ssl.SSLContext | None) -> None:
     """Wait for the engines, measure the idle rate, then time ``--scrapes`` scrapes."""
     address = await wait_ready(proc, control, args.engines)
     sup = psutil.Process(proc.pid)
@@ -294,9 +322,9 @@ async def scrape_supervisor(args: argparse.Namespace, proc: subprocess.Popen[byt
     idle_rate = (on_cpu_ns(proc.pid) - idle_ns) / 1e6 / (time.monotonic() - idle_started)
     ticks_before = sum(sup.cpu_times()[:2])
     loop_started = time.monotonic()
-    latencies, cpu, size = await timed_scrapes(f"http://{address}/metrics", args,
-                                               cpu_ns=lambda: on_cpu_ns(proc.pid),
-                                               pause=args.pause)
+    latencies, cpu, text = await timed_scrapes(
+        f"{'https' if tls else 'http'}://{address}/metrics", args,
+        cpu_ns=lambda: on_cpu_ns(proc.pid), pause=args.pause, tls=tls)
     loop_secs = time.monotonic() - loop_started
     psutil_ms = (sum(sup.cpu_times()[:2]) - ticks_before) * 1000
     lat = sorted(latencies)
@@ -304,7 +332,10 @@ async def scrape_supervisor(args: argparse.Namespace, proc: subprocess.Popen[byt
     print(f"real supervisor: engines={args.engines} workers={args.workers} "
           f"jobs={args.jobs}x{args.partitions} plain={args.plain} scrapes={len(lat)} "
           f"pause={args.pause}s loadavg={' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print(f"/metrics body: {size / 1024:.1f} KiB (gzip on the wire, inflated by aiohttp)")
+    print(f"listener: {'TLS + basic auth' if tls else 'plain HTTP'}, "
+          f"{'a new connection per scrape' if args.new_connections else 'kept alive'}; "
+          f"TLS handshakes per scrape {handshakes(text) / n:.2f}")
+    print(f"/metrics body: {len(text) / 1024:.1f} KiB (gzip on the wire, inflated by aiohttp)")
     print(f"latency  p50 {1000 * statistics.median(lat):.1f} ms  "
           f"p99 {1000 * lat[int(0.99 * (len(lat) - 1))]:.1f} ms")
     print(f"supervisor CPU per scrape (schedstat): p50 {statistics.median(cpu):.1f} ms  "
@@ -322,12 +353,18 @@ def measure_supervisor(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         (tmp / "status.json").write_bytes(body)
-        config = supervisor_config(tmp, tmp / "status.json", args.engines, args.piece)
+        web_config, tls = None, None
+        if args.tls:
+            files = make_tls_files(tmp / "tls")
+            web_config = write_web_config(tmp / "web.yml", files, cost=10)
+            tls = ssl.create_default_context(cafile=str(files.ca))
+        config = supervisor_config(tmp, tmp / "status.json", args.engines, args.piece,
+                                   web_config)
         with (tmp / "cuzkd.log").open("wb") as log:
             proc = subprocess.Popen([sys.executable, "-m", "cuzkd", "run", "--config",
                                      str(config)], stdout=log, stderr=subprocess.STDOUT)
         try:
-            asyncio.run(scrape_supervisor(args, proc, tmp / "state" / "control.sock"))
+            asyncio.run(scrape_supervisor(args, proc, tmp / "state" / "control.sock", tls))
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(60)
@@ -352,6 +389,10 @@ def main() -> None:
                         help="--supervisor: seconds between scrapes")
     parser.add_argument("--idle", type=float, default=5.0,
                         help="--supervisor: seconds of idle CPU measured first")
+    parser.add_argument("--tls", action="store_true",
+                        help="--supervisor: TLS and basic auth on the listener (web_config)")
+    parser.add_argument("--new-connections", action="store_true",
+                        help="--supervisor: a new connection per scrape (default: kept alive)")
     parser.add_argument("--serve-document", help=argparse.SUPPRESS)
     parser.add_argument("--socket", help=argparse.SUPPRESS)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)

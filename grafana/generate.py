@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cuzkd.kinds import ProofKind
 from cuzkd.states import State
 
 OUT_DIR = Path(__file__).resolve().parent / "dashboards"
@@ -43,6 +44,8 @@ RATE = "$__rate_interval"
 #: Label names grouped on in every per-engine panel (a fleet has one cuzkd per GPU host).
 BY_ENGINE = "instance, engine"
 LEGEND_ENGINE = "{{instance}} {{engine}}"
+#: The proof kinds with chain deadlines, which cuzk's /status never shows (its gRPC does).
+POST_KINDS = f"{ProofKind.WINDOW_POST}|{ProofKind.WINNING_POST}"
 
 Json = dict[str, Any]
 
@@ -51,14 +54,17 @@ Json = dict[str, Any]
 # Queries
 
 
-def sel(metric: str, engine: bool = True, **matchers: str) -> str:
+def sel(metric: str, engine: bool = True, kinds: str | None = None, **matchers: str) -> str:
     """``metric{job=~"$job", instance=~"$instance"[, engine=~"$engine"], k="v"...}``.
 
-    ``engine=False`` for the supervisor's own series, which carry no ``engine`` label.
+    ``engine=False`` for the supervisor's own series, which carry no ``engine`` label;
+    ``kinds``: a regex the ``proof_kind`` must match (:data:`POST_KINDS`).
     """
     parts = ['job=~"$job"', 'instance=~"$instance"']
     if engine:
         parts.append('engine=~"$engine"')
+    if kinds is not None:
+        parts.append(f'proof_kind=~"{kinds}"')
     parts += [f'{k}="{v}"' for k, v in matchers.items()]
     return f"{metric}{{{', '.join(parts)}}}"
 
@@ -69,9 +75,9 @@ def fleet_sel(metric: str) -> str:
 
 
 def rate(metric: str, engine: bool = True, fn: str = "rate", window: str = RATE,
-         **matchers: str) -> str:
+         kinds: str | None = None, **matchers: str) -> str:
     """``rate(metric{...}[$__rate_interval])`` (or irate/increase, or ``$__range``)."""
-    return f"{fn}({sel(metric, engine, **matchers)}[{window}])"
+    return f"{fn}({sel(metric, engine, kinds, **matchers)}[{window}])"
 
 
 def agg(by: str, inner: str, op: str = "sum") -> str:
@@ -169,6 +175,15 @@ def timeseries(title: str, description: str, queries: Sequence[Q], unit: str, *,
     }
     return _panel("timeseries", title, description, queries, unit, w, h, custom=custom,
                   options=options)
+
+
+def events_by(title: str, description: str, counter: str, label: str) -> Json:
+    """Bars of an engine counter's increase per rate interval by ``label``: series that exist
+    only once the event happened (event_only)."""
+    return timeseries(title, description,
+                      [Q(agg(f"{BY_ENGINE}, {label}", rate(counter, fn="increase")),
+                         f"{LEGEND_ENGINE} {{{{{label}}}}}", event_only=True)], "short",
+                      bars=True)
 
 
 def stat(title: str, description: str, queries: Sequence[Q], unit: str, *, w: int = 6,
@@ -377,25 +392,18 @@ def fleet() -> Json:
                    [Q(agg("instance, result",
                           rate("cuzkd_binary_swaps_total", engine=False, fn="increase")),
                       "{{instance}} {{result}}")], "short", bars=True),
-        timeseries("Work lost to restarts", "Partitions in flight (synthesizing, "
-                   "synth_done or on a GPU) when cuzkd stopped an engine, per rate interval, "
-                   "by reason: operator (cuzkd stop/restart), reload, swap, stall, shutdown. "
-                   "Every stop drains first (the bundled engine finishes its accepted jobs; "
-                   "an engine with a status is stopped at a quiet moment), so this stays at 0 "
-                   "unless a drain timed out, drain = \"none\", or a stall killed the engine. "
-                   "Bad: anything but stall — raise drain_timeout (docs/supervisor.md).",
-                   [Q(agg(f"{BY_ENGINE}, reason",
-                          rate("cuzkd_engine_stop_inflight_partitions_total", fn="increase")),
-                      f"{LEGEND_ENGINE} {{{{reason}}}}", event_only=True)], "short",
-                   bars=True),
-        timeseries("Drains by result", "Stop-sequence drains per rate interval: clean (the "
-                   "engine finished its work, or a quiet moment came) or timeout "
-                   "(drain_timeout elapsed and the stop signal went out with work in flight). "
-                   "Bad: any timeout.",
-                   [Q(agg(f"{BY_ENGINE}, result",
-                          rate("cuzkd_engine_drains_total", fn="increase")),
-                      f"{LEGEND_ENGINE} {{{{result}}}}", event_only=True)], "short",
-                   bars=True),
+        events_by("Work lost to restarts", "Partitions in flight (synthesizing, "
+                  "synth_done or on a GPU) when cuzkd stopped an engine, per rate interval, "
+                  "by reason: operator (cuzkd stop/restart), reload, swap, stall, shutdown. "
+                  "Every stop drains first (the bundled engine finishes its accepted jobs; "
+                  "an engine with a status is stopped at a quiet moment), so this stays at 0 "
+                  "unless a drain timed out, drain = \"none\", or a stall killed the engine. "
+                  "Bad: anything but stall — raise drain_timeout (docs/supervisor.md).",
+                  "cuzkd_engine_stop_inflight_partitions_total", "reason"),
+        events_by("Drains by result", "Stop-sequence drains per rate interval: clean (the "
+                  "engine finished its work, or a quiet moment came) or timeout "
+                  "(drain_timeout elapsed and the stop signal went out with work in flight). "
+                  "Bad: any timeout.", "cuzkd_engine_drains_total", "result"),
         timeseries("Engine uptime", "Time since each engine process started. Bad: a saw-tooth "
                    "that keeps returning to zero — the engine restarts.",
                    [Q(agg(BY_ENGINE, f"time() - {sel('cuzkd_engine_start_time_seconds')}",
@@ -481,6 +489,23 @@ def gpu_workers() -> Json:
                    "any; CuzkdEngineStalled fires.",
                    [Q(agg(BY_ENGINE, rate("cuzkd_engine_stalls_total", fn="increase")),
                       LEGEND_ENGINE)], "short", bars=True),
+        timeseries("PoSt activity per GPU (gRPC)", "GPU workers of each GPU proving a "
+                   "WindowPoSt or WinningPoSt now, from a cuzk engine's gRPC GetStatus (polled "
+                   "every grpc_telemetry_interval, 10 s by default: a WinningPoSt of about a "
+                   "second shows only when a poll falls in it; the outcome counters on the "
+                   "Pipeline dashboard count every one). Worker busy / idle above shows these "
+                   "workers idle: cuzk's /status does not see PoSt. Bad: PoSt proving while "
+                   "the PoSt queue on the Pipeline dashboard grows — deadline proofs wait for "
+                   "GPUs.",
+                   [Q(agg(f"{BY_ENGINE}, gpu, proof_kind",
+                          sel("cuzk_grpc_gpu_workers_proving", kinds=POST_KINDS)),
+                      f"{LEGEND_ENGINE} gpu {{{{gpu}}}} {{{{proof_kind}}}}")], "short",
+                   stack=True),
+        events_by("Phantom-busy workers", "Spans of workers a plain cuzk shows proving a "
+                  "partition that is not on a GPU in a live job (left behind by a failed GPU "
+                  "run or a failed job), per rate interval, by reason: cuzkd counts them as "
+                  "not busy. Empty is good. Bad: frequent — GPU runs are failing.",
+                  "cuzk_gpu_worker_phantom_busy_total", "reason"),
         timeseries("Work waiting for a GPU", "Jobs queued in the scheduler and partitions "
                    "synthesized and waiting for a GPU worker. Bad: growing while utilization "
                    "is below 100 %.",
@@ -552,6 +577,37 @@ def pipeline() -> Json:
                           f"and on (job, instance, proof_kind) "
                           f"{sel('cuzkd_proof_deadline_seconds', engine=False)}"),
                       "{{proof_kind}}", event_only=True)], "short", w=8, bars=True),
+        timeseries("PoSt queued and in progress (gRPC)", "WindowPoSt and WinningPoSt proofs "
+                   "waiting in cuzk's scheduler and being proved, from a cuzk engine's gRPC "
+                   "GetStatus (cuzk's /status never lists them). Bad: queued above 0 for more "
+                   "than a poll or two — deadline proofs wait behind other work. Empty for a "
+                   "cuzk engine: its gRPC does not answer (cuzkd_engine_grpc_errors_total).",
+                   [Q(agg("proof_kind", sel(f"cuzk_grpc_proofs_{part}", kinds=POST_KINDS)),
+                      f"{{{{proof_kind}}}} {part.replace('_', ' ')}")
+                    for part in ("queued", "in_progress")], "short", w=8),
+        timeseries("PoSt completed and failed (gRPC)", "WindowPoSt and WinningPoSt proofs "
+                   "finished per second, from a cuzk engine's gRPC GetMetrics (every failure "
+                   "counted, which /status never does). Bad: any failed — "
+                   "CuzkdDeadlineProofFailed fires; or no completions while PoSt is queued.",
+                   [Q(agg("proof_kind", rate("cuzk_grpc_proofs_completed_total",
+                                             kinds=POST_KINDS)), "{{proof_kind}} completed"),
+                    Q(agg("proof_kind", rate("cuzk_grpc_proofs_failed_total", kinds=POST_KINDS)),
+                      "{{proof_kind}} failed", event_only=True)], "ops", w=8),
+        timeseries("gRPC telemetry errors", "Telemetry reads of cuzk engines' gRPC that told "
+                   "nothing, by reason, per rate interval (their cuzk_grpc_* series are absent "
+                   "meanwhile; not a health failure). Empty is good. Bad: any for long — the "
+                   "PoSt panels are blind.",
+                   [Q(agg(f"{BY_ENGINE}, reason",
+                          f"{rate('cuzkd_engine_grpc_errors_total', fn='increase')} > 0"),
+                      f"{LEGEND_ENGINE} {{{{reason}}}}", event_only=True)], "short", w=8,
+                   bars=True),
+        timeseries("Stale jobs (failed-work leftovers)", "Jobs a plain cuzk keeps listed "
+                   "although their work failed (a failed partition, or no partition moved for "
+                   "stale_job_after), by proof kind; they are not counted in flight. 0 is good. "
+                   "Bad: growing — CuzkdStaleJobsAccumulating fires at 3 for 30 minutes; "
+                   "`cuzkd status ENGINE` lists them with their age.",
+                   [Q(agg(f"{BY_ENGINE}, proof_kind", sel("cuzk_stale_jobs"), op="max"),
+                      f"{LEGEND_ENGINE} {{{{proof_kind}}}}")], "short"),
         timeseries("Queue depth", "Jobs waiting in each engine's scheduler. Bad: growing "
                    "steadily — the host cannot keep up with the offered load.",
                    [Q(agg(BY_ENGINE, sel("cuzk_queue_depth"), op="max"), LEGEND_ENGINE)],
@@ -581,17 +637,23 @@ def memory() -> Json:
                       f"{agg(BY_ENGINE, sel('cuzk_memory_budget_total_bytes'))}",
                       LEGEND_ENGINE)], "percentunit"),
         timeseries("Synthesis active vs max", "Partitions synthesizing now and how many the "
-                   "memory budget allows at once. Bad: active stuck below max while partitions "
-                   "are pending (another limit), or max of 0 or 1 (budget too small).",
-                   [Q(agg(BY_ENGINE, sel(f"cuzk_synthesis_{part}")), f"{LEGEND_ENGINE} {part}")
-                    for part in ("active", "max_concurrent")], "short"),
+                   "memory budget allows at once; for a cuzk engine, its real capacity (from "
+                   "its config: min(budget / 14 GiB, max_parallel_synthesis)), which its "
+                   "max_concurrent (budget / 9 GiB) overstates. Bad: active stuck below the "
+                   "capacity while partitions are pending (another limit), or a capacity of 2 "
+                   "(budget too small).",
+                   [*(Q(agg(BY_ENGINE, sel(f"cuzk_synthesis_{part}")), f"{LEGEND_ENGINE} {part}")
+                      for part in ("active", "max_concurrent")),
+                    Q(agg(BY_ENGINE, sel("cuzk_synthesis_capacity")),
+                      f"{LEGEND_ENGINE} capacity")], "short"),
         timeseries("SRS and PCE allocations", "Long-lived allocations by kind (srs: proving "
                    "parameters, pce: pre-compiled circuits) and circuit, stacked. Bad: the same "
                    "circuit loaded twice, or allocations crowding out synthesis.",
                    [Q(agg(f"{BY_ENGINE}, kind, circuit", sel("cuzk_allocation_bytes")),
                       f"{LEGEND_ENGINE} {{{{kind}}}} {{{{circuit}}}}")], "bytes", stack=True),
         timeseries("Buffers in flight", "In-flight buffers by kind (synthesis outputs, prover "
-                   "inputs, aux, shells, pending handles). Bad: growing without bound — buffers "
+                   "inputs, aux, shells, pending handles; a plain cuzk's aux and shells are "
+                   "counters, cuzk_buffers_started_total). Bad: growing without bound — buffers "
                    "are not being released.",
                    [Q(agg(f"{BY_ENGINE}, buffer", sel("cuzk_buffers_in_flight")),
                       f"{LEGEND_ENGINE} {{{{buffer}}}}")], "short"),

@@ -28,9 +28,10 @@ def render_engine(info: EngineInfo, doc: StatusDocument | None, error: str | Non
     else:
         lines.append(_budget_line(doc))
         lines.append("")
-        lines.extend(_workers_table(doc))
+        lines.extend(_workers_table(doc, frozenset(info.phantom_busy_workers)))
         lines.append("")
         lines.extend(_pipelines_table(doc))
+    lines.extend(_stale_lines(info))
     lines.extend(_stderr_lines(info))
     return "\n".join(lines) + "\n"
 
@@ -85,10 +86,12 @@ def _bytes(value: int | None) -> str:
     return "?" if value is None else format_bytes(value)
 
 
-def _workers_table(doc: StatusDocument) -> list[str]:
+def _workers_table(doc: StatusDocument, phantom: frozenset[int]) -> list[str]:
+    """A worker the supervisor found shown proving but not busy is ``phantom``."""
     rows = [["WORKER", "GPU", "STATE", "BUSY", "PARTITION", "JOB"]]
     for w in doc.gpu_workers:
-        rows.append([str(w.worker_id), str(w.gpu_ordinal), w.state,
+        state = "phantom" if w.state == "proving" and w.worker_id in phantom else w.state
+        rows.append([str(w.worker_id), str(w.gpu_ordinal), state,
                      "-" if w.busy_secs is None else _seconds(w.busy_secs),
                      "-" if w.current_partition is None else str(w.current_partition),
                      w.current_job or "-"])
@@ -107,6 +110,17 @@ def _pipelines_table(doc: StatusDocument) -> list[str]:
                      f"{p.partitions_done}/{p.total_partitions}",
                      *(str(phases[s]) for s in PARTITION_STATES)])
     return _table(rows)
+
+
+def _stale_lines(info: EngineInfo) -> list[str]:
+    """The supervisor's stale jobs: listed by the engine, leftovers of failed work."""
+    if not info.stale_jobs:
+        return []
+    rows = [["JOB", "KIND", "AGE", "NO PROGRESS FOR", "FAILED PARTITIONS"]]
+    rows += [[job.job_id, job.proof_kind, _seconds(job.age_secs), _seconds(job.idle_secs),
+              str(job.failed_partitions)] for job in info.stale_jobs]
+    return ["", "stale jobs (leftovers of failed work: not in flight, not busy):",
+            *_table(rows)]
 
 
 def _seconds(secs: float) -> str:

@@ -96,6 +96,7 @@ def check(config: Config, where: str) -> None:
             raise fail(f"{key}.stop_signal", f"unknown signal {eng.stop_signal!r} "
                                              "(use a name such as 'SIGTERM')")
         positive = ("backoff_max", "backoff_reset_after", "start_timeout", "unhealthy_after",
+                    "stale_job_after",
                     "stop_timeout", "drain_timeout", "status_timeout", "output_bytes_per_second",
                     "output_burst_bytes")
         for field in positive:
@@ -105,6 +106,10 @@ def check(config: Config, where: str) -> None:
             if getattr(eng, field) < MIN_INTERVAL:
                 raise fail(f"{key}.{field}", f"{getattr(eng, field):g}s is below the minimum "
                                              f"of {MIN_INTERVAL * 1000:g}ms")
+        if 0 < eng.grpc_telemetry_interval < MIN_INTERVAL:
+            raise fail(f"{key}.grpc_telemetry_interval",
+                       f"{eng.grpc_telemetry_interval:g}s is below the minimum of "
+                       f"{MIN_INTERVAL * 1000:g}ms (\"0s\": no telemetry)")
         if eng.backoff_max < eng.backoff_initial:
             raise fail(f"{key}.backoff_max", f"{eng.backoff_max:g}s is less than "
                                              f"backoff_initial ({eng.backoff_initial:g}s)")

@@ -43,7 +43,13 @@ _SUFFIXES = (("GiB", _GIB), ("MiB", 2**20), ("GB", 10**9), ("MB", 10**6))
 #: Wildcard hosts a listener binds on every address, and the loopback cuzkd polls them on.
 _LOOPBACK = {"0.0.0.0": "127.0.0.1", "::": "::1"}
 #: The tables of cuzk's file cuzkd reads; the rest are cuzk's alone.
-_TABLES = ("daemon", "gpus", "memory")
+_TABLES = ("daemon", "gpus", "memory", "pipeline")
+#: cuzk's synthesis working set per partition in its real cap (``synthesis.max_concurrent``
+#: divides by 9 GiB instead), its default ``max_parallel_synthesis`` (0 also means it) and its
+#: floor.
+_SYNTHESIS_PARTITION_BYTES = 14 * _GIB
+_DEFAULT_PARALLEL_SYNTHESIS = 18
+_MIN_SYNTHESIS = 2
 
 
 class CuzkDaemon(msgspec.Struct, frozen=True, kw_only=True):
@@ -68,6 +74,20 @@ class CuzkMemory(msgspec.Struct, frozen=True, kw_only=True):
     safety_margin: str = "5GiB"
 
 
+class CuzkPipeline(msgspec.Struct, frozen=True, kw_only=True):
+    """``[pipeline]``: ``max_parallel_synthesis`` caps partitions synthesizing at once."""
+
+    max_parallel_synthesis: _U32 = _DEFAULT_PARALLEL_SYNTHESIS
+
+
+def synthesis_capacity(budget_bytes: int, max_parallel_synthesis: int) -> int:
+    """How many partitions cuzk really synthesizes at once with this memory budget:
+    min(budget / 14 GiB, ``max_parallel_synthesis`` -- 0 meaning 18), at least 2. Not the
+    ``synthesis.max_concurrent`` its ``/status`` reports (budget / 9 GiB)."""
+    parallel = max_parallel_synthesis or _DEFAULT_PARALLEL_SYNTHESIS
+    return max(_MIN_SYNTHESIS, min(budget_bytes // _SYNTHESIS_PARTITION_BYTES, parallel))
+
+
 class CuzkFile(msgspec.Struct, frozen=True, kw_only=True):
     """What cuzkd knows of one cuzk engine's TOML; ``path`` is the file it was read from.
 
@@ -79,6 +99,7 @@ class CuzkFile(msgspec.Struct, frozen=True, kw_only=True):
     daemon: CuzkDaemon = CuzkDaemon()
     gpus: CuzkGpus = CuzkGpus()
     memory: CuzkMemory = CuzkMemory()
+    pipeline: CuzkPipeline = CuzkPipeline()
     #: cuzk's ``-l/--listen`` from the engine's command, which overrides ``[daemon] listen``
     listen_override: str | None = None
 

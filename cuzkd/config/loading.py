@@ -42,6 +42,7 @@ from cuzkd.config.schema import (
     default_engines,
     visible_gpu_count,
 )
+from cuzkd.config.webconfig import WebConfig, WebConfigError, read_web_config, tls_context
 from cuzkd.kinds import KindTwice, typed_table
 from cuzkd.units import parse_duration, parse_size
 
@@ -101,7 +102,28 @@ def load_config(path: str | Path, *, resolve_hosts: bool = True,
     config = parse_config(raw, where)
     if resolve_hosts:
         check_metrics_host(config, where)
+        check_web_config(config.metrics.web_config, where)
     return config
+
+
+def check_web_config(path: str, where: str) -> WebConfig | None:
+    """The ``metrics.web_config`` file read and its TLS context built (None without one), or
+    a ConfigError naming both files and the key. Only the daemon's reads (and check-config)
+    get here: a client command must not need to read the listener's private key."""
+    if not path:
+        return None
+    try:
+        web = read_web_config(path)
+        tls_context(web)
+    except WebConfigError as exc:
+        raise ConfigError(web_config_error(where, path, exc)) from None
+    return web
+
+
+def web_config_error(where: str, path: str, exc: WebConfigError) -> str:
+    """``cuzkd.toml: key `metrics.web_config`: web.yml: key `k`: problem``."""
+    return validation.key_error(where, "metrics.web_config",
+                                validation.key_error(path, exc.key, exc.problem))
 
 
 def _read_config_bytes(path: str | Path, fifo_wait: float | None) -> bytes:

@@ -120,6 +120,9 @@ class MetricsConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     """``[metrics]``: the TCP listener for /metrics, /status and /healthz (read-only)."""
 
     listen: str = DEFAULT_METRICS_LISTEN
+    #: exporter-toolkit's web configuration file (TLS, basic auth, headers) for this listener,
+    #: as node_exporter's ``--web.config.file`` (cuzkd.config.webconfig); "" = plain HTTP
+    web_config: str = ""
     #: proof kind -> latency deadline, exported as ``cuzkd_proof_deadline_seconds``
     proof_deadlines: dict[_PROOF_KIND, Seconds] = msgspec.field(default_factory=dict)
 
@@ -155,6 +158,10 @@ class EngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     #: how long one status fetch may take: independent of health_interval, because a busy
     #: engine's 1 MB document over a congested link can take longer than one poll period
     status_timeout: Seconds = Seconds(5)
+    #: type "cuzk": seconds between two gRPC telemetry polls (GetStatus + GetMetrics; "0s":
+    #: none). Each GetStatus runs nvidia-smi in the engine (tens of ms of its CPU): 10 s costs
+    #: it under 0.5 % of a core, and a scrape reads the last poll, never the engine
+    grpc_telemetry_interval: Seconds = Seconds(10)
     unhealthy_after: Seconds = Seconds(15)
     stop_signal: str = "SIGTERM"
     stop_timeout: Seconds = Seconds(10)
@@ -165,6 +172,10 @@ class EngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     #: stall watchdog: work and no progress for this long is a stall ("0s": off)
     stall_after: Seconds = Seconds(600)
     stall_action: StallAction = "restart"
+    #: a plain cuzk document's job whose partitions have not moved for this long is a
+    #: leftover of failed work (cuzkd/status/leftovers.py: 10 min is many times cuzk's slowest
+    #: step, a ~150 s PoRep on a small host); a job with a failed partition is one at once
+    stale_job_after: Seconds = Seconds(600)
     #: GPUs the engine is pinned to: NVML indices ("0") or UUIDs ("GPU-..."); sets
     #: CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER=PCI_BUS_ID, and each start waits for their
     #: memory (the previous process's released, gpu_memory_needed free) up to

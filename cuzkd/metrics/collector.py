@@ -18,6 +18,7 @@ from prometheus_client.metrics_core import Metric
 from cuzkd.labelbudget import LabelBudgets
 from cuzkd.log.ratelimit import LimitedLog
 from cuzkd.metrics.engine_metrics import EngineFamilies
+from cuzkd.metrics.grpc_metrics import grpc_families
 from cuzkd.metrics.sample import SupervisorSample
 from cuzkd.metrics.supervisor_metrics import supervisor_families
 from cuzkd.metrics.tally import first_by
@@ -52,11 +53,13 @@ class SampleCollector:
                 labels = LabelBudgets(engine.name)
                 engines[i] = engine = dataclasses.replace(engine, labels=labels)
             try:
-                per_engine.add(engine.name, status, engine.extensions, labels)
+                per_engine.add(engine.name, status, engine.extensions, labels,
+                               max_parallel_synthesis=engine.max_parallel_synthesis)
             except Exception:
                 _limited.log(_log, "error", "metrics_engine_failed", key=engine.name,
                              engine=engine.name, exc_info=True)
                 engines[i] = dataclasses.replace(engine, status=None, extensions=None)
-        for family in (*supervisor_families(self._sample, engines), *per_engine.families()):
+        for family in (*supervisor_families(self._sample, engines), *per_engine.families(),
+                       *grpc_families(engines)):
             if family.samples:  # a HELP/TYPE with no series is noise for readers and linters
                 yield family

@@ -17,6 +17,8 @@ series in that scrape.
 from __future__ import annotations
 
 import math
+from collections import Counter
+from typing import NamedTuple
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -26,6 +28,7 @@ from prometheus_client.core import (
 from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Sample
 
+from cuzkd.config.cuzkfile import synthesis_capacity
 from cuzkd.labelbudget import LabelBudgets, attribute_value
 from cuzkd.metrics.exposition import RenderedHistogramFamily, render_samples
 from cuzkd.metrics.tally import (
@@ -35,11 +38,14 @@ from cuzkd.metrics.tally import (
     bytes_by_circuit,
     first_by,
     histogram_buckets,
+    stale_synthesis,
     unfinished_jobs,
 )
+from cuzkd.status.derive import PHANTOM_REASONS
 from cuzkd.status.document import (
     COUNTED_PHASES,
     PARTITION_STATES,
+    Allocation,
     Extensions,
     Histogram,
     StatusDocument,
@@ -58,6 +64,10 @@ _BUFFERS: tuple[tuple[str, str], ...] = (
     ("aux", "aux_in_flight"),
     ("shells", "shells_in_flight"),
 )
+#: Of those, the fields a real cuzk never decrements (docs/status.md): from its own document
+#: they count buffers ever put in flight, a counter (``cuzk_buffers_started_total``), never a
+#: gauge that climbs for good. The reference engine's own are true in-flight counts.
+_NEVER_DECREMENTED = frozenset(("aux", "shells"))
 
 
 class EngineFamilies:
@@ -102,6 +112,14 @@ class EngineFamilies:
         self.jobs_failed = c("cuzk_jobs_failed_total", "Jobs that failed.", labels=_KIND)
         self.jobs_in_flight = g("cuzk_jobs_in_flight", "Jobs accepted and not finished.",
                                 labels=_E)
+        self.stale_jobs = g(
+            "cuzk_stale_jobs",
+            "Listed jobs that are leftovers of failed work (a failed partition, or no progress "
+            "for stale_job_after): not in flight, queued or synthesizing.", labels=_KIND)
+        self.phantom_busy = c(
+            "cuzk_gpu_worker_phantom_busy_total",
+            "Spans of GPU workers shown proving a partition not in gpu in a live job, two polls "
+            "in a row (counted as not busy), by reason.", labels=["engine", "reason"])
         self.queue_depth = g("cuzk_queue_depth", "Jobs waiting in the engine's scheduler.",
                              labels=_E)
         self.budget_total = g("cuzk_memory_budget_total_bytes",
@@ -115,11 +133,20 @@ class EngineFamilies:
         self.synth_max = g("cuzk_synthesis_max_concurrent",
                            "Partitions the memory budget allows to synthesize at once.",
                            labels=_E)
+        self.synth_capacity = g(
+            "cuzk_synthesis_capacity",
+            "Partitions the engine really synthesizes at once (a cuzk: max(2, min(budget / "
+            "14 GiB, [pipeline] max_parallel_synthesis)); cuzkd's engine: its max_concurrent).",
+            labels=_E)
         self.allocation = g("cuzk_allocation_bytes",
                             "Long-lived allocations by kind (srs, pce) and circuit.",
                             labels=["engine", "kind", "circuit"])
         self.buffers = g("cuzk_buffers_in_flight", "Buffers in flight by pipeline stage.",
                          labels=["engine", "buffer"])
+        self.buffers_started = c(
+            "cuzk_buffers_started",
+            "Buffers a plain cuzk put in flight since it started (aux, shells: fields it never "
+            "decrements).", labels=["engine", "buffer"])
         self.pending_handles = g("cuzk_pending_handles", "Proof handles awaiting collection.",
                                  labels=_E)
         self.gpu_used = g("cuzk_gpu_memory_used_bytes", "Device memory in use (driver view).",
@@ -132,9 +159,10 @@ class EngineFamilies:
                                          labels=_GPU)
 
     def add(self, engine: str, status: StatusDocument, extensions: Extensions | None,
-            labels: LabelBudgets) -> None:
+            labels: LabelBudgets, *, max_parallel_synthesis: int | None = None) -> None:
         """Add one engine's series. ``extensions`` falls back to the document's own block;
-        ``labels``: the engine's label budgets.
+        ``labels``: the engine's label budgets; ``max_parallel_synthesis``: a cuzk engine's,
+        from its config (its real synthesis capacity follows from it and the budget).
 
         All or nothing: when the conversion raises (a supervisor bug met by one engine's
         values), none of the engine's series stay in the families and the exception
@@ -145,6 +173,7 @@ class EngineFamilies:
                  for family in self.families()]
         try:
             self._add_engine(engine, status, extensions, labels)
+            _put(self.synth_capacity, [engine], _capacity(status, max_parallel_synthesis))
         except Exception:
             for family, samples, rendered in marks:
                 del family.samples[samples:]
@@ -157,7 +186,7 @@ class EngineFamilies:
                     labels: LabelBudgets) -> None:
         ext = status.cuzkd_extensions if extensions is None else extensions
         kept = admitted(labels, status, ext)
-        self._add_document(engine, status, kept)
+        self._add_document(engine, status, kept, Leftovers.of(ext))
         if ext is not None:
             self._add_extensions(engine, ext, kept)
         jobs_in_flight = unfinished_jobs(status.pipelines) if ext is None else ext.jobs_in_flight
@@ -166,18 +195,20 @@ class EngineFamilies:
     def families(self) -> list[Metric]:
         return [value for value in vars(self).values() if isinstance(value, Metric)]
 
-    def _add_document(self, engine: str, status: StatusDocument, kept: Admitted) -> None:
+    def _add_document(self, engine: str, status: StatusDocument, kept: Admitted,
+                      leftovers: Leftovers) -> None:
         e, kinds = [engine], kept.kinds
         _put(self.uptime, e, status.uptime_secs)
         for worker in first_by(status.gpu_workers, lambda w: w.worker_id):
             if worker.worker_id not in kept.workers:
                 continue
             labels = [engine, str(worker.worker_id), str(worker.gpu_ordinal)]
-            proving = worker.state == "proving"
+            proving = worker.state == "proving" and worker.worker_id not in leftovers.phantom
             self.worker_busy.add_metric(labels, 1 if proving else 0)
             current = worker.busy_secs if proving and worker.busy_secs is not None else 0.0
             self.worker_current.add_metric(labels, current)
-        by_phase = _phase_tally(engine).count(status.pipelines)
+        by_phase = _phase_tally(engine).count(
+            p for p in status.pipelines if p.job_id not in leftovers.stale)
         for kind in kinds:
             for phase, count in by_phase.get(kind, _NO_PARTITIONS).items():
                 self.partitions.add_metric([engine, kind, phase], count)
@@ -190,15 +221,21 @@ class EngineFamilies:
         _put(self.budget_total, e, memory.total_bytes)
         _put(self.budget_used, e, memory.used_bytes)
         _put(self.budget_available, e, memory.available_bytes)
-        _put(self.synth_active, e, status.synthesis.active)
+        active = status.synthesis.active
+        _put(self.synth_active, e, None if active is None else max(
+            0, active - stale_synthesis(status.pipelines, leftovers.stale)))
         _put(self.synth_max, e, status.synthesis.max_concurrent)
-        for kind, allocations in (("srs", status.allocations.srs),
-                                  ("pce", status.allocations.pce)):
+        # a plain cuzk's [] means "SRS manager busy": the deriver holds the last list a while
+        srs = status.allocations.srs or leftovers.held_srs
+        for kind, allocations in (("srs", srs), ("pce", status.allocations.pce)):
             for circuit, size in sorted(bytes_by_circuit(allocations).items()):
                 if circuit in kept.circuits:
                     self.allocation.add_metric([engine, kind, circuit], size)
+        plain = status.cuzkd_extensions is None
         for label, field in _BUFFERS:
-            _put(self.buffers, [engine, label], getattr(status.buffers, field))
+            family = self.buffers_started if plain and label in _NEVER_DECREMENTED \
+                else self.buffers
+            _put(family, [engine, label], getattr(status.buffers, field))
         _put(self.pending_handles, e, status.buffers.pending_handles)
 
     def _add_extensions(self, engine: str, ext: Extensions, kept: Admitted) -> None:
@@ -207,6 +244,12 @@ class EngineFamilies:
                 continue
             labels = [engine, str(busy.worker_id), str(busy.gpu_ordinal)]
             self.worker_busy_total.add_metric(labels, busy.busy_seconds_total)
+        stale_by_kind = Counter(job.proof_kind for job in ext.stale_jobs)
+        for kind in kept.kinds:
+            self.stale_jobs.add_metric([engine, kind], stale_by_kind.get(kind, 0))
+        for reason, spans in sorted(ext.phantom_busy_total.items()):
+            if reason in PHANTOM_REASONS:
+                self.phantom_busy.add_metric([engine, reason], spans)
         for kind in kept.kinds:
             entered = ext.phase_transitions.get(kind, {})
             for phase in COUNTED_PHASES:
@@ -225,6 +268,34 @@ class EngineFamilies:
             self.gpu_info.add_metric(labels, {"name": attribute_value(device.name),
                                               "uuid": attribute_value(device.uuid)})
         self.backend.add_metric([engine], {"backend": attribute_value(ext.backend)})
+
+
+class Leftovers(NamedTuple):
+    """What the deriver corrects in a plain cuzk's document: the stale jobs' ids, the
+    phantom-busy workers and the SRS list held through an empty one (none for an engine
+    serving its own extensions)."""
+
+    stale: frozenset[str]
+    phantom: frozenset[int]
+    held_srs: list[Allocation]
+
+    @classmethod
+    def of(cls, ext: Extensions | None) -> Leftovers:
+        if ext is None:
+            return cls(frozenset(), frozenset(), [])
+        return cls(frozenset(job.job_id for job in ext.stale_jobs),
+                   frozenset(ext.phantom_busy_workers), ext.held_srs)
+
+
+def _capacity(status: StatusDocument, max_parallel_synthesis: int | None) -> int | None:
+    """Partitions the engine really synthesizes at once. A plain cuzk document's
+    ``max_concurrent`` (budget / 9 GiB) is not cuzk's cap: that follows from the budget and
+    its config's ``max_parallel_synthesis`` (cuzk's default when cuzkd has no cuzk file for
+    it). An engine serving cuzkd's extensions reports its own cap."""
+    if status.cuzkd_extensions is not None:
+        return status.synthesis.max_concurrent
+    budget = status.memory.total_bytes
+    return None if budget is None else synthesis_capacity(budget, max_parallel_synthesis or 0)
 
 
 def _put(family: GaugeMetricFamily | CounterMetricFamily, labels: list[str],

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from cuzkd.cuzk.telemetry import Telemetry
 from cuzkd.gpus import NvmlDevice
 from cuzkd.labelbudget import LabelBudgets
 from cuzkd.status.document import Extensions, StatusDocument
@@ -57,6 +58,8 @@ class EngineSample:
     drains_total: Mapping[str, int] = field(default_factory=dict)
     #: times the engine's health loop died of an exception and was started again
     health_loop_failures_total: int = 0
+    #: a cuzk engine's ``[pipeline] max_parallel_synthesis`` from its config (None otherwise)
+    max_parallel_synthesis: int | None = None
     #: engine output lines its output limits kept from the log, and the bytes of output not
     #: logged (those lines', and the cut-off rest of lines over the length limit)
     output_dropped_lines_total: int = 0
@@ -71,6 +74,26 @@ class EngineSample:
     #: what they dropped: one object for the engine's life, its runner's (None: a fresh one
     #: with the default limits for this scrape alone, as in tests and benches)
     labels: LabelBudgets | None = None
+    #: a cuzk engine's last gRPC telemetry poll (None: not a cuzk engine, not running, or its
+    #: gRPC told nothing at the last poll): exported as ``cuzk_grpc_*``, apart from ``status``
+    grpc: Telemetry | None = None
+    #: a cuzk engine: its gRPC is polled (``cuzkd_engine_grpc_errors_total`` exported)
+    grpc_polled: bool = False
+    #: reason (:data:`cuzkd.cuzk.telemetry.FAILURE_REASONS`) -> gRPC reads that told nothing
+    grpc_errors_total: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ListenerAccess:
+    """The metrics listener's ``[metrics] web_config`` as it stands (defaults: none set)."""
+
+    #: whether the last re-read of the web config and its files was applied
+    reload_ok: bool = True
+    #: requests answered 401 (no, malformed or wrong basic auth credentials)
+    auth_refused_total: int = 0
+    #: TLS handshakes that completed, and that failed or timed out
+    handshakes_ok_total: int = 0
+    handshakes_failed_total: int = 0
 
 
 @dataclass(frozen=True)
@@ -99,3 +122,5 @@ class SupervisorSample:
     #: reason (cuzkd.supervisor.web: refused, idle, deadline, send_budget) -> connections of
     #: the metrics listener cuzkd closed
     metrics_connections_closed_total: Mapping[str, int] = field(default_factory=dict)
+    #: TLS and basic auth of the metrics listener
+    listener_access: ListenerAccess = ListenerAccess()

@@ -192,12 +192,27 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
           "sent after 120 s), send_budget (its response progressed longest ago when all "
           "responses together held over the send budget).", labels=["reason"]),
         tuple(ConnectionClose), sample.metrics_connections_closed_total)
+    access = sample.listener_access
+    web_reload_ok = g("cuzkd_metrics_web_config_last_reload_successful",
+                      "1 when the last re-read of [metrics] web_config (the file, its "
+                      "certificate and key, changed) was applied, 0 when it failed and the "
+                      "listener kept its last good TLS and auth settings.")
+    web_reload_ok.add_metric([], 1 if access.reload_ok else 0)
+    auth_refused = c("cuzkd_metrics_auth_refused_total",
+                     "Requests to the metrics listener answered 401: no, malformed or wrong "
+                     "basic auth credentials.")
+    auth_refused.add_metric([], access.auth_refused_total)
+    handshakes = c("cuzkd_metrics_tls_handshakes_total",
+                   "TLS handshakes of the metrics listener by result: ok, or failed (not TLS, "
+                   "refused, or not finished within 10 s).", labels=["result"])
+    handshakes.add_metric(["ok"], access.handshakes_ok_total)
+    handshakes.add_metric(["failed"], access.handshakes_failed_total)
     build = InfoMetricFamily("cuzkd_build", "cuzkd version.", value={"version": __version__})
     return [build, up, state, restarts, exits, stalls, stalled, start, first_answer, rss, cpu,
             fetch_duration, fetch_errors, field_errors, descendants_killed, stop_inflight,
             jobs_lost, drains, loop_failures, output_lines, output_bytes, labels_dropped, release,
             swaps, rollbacks, active, zombies, reload_ok, reload_time, deadlines, freezes, frozen,
-            log_dropped, connections_closed,
+            log_dropped, connections_closed, web_reload_ok, auth_refused, handshakes,
             *_gpu_families(sample.gpus)]
 
 

@@ -96,7 +96,8 @@ def admitted(labels: LabelBudgets, status: StatusDocument,
             histogrammed.update(histograms)
         workers.update(w.worker_id for w in extensions.worker_busy)
         gpus.update(d.gpu_ordinal for d in extensions.gpu_devices)
-    circuits = {a.circuit_id for a in (*status.allocations.srs, *status.allocations.pce)}
+    held = () if extensions is None or status.allocations.srs else extensions.held_srs
+    circuits = {a.circuit_id for a in (*status.allocations.srs, *held, *status.allocations.pce)}
     offered = kinds if histogrammed.issubset(kinds) else sorted({*kinds, *histogrammed})
     kept_kinds = frozenset(labels.keep("proof_kind", offered, str))
     return Admitted(
@@ -169,6 +170,18 @@ def _phase_counts(partitions: list[Partition]) -> dict[str, int]:
     for partition in partitions:
         counts[partition.state] = counts.get(partition.state, 0) + 1
     return counts
+
+
+def stale_synthesis(pipelines: Iterable[Pipeline], stale: frozenset[str]) -> int:
+    """Of ``synthesis.active``, what leftovers of failed work hold: their partitions shown
+    ``synthesizing``, and those whose synthesis failed (cuzk never takes them off the count).
+    Each listed job once."""
+    held = 0
+    for pipeline in first_by(pipelines, lambda p: p.job_id):
+        if pipeline.job_id in stale:
+            held += sum(1 for part in pipeline.partitions if part.state == "synthesizing" or (
+                part.state == "failed" and part.synth_ms is not None and part.gpu_ms is None))
+    return held
 
 
 def unfinished_jobs(pipelines: Iterable[Pipeline]) -> int:

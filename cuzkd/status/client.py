@@ -50,6 +50,7 @@ from cuzkd.log.ratelimit import LimitedLog
 from cuzkd.status.derive import ExtensionDeriver
 from cuzkd.status.document import (
     Extensions,
+    StaleJob,
     StatusDecodeError,
     StatusDecoder,
     StatusDocument,
@@ -254,6 +255,11 @@ class StatusSource:
         if document.cuzkd_extensions is not None:
             return document.cuzkd_extensions
         return self._deriver.extensions()
+
+    def leftovers(self) -> tuple[list[StaleJob], list[int]]:
+        """The stale jobs and phantom-busy workers the deriver found in the last plain document
+        (none for an engine serving its own extensions); decodes nothing."""
+        return self._deriver.stale_jobs(), self._deriver.phantom_busy_workers()
 
     async def close(self) -> None:
         if self._inflight is not None:

@@ -9,10 +9,13 @@ observations into the same :class:`~cuzkd.status.document.Extensions` our own en
   partition seen ``pending`` then ``gpu`` passed ``synthesizing`` and ``synth_done`` too). A
   ``failed`` partition counts the phases its ``synth_ms``/``gpu_ms`` prove it reached, then
   ``failed``. No entry is counted twice.
-* **Busy seconds** -- a worker's span is identified by (current_job, current_partition); while it
-  lasts its length is the reported ``busy_secs``; when it changes the last seen length is added
-  to the finished total. The part of a span after its last poll is lost (an undercount of at
-  most one poll interval per span).
+* **Busy seconds** -- a worker's span is identified by (current_job, current_partition) and
+  placed by ``busy_secs`` (it began that long before it was first seen). A span that ended
+  between two polls ends at its partition's own end (its start + ``gpu_ms``, when the next
+  document lists the partition ``done``), never after the worker's next span began, never
+  before its last sighting; without ``gpu_ms``, when the next span began or, gone idle,
+  half-way between the two polls. Spans that
+  begin and end between two polls are invisible and not counted (docs/status.md).
 * **Histograms** -- a partition seen with a finished phase records that phase's duration once.
 * **Job durations** -- a job first seen in flight started ``started_secs_ago`` before that
   observation; it ends at the first observation that shows it finished (every partition done or
@@ -37,19 +40,31 @@ from cuzkd.labelbudget import DEFAULT_LIMITS, LabelBudget
 from cuzkd.status.counters import KindCounters
 from cuzkd.status.document import (
     TERMINAL_STATES,
+    Allocation,
     Extensions,
     GpuWorker,
     Partition,
     PartitionState,
     Pipeline,
+    StaleJob,
     StatusDocument,
     WorkerBusyTotal,
 )
+from cuzkd.status.leftovers import STALE_AFTER_SECS, JobProgress
 
 #: How far the engine's start time, estimated as ``clock() - uptime_secs``, may move between two
 #: observations before it counts as a restart. Covers fetch latency jitter (a document is
 #: generated some time before we observe it).
 RESTART_SLACK_SECS = 5.0
+
+#: How long an empty ``allocations.srs`` keeps the last non-empty one: a real cuzk serves ``[]``
+#: whenever its SRS manager is busy, as during an SRS load (30-90 s), so an empty list means
+#: "unknown", not "nothing loaded"; past this it is believed.
+SRS_HOLD_SECS = 120.0
+
+#: Why a worker shown ``proving`` is not busy (the bounded ``reason`` of phantom-busy spans):
+#: its job is not listed, is a leftover of failed work, or lists that partition not in ``gpu``.
+PHANTOM_REASONS: tuple[str, ...] = ("job_not_listed", "job_stale", "partition_not_gpu")
 
 #: Pipeline order without ``pending`` (where partitions start) and ``failed`` (off-pipeline).
 _FORWARD: tuple[PartitionState, ...] = ("synthesizing", "synth_done", "gpu", "done")
@@ -115,27 +130,124 @@ class _SeenJob:
 
 
 class _WorkerSpans:
-    __slots__ = ("current", "current_secs", "finished_secs", "gpu_ordinal")
+    """One worker's busy time, rebuilt from the spans its polls show.
+
+    A span is a (current_job, current_partition) the worker is seen ``proving``. It is placed
+    by ``busy_secs``: it began ``busy_secs`` before the first observation that showed it. It
+    ends unseen, between the last poll that showed it and the first that does not, at
+    :meth:`_end_of`; the total only grows, and no second is counted in two spans.
+    """
+
+    __slots__ = ("current", "finished_secs", "gpu_ordinal", "last_seen", "observed_at",
+                 "phantom", "phantom_polls", "started")
 
     def __init__(self, gpu_ordinal: int) -> None:
         self.gpu_ordinal = gpu_ordinal
         self.current: tuple[str, int] | None = None
-        self.current_secs = 0.0
+        self.started = 0.0  # estimated start of ``current``
+        self.last_seen = 0.0  # the last observation that showed ``current``
+        self.observed_at = float("-inf")  # the last observation of this worker
         self.finished_secs = 0.0
+        #: consecutive polls that showed ``current`` phantom (see :meth:`observe`)
+        self.phantom_polls = 0
+        #: ``current`` is phantom: shown proving, not busy
+        self.phantom = False
 
-    def observe(self, worker: GpuWorker) -> None:
+    def busy_seconds_total(self) -> float:
+        running = self.last_seen - self.started if self.current is not None else 0.0
+        return self.finished_secs + (0.0 if self.phantom else running)
+
+    def observe(self, worker: GpuWorker, now: float, gpu_ms: Callable[[str, int], int | None],
+                phantom: Callable[[str, int], str | None], engine_start: float) -> str | None:
+        """Fold in the worker as one document shows it at ``now``; ``gpu_ms`` looks up the
+        ``gpu_ms`` of a partition that document lists ``done``, ``phantom`` why a partition is
+        not one a worker can be busy with (None: it is in ``gpu`` in a live job). No span
+        began before ``engine_start`` (a larger ``busy_secs`` is the document's error).
+
+        A span shown phantom is not seen (its time is not counted past its last genuine
+        sighting); on the second poll in a row it ends as if the worker had gone idle, and
+        the worker counts as not busy until it shows another span. Returns the reason when
+        the span has just been found phantom (once per span).
+        """
         self.gpu_ordinal = worker.gpu_ordinal
+        previous, self.observed_at = max(self.observed_at, engine_start), now
         span: tuple[str, int] | None = None
+        started = now
         if (worker.state == "proving" and worker.current_job is not None
                 and worker.current_partition is not None and worker.busy_secs is not None):
             span = (worker.current_job, worker.current_partition)
-        busy = worker.busy_secs if span is not None and worker.busy_secs is not None else 0.0
-        # a new span, or the same partition restarted (its busy time went down)
-        if span != self.current or busy < self.current_secs:
-            self.finished_secs += self.current_secs
-            self.current_secs = 0.0
-        self.current = span
-        self.current_secs = max(self.current_secs, busy)
+            started = now - max(0.0, worker.busy_secs)
+        reason = None if span is None else phantom(*span)
+        if self.current is not None:
+            # ``current`` is what the previous observation showed: the same span, unless it
+            # restarted (began after that observation)
+            if span == self.current and started <= previous:
+                return self._same_span(now, gpu_ms, reason)
+            self._close(None if span is None else started, now, gpu_ms)
+            previous = max(previous, self.last_seen)
+        if span is not None:
+            # it began after the worker was last seen without it: never one second in two spans
+            self.current, self.started = span, max(started, previous)
+            self.last_seen = self.started if reason is not None else now
+            self.phantom_polls = 0 if reason is None else 1
+        return None
+
+    def _same_span(self, now: float, gpu_ms: Callable[[str, int], int | None],
+                   reason: str | None) -> str | None:
+        if self.phantom:
+            return None  # still shown proving it: still not busy
+        if reason is None:
+            self.last_seen, self.phantom_polls = now, 0  # the same span, still running
+            return None
+        self.phantom_polls += 1
+        if self.phantom_polls < 2:
+            return None
+        # it ended at its partition's own end if that is known, else when last seen genuine
+        current = self.current
+        if current is not None:
+            ended = self._partition_end(current, now, gpu_ms)
+            self.finished_secs += (self.last_seen if ended is None else ended) - self.started
+        self.phantom = True
+        return reason
+
+    def _close(self, next_started: float | None, now: float,
+               gpu_ms: Callable[[str, int], int | None]) -> None:
+        """End the current span (a phantom one has ended already) and add it to the total."""
+        if self.current is not None and not self.phantom:
+            ended = self._end_of(self.current, next_started, now, gpu_ms)
+            self.finished_secs += ended - self.started
+            self.last_seen = ended
+        self.current, self.phantom, self.phantom_polls = None, False, 0
+
+    def _end_of(self, span: tuple[str, int], next_started: float | None, now: float,
+                gpu_ms: Callable[[str, int], int | None]) -> float:
+        """When ``span``, last seen at ``last_seen``, ended: it is gone at ``now``.
+
+        It ended by ``now`` and, when the worker shows a span begun since, by the time that one
+        began (the engine's rule: a worker is busy until its partition ends or it picks up the
+        next one). Within that: at its partition's own end (start + ``gpu_ms``) when the
+        document lists it ``done``; else when the next span began (split proving: the worker
+        picks the next partition up while a finalizer still holds the last one in ``gpu``);
+        else, gone idle at an unknown time, half-way (wrong by at most half a poll interval,
+        as often early as late).
+        """
+        latest = now
+        if next_started is not None and next_started > self.last_seen:
+            latest = min(latest, next_started)
+        ended = self._partition_end(span, latest, gpu_ms)
+        if ended is not None:
+            return ended
+        if latest < now:
+            return latest
+        return (self.last_seen + latest) / 2
+
+    def _partition_end(self, span: tuple[str, int], latest: float,
+                       gpu_ms: Callable[[str, int], int | None]) -> float | None:
+        """The span's partition's own end (start + ``gpu_ms``) within [last seen, latest]."""
+        finished_ms = gpu_ms(*span)
+        if finished_ms is None:
+            return None
+        return min(max(self.started + finished_ms / 1000, self.last_seen), latest)
 
 
 class ExtensionDeriver:
@@ -147,8 +259,10 @@ class ExtensionDeriver:
     """
 
     def __init__(self, *, clock: Callable[[], float] = time.monotonic,
-                 kinds: LabelBudget | None = None, workers: LabelBudget | None = None) -> None:
+                 kinds: LabelBudget | None = None, workers: LabelBudget | None = None,
+                 stale_after: float = STALE_AFTER_SECS) -> None:
         self._clock = clock
+        self._stale_after = stale_after
         self._kind_budget = LabelBudget(DEFAULT_LIMITS["proof_kind"]) if kinds is None else kinds
         self._worker_budget = LabelBudget(DEFAULT_LIMITS["worker"]) if workers is None else workers
         self._reset()
@@ -161,6 +275,12 @@ class ExtensionDeriver:
         self._job_clocks: dict[str, _JobClock] = {}
         self._last_uptime: float | None = None
         self._engine_start: float | None = None
+        self._progress = JobProgress(self._stale_after)
+        self._stale: dict[str, StaleJob] = {}
+        self._phantom_total = dict.fromkeys(PHANTOM_REASONS, 0)
+        self._srs: list[Allocation] = []  # the last non-empty allocations.srs ...
+        self._srs_seen = 0.0  # ... when it was seen
+        self._held_srs: list[Allocation] = []
 
     def observe(self, doc: StatusDocument) -> None:
         """Fold one document into the counters. Observing the same document again is a no-op.
@@ -180,20 +300,43 @@ class ExtensionDeriver:
 
         jobs: dict[str, _SeenJob] = {}
         clocks: dict[str, _JobClock] = {}
+        stale: dict[str, StaleJob] = {}
         in_flight = 0
         now = self._clock()
+        self._progress.begin()
         for pipeline in doc.pipelines:
             if pipeline.job_id in jobs:
                 continue  # listed twice: the first entry counts (a second would recount it)
+            if self._progress.observe(pipeline, now):  # a retry under the same id: a new job
+                self._jobs.pop(pipeline.job_id, None)
+                self._job_clocks.pop(pipeline.job_id, None)
             job = jobs[pipeline.job_id] = self._observe_pipeline(pipeline)
-            running = job.terminal < pipeline.total_partitions  # pipeline_in_flight, kept
+            if self._progress.stale(pipeline, now):
+                stale[pipeline.job_id] = self._stale_job(pipeline, now)
+            # pipeline_in_flight, kept; a leftover of failed work is not in flight
+            running = job.terminal < pipeline.total_partitions and pipeline.job_id not in stale
             in_flight += running
             clocks[pipeline.job_id] = self._time_job(pipeline, running, now)
+        self._progress.end()
         for job_id, clock in self._job_clocks.items():
             if job_id not in clocks and clock.started is not None:  # gone before seen finished
                 self._kinds.observe_job(clock.kind, now - clock.started)
         self._jobs = jobs
         self._job_clocks = clocks
+        self._stale = stale
+        self._hold_srs(doc.allocations.srs, now)
+        self._observe_workers(doc, now)
+        self._jobs_in_flight = in_flight
+
+    def _hold_srs(self, srs: list[Allocation], now: float) -> None:
+        """Keep the last non-empty SRS list through up to SRS_HOLD_SECS of empty ones."""
+        if srs:
+            self._srs, self._srs_seen, self._held_srs = srs, now, []
+        else:
+            self._held_srs = self._srs if now - self._srs_seen <= SRS_HOLD_SECS else []
+
+    def _observe_workers(self, doc: StatusDocument, now: float) -> None:
+        engine_start = float("-inf") if self._engine_start is None else self._engine_start
         seen_workers: set[int] = set()
         for worker in doc.gpu_workers:
             if worker.worker_id in seen_workers:
@@ -204,8 +347,10 @@ class ExtensionDeriver:
                 if not self._worker_budget.admits(str(worker.worker_id)):
                     continue
                 spans = self._workers[worker.worker_id] = _WorkerSpans(worker.gpu_ordinal)
-            spans.observe(worker)
-        self._jobs_in_flight = in_flight
+            reason = spans.observe(worker, now, self._finished_gpu_ms, self._phantom_reason,
+                                   engine_start)
+            if reason is not None:
+                self._phantom_total[reason] += 1
 
     def extensions(self) -> Extensions:
         return Extensions(
@@ -214,7 +359,7 @@ class ExtensionDeriver:
                 WorkerBusyTotal(
                     worker_id=worker_id,
                     gpu_ordinal=spans.gpu_ordinal,
-                    busy_seconds_total=spans.finished_secs + spans.current_secs,
+                    busy_seconds_total=spans.busy_seconds_total(),
                 )
                 for worker_id, spans in sorted(self._workers.items())
             ],
@@ -224,7 +369,45 @@ class ExtensionDeriver:
             gpu_devices=[],
             backend="cuzk",
             job_duration_seconds=self._kinds.job_histograms(),
+            stale_jobs=self.stale_jobs(),
+            phantom_busy_workers=self.phantom_busy_workers(),
+            phantom_busy_total=dict(self._phantom_total),
+            held_srs=list(self._held_srs),
         )
+
+    def stale_jobs(self) -> list[StaleJob]:
+        """The last document's leftovers of failed work."""
+        return list(self._stale.values())
+
+    def phantom_busy_workers(self) -> list[int]:
+        """Workers the last document shows proving that are not busy."""
+        return sorted(worker_id for worker_id, spans in self._workers.items() if spans.phantom)
+
+    def _stale_job(self, pipeline: Pipeline, now: float) -> StaleJob:
+        return StaleJob(
+            job_id=pipeline.job_id, proof_kind=pipeline.proof_kind,
+            age_secs=pipeline.started_secs_ago,
+            idle_secs=self._progress.idle_secs(pipeline.job_id, now),
+            failed_partitions=sum(1 for p in pipeline.partitions if p.state == "failed"))
+
+    def _phantom_reason(self, job_id: str, index: int) -> str | None:
+        """Why a worker shown proving (job_id, index) cannot be busy with it, or None."""
+        job = self._jobs.get(job_id)
+        if job is None:
+            return "job_not_listed"
+        if job_id in self._stale:
+            return "job_stale"
+        if not any(p.index == index and p.state == "gpu" for p in job.listed):
+            return "partition_not_gpu"
+        return None
+
+    def _finished_gpu_ms(self, job_id: str, index: int) -> int | None:
+        """``gpu_ms`` of a partition this document lists ``done``, else None."""
+        job = self._jobs.get(job_id)
+        if job is None:
+            return None
+        part = next((p for p in job.listed if p.index == index), None)
+        return part.gpu_ms if part is not None and part.state == "done" else None
 
     def _time_job(self, pipeline: Pipeline, running: bool, now: float) -> _JobClock:
         """The job's clock after this observation; its duration is recorded when it finishes."""

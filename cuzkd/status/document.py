@@ -185,6 +185,19 @@ class GpuDevice(msgspec.Struct, frozen=True, gc=False):
     uuid: str = ""
 
 
+class StaleJob(msgspec.Struct, frozen=True, gc=False):
+    """A listed job that is a leftover of failed work (a plain cuzk's: cuzkd.status.leftovers);
+    not in flight, not queued GPU work, not synthesizing."""
+
+    job_id: str
+    proof_kind: str
+    #: the job's ``started_secs_ago``
+    age_secs: NonNegFloat
+    #: seconds since a partition of it last moved (as seen by polls)
+    idle_secs: NonNegFloat
+    failed_partitions: NonNegInt
+
+
 class Extensions(msgspec.Struct, frozen=True, gc=False):
     """Cumulative figures cuzk does not serve; the exporter needs them for exact counters."""
 
@@ -204,6 +217,16 @@ class Extensions(msgspec.Struct, frozen=True, gc=False):
     job_duration_seconds: dict[str, Histogram] = msgspec.field(default_factory=dict)
     #: the engine is draining: accepts no job, finishes those it accepted, then exits
     draining: bool = False
+    #: listed jobs that are leftovers of failed work (derived for a plain cuzk only)
+    stale_jobs: list[StaleJob] = msgspec.field(default_factory=list)
+    #: workers shown ``proving`` a partition that is not in ``gpu`` in a live job, two polls in
+    #: a row: not busy (derived for a plain cuzk only)
+    phantom_busy_workers: list[NonNegInt] = msgspec.field(default_factory=list)
+    #: reason -> such phantom-busy spans since the engine started
+    phantom_busy_total: dict[str, NonNegInt] = msgspec.field(default_factory=dict)
+    #: the last non-empty ``allocations.srs`` while the document's is empty, for a bounded time
+    #: (a real cuzk serves ``[]`` while its SRS manager is busy; derived only)
+    held_srs: list[Allocation] = msgspec.field(default_factory=list)
 
 
 class StatusDocument(msgspec.Struct, frozen=True, gc=False):

@@ -17,13 +17,16 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
+import psutil
 import pytest
 from support.cuzk_load import channel_to, prove
-from support.cuzk_standin import SCRIPT, parse_budget, write_cuzk_toml
+from support.cuzk_standin import NVIDIA_SMI_SECS, SCRIPT, parse_budget, write_cuzk_toml
 from support.ports import free_port
 from support.waiting import wait_until
 
 from cuzkd.cuzk import proving_pb2 as pb
+from cuzkd.cuzk.client import read_telemetry
+from cuzkd.cuzk.telemetry import Outcomes
 
 TOP_LEVEL = ["uptime_secs", "memory", "synthesis", "pipelines", "gpu_workers", "allocations",
              "counters", "buffers"]
@@ -164,6 +167,8 @@ async def test_failed_synthesis_is_left_behind(start: Start) -> None:
     reply = await get_status(standin.listen)
     assert reply.total_proofs_failed == 1
     assert queues(reply)["snap_update"] == (0, 0)
+    telemetry = await read_telemetry(standin.listen, timeout=5)  # GetMetrics counts it by kind
+    assert telemetry.outcomes == Outcomes(completed={}, failed={"snap-update": 1})
 
 
 async def test_post_is_proved_whole_and_only_grpc_sees_it(start: Start) -> None:
@@ -179,10 +184,22 @@ async def test_post_is_proved_whole_and_only_grpc_sees_it(start: Start) -> None:
         while reply is None:
             reply = await proving()
         assert "wdpost-1000-[0 1] dl 3" in [g.current_job_id for g in reply.gpus]
+        telemetry = await read_telemetry(standin.listen, timeout=5)
+        assert telemetry.gpus is not None
+        assert [g.proving for g in telemetry.gpus] == [{"window-post": 1}]
         document = standin.status()
         assert document["pipelines"] == []
         assert {w["state"] for w in document["gpu_workers"]} == {"idle"}
         job.cancel()
+
+
+async def test_each_getstatus_costs_the_engine_nvidia_smis_cpu(standin: StandIn) -> None:
+    """The real cuzk runs nvidia-smi per GetStatus: the stand-in burns its CPU time."""
+    process = psutil.Process(standin.proc.pid)
+    before = sum(process.cpu_times()[:2])
+    for _ in range(5):
+        await get_status(standin.listen)
+    assert sum(process.cpu_times()[:2]) - before >= 5 * NVIDIA_SMI_SECS * 0.9
 
 
 @pytest.mark.parametrize(("env", "args", "code", "says"), [

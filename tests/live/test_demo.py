@@ -23,7 +23,9 @@ LOAD_DASHBOARDS = ("cuzkd / GPU workers", "cuzkd / Pipeline", "cuzkd / Memory")
 #: Panels constant by nature under a healthy load: tables built once per circuit and kept,
 #: and the stall watchdog's (0 unless an engine hangs).
 STEADY_PANELS = {("cuzkd / Memory", "SRS and PCE allocations"),
-                 ("cuzkd / GPU workers", "Stalled engines"), ("cuzkd / GPU workers", "Stalls")}
+                 ("cuzkd / GPU workers", "Stalled engines"), ("cuzkd / GPU workers", "Stalls"),
+                 # 0 while the engines are healthy: the demo leaves no failed work behind
+                 ("cuzkd / Pipeline", "Stale jobs (failed-work leftovers)")}
 #: The Grafana variables of tests/live/test_panels.py.
 VARIABLES = {"rate_interval": "4s", "interval": "1s", "range_": "30s"}
 WITHIN = 120.0

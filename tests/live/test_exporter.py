@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from support.live import Exposition, LabelSet, by_label, promtool_check_metrics
-from support.live_stack import BAD_DOCUMENTS, BUNDLED, VICTIM_BACKOFF, LiveStack
+from support.live_stack import BAD_DOCUMENTS, BUNDLED, CUZK, VICTIM_BACKOFF, LiveStack
 from support.waiting import wait_until
 
 from cuzkd.status.document import PARTITION_STATES
@@ -155,8 +155,10 @@ def expected_example_series(doc: dict[str, Any], engine: str) -> dict[tuple[str,
             allocations[kind, a["circuit_id"]] += a["bytes"]
     for (kind, circuit), size in allocations.items():
         put("cuzk_allocation_bytes", size, kind=kind, circuit=circuit)
-    for buffer in ("synth", "provers", "aux", "shells"):
+    for buffer in ("synth", "provers"):
         put("cuzk_buffers_in_flight", doc["buffers"][f"{buffer}_in_flight"], buffer=buffer)
+    for buffer in ("aux", "shells"):  # a real cuzk never decrements these: buffers ever started
+        put("cuzk_buffers_started_total", doc["buffers"][f"{buffer}_in_flight"], buffer=buffer)
     put("cuzk_pending_handles", doc["buffers"]["pending_handles"])
     put("cuzk_engine_uptime_seconds", doc["uptime_secs"])
     put("cuzkd_engine_up", 1)
@@ -201,7 +203,7 @@ def test_bad_documents_mark_only_their_engine_down(live: LiveStack) -> None:
     assert not with_engine_series & set(BAD_DOCUMENTS), "no cuzk_* series for a bad document"
     assert {*BUNDLED, "example"} <= with_engine_series
     assert s.engines_with("cuzkd_engine_state") == {*BUNDLED, "example", *BAD_DOCUMENTS,
-                                                    "victim"}
+                                                    CUZK, "victim"}
     assert promtool_check_metrics(s.text) == ""
     live.prometheus.wait_for(
         'increase(cuzkd_status_fetch_errors_total{engine=~"garbage|badschema"}[10s])',

@@ -7,6 +7,7 @@ be checked offline. tests/ops/test_container.py reads the same files for their m
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -20,7 +21,8 @@ REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 
 
-def _compose_config(*files: Path) -> subprocess.CompletedProcess[str]:
+def _compose_config(*files: Path,
+                    env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     exe = shutil.which("podman-compose") or str(Path(sys.executable).parent / "podman-compose")
     if not Path(exe).exists():
         pytest.fail("podman-compose not installed (pip install -e '.[dev]' provides it)")
@@ -28,11 +30,12 @@ def _compose_config(*files: Path) -> subprocess.CompletedProcess[str]:
         pytest.fail("podman not installed (./scripts/test.sh installs it)")
     args = [a for f in files for a in ("-f", str(f))]
     return subprocess.run([exe, *args, "config"], capture_output=True, text=True, timeout=60,
-                          check=False, cwd=files[0].parent)
+                          check=False, cwd=files[0].parent,
+                          env=None if env is None else {**os.environ, **env})
 
 
-def _resolved(*files: Path) -> dict[str, Any]:
-    result = _compose_config(*files)
+def _resolved(*files: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
+    result = _compose_config(*files, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     return dict(yaml.safe_load(result.stdout))
 
@@ -65,3 +68,36 @@ def test_the_check_refuses_a_broken_stack(tmp_path: Path) -> None:
     result = _compose_config(broken)
     assert result.returncode != 0
     assert "undeclared" in result.stdout + result.stderr
+
+
+AGENT_ENV = {"CUZKD_HOST_ID": "gpu-host-17", "CUZKD_REMOTE_WRITE_PASSWORD_FILE": "/dev/null",
+             "CUZKD_SCRAPE_PASSWORD_FILE": "/dev/null", "CUZKD_CA_FILE": "/dev/null"}
+
+
+def test_the_agent_override_adds_the_agent_beside_cuzkd() -> None:
+    config = _resolved(DEPLOY / "compose.yaml", DEPLOY / "compose.agent.yaml", env=AGENT_ENV)
+    agent = config["services"]["prometheus-agent"]
+    assert agent["environment"]["CUZKD_HOST_ID"] == "gpu-host-17"
+    assert agent["network_mode"] == "service:cuzkd"
+    assert config["secrets"]["remote-write-password"]["file"] == "/dev/null"
+    assert config["services"]["cuzkd"]["command"] == ["--demo"], "cuzkd's service unchanged"
+
+
+@pytest.mark.parametrize("missing", sorted(AGENT_ENV))
+def test_the_agent_override_refuses_a_host_without_identity_or_credentials(missing: str) -> None:
+    """Any left out: refused by name, never a host pushing as 127.0.0.1:9822."""
+    env = {**AGENT_ENV, missing: ""}
+    result = _compose_config(DEPLOY / "compose.yaml", DEPLOY / "compose.agent.yaml", env=env)
+    assert result.returncode != 0
+    assert missing in result.stdout + result.stderr
+
+
+def test_the_tls_override_resolves_and_needs_its_files() -> None:
+    files = (DEPLOY / "compose.yaml", DEPLOY / "compose.tls.yaml")
+    env = {"CUZKD_TLS_DIR": "/srv/tls", "CUZKD_SCRAPE_PASSWORD_FILE": "/dev/null"}
+    config = _resolved(*files, env=env)
+    assert "/srv/tls:/etc/cuzkd/tls:ro" in config["services"]["cuzkd"]["volumes"]
+    assert "./cuzkd-tls.toml:/etc/cuzkd/cuzkd.toml:ro" in config["services"]["cuzkd"]["volumes"]
+    assert "./cuzkd.toml:/etc/cuzkd/cuzkd.toml:ro" not in config["services"]["cuzkd"]["volumes"]
+    result = _compose_config(*files, env={**env, "CUZKD_TLS_DIR": ""})
+    assert result.returncode != 0 and "CUZKD_TLS_DIR" in result.stdout + result.stderr

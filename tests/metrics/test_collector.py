@@ -15,6 +15,7 @@ from cuzkd.status.document import (
     PARTITION_STATES,
     GpuWorker,
     Histogram,
+    StaleJob,
 )
 
 
@@ -55,9 +56,12 @@ def test_example_document_values(example_status, make_engine, scrape):
                        circuit="porep-32g") == 47244640256
     assert s.get_value("cuzk_allocation_bytes", engine="e0", kind="pce",
                        circuit="porep-32g") == 27917287424
-    buffers = {"synth": 4, "provers": 2, "aux": 1, "shells": 0}
-    for buffer, count in buffers.items():
+    for buffer, count in {"synth": 4, "provers": 2}.items():
         assert s.get_value("cuzk_buffers_in_flight", engine="e0", buffer=buffer) == count
+    # a plain cuzk never decrements aux and shells: counts of buffers put in flight
+    for buffer, count in {"aux": 1, "shells": 0}.items():
+        assert s.get_value("cuzk_buffers_started_total", engine="e0", buffer=buffer) == count
+        assert ("cuzk_buffers_in_flight", (("buffer", buffer), ("engine", "e0"))) not in s
     assert s.get_value("cuzk_pending_handles", engine="e0") == 1
     assert s.get_value("cuzk_engine_uptime_seconds", engine="e0") == pytest.approx(812.44)
     # extension-only families are absent without extensions
@@ -105,6 +109,9 @@ def test_document_own_extensions_are_used(example_status, example_extensions, ma
     s = scrape(one([make_engine("e0", status=doc)]))
     assert s.get_value("cuzk_gpu_worker_busy_seconds_total", engine="e0", worker="0",
                        gpu="0") == 512.5
+    # the reference engine's aux and shells are true in-flight counts
+    assert s.get_value("cuzk_buffers_in_flight", engine="e0", buffer="aux") == 1
+    assert "cuzk_buffers_started_total" not in s.of_engine("e0")
 
 
 def test_missing_status_drops_only_that_engines_cuzk_series(example_status, example_extensions,
@@ -298,3 +305,61 @@ def test_nvml_gpu_families(make_engine, scrape):
     assert s.named("cuzkd_gpu_utilization_ratio") == {(("gpu", "1"),): 0.75}
     assert s.get_value("cuzkd_gpu_info", gpu="0", name="NVIDIA H200", uuid="GPU-aaaa") == 1
     assert not scrape(one([make_engine("e0")])).named("cuzkd_gpu_memory_used_bytes")
+
+
+def test_leftovers_of_failed_work_are_not_in_flight_queued_synthesizing_or_busy(
+        example_status, example_extensions, make_engine, scrape):
+    """The deriver's stale jobs and phantom-busy workers (a plain cuzk's failed work): the
+    stale porep-c2 job's partitions leave cuzk_partitions and what it holds of synthesis.active
+    leaves cuzk_synthesis_active; worker 0, shown proving, is not busy."""
+    [porep] = [p for p in example_status.pipelines if p.proof_kind == "porep-c2"]
+    ext = msgspec.structs.replace(
+        example_extensions,
+        stale_jobs=[StaleJob(job_id=porep.job_id, proof_kind="porep-c2", age_secs=900.0,
+                             idle_secs=700.0, failed_partitions=0)],
+        phantom_busy_workers=[0],
+        phantom_busy_total={"job_not_listed": 0, "job_stale": 2, "partition_not_gpu": 1})
+    s = scrape(one([make_engine("e0", status=example_status, extensions=ext)]))
+    assert s.get_value("cuzk_stale_jobs", engine="e0", proof_kind="porep-c2") == 1
+    assert s.get_value("cuzk_stale_jobs", engine="e0", proof_kind="snap-update") == 0
+    assert s.get_value("cuzk_gpu_worker_phantom_busy_total", engine="e0", reason="job_stale") == 2
+    assert s.get_value("cuzk_gpu_worker_busy", engine="e0", worker="0", gpu="0") == 0
+    assert s.get_value("cuzk_gpu_worker_current_busy_seconds", engine="e0", worker="0",
+                       gpu="0") == 0
+    for phase in PARTITION_STATES:
+        assert s.get_value("cuzk_partitions", engine="e0", proof_kind="porep-c2",
+                           phase=phase) == 0
+    assert s.get_value("cuzk_synthesis_active", engine="e0") == 0  # its 3 synthesizing
+    clean = scrape(one([make_engine("e0", status=example_status, extensions=example_extensions)]))
+    assert clean.get_value("cuzk_synthesis_active", engine="e0") == 3
+    assert clean.get_value("cuzk_gpu_worker_busy", engine="e0", worker="0", gpu="0") == 1
+
+
+def test_a_cuzk_engines_real_synthesis_capacity_beside_max_concurrent(
+        example_status, example_extensions, make_engine, scrape):
+    """From its config's max_parallel_synthesis (cuzk's default without a cuzk file) and its
+    budget (252 GiB: 18 by 14 GiB); cuzkd's engine reports its own cap."""
+    own = msgspec.structs.replace(example_status, cuzkd_extensions=example_extensions)
+    s = scrape(one([make_engine("four", status=example_status, max_parallel_synthesis=4),
+                    make_engine("dflt", status=example_status),
+                    make_engine("ref", status=own)]))
+    assert s.get_value("cuzk_synthesis_capacity", engine="four") == 4
+    assert s.get_value("cuzk_synthesis_capacity", engine="dflt") == 18
+    assert s.get_value("cuzk_synthesis_max_concurrent", engine="dflt") == 19
+    assert s.get_value("cuzk_synthesis_capacity", engine="ref") == 19
+
+
+def test_an_empty_srs_list_is_filled_from_the_held_one(example_status, example_extensions,
+                                                       make_engine, scrape):
+    """The documented exception to "never a stale value": a plain cuzk's [] (SRS manager
+    busy) shows the deriver's held list; the engine's own non-empty list always wins."""
+    held = list(example_status.allocations.srs)
+    busy = msgspec.structs.replace(example_status, allocations=msgspec.structs.replace(
+        example_status.allocations, srs=[]))
+    ext = msgspec.structs.replace(example_extensions, held_srs=held)
+    s = scrape(one([make_engine("e0", status=busy, extensions=ext)]))
+    assert s.get_value("cuzk_allocation_bytes", engine="e0", kind="srs",
+                       circuit="porep-32g") == 47244640256
+    s = scrape(one([make_engine("e0", status=busy, extensions=example_extensions)]))
+    assert ("cuzk_allocation_bytes", (("circuit", "porep-32g"), ("engine", "e0"),
+                                      ("kind", "srs"))) not in s

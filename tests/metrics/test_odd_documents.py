@@ -26,7 +26,7 @@ def test_a_wrapped_counter_leaves_out_its_series_and_exports_the_others(
     counted = {e.reason: 2 for e in errors}  # as if two such documents had been decoded
     s = scrape(one([make_engine("e0", status=doc, status_field_errors_total=counted)]))
     buffers = {dict(labels)["buffer"]: v for labels, v in s.named("cuzk_buffers_in_flight").items()}
-    assert buffers == {"provers": 2, "aux": 1, "shells": 0}  # no "synth"
+    assert buffers == {"provers": 2}  # no "synth"; aux and shells: cuzk_buffers_started_total
     completed = {dict(labels)["proof_kind"]: v
                  for labels, v in s.named("cuzk_jobs_completed_total").items()}
     assert completed == {"snap-update": 16}  # porep-c2's count did not decode: absent, not 0

@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +77,9 @@ def test_image_runs_cuzkd_as_pid1_non_root_with_healthcheck() -> None:
     uid = user.split(":")[0]
     assert uid.isdigit() and int(uid) > 0, "numeric non-root user"
     (health,) = [a for w, a in ins if w == "HEALTHCHECK"]
-    assert "http://127.0.0.1:9822/healthz" in health
+    # the URL is an ENV default, https when the listener has TLS (tests/live/test_tls.py)
+    assert "os.environ['CUZKD_HEALTHZ_URL']" in health
+    assert ("ENV", "CUZKD_HEALTHZ_URL=http://127.0.0.1:9822/healthz") in ins
     assert ("EXPOSE", "9822") in ins
     assert ("VOLUME", '["/var/lib/cuzkd"]') in ins
     assert not any(w == "CMD" and "tini" in a for w, a in ins), "cuzkd is PID 1 itself"
@@ -146,3 +149,15 @@ def test_gpu_override_builds_the_cuda_image_with_the_gpu_extra() -> None:
     assert cuzkd["build"]["args"]["EXTRAS"] == "gpu"
     (device,) = cuzkd["deploy"]["resources"]["reservations"]["devices"]
     assert device["driver"] == "nvidia" and "gpu" in device["capabilities"]
+
+
+def test_tls_config_is_the_container_config_with_a_web_config() -> None:
+    """deploy/cuzkd-tls.toml (compose.tls.yaml) cannot drift from deploy/cuzkd.toml."""
+    plain = tomllib.loads((DEPLOY / "cuzkd.toml").read_text(encoding="utf-8"))
+    tls = tomllib.loads((DEPLOY / "cuzkd-tls.toml").read_text(encoding="utf-8"))
+    assert tls["metrics"].pop("web_config") == "/etc/cuzkd/tls/web-config.yml"
+    assert tls == plain
+    cuzkd = _compose("compose.tls.yaml")["services"]["cuzkd"]
+    assert "./cuzkd-tls.toml:/etc/cuzkd/cuzkd.toml:ro" in cuzkd["volumes"]
+    assert any(v.endswith(":/etc/cuzkd/tls:ro") for v in cuzkd["volumes"])
+    assert cuzkd["environment"]["CUZKD_HEALTHZ_URL"] == "https://127.0.0.1:9822/healthz"

@@ -161,6 +161,11 @@ BROKEN = {
     "gauge inside rate": ('sum by (instance) (rate(process_open_fds{job=~"$job", '
                           'instance=~"$instance"}[$__rate_interval]))', "{{instance}}",
                           ["gauge process_open_fds inside rate"]),
+    "counter inside max_over_time": ('sum by (instance) (max_over_time('
+                                     'cuzkd_zombies_reaped_total{job=~"$job", '
+                                     'instance=~"$instance"}[$__rate_interval]))',
+                                     "{{instance}}",
+                                     ["counter cuzkd_zombies_reaped_total inside max_over_time"]),
     "fixed window": ('sum by (instance) (rate(cuzkd_zombies_reaped_total{job=~"$job", '
                      'instance=~"$instance"}[5m]))', "{{instance}}", ["fixed range"]),
     "no aggregation": ('process_open_fds{job=~"$job", instance=~"$instance"}', "{{instance}}",

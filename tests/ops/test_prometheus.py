@@ -26,7 +26,8 @@ ALERTS = {
     "CuzkdMemoryBudgetExhausted", "CuzkdSwapRolledBack", "CuzkdStatusFetchFailing",
     "CuzkdTargetDown", "CuzkdConfigReloadFailed", "CuzkdEngineOomKilled", "CuzkdEngineStalled",
     "CuzkdProofSlowerThanDeadline", "CuzkdDeadlineProofFailed", "CuzkdRollbackFailed",
-    "CuzkdEngineDrainTimedOut", "CuzkdLabelValuesDropped",
+    "CuzkdEngineDrainTimedOut", "CuzkdLabelValuesDropped", "CuzkdStaleJobsAccumulating",
+    "CuzkdPartitionsFailing", "CuzkdWebConfigReloadFailed", "CuzkdHostStoppedPushing",
 }
 
 
@@ -61,14 +62,27 @@ def test_file_sd_files_have_the_target_group_format() -> None:
     assert all(t.endswith(":9822") for g in example for t in g["targets"])
 
 
-def test_compose_prometheus_config_is_valid(tmp_path: Path) -> None:
-    """deploy/prometheus.yml with the rules mounted beside it, as compose.yaml does."""
-    shutil.copy(ops.REPO / "deploy" / "prometheus.yml", tmp_path / "prometheus.yml")
+@pytest.mark.parametrize("name", ["prometheus.yml", "prometheus-tls.yml"])
+def test_compose_prometheus_config_is_valid(tmp_path: Path, name: str) -> None:
+    """deploy/prometheus.yml (and its TLS variant, compose.tls.yaml) with the rules mounted
+    beside it, as compose.yaml does."""
+    shutil.copy(ops.REPO / "deploy" / name, tmp_path / "prometheus.yml")
     shutil.copy(RULES, tmp_path / "cuzkd-alerts.yml")
     shutil.copy(PROM / "cuzkd-recording.yml", tmp_path / "cuzkd-recording.yml")
     result = _promtool("check", "config", "prometheus.yml", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "WARNING" not in result.stdout + result.stderr
+
+
+def test_compose_tls_prometheus_config_is_the_plain_one_over_tls() -> None:
+    """deploy/prometheus-tls.yml differs from deploy/prometheus.yml only in how the one job
+    reaches cuzkd."""
+    plain = yaml.safe_load((ops.REPO / "deploy" / "prometheus.yml").read_text())
+    tls = yaml.safe_load((ops.REPO / "deploy" / "prometheus-tls.yml").read_text())
+    (job,) = tls["scrape_configs"]
+    assert job.pop("scheme") == "https" and job.pop("tls_config")["min_version"] == "TLS12"
+    assert job.pop("basic_auth")["username"] == "prometheus"
+    assert tls == plain
 
 
 def test_rules_are_valid() -> None:

@@ -7,9 +7,15 @@ import json
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
-from cuzkd.status.derive import RESTART_SLACK_SECS, ExtensionDeriver, entered_phases
+from cuzkd.status.derive import (
+    RESTART_SLACK_SECS,
+    SRS_HOLD_SECS,
+    ExtensionDeriver,
+    entered_phases,
+)
 from cuzkd.status.document import Extensions, Partition, StatusDocument, decode_status
 
 PHASES = ("synthesizing", "synth_done", "gpu", "done", "failed")
@@ -36,9 +42,15 @@ def clock() -> Clock:
 
 
 def poll(clock: Clock, base: dict[str, Any], uptime_delta: float = 1.0) -> dict[str, Any]:
-    """The next document: a copy of ``base`` one poll later (engine and our clock advance)."""
+    """The next document: a copy of ``base`` one poll later (engine and our clock advance; a
+    worker still proving has been busy that much longer, and every job is that much older)."""
     doc = copy.deepcopy(base)
     doc["uptime_secs"] = base["uptime_secs"] + uptime_delta
+    for worker in doc["gpu_workers"]:
+        if worker["busy_secs"] is not None:
+            worker["busy_secs"] += uptime_delta
+    for pipeline in doc["pipelines"]:
+        pipeline["started_secs_ago"] += uptime_delta
     clock.now += uptime_delta
     return doc
 
@@ -89,7 +101,9 @@ def test_first_observation_counts_every_phase_each_partition_passed(
 
     deriver.observe(decode(example))  # the same document again
     deriver.observe(decode(poll(clock, example)))  # a later one, nothing moved
-    assert deriver.extensions() == ext
+    later = deriver.extensions()
+    assert busy(later) == {0: pytest.approx(2.21), 1: 0.0}  # still on its partition
+    assert msgspec.structs.replace(later, worker_busy=ext.worker_busy) == ext
 
 
 def test_partitions_skipping_phases_between_polls_count_each_entry_once(
@@ -118,28 +132,55 @@ def test_partitions_skipping_phases_between_polls_count_each_entry_once(
     assert ext.gpu_duration_seconds["porep-c2"].count == 6
 
 
-def test_worker_switching_partitions_between_polls_keeps_busy_time_monotonic(
+def test_worker_switching_partitions_between_polls_places_each_span_end(
     example: dict[str, Any], clock: Clock
 ) -> None:
+    """A span is placed by busy_secs and ends unseen: at its partition's start + gpu_ms when
+    that is listed done, never after the next span began; else when the next span began or,
+    gone idle, half-way between the polls."""
     deriver = ExtensionDeriver(clock=clock)
-    deriver.observe(decode(example))  # w0 on (porep-c2, 4) for 1.21 s
+    deriver.observe(decode(example))  # w0 on (porep-c2, 4) for 1.21 s: began at 4998.79
     doc = poll(clock, example)
-    set_worker(doc, 0, POREP, 4, 1.9)
     deriver.observe(decode(doc))
-    assert busy(deriver.extensions())[0] == pytest.approx(1.9)
-    doc = poll(clock, doc)
-    set_worker(doc, 0, POREP, 5, 0.5)  # finished 4, started 5 between polls
-    set_worker(doc, 1, POREP, 4, 0.2)  # another worker picked up the same partition id
+    assert busy(deriver.extensions())[0] == pytest.approx(2.21)
+    doc = poll(clock, doc)  # 5002
+    set_partition(doc, POREP, 4, "done", 30113, 2400)  # ended at 5001.19
+    set_partition(doc, POREP, 5, "gpu", 30390, 500)
+    set_worker(doc, 0, POREP, 5, 0.5)  # began at 5001.5
     deriver.observe(decode(doc))
-    assert busy(deriver.extensions()) == {0: pytest.approx(2.4), 1: pytest.approx(0.2)}
-    doc = poll(clock, doc)
+    assert busy(deriver.extensions()) == {0: pytest.approx(2.4 + 0.5), 1: 0.0}
+    doc = poll(clock, doc)  # 5003: (porep-c2, 5) is not listed done: ended half-way
     set_worker(doc, 0, None, None, None)
     deriver.observe(decode(doc))
-    assert busy(deriver.extensions())[0] == pytest.approx(2.4)
-    doc = poll(clock, doc)
-    set_worker(doc, 0, POREP, 5, 0.1)  # the same partition again: a new span, not a decrease
+    assert busy(deriver.extensions())[0] == pytest.approx(2.4 + 1.0)
+    doc = poll(clock, doc)  # 5004
+    set_worker(doc, 0, POREP, 5, 0.1)  # the same partition again: a new span
     deriver.observe(decode(doc))
-    assert busy(deriver.extensions())[0] == pytest.approx(2.5)
+    assert busy(deriver.extensions())[0] == pytest.approx(2.4 + 1.0 + 0.1)
+    doc = poll(clock, doc)  # 5005
+    set_worker(doc, 0, POREP, 5, 0.3)  # restarted at 5004.7: the second span ended then
+    deriver.observe(decode(doc))
+    assert busy(deriver.extensions())[0] == pytest.approx(2.4 + 1.0 + 0.8 + 0.3)
+
+
+def test_busy_secs_out_of_line_counts_no_second_twice(
+    example: dict[str, Any], clock: Clock
+) -> None:
+    """A span claiming to have begun before the worker was last seen idle, or before the span
+    it replaces ended, counts only time since then: no second is counted twice."""
+    deriver = ExtensionDeriver(clock=clock)
+    doc = copy.deepcopy(example)
+    set_worker(doc, 0, None, None, None)
+    deriver.observe(decode(doc))  # 5000: idle
+    doc = poll(clock, doc)
+    set_worker(doc, 0, POREP, 4, 50.0)  # "began" at 4951
+    deriver.observe(decode(doc))
+    assert busy(deriver.extensions())[0] == pytest.approx(1.0)
+    doc = poll(clock, doc)
+    set_partition(doc, POREP, 5, "gpu", 30390, 99000)
+    set_worker(doc, 0, POREP, 5, 99.0)  # 5002: the first span ended half-way, at 5001.5
+    deriver.observe(decode(doc))
+    assert busy(deriver.extensions())[0] == pytest.approx(1.5 + 0.5)
 
 
 def test_vanished_jobs_are_forgotten_and_counters_kept(
@@ -250,7 +291,7 @@ def test_duplicate_jobs_and_workers_in_a_document_count_once(
     ext = odd.extensions()
     assert ext.phase_transitions == clean.phase_transitions
     assert ext.jobs_in_flight == clean.jobs_in_flight
-    assert busy(ext) == {0: pytest.approx(1.21), 1: 0.0}
+    assert busy(ext) == {0: pytest.approx(1.21 + 2), 1: 0.0}
 
 
 def finish_all(raw: dict[str, Any], job: str) -> None:
@@ -299,7 +340,7 @@ def test_unchanged_jobs_between_polls_count_nothing_and_a_later_change_counts_on
     for _ in range(3):
         doc = poll(clock, doc)
         deriver.observe(decode(doc))
-    assert deriver.extensions() == first
+    assert msgspec.structs.replace(deriver.extensions(), worker_busy=first.worker_busy) == first
     pending = next(i for i, p in enumerate(
         next(p for p in doc["pipelines"] if p["job_id"] == POREP)["partitions"])
         if p["state"] == "pending")
@@ -350,3 +391,143 @@ def test_a_document_whose_uptime_did_not_decode_is_folded_in_without_the_restart
     restarted = {**poll(clock, example), "uptime_secs": 5.0, "pipelines": []}
     deriver.observe(decode(restarted))
     assert "porep-c2" not in deriver.extensions().phase_transitions
+
+
+def test_a_job_with_a_failed_partition_is_stale_not_in_flight_and_counts_its_failure_once(
+    example: dict[str, Any], clock: Clock
+) -> None:
+    """cuzk leaves a failed job listed for good: it is a leftover, not work in flight."""
+    deriver = ExtensionDeriver(clock=clock)
+    deriver.observe(decode(example))
+    assert deriver.extensions().jobs_in_flight == 1
+    doc = poll(clock, example)
+    set_partition(doc, POREP, 6, "failed", 9000, None)
+    for _ in range(5):
+        deriver.observe(decode(doc))
+        doc = poll(clock, doc)
+    ext = deriver.extensions()
+    assert ext.jobs_in_flight == 0
+    assert counts(ext, "porep-c2")[4] == 1
+    [stale] = ext.stale_jobs
+    assert (stale.job_id, stale.proof_kind, stale.failed_partitions) == (POREP, "porep-c2", 1)
+    assert stale.age_secs == pytest.approx(next(
+        p for p in example["pipelines"] if p["job_id"] == POREP)["started_secs_ago"] + 5)
+
+
+def test_a_job_without_progress_for_stale_after_is_stale_ticking_ms_are_no_progress(
+    example: dict[str, Any], clock: Clock
+) -> None:
+    deriver = ExtensionDeriver(clock=clock, stale_after=60.0)
+    deriver.observe(decode(example))
+    doc = example
+    for _ in range(59):
+        doc = poll(clock, doc)
+        for part in next(p for p in doc["pipelines"] if p["job_id"] == POREP)["partitions"]:
+            if part["state"] == "synthesizing":
+                part["synth_ms"] += 1000  # a running phase's clock ticks: not progress
+        deriver.observe(decode(doc))
+    assert deriver.extensions().stale_jobs == []
+    doc = poll(clock, doc)
+    deriver.observe(decode(doc))
+    ext = deriver.extensions()
+    assert [(s.job_id, s.idle_secs, s.failed_partitions) for s in ext.stale_jobs] == [
+        (POREP, pytest.approx(60.0), 0)]
+    assert ext.jobs_in_flight == 0
+    doc = poll(clock, doc)
+    set_partition(doc, POREP, 9, "synthesizing", 0, None)  # it moves again
+    deriver.observe(decode(doc))
+    assert (deriver.extensions().stale_jobs, deriver.extensions().jobs_in_flight) == ([], 1)
+
+
+def test_a_job_id_seen_again_with_a_smaller_started_secs_ago_is_a_new_job(
+    example: dict[str, Any], clock: Clock
+) -> None:
+    """Curio's retries reuse ids: the retry's partitions count as new ones."""
+    deriver = ExtensionDeriver(clock=clock)
+    failed = copy.deepcopy(example)
+    set_partition(failed, POREP, 6, "failed", 9000, None)
+    deriver.observe(decode(failed))
+    assert (counts(deriver.extensions(), "porep-c2")[4], len(deriver.extensions().stale_jobs)) \
+        == (1, 1)
+    retry = poll(clock, failed)
+    pipeline = next(p for p in retry["pipelines"] if p["job_id"] == POREP)
+    pipeline["started_secs_ago"] = 0.5
+    for index in range(10):
+        set_partition(retry, POREP, index, "pending", None, None)
+    set_partition(retry, POREP, 0, "synthesizing", 100, None)
+    set_worker(retry, 0, None, None, None)
+    deriver.observe(decode(retry))
+    ext = deriver.extensions()
+    assert counts(ext, "porep-c2") == (9 + 1, 6, 5, 4, 1)
+    assert (ext.stale_jobs, ext.jobs_in_flight) == ([], 1)
+
+
+def test_a_worker_left_proving_a_done_partition_two_polls_in_a_row_is_not_busy(
+    example: dict[str, Any], clock: Clock
+) -> None:
+    """A failed GPU run leaves its partition done and its worker proving it: busy until the
+    partition's own end, then not busy, counted once under its reason."""
+    deriver = ExtensionDeriver(clock=clock)
+    deriver.observe(decode(example))  # 5000: w0 on (porep-c2, 4) since 4998.79
+    doc = poll(clock, example)
+    set_partition(doc, POREP, 4, "done", 30113, 1500)  # ended at 5000.29; w0 still shown on it
+    deriver.observe(decode(doc))
+    ext = deriver.extensions()
+    assert (busy(ext)[0], ext.phantom_busy_workers) == (pytest.approx(1.21), [])
+    for _ in range(3):
+        doc = poll(clock, doc)
+        deriver.observe(decode(doc))
+    ext = deriver.extensions()
+    assert (busy(ext)[0], ext.phantom_busy_workers) == (pytest.approx(1.5), [0])
+    assert ext.phantom_busy_total == {"job_not_listed": 0, "job_stale": 0,
+                                      "partition_not_gpu": 1}
+    doc = poll(clock, doc)
+    set_partition(doc, POREP, 5, "gpu", 30390, 200)
+    set_worker(doc, 0, POREP, 5, 0.2)  # it picked up the next one: busy again
+    deriver.observe(decode(doc))
+    ext = deriver.extensions()
+    assert (busy(ext)[0], ext.phantom_busy_workers) == (pytest.approx(1.7), [])
+
+
+def test_a_worker_on_a_partition_of_a_stale_job_is_not_busy(
+    example: dict[str, Any], clock: Clock
+) -> None:
+    deriver = ExtensionDeriver(clock=clock)
+    doc = copy.deepcopy(example)
+    set_partition(doc, POREP, 6, "failed", 9000, None)  # w0's partition 4 stays `gpu`
+    for _ in range(2):
+        deriver.observe(decode(doc))
+        doc = poll(clock, doc)
+    ext = deriver.extensions()
+    assert (ext.phantom_busy_workers, busy(ext)[0]) == ([0], 0.0)  # never seen busy genuinely
+    assert ext.phantom_busy_total["job_stale"] == 1
+
+
+def test_an_empty_srs_list_keeps_the_last_known_one_for_a_bounded_time(
+    example: dict[str, Any], clock: Clock
+) -> None:
+    """cuzk serves srs [] while its SRS manager is busy (a 30-90 s load): the last list is
+    held for SRS_HOLD_SECS, then the empty one is believed."""
+    deriver = ExtensionDeriver(clock=clock)
+    deriver.observe(decode(example))
+    known = decode(example).allocations.srs
+    assert known and deriver.extensions().held_srs == []
+    doc = poll(clock, example)
+    doc["allocations"]["srs"] = []
+    deriver.observe(decode(doc))
+    assert deriver.extensions().held_srs == known
+    doc = poll(clock, doc, uptime_delta=SRS_HOLD_SECS)  # now past the hold
+    deriver.observe(decode(doc))
+    assert deriver.extensions().held_srs == []
+
+
+def test_a_span_never_began_before_the_engine_started(
+    example: dict[str, Any], clock: Clock
+) -> None:
+    """A busy_secs far beyond the engine's uptime is the document's error: the span counts
+    from the engine's start at most."""
+    doc = copy.deepcopy(example)
+    set_worker(doc, 0, POREP, 4, 1e12)
+    deriver = ExtensionDeriver(clock=clock)
+    deriver.observe(decode(doc))
+    assert busy(deriver.extensions())[0] == pytest.approx(example["uptime_secs"])

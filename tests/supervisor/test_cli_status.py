@@ -146,6 +146,20 @@ def test_engine_view_of_a_plain_cuzk_document() -> None:
                                        "1", "2", "1", "2", "4", "0"]
 
 
+def test_engine_view_shows_stale_jobs_with_their_age_and_phantom_workers() -> None:
+    """The supervisor's leftovers of failed work (a plain cuzk's) as the control API sends
+    them: each stale job whole with its age, and a worker shown proving but not busy."""
+    info = {"name": "cuzk1", "state": "running", "pid": 4242, "started_at": 1000.0,
+            "restarts": 0, "status_address": "http://127.0.0.1:9821/status",
+            "stale_jobs": [{"job_id": LONG_JOB_ID, "proof_kind": "porep-c2",
+                            "age_secs": 5400.0, "idle_secs": 4800.0, "failed_partitions": 1}],
+            "phantom_busy_workers": [0]}
+    text = render_engine(_entry(info), _plain_cuzk_document(), None, now=1000.0 + 60)
+    assert _row(text, "0") == ["0", "0", "phantom", "2.2s", "4", LONG_JOB_ID]
+    assert "stale jobs (leftovers of failed work: not in flight, not busy):" in text
+    assert text.splitlines()[-1].split() == [LONG_JOB_ID, "porep-c2", "1h30m", "1h20m", "1"]
+
+
 def test_engine_view_of_a_document_with_values_left_out_names_them() -> None:
     """Unknown figures print as ``?`` (never ``None``, never a crash) and the view says which
     values were left out; the rest of the document is shown as ever."""

@@ -35,6 +35,8 @@ MISTAKES = [
     (GOOD_ENGINE + "backoff_multiplier = 0.5\n", "engine[0].backoff_multiplier", ">= 1"),
     (GOOD_ENGINE + "health_interval = 0\n", "engine[0].health_interval", "minimum of 10ms"),
     (GOOD_ENGINE + 'health_interval = "5ms"\n', "engine[0].health_interval", "minimum of 10ms"),
+    (GOOD_ENGINE + 'grpc_telemetry_interval = "5ms"\n', "engine[0].grpc_telemetry_interval",
+     "minimum of 10ms"),
     (GOOD_ENGINE + 'backoff_initial = "9ms"\n', "engine[0].backoff_initial", "minimum of 10ms"),
     (GOOD_ENGINE + "stop_timeout = 0\n", "engine[0].stop_timeout", "greater than zero"),
     # A year is the longest any timer may be: longer is a typo, and overflows some timers.
@@ -72,6 +74,7 @@ MISTAKES = [
     (GOOD_ENGINE + 'listen = "unix:"\n', "engine[0].listen", "socket path"),
     (GOOD_ENGINE + 'status_url = "unix:"\n', "engine[0].status_url", "socket path"),
     (GOOD_ENGINE + 'stall_after = "50ms"\n', "engine[0].stall_after", "shorter than"),
+    (GOOD_ENGINE + 'stale_job_after = "0s"\n', "engine[0].stale_job_after", "greater than"),
     (GOOD_ENGINE + 'gpus = ["first"]\n', "engine[0].gpus[0]", "NVML index"),
     (GOOD_ENGINE + 'gpus = ["0", "0"]\n', "engine[0].gpus", "twice"),
     (GOOD_ENGINE + 'gpus = ["0"]\nenv = { CUDA_VISIBLE_DEVICES = "1" }\n', "engine[0].env",
@@ -311,6 +314,13 @@ def test_stall_watchdog_keys(tmp_path: Path) -> None:
     default, off = load_config(path).engine
     assert (default.stall_after, default.stall_action) == (600.0, "restart")
     assert (off.stall_after, off.stall_action) == (0.0, "alert")
+
+
+def test_stale_job_after_defaults_to_ten_minutes(tmp_path: Path) -> None:
+    path = tmp_path / "s.toml"
+    path.write_text(GOOD_ENGINE + '[[engine]]\nname = "quick"\nstale_job_after = "90s"\n')
+    default, quick = load_config(path).engine
+    assert (default.stale_job_after, quick.stale_job_after) == (600.0, 90.0)
 
 
 def test_proof_deadlines_default_override_and_drop(tmp_path: Path) -> None:

@@ -228,7 +228,7 @@ def test_client_commands_do_not_need_the_metrics_host_to_resolve(tmp_path: Path)
 ENTRY_KEYS = ["name", "state", "pid", "started_at", "restarts", "last_exit_cause", "exits",
               "next_restart_at", "last_error", "waiting_for_gpu", "stalled", "stalls_total",
               "last_exit_stderr", "status_address", "command", "release",
-              "status_field_errors"]
+              "status_field_errors", "stale_jobs", "phantom_busy_workers"]
 
 
 def test_an_engine_entry_goes_from_the_supervisor_to_the_cli_unchanged(tmp_path: Path) -> None:

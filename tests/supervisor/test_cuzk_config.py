@@ -11,7 +11,12 @@ from pathlib import Path
 import pytest
 
 from cuzkd.config import Config, ConfigError, load_config
-from cuzkd.config.cuzkfile import DEFAULT_CUZK_CONFIG, cuzk_config_path, cuzk_size
+from cuzkd.config.cuzkfile import (
+    DEFAULT_CUZK_CONFIG,
+    cuzk_config_path,
+    cuzk_size,
+    synthesis_capacity,
+)
 
 GOOD_CUZK = '[daemon]\nlisten = "unix://{dir}/cuzk.sock"\nstatus_listen = "127.0.0.1:9821"\n'
 
@@ -44,6 +49,18 @@ def test_the_status_address_comes_from_cuzks_status_listen(tmp_path: Path, statu
     # cuzk's default gRPC address, as cuzk writes it
     assert config.grpc_address(engine) == "unix:///run/curio/cuzk.sock"
     assert engine.drain_mode == "cuzk"  # a stop waits for no job held, in /status and gRPC
+
+
+def test_max_parallel_synthesis_is_read_and_gives_cuzks_real_synthesis_cap(
+        tmp_path: Path) -> None:
+    """cuzk's cap is min(budget / 14 GiB, [pipeline] max_parallel_synthesis (0: 18)), at
+    least 2 -- not the budget / 9 GiB its /status reports as max_concurrent."""
+    assert _load(tmp_path, GOOD_CUZK).engine[0].cuzk_file.pipeline.max_parallel_synthesis == 18
+    six = _load(tmp_path, GOOD_CUZK + "[pipeline]\nmax_parallel_synthesis = 6\n")
+    assert six.engine[0].cuzk_file.pipeline.max_parallel_synthesis == 6
+    gib = 2**30
+    assert [synthesis_capacity(budget * gib, parallel) for budget, parallel in (
+        (140, 18), (2000, 18), (2000, 0), (10, 18), (256, 4), (0, 0))] == [10, 18, 18, 2, 4, 2]
 
 
 def test_a_wildcard_status_listener_is_warned_about(tmp_path: Path) -> None:

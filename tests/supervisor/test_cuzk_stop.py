@@ -26,7 +26,7 @@ JOB_SECONDS = 0.2 + 10 * 0.05 / 2
 ENGINES: dict[str, tuple[dict[str, str], dict[str, Any]]] = {
     "light": ({**FAST_JOBS, "CUZK_STANDIN_FAIL": "porep-9-9:4"}, {}),
     "steady": (FAST_JOBS, {"drain_timeout": "1500ms"}),
-    "post": ({"CUZK_STANDIN_POST_SECS": "1.5"}, {}),
+    "post": ({"CUZK_STANDIN_POST_SECS": "1.5"}, {"grpc_telemetry_interval": "300ms"}),
     "stubborn": ({**FAST_JOBS, "CUZK_STANDIN_IGNORE_SIGNALS": "1"},
                  {"drain_timeout": "1s", "stop_timeout": "1s"}),
 }
@@ -60,13 +60,15 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         assert fleet.sup.stop() == 0
 
 
-def metric(sup: RunningSupervisor, name: str, **labels: str) -> float:
+def metric(sup: RunningSupervisor, name: str, **labels: str) -> float | None:
+    """The series' value in a scrape now; None when the scrape has no such series."""
     with urllib.request.urlopen(f"http://{sup.about()['metrics_listen']}/metrics",
                                 timeout=10) as resp:
         text = resp.read().decode()
     want = ",".join(f'{k}="{v}"' for k, v in labels.items())
-    line = next(line for line in text.splitlines() if line.startswith(f"{name}{{{want}}}"))
-    return float(line.split()[-1])
+    line = next((line for line in text.splitlines() if line.startswith(f"{name}{{{want}}}")),
+                None)
+    return None if line is None else float(line.split()[-1])
 
 
 def test_a_restart_under_light_load_loses_no_job_within_one_jobs_time(fleet: Fleet) -> None:
@@ -121,6 +123,27 @@ def test_a_restart_under_steady_load_waits_drain_timeout_then_counts_jobs_lost(
                                 kind=kind) for kind in ("porep-c2", "snap-update", "window-post")}
         assert counted == {k: float(lost["jobs"].get(k, 0)) for k in counted}
         assert counted["window-post"] == 0
+    finally:
+        load.stop()
+
+
+def test_a_gpu_proving_post_shows_busy_in_the_grpc_telemetry_alone(fleet: Fleet) -> None:
+    """/status shows the worker idle; the gRPC families show the WindowPoSt, then count it."""
+    sup = fleet.sup
+    fleet.running("post")
+    load = LoadThread(fleet.grpc["post"], ["window-post"], lambda load: load.light(gap=30))
+    post = {"engine": "post", "proof_kind": "window-post"}
+    try:
+        wait_until(lambda: metric(sup, "cuzk_grpc_gpu_workers_proving", engine="post", gpu="0",
+                                  proof_kind="window-post") == 1, 10, "the PoSt in the telemetry")
+        assert metric(sup, "cuzk_grpc_proofs_in_progress", **post) == 1
+        for worker in ("0", "1"):  # /status: both idle
+            assert metric(sup, "cuzk_gpu_worker_busy", engine="post", gpu="0", worker=worker) == 0
+        wait_until(lambda: metric(sup, "cuzk_grpc_proofs_completed_total", **post) == 1, 10,
+                   "the PoSt counted")
+        assert metric(sup, "cuzk_grpc_proofs_failed_total", **post) == 0
+        assert metric(sup, "cuzkd_engine_grpc_errors_total", engine="post",
+                      reason="unavailable") == 0
     finally:
         load.stop()
 

@@ -18,14 +18,17 @@ import structlog
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from support.stand_ins import Script, StandInEngines, engine_set, running_phase
+from support.tlsfiles import write_web_config
 
 from cuzkd.config import load_config
 from cuzkd.httperrors import json_errors
+from cuzkd.log.ratelimit import LimitedLog
 from cuzkd.states import Phase, State
 from cuzkd.supervisor.core.phase import SupervisorPhase
 from cuzkd.supervisor.daemon.notify import Notifier
 from cuzkd.supervisor.daemon.reload import ConfigReloader, ReloadOutcome
 from cuzkd.supervisor.engines.engineset import EngineSet
+from cuzkd.supervisor.web.access import WebAccess
 
 
 def write_config(path: Path, *names: str) -> None:
@@ -190,3 +193,30 @@ def test_a_reload_logs_the_files_old_kind_names_naming_file_and_key(tmp_path: Pa
     detail = str(warnings[0]["detail"])
     assert detail.startswith(f"{config_path}: key `metrics.proof_deadlines.winning`: ")
     assert "'winning-post'" in detail
+
+
+def test_a_reload_with_a_broken_web_config_is_refused_and_the_listener_keeps_its_own(
+        tmp_path: Path) -> None:
+    """``[metrics] web_config`` gone bad (a hash that is not bcrypt): the reload is refused
+    naming the web config's key, and the listener's settings stay the last good ones."""
+    web_config = write_web_config(tmp_path / "web.yml", None)
+    config_path = tmp_path / "cuzkd.toml"
+    write_config(config_path, "a")
+    config_path.write_text(f'[metrics]\nweb_config = "{web_config}"\n'
+                           + config_path.read_text())
+
+    async def main() -> None:
+        rig = Rig(config_path)
+        access = WebAccess(str(web_config), LimitedLog())
+        users = access.web.basic_auth_users
+        web_config.write_text("basic_auth_users:\n  prometheus: hunter2\n")
+        outcome = await rig.reloader.reload()
+        assert outcome.error is not None
+        assert "web.yml: key `basic_auth_users.prometheus`: not a bcrypt hash" in outcome.error
+        assert "hunter2" not in outcome.error
+        assert not rig.phase.reload_ok
+        access.refresh()
+        assert not access.last_reload_ok and access.web.basic_auth_users == users
+        await rig.close()
+
+    asyncio.run(main())

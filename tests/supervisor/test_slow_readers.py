@@ -18,8 +18,10 @@ import pytest
 from aiohttp import web
 from support.waiting import wait_until
 
+from cuzkd.log.ratelimit import LimitedLog
 from cuzkd.metrics.sample import EngineSample, SupervisorSample
 from cuzkd.states import ConnectionClose
+from cuzkd.supervisor.web.access import WebAccess
 from cuzkd.supervisor.web.listener import GatedListener
 from cuzkd.supervisor.web.metrics_routes import build_metrics_app
 from cuzkd.supervisor.web.outbox import SLICE_BYTES, Outbox
@@ -83,7 +85,8 @@ async def served(request: pytest.FixtureRequest) -> AsyncIterator[Served]:
     size, outbox, idle = request.param
     body = bytes(range(256)) * (size // 256)
     supervisor = _Supervisor(body)
-    runner = web.AppRunner(build_metrics_app(supervisor, outbox), access_log=None)
+    app = build_metrics_app(supervisor, outbox, WebAccess("", LimitedLog()))
+    runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     assert runner.server is not None
     listener = GatedListener(runner.server, limit=lambda: 64, idle=idle)

@@ -18,6 +18,7 @@ from cuzkd.status.document import (
     Memory,
     Partition,
     Pipeline,
+    StaleJob,
     StatusDocument,
     Synthesis,
 )
@@ -264,3 +265,31 @@ def test_a_running_phase_growing_is_no_progress_but_a_partition_leaving_unfinish
     polls += [(float(t), synthesizing_for(1000 * t)) for t in range(1, 5)]
     polls += [(float(t), synthesizing_for(1000 * t, listed=1)) for t in range(5, 60)]
     assert [t for t, _ in run(watch, polls)] == [5.0 + AFTER]
+
+
+def test_leftovers_of_failed_work_are_neither_work_nor_progress() -> None:
+    """A plain cuzk lists a failed job for good (partitions stuck in gpu, a worker left
+    proving): with the deriver's stale job and phantom worker that engine is idle, never
+    stalled; a real job frozen beside the leftover still stalls, and so does a job stale only
+    for making no progress (a hung engine's)."""
+    leftover = msgspec.structs.replace(ext(), stale_jobs=[StaleJob(
+        job_id="j1", proof_kind="porep-c2", age_secs=1.0, idle_secs=0.0,
+        failed_partitions=1)], phantom_busy_workers=[0])
+    left = doc(["failed", "gpu"], workers=[proving(0, "j1", 1, 400.0)])
+    watch = StallWatch(AFTER)
+    watch.started(0.0)
+    assert run(watch, [(float(t), left) for t in range(1000)], leftover) == []
+    assert run(StallWatch(AFTER), [(float(t), left) for t in range(1000)], ext()) != []
+    frozen = msgspec.structs.replace(left, pipelines=[
+        *left.pipelines, *doc(["gpu"], job="j2").pipelines])
+    watch = StallWatch(AFTER)
+    watch.started(0.0)
+    onsets = run(watch, [(float(t), frozen) for t in range(100)], leftover)
+    assert [(t, ev.reason, ev.phases["gpu"]) for t, ev in onsets] == [
+        (STARTUP_FACTOR * AFTER, "no_progress", 1)]
+    hung = msgspec.structs.replace(leftover, stale_jobs=[msgspec.structs.replace(
+        leftover.stale_jobs[0], failed_partitions=0)], phantom_busy_workers=[])
+    watch = StallWatch(AFTER)
+    watch.started(0.0)
+    assert [t for t, _ in run(watch, [(float(t), doc(["gpu"])) for t in range(100)], hung)] \
+        == [STARTUP_FACTOR * AFTER]

@@ -20,12 +20,15 @@ def at(event: dict[str, object]) -> float:
 
 def test_frozen_engine_is_restarted_idle_and_steady_ones_never_stall(tmp_path: Path) -> None:
     keys = {"stall_after": f"{STALL_AFTER}s", "health_interval": f"{POLL}s"}
+    # The others' work never ends (frozen, or steady forever), so a drain at the final stop
+    # could only wait out drain_timeout; "frozen" keeps its drain: a stall must skip it.
+    undrained = {**keys, "drain": "none"}
     frozen = ["--progress-every", "0.2", "--freeze-after", "1.0"]
     config = write_config(tmp_path, [
         fake_engine(tmp_path, "frozen", args=frozen, **keys),
-        fake_engine(tmp_path, "watched", args=frozen, stall_action="alert", **keys),
-        fake_engine(tmp_path, "idle", **keys),
-        fake_engine(tmp_path, "steady", args=["--progress-every", "0.3"], **keys),
+        fake_engine(tmp_path, "watched", args=frozen, stall_action="alert", **undrained),
+        fake_engine(tmp_path, "idle", **undrained),
+        fake_engine(tmp_path, "steady", args=["--progress-every", "0.3"], **undrained),
     ])
     sup = start_supervisor(config)
     try:

@@ -45,6 +45,15 @@ Stand-in-only knobs (environment variables; seconds may be fractions):
 - ``CUZK_STANDIN_SYNTH_SECS`` (0.3): synthesis time of one partition;
   ``CUZK_STANDIN_GPU_SECS`` (0.05): GPU time of one partition;
   ``CUZK_STANDIN_POST_SECS`` (0.2): a whole WindowPoSt or WinningPoSt proof.
+- ``CUZK_STANDIN_NVIDIA_SMI_SECS`` (0.03): CPU seconds each ``GetStatus`` burns, as the real
+  one's ``nvidia-smi`` run does.
+- ``CUZK_STANDIN_GPU_SECS_MAX`` (unset): each GPU run lasts a random time between
+  ``GPU_SECS`` and this; ``CUZK_STANDIN_GPU_REST_MAX`` (0): after each GPU run its worker rests
+  (idle) a random 0 to this many seconds before it takes the next partition;
+  ``CUZK_STANDIN_SEED``: the seed of both (default: random).
+- ``CUZK_STANDIN_SPANS`` (unset): a file to which each GPU run of a partition is appended as it
+  ends, one JSON line ``{"worker": ID, "start": S, "end": E}`` in ``CLOCK_MONOTONIC`` seconds
+  (the host's clock, shared with a bench on the same host): the engine's true busy spans.
 - ``CUZK_STANDIN_START_DELAY`` (0): seconds between start and binding the listeners (SRS
   preload, say); nothing answers meanwhile.
 - ``CUZK_STANDIN_EXIT`` (unset) = 1, 2 or 101, after ``CUZK_STANDIN_EXIT_AFTER`` seconds
@@ -64,6 +73,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import re
 import signal
 import sys
@@ -293,6 +303,10 @@ class Engine:
         self.synth_secs = knob("SYNTH_SECS", 0.3)
         self.gpu_secs = knob("GPU_SECS", 0.05)
         self.post_secs = knob("POST_SECS", 0.2)
+        self.gpu_secs_max = knob("GPU_SECS_MAX", self.gpu_secs)
+        self.gpu_rest_max = knob("GPU_REST_MAX", 0)
+        self.random = random.Random(os.environ.get("CUZK_STANDIN_SEED"))
+        self.spans_path = os.environ.get("CUZK_STANDIN_SPANS", "")
         self.failures = parse_failures(os.environ.get("CUZK_STANDIN_FAIL", ""))
         self.jobs: dict[str, Job] = {}
         self.queue: list[Job] = []
@@ -312,6 +326,9 @@ class Engine:
         self.completed_by_kind: dict[str, int] = {}
         self.all_completed = 0
         self.all_failed = 0
+        #: gRPC kind spelling -> proofs of every kind completed / failed (GetMetrics)
+        self.grpc_completed: dict[str, int] = {}
+        self.grpc_failed: dict[str, int] = {}
         self.durations: list[float] = []
         self.srs_used: dict[str, float] = {}
         self.wake = asyncio.Event()
@@ -391,25 +408,43 @@ class Engine:
         self.wake.set()
         worker = await self.free_workers.get()
         self.in_gpu += 1
-        partition.state, partition.gpu_start = "gpu", self.now()
-        worker.busy, worker.busy_since = True, self.now()
+        picked_up = self.now()
+        partition.state, partition.gpu_start = "gpu", picked_up
+        worker.busy, worker.busy_since = True, picked_up
         worker.current_job, worker.current_partition = job.job_id, partition.index
-        await asyncio.sleep(self.gpu_secs)
+        gpu_secs = self.random.uniform(self.gpu_secs, self.gpu_secs_max)
+        await asyncio.sleep(gpu_secs)
         self.in_gpu -= 1
         partition.gpu_end = self.now()
         partition.state = "done"
-        job.gpu_ms += int(self.gpu_secs * 1000)
+        job.gpu_ms += int(gpu_secs * 1000)
+        self.record_span(worker, picked_up, partition.gpu_end)
         if self.failures.get((job.job_id, partition.index)) == "gpu":
-            self.free_workers.put_nowait(worker)  # left showing `proving` this partition
+            self.release(worker)  # left showing `proving` this partition
             self.finish(job, f"GPU proving of partition {partition.index} failed")
             return
         if worker.current_job == job.job_id and worker.current_partition == partition.index:
             worker.busy, worker.current_job, worker.current_partition = False, None, None
             worker.busy_since = None
-        self.free_workers.put_nowait(worker)
+        self.release(worker)
         self.wake.set()
         if not job.failed and all(p.state == "done" for p in job.partitions):
             self.finish(job, "")
+
+    def record_span(self, worker: Worker, start: float, end: float) -> None:
+        if self.spans_path:
+            with open(self.spans_path, "a") as spans:
+                spans.write(json.dumps({"worker": worker.worker_id, "start": start,
+                                        "end": end}) + "\n")
+
+    def release(self, worker: Worker) -> None:
+        """The worker takes the next partition now, or after its rest."""
+        rest = self.random.uniform(0, self.gpu_rest_max)
+        if rest <= 0:
+            self.free_workers.put_nowait(worker)
+            return
+        loop = asyncio.get_running_loop()
+        loop.call_later(rest, self.free_workers.put_nowait, worker)
 
     async def prove_whole(self, job: Job, worker: Worker) -> None:
         job.started = self.now()
@@ -426,6 +461,8 @@ class Engine:
     def finish(self, job: Job, error: str) -> None:
         job.finished = self.now()
         job.failed = error
+        outcomes = self.grpc_failed if error else self.grpc_completed
+        outcomes[job.grpc_kind] = outcomes.get(job.grpc_kind, 0) + 1
         if error:
             self.all_failed += 1
             self.log("ERROR", "cuzk_core::engine", "proof failed", job_id=job.job_id,
@@ -528,7 +565,23 @@ class Engine:
             f"cuzk_proof_duration_seconds_sum {sum(self.durations):.3f}",
             f"cuzk_proof_duration_seconds_count {len(self.durations)}",
         ]
+        for name, counts in (("cuzk_proofs_completed", self.grpc_completed),
+                             ("cuzk_proofs_failed", self.grpc_failed)):
+            lines.append(f"# TYPE {name} counter")
+            lines.extend(f'{name}{{proof_kind="{kind}"}} {n}' for kind, n in counts.items())
         return "\n".join(lines) + "\n"
+
+
+#: CPU seconds the real engine spends per GetStatus running nvidia-smi ("tens of milliseconds")
+NVIDIA_SMI_SECS = 0.03
+
+
+def nvidia_smi(cpu_seconds: float) -> None:
+    """What one GetStatus costs the real engine: ``nvidia-smi``'s CPU time, burnt here (a busy
+    loop on the process's CPU clock, so a measurement of the engine's CPU sees it)."""
+    until = time.process_time() + cpu_seconds
+    while time.process_time() < until:
+        pass
 
 
 def parse_failures(spec: str) -> dict[tuple[str, int], str]:
@@ -599,6 +652,7 @@ class ProvingEngine:
 
     async def GetStatus(self, request: pb.GetStatusRequest,
                         context: grpc.aio.ServicerContext) -> pb.GetStatusResponse:
+        nvidia_smi(knob("NVIDIA_SMI_SECS", NVIDIA_SMI_SECS))
         return self.engine.grpc_status()
 
     async def GetMetrics(self, request: pb.GetMetricsRequest,

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import base64
 import ctypes
 import json
 import shutil
@@ -121,6 +122,10 @@ def _die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
 
 
+#: Agent mode as the shipped unit and compose service run it on Prometheus 2.x.
+AGENT_FLAGS = "--enable-feature=agent,expand-external-labels"
+
+
 class PrometheusError(AssertionError):
     """The API answered an error (bad query, server failure); the message says which."""
 
@@ -130,23 +135,32 @@ class Prometheus:
     proc: subprocess.Popen[bytes]
     url: str
     log_path: Path
+    #: (user, password) sent on every request, for one started with a ``--web.config.file``
+    auth: tuple[str, str] | None = None
 
     @classmethod
     def start(cls, workdir: Path, targets: Sequence[str], *, rule_files: Iterable[Path] = (),
               scrape_interval: str = "1s", timeout: float = 30.0,
-              scrape_configs: Sequence[dict[str, Any]] | None = None) -> Prometheus:
+              scrape_configs: Sequence[dict[str, Any]] | None = None,
+              config: dict[str, Any] | None = None, agent: bool = False,
+              flags: Sequence[str] = (), env: dict[str, str] | None = None,
+              auth: tuple[str, str] | None = None) -> Prometheus:
         """Start Prometheus scraping ``targets`` (job ``cuzkd``) and wait until it is ready.
 
         The scrape timeout equals the interval (Prometheus' maximum). Rule files are evaluated
         at the same interval, so their expressions run against the live series too.
         ``scrape_configs`` replaces the one job (``targets`` is then unused): relative paths
-        in it resolve against ``workdir``, where the config is written.
+        in it resolve against ``workdir``, where the config is written. ``config`` replaces
+        the whole file (the other config arguments are then unused); ``agent`` runs it in
+        agent mode (2.x's feature flag, external labels expanded from ``env``, the process'
+        whole environment when given); ``flags`` are added to the command line, and ``auth``
+        is sent to the API they protect.
         """
         binary = shutil.which("prometheus")
         assert binary is not None, "prometheus missing: apt-get install prometheus"
         workdir.mkdir(parents=True, exist_ok=True)
-        config = workdir / "prometheus.yml"
-        config.write_text(json.dumps({  # JSON is YAML
+        config_path = workdir / "prometheus.yml"
+        config_path.write_text(json.dumps(config if config is not None else {  # JSON is YAML
             "global": {"scrape_interval": scrape_interval,
                        "evaluation_interval": scrape_interval},
             "rule_files": [str(p) for p in rule_files],
@@ -154,15 +168,17 @@ class Prometheus:
                 {"job_name": "cuzkd", "scrape_timeout": scrape_interval,
                  "static_configs": [{"targets": list(targets)}]}],
         }))
+        storage = ([AGENT_FLAGS, f"--storage.agent.path={workdir / 'wal'}"] if agent
+                   else [f"--storage.tsdb.path={workdir / 'data'}"])
         port = free_port()
         log_path = workdir / "prometheus.log"
         with log_path.open("ab") as log:
             proc = subprocess.Popen(
-                [binary, f"--config.file={config}", f"--storage.tsdb.path={workdir / 'data'}",
-                 f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                [binary, f"--config.file={config_path}", *storage,
+                 f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn", *flags],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
                 preexec_fn=_die_with_parent)
-        prom = cls(proc, f"http://127.0.0.1:{port}", log_path)
+        prom = cls(proc, f"http://127.0.0.1:{port}", log_path, auth)
         try:
             wait_until(prom._ready, timeout, "Prometheus /-/ready", interval=0.1)
         except BaseException:
@@ -174,10 +190,17 @@ class Prometheus:
         if self.proc.poll() is not None:
             raise AssertionError(f"prometheus exited {self.proc.returncode}:\n{self.log()}")
         try:
-            with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as resp:
+            with self._get("/-/ready", timeout=2) as resp:
                 return bool(resp.status == 200)
         except (urllib.error.URLError, OSError):
             return False
+
+    def _get(self, path: str, timeout: float) -> Any:
+        request = urllib.request.Request(f"{self.url}{path}")
+        if self.auth is not None:
+            token = base64.b64encode(":".join(self.auth).encode()).decode()
+            request.add_header("Authorization", f"Basic {token}")
+        return urllib.request.urlopen(request, timeout=timeout)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-4000:]
@@ -196,7 +219,7 @@ class Prometheus:
         """The whole JSON answer of ``GET /api/v1/<path>`` (errors included, not raised)."""
         query = urllib.parse.urlencode({k: str(v) for k, v in params.items()})
         try:
-            with urllib.request.urlopen(f"{self.url}/api/v1/{path}?{query}", timeout=30) as resp:
+            with self._get(f"/api/v1/{path}?{query}", timeout=30) as resp:
                 return json.loads(resp.read())  # type: ignore[no-any-return]
         except urllib.error.HTTPError as exc:  # 400/422/503 carry a JSON error body
             return json.loads(exc.read())  # type: ignore[no-any-return]

@@ -11,6 +11,10 @@ Engines (one ``cuzkd run --demo`` with ``[metrics] listen`` on port 0):
 * ``garbage``, ``badschema``: serve non-JSON and a wrong-schema document. ``start_timeout`` is
   long so they stay ``starting`` (down, fetch errors counting) for the whole session instead of
   being killed and restarted;
+* ``cuzk``: the cuzk stand-in as a ``type = "cuzk"`` engine proving WindowPoSt and WinningPoSt
+  one at a time (2 s each, 1.5 s apart) over gRPC: its gRPC telemetry (every second) makes the
+  ``cuzk_grpc_*`` families and ``cuzkd_engine_grpc_errors_total`` live, and its PoSt panels
+  move (cuzk's /status never shows PoSt);
 * ``victim``: a fake engine whose first start exits 1 (restarted at once, as the first failure
   always is). That leaves its backoff one failure deep with ``backoff_reset_after`` far away,
   so the *next* failure (the SIGKILL test) waits ``backoff_initial`` (4 s, at least 3.2 s with
@@ -36,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from cuzkd.config import BINARY_PLACEHOLDER
+from support.cuzk_harness import LoadThread, cuzk_engine
 from support.live import Exposition, Prometheus, doc_engine, scrape
 from support.supervisor_harness import (
     RunningSupervisor,
@@ -50,6 +55,7 @@ RECORDING_RULES = REPO / "prometheus" / "cuzkd-recording.yml"
 RULE_FILES = (ALERT_RULES, RECORDING_RULES)
 BUNDLED = ("b0", "b1")
 BAD_DOCUMENTS = ("garbage", "badschema")
+CUZK = "cuzk"
 VICTIM_BACKOFF = 4.0
 
 
@@ -88,10 +94,13 @@ def _victim(tmp: Path) -> dict[str, Any]:
 def live_stack(tmp: Path, example: Path) -> Iterator[LiveStack]:
     """Start the stack under ``tmp``; everything started is stopped on exit, failure or not."""
     bad = _bad_documents(tmp, example)
+    cuzk_table, cuzk_grpc = cuzk_engine(tmp, CUZK, env={"CUZK_STANDIN_POST_SECS": "2"},
+                                        health_interval="1s", grpc_telemetry_interval="1s")
     engines = [
         *({"name": name} for name in BUNDLED),
         doc_engine(tmp, "example", example),
         *(doc_engine(tmp, name, bad[name], start_timeout="1h") for name in BAD_DOCUMENTS),
+        cuzk_table,
         _victim(tmp),
     ]
     # The release store is seeded with this Python interpreter: the victim runs it as {binary}.
@@ -103,9 +112,12 @@ def live_stack(tmp: Path, example: Path) -> Iterator[LiveStack]:
         address = sup.about()["metrics_listen"]
         prometheus = Prometheus.start(tmp / "prometheus", [address], rule_files=RULE_FILES)
         cleanup.callback(prometheus.stop)
-        for name in (*BUNDLED, "example"):
+        for name in (*BUNDLED, "example", CUZK):
             sup.wait_engine(name, lambda e: e["state"] == "running", timeout=60,
                             what=f"{name} running")
+        post = LoadThread(cuzk_grpc, ["window-post", "winning-post"],
+                          lambda load: load.light(gap=1.5))
+        cleanup.callback(post.stop)
         sup.wait_engine("victim", lambda e: e["state"] == "running" and e["restarts"] == 1,
                         timeout=30, what="victim running after its failed first start")
         yield LiveStack(sup, f"http://{address}/metrics", prometheus, example)

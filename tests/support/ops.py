@@ -63,14 +63,18 @@ _ENGINE_METRICS = {
     "cuzk_job_duration_seconds": _m("histogram", "engine", "proof_kind"),
     "cuzk_jobs_failed_total": _m("counter", "engine", "proof_kind"),
     "cuzk_jobs_in_flight": _m("gauge", "engine"),
+    "cuzk_stale_jobs": _m("gauge", "engine", "proof_kind"),
+    "cuzk_gpu_worker_phantom_busy_total": _m("counter", "engine", "reason"),
     "cuzk_queue_depth": _m("gauge", "engine"),
     "cuzk_memory_budget_total_bytes": _m("gauge", "engine"),
     "cuzk_memory_budget_used_bytes": _m("gauge", "engine"),
     "cuzk_memory_budget_available_bytes": _m("gauge", "engine"),
     "cuzk_synthesis_active": _m("gauge", "engine"),
     "cuzk_synthesis_max_concurrent": _m("gauge", "engine"),
+    "cuzk_synthesis_capacity": _m("gauge", "engine"),
     "cuzk_allocation_bytes": _m("gauge", "engine", "kind", "circuit"),
     "cuzk_buffers_in_flight": _m("gauge", "engine", "buffer"),
+    "cuzk_buffers_started_total": _m("counter", "engine", "buffer"),
     "cuzk_pending_handles": _m("gauge", "engine"),
     "cuzk_gpu_memory_used_bytes": _m("gauge", "engine", "gpu"),
     "cuzk_gpu_memory_total_bytes": _m("gauge", "engine", "gpu"),
@@ -78,6 +82,14 @@ _ENGINE_METRICS = {
     "cuzk_gpu_info": _m("gauge", "engine", "gpu", "name", "uuid"),
     "cuzk_engine_uptime_seconds": _m("gauge", "engine"),
     "cuzk_engine_backend_info": _m("gauge", "engine", "backend"),
+    "cuzk_grpc_proofs_queued": _m("gauge", "engine", "proof_kind"),
+    "cuzk_grpc_proofs_in_progress": _m("gauge", "engine", "proof_kind"),
+    "cuzk_grpc_proofs_completed_total": _m("counter", "engine", "proof_kind"),
+    "cuzk_grpc_proofs_failed_total": _m("counter", "engine", "proof_kind"),
+    "cuzk_grpc_gpu_memory_total_bytes": _m("gauge", "engine", "gpu"),
+    "cuzk_grpc_gpu_memory_free_bytes": _m("gauge", "engine", "gpu"),
+    "cuzk_grpc_gpu_info": _m("gauge", "engine", "gpu", "name"),
+    "cuzk_grpc_gpu_workers_proving": _m("gauge", "engine", "gpu", "proof_kind"),
 }
 
 _SUPERVISOR_METRICS = {
@@ -112,6 +124,9 @@ _SUPERVISOR_METRICS = {
     "cuzkd_config_last_reload_success_timestamp_seconds": _m("gauge"),
     "cuzkd_log_lines_dropped_total": _m("counter", "reason"),
     "cuzkd_metrics_connections_closed_total": _m("counter", "reason"),
+    "cuzkd_metrics_web_config_last_reload_successful": _m("gauge"),
+    "cuzkd_metrics_auth_refused_total": _m("counter"),
+    "cuzkd_metrics_tls_handshakes_total": _m("counter", "result"),
     "cuzkd_supervisor_freezes_total": _m("counter"),
     "cuzkd_supervisor_frozen_seconds_total": _m("counter"),
     "cuzkd_engine_health_loop_failures_total": _m("counter", "engine"),
@@ -119,6 +134,7 @@ _SUPERVISOR_METRICS = {
     "cuzkd_engine_output_dropped_bytes_total": _m("counter", "engine"),
     "cuzkd_status_field_errors_total": _m("counter", "engine", "reason"),
     "cuzkd_label_values_dropped_total": _m("counter", "engine", "label"),
+    "cuzkd_engine_grpc_errors_total": _m("counter", "engine", "reason"),
     # prometheus_client's process collector (Linux)
     "process_cpu_seconds_total": _m("counter"),
     "process_resident_memory_bytes": _m("gauge"),
@@ -265,6 +281,9 @@ def iter_panel_queries(**substitutions: str) -> Iterator[PanelQuery]:
 #: Durations unlikely to be written by hand: a range equal to one of these came from a variable.
 RATE_SENTINEL, RANGE_SENTINEL = "1237s", "86413s"
 RATE_FUNCTIONS = frozenset({"rate", "irate", "increase"})
+#: A gauge's range is read through these (a host last seen in a window: max_over_time of up).
+GAUGE_RANGE_FUNCTIONS = frozenset({"max_over_time", "min_over_time", "avg_over_time",
+                                   "last_over_time", "present_over_time"})
 _LEGEND_RE = re.compile(r"\{\{\s*(\w+)\s*\}\}")
 
 
@@ -309,7 +328,8 @@ def matchers(selector: Any) -> dict[str, tuple[str, str]]:
 
 def counter_misuse(node: Any, series: dict[str, Metric], ranges: frozenset[str] | None,
                    in_rate: bool = False) -> list[str]:
-    """Rule 4/5 problems: counters outside rate/irate/increase, gauges inside, odd ranges.
+    """Rule 4/5 problems: counters outside rate/irate/increase, gauges inside (and counters
+    inside the gauge range functions), odd ranges.
 
     ``ranges`` is the set of allowed range durations as the parser prints them (None: any, as
     in alert rules).
@@ -317,12 +337,13 @@ def counter_misuse(node: Any, series: dict[str, Metric], ranges: frozenset[str] 
     problems: list[str] = []
     if isinstance(node, pp.SubqueryExpr):
         problems.append("subquery")
-    if isinstance(node, pp.Call) and node.func.name in RATE_FUNCTIONS:
+    if isinstance(node, pp.Call) and node.func.name in RATE_FUNCTIONS | GAUGE_RANGE_FUNCTIONS:
+        wanted = "counter" if node.func.name in RATE_FUNCTIONS else "gauge"
         for arg in node.args:
             if isinstance(arg, pp.MatrixSelector):
                 name = arg.vector_selector.name
-                if name in series and series[name].kind != "counter":
-                    problems.append(f"gauge {name} inside {node.func.name}()")
+                if name in series and series[name].kind != wanted:
+                    problems.append(f"{series[name].kind} {name} inside {node.func.name}()")
                 duration = pp.display_duration(arg.range)
                 if ranges is not None and duration not in ranges:
                     problems.append(f"fixed range [{duration}] on {name}")

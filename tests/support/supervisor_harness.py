@@ -74,10 +74,11 @@ def fake_engine(tmp: Path, name: str, mode: str = "serve", *, args: Sequence[str
 
 def write_config(tmp: Path, engines: list[dict[str, Any]], *,
                  supervisor: Mapping[str, Any] | None = None,
-                 defaults: Mapping[str, Any] | None = None) -> Path:
+                 defaults: Mapping[str, Any] | None = None,
+                 metrics: Mapping[str, Any] | None = None) -> Path:
     tables: dict[str, Any] = {
         "supervisor": {"state_dir": str(tmp / "state"), **(supervisor or {})},
-        "metrics": {"listen": "127.0.0.1:0"},
+        "metrics": {"listen": "127.0.0.1:0", **(metrics or {})},
     }
     if defaults:
         tables["engine_defaults"] = dict(defaults)

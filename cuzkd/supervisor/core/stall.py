@@ -5,7 +5,12 @@ the ordinary health check never fires. :class:`StallWatch` is fed every successf
 (the monotonic ``now`` and the document) and decides, purely, whether the engine is stalled:
 
 * **Work** is a listed partition not ``done``/``failed``, or ``queue_depth`` > 0. An engine
-  without work is never stalled, however long it idles.
+  without work is never stalled, however long it idles. Of the leftovers of failed work a
+  plain cuzk never takes off its document (the deriver's stale jobs and phantom-busy workers,
+  :mod:`cuzkd.status.leftovers`), a stale job with a ``failed`` partition and a phantom-busy
+  worker are neither work nor progress: a long-running cuzk with failed jobs listed for good
+  is not stalled by them. A job stale only for making no progress is no progress, but stays
+  work: telling a hung engine from one idle beside a leftover is this watchdog's call.
 * **Progress** is a partition phase transition (a listed partition in a new phase, one first
   seen past ``pending``, one that left the list unfinished, or the extensions' cumulative
   phase-transition count growing between polls) or a worker's busy span ending (its
@@ -28,6 +33,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+import msgspec
 
 from cuzkd.status.document import (
     PARTITION_STATES,
@@ -130,7 +137,12 @@ class StallWatch:
         """Fold one successful poll in; the evidence at the onset of a stall, else None."""
         if self.after <= 0:
             return None
-        if self._progressed(doc, ext):
+        stale_jobs = [] if ext is None else ext.stale_jobs
+        stale = frozenset(job.job_id for job in stale_jobs)
+        doc = without_leftovers(
+            doc, frozenset(job.job_id for job in stale_jobs if job.failed_partitions),
+            frozenset(() if ext is None else ext.phantom_busy_workers))
+        if self._progressed(doc, ext, stale):
             self._last_progress = now
         if not has_work(doc):
             self._work_since = None
@@ -150,7 +162,8 @@ class StallWatch:
 
     # -- internals -----------------------------------------------------------------------
 
-    def _progressed(self, doc: StatusDocument, ext: Extensions | None) -> bool:
+    def _progressed(self, doc: StatusDocument, ext: Extensions | None,
+                    stale: frozenset[str]) -> bool:
         listed: dict[str, list[Partition]] = {}
         for p in doc.pipelines:  # a job listed twice: its entries together, the later wins
             listed[p.job_id] = [*listed[p.job_id], *p.partitions] if p.job_id in listed \
@@ -181,8 +194,8 @@ class StallWatch:
                 return True  # a partition in a new phase, or first seen past pending
         for job, before in previous.items():
             still = listed.get(job)
-            if still == before:
-                continue
+            if still == before or job in stale:
+                continue  # unchanged, or gone stale: a leftover, not a partition moving on
             now = {} if still is None else _states(still)
             if any(index not in now and state not in TERMINAL_STATES
                    for index, state in _states(before).items()):
@@ -221,6 +234,19 @@ class StallWatch:
         return StallEvidence(reason=reason, limit_seconds=limit, since_progress_seconds=since,
                              phases=phases, queue_depth=doc.counters.queue_depth,
                              oldest_busy=oldest)
+
+
+def without_leftovers(doc: StatusDocument, failed: frozenset[str],
+                      phantom: frozenset[int]) -> StatusDocument:
+    """The document without the ``failed`` jobs, its phantom-busy workers shown idle."""
+    if not failed and not phantom:
+        return doc
+    return msgspec.structs.replace(
+        doc,
+        pipelines=[p for p in doc.pipelines if p.job_id not in failed],
+        gpu_workers=[msgspec.structs.replace(w, state="idle", current_job=None,
+                                             current_partition=None, busy_secs=None)
+                     if w.worker_id in phantom else w for w in doc.gpu_workers])
 
 
 def _states(parts: list[Partition]) -> dict[int, str]:

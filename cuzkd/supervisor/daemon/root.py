@@ -33,6 +33,7 @@ from cuzkd.config import Config
 from cuzkd.errors import CuzkdError
 from cuzkd.gpus import GpuView
 from cuzkd.log.ratelimit import LimitedLog, RateLimiter
+from cuzkd.metrics.sample import ListenerAccess
 from cuzkd.supervisor.core import signals
 from cuzkd.supervisor.core.phase import SupervisorPhase
 from cuzkd.supervisor.daemon import demo, dumps, errorlog
@@ -47,6 +48,7 @@ from cuzkd.supervisor.engines.engineset import EngineSet
 from cuzkd.supervisor.proc.children import ChildTable
 from cuzkd.supervisor.proc.spawn import set_child_subreaper
 from cuzkd.supervisor.tasks import TaskSet
+from cuzkd.supervisor.web.access import WebAccess
 from cuzkd.supervisor.web.control_routes import RouteHook, build_control_app
 from cuzkd.supervisor.web.listener import connection_limit
 from cuzkd.supervisor.web.metrics_routes import build_metrics_app
@@ -101,10 +103,14 @@ class Supervisor:
         #: repeated errors (accept failing, refused connections) log once per 10 s per kind
         self._limited = LimitedLog()
         self._servers = Servers(self._limited)
+        #: TLS, basic auth and headers of the metrics listener ([metrics] web_config); a file
+        #: broken since the config was read is a ConfigError here (exit 78)
+        self.access = WebAccess(config.metrics.web_config, self._limited, where=config.path or "")
         #: log_drops: lines the log sink dropped, by reason (``cuzkd run``'s queued logging)
         self.readout = SupervisorReadout(self.engines, self.children, self.phase, self.swaps,
                                          self._limited, log_drops,
-                                         self._servers.connections_closed)
+                                         self._servers.connections_closed,
+                                         self._listener_access)
         self._reloader = ConfigReloader(self.engines, self.phase, self._notifier,
                                         status_line=self.readout.status_line,
                                         on_applied=self._notify_status)
@@ -142,8 +148,12 @@ class Supervisor:
             await self.engines.stop_previous_leftovers()
             await asyncio.to_thread(self.binaries.prepare)
             await self._start_servers()
-            log.info("supervisor_started", pid=os.getpid(), **startup_fields(
-                self.config, *self._metrics_bound, self.swaps.active_release()))
+            started = startup_fields(self.config, *self._metrics_bound,
+                                     self.swaps.active_release(), self.access.web)
+            if "metrics_exposed" in started:
+                log.warning("metrics_listener_exposed", listen=self.config.metrics.listen,
+                            detail=started["metrics_exposed"])
+            log.info("supervisor_started", pid=os.getpid(), **started)
             log_notices(self.config)
             self.engines.start_all()  # after a stop signal during start-up: none started
             self.phase.started()
@@ -196,10 +206,21 @@ class Supervisor:
         host, port = await self._servers.start(
             build_control_app(self.engines, self.readout.about, self.swaps.active_verdict,
                               self._control_routes),
-            self.config.control_socket, build_metrics_app(self.readout, self._servers.outbox),
-            self.config.metrics.listen, lambda: connection_limit(len(self.engines)))
+            self.config.control_socket,
+            build_metrics_app(self.readout, self._servers.outbox, self.access),
+            self.config.metrics.listen, lambda: connection_limit(len(self.engines)),
+            self.access.tls)
         self._metrics_bound = (host, port)
         self.readout.metrics_address = f"{host}:{port}"
+
+    def _listener_access(self) -> ListenerAccess:
+        """The web config's state for a scrape: re-read first if its files changed, so that
+        a broken rotation shows even while Prometheus keeps its connection open."""
+        self.access.refresh()
+        ok, failed = self._servers.handshakes()
+        return ListenerAccess(reload_ok=self.access.last_reload_ok,
+                              auth_refused_total=self.access.refused_total,
+                              handshakes_ok_total=ok, handshakes_failed_total=failed)
 
     def _grace_left(self) -> float:
         """Seconds left of ``shutdown_grace`` (all of it when no stop was requested: a

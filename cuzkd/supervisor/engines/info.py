@@ -16,6 +16,11 @@ from typing import Any
 import msgspec
 
 from cuzkd.states import State
+from cuzkd.status.document import StaleJob
+
+#: At most this many stale jobs per engine entry: the reply stays small however many a cuzk
+#: has left listed (``cuzk_stale_jobs`` counts them all).
+MAX_STALE_JOBS_SHOWN = 50
 
 
 class EngineInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -45,6 +50,10 @@ class EngineInfo(msgspec.Struct, frozen=True, kw_only=True):
     release: str | None = None
     #: the last decoded status document's values that did not decode
     status_field_errors: str | None = None
+    #: a plain cuzk's listed jobs that are leftovers of failed work (the oldest first, at
+    #: most MAX_STALE_JOBS_SHOWN), and its workers shown proving but not busy
+    stale_jobs: list[StaleJob] = []
+    phantom_busy_workers: list[int] = []
 
     def as_json(self) -> dict[str, Any]:
         """The JSON object the control API serves."""

@@ -73,10 +73,11 @@ from cuzkd.supervisor.core.stopsequence import (
     WaitUntil,
 )
 from cuzkd.supervisor.engines.drainrequest import ENGINE_DEADLINE_SLACK, request_drain
-from cuzkd.supervisor.engines.info import EngineInfo
+from cuzkd.supervisor.engines.info import MAX_STALE_JOBS_SHOWN, EngineInfo
 from cuzkd.supervisor.engines.launch import BinaryResolver, EngineLaunch
 from cuzkd.supervisor.engines.runclock import RunClock
 from cuzkd.supervisor.engines.stderrtail import ExitedTail, StderrTail
+from cuzkd.supervisor.engines.telemetry import GrpcTelemetry
 from cuzkd.supervisor.proc import pids
 from cuzkd.supervisor.proc.children import SPAWN_ERRORS, ChildProcess, ChildTable
 from cuzkd.supervisor.proc.descendants import DescendantWatch
@@ -149,6 +150,7 @@ class EngineRunner:
         self._timer: asyncio.TimerHandle | None = None
         self._tasks = TaskSet()
         self._health_task: asyncio.Task[None] | None = None
+        self._telemetry_task: asyncio.Task[None] | None = None
         self._changed = asyncio.Event()
         self.stall = StallWatch(spec.stall_after)
         self._cadence = HealthCadence(spec.health_interval, spec.start_timeout, spec.stall_after)
@@ -168,6 +170,11 @@ class EngineRunner:
                                             spec.stop_timeout, children, self._log,
                                             self._limited)
         self._descendants.killed = inherited_kills
+        #: a cuzk engine's gRPC telemetry (queues, GPUs, outcomes of every proof kind)
+        self.telemetry = GrpcTelemetry(
+            self._grpc_address, spec.status_timeout, spec.grpc_telemetry_interval,
+            spec.start_timeout, self._clock, self._log, self._limited,
+        ) if self._grpc_address and spec.grpc_telemetry_interval else None
         #: why the next stop is made (None: a health kill, not counted)
         self._stop_reason: StopReason | None = None
         #: seconds the next stop may take in all (a shutdown's grace; None: its own budget)
@@ -190,7 +197,8 @@ class EngineRunner:
     def _new_deriver(self) -> ExtensionDeriver:
         """The deriver of a plain document, within this engine's label budgets."""
         return ExtensionDeriver(kinds=self.labels.budget("proof_kind"),
-                                workers=self.labels.budget("worker"))
+                                workers=self.labels.budget("worker"),
+                                stale_after=self.spec.stale_job_after)
 
     # -- requests ------------------------------------------------------------------------
 
@@ -352,6 +360,10 @@ class EngineRunner:
         self._exited.set()
         if self._health_task is not None:
             self._health_task.cancel()
+        if self._telemetry_task is not None:
+            self._telemetry_task.cancel()
+        if self.telemetry is not None:
+            self.telemetry.forget()
         oom_moved = self._oom is not None and self._oom.moved()
         cause, clean = process_cause(ended(wait_status), supervisor_killed=self._killed,
                                      oom_kills_moved=oom_moved, cuzk=self.spec.cuzk,
@@ -472,6 +484,10 @@ class EngineRunner:
         self._stderr.read_by(self._track(log_lines(proc.stderr, self._output, "stderr",
                                                    proc.pid, tail=self._stderr.spawned())))
         self._health_task = self._track(self._supervise_health())
+        if self.telemetry is not None:
+            self._telemetry_task = self._track(self.telemetry.run(
+                running=lambda: self.lifecycle.state is State.RUNNING,
+                alive=lambda: self.lifecycle.state in ALIVE))
         return actions
 
     async def _stop_guarded(self, *, kill: bool, drain: bool, reason: StopReason | None,
@@ -675,6 +691,7 @@ class EngineRunner:
         """This engine for the control API, ``/status`` and the CLI; ``release``: the one its
         process executes (the engine set knows the releases)."""
         m, source = self.lifecycle, self.status_source
+        stale, phantom = source.leftovers() if source is not None else ([], [])
         return EngineInfo(
             name=self.name,
             state=m.state,
@@ -695,6 +712,8 @@ class EngineRunner:
             release=release,
             # the last decoded document's values that did not decode (a healthy engine)
             status_field_errors=source.field_errors if source is not None else None,
+            stale_jobs=sorted(stale, key=lambda job: -job.age_secs)[:MAX_STALE_JOBS_SHOWN],
+            phantom_busy_workers=phantom,
         )
 
     async def sample(self, max_age: float) -> EngineSample:
@@ -702,7 +721,7 @@ class EngineRunner:
         tree costs only those figures (status absent, so ``cuzkd_engine_up`` 0), logged: one
         engine never fails the scrape of every other."""
         alive = self.lifecycle.state in ALIVE
-        source = self.status_source
+        source, telemetry = self.status_source, self.telemetry
         pid = self.lifecycle.pid
         doc, ext, rss, cpu = None, None, None, None
         try:
@@ -737,9 +756,16 @@ class EngineRunner:
             jobs_lost_total=dict(self.jobs_lost),
             drains_total=dict(self.drains),
             health_loop_failures_total=self.health_loop_failures,
+            max_parallel_synthesis=(None if self.spec.cuzk_file is None
+                                    else self.spec.cuzk_file.pipeline.max_parallel_synthesis),
             output_dropped_lines_total=self._output_budget.dropped_lines_total,
             output_dropped_bytes_total=self._output_budget.dropped_bytes_total,
             labels=self.labels,
+            # a stopping engine's last answer is not what it holds now
+            grpc=(telemetry.latest if telemetry is not None
+                  and self.lifecycle.state is State.RUNNING else None),
+            grpc_polled=telemetry is not None,
+            grpc_errors_total=dict(telemetry.errors_total) if telemetry is not None else {},
         )
 
 

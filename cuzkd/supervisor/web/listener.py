@@ -21,6 +21,13 @@ transport's high-water mark is 0, so the outbox's slices wait in cuzkd's memory 
 
 The HTTP side is aiohttp's: each accepted socket is handed to ``loop.connect_accepted_socket``
 with the runner's protocol factory, wrapped to count the connection and watch its silence.
+
+With TLS (``[metrics] web_config``) each connection gets the context ``tls()`` returns when it
+is accepted -- the current one, so a rotated certificate serves the next connection. Its
+handshake counts against the limit like any connection and must end within ``idle`` seconds:
+a client that connects and sends nothing, or half a ClientHello, is closed then; garbage instead
+of a ClientHello fails the handshake at once. Both are counted and told to
+``on_handshake_failed`` (the caller rate-limits its logs), never raised.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import asyncio
 import fcntl
 import resource
 import socket
+import ssl
 import struct
 import termios
 from collections.abc import Callable
@@ -45,6 +53,8 @@ RESERVE_BASE = 32
 RESERVE_PER_ENGINE = 8
 #: Connections allowed whatever the limit (Prometheus needs one or two).
 MIN_CONNECTIONS = 4
+#: Seconds a TLS connection closing may wait for the client's close_notify.
+TLS_SHUTDOWN_TIMEOUT = 2.0
 #: After ``accept`` failed (descriptors short elsewhere), wait this long before accepting again.
 ACCEPT_RETRY = 1.0
 BACKLOG = 128
@@ -62,18 +72,24 @@ class GatedListener:
     """Listens on HOST:PORT and serves ``factory``'s protocol on at most ``limit()`` connections.
 
     ``on_accept_error(exc)`` is told of every failed ``accept``, ``on_limit(limit)`` of every
-    connection refused at the limit (the caller rate-limits its logs).
+    connection refused at the limit, ``on_handshake_failed(exc)`` of every TLS handshake that
+    failed or timed out (the caller rate-limits its logs). ``tls()``: the context a new
+    connection is served with, None for plain HTTP.
     """
 
     def __init__(self, factory: Callable[[], asyncio.BaseProtocol], *,
                  limit: Callable[[], int], idle: float = IDLE_TIMEOUT,
+                 tls: Callable[[], ssl.SSLContext | None] = lambda: None,
                  on_accept_error: Callable[[OSError], None] = lambda exc: None,
-                 on_limit: Callable[[int], None] = lambda limit: None) -> None:
+                 on_limit: Callable[[int], None] = lambda limit: None,
+                 on_handshake_failed: Callable[[OSError], None] = lambda exc: None) -> None:
         self._factory = factory
         self._limit = limit
         self.idle = idle
+        self._tls = tls
         self._on_accept_error = on_accept_error
         self._on_limit = on_limit
+        self._on_handshake_failed = on_handshake_failed
         self._socks: list[socket.socket] = []
         self._accepting = False
         self._retry: asyncio.TimerHandle | None = None
@@ -82,6 +98,9 @@ class GatedListener:
         self.open = 0
         self.idle_closed_total = 0
         self.refused_total = 0
+        #: TLS handshakes completed, and failed or timed out
+        self.handshakes_total = 0
+        self.handshakes_failed_total = 0
 
     async def start(self, host: str, port: int) -> list[tuple[str, int]]:
         """Bind every address ``host`` resolves to (like ``loop.create_server``); the bound
@@ -158,7 +177,7 @@ class GatedListener:
                 continue
             conn.setblocking(False)
             self.open += 1
-            task = loop.create_task(self._serve(conn))
+            task = loop.create_task(self._serve(conn, self._tls()))
             self._handshakes.add(task)
             task.add_done_callback(self._handshakes.discard)
 
@@ -166,17 +185,50 @@ class GatedListener:
         self._retry = None
         self._resume()
 
-    async def _serve(self, conn: socket.socket) -> None:
+    async def _serve(self, conn: socket.socket, context: ssl.SSLContext | None) -> None:
+        loop = asyncio.get_running_loop()
+        counted = _Counted(self)
         try:
-            await asyncio.get_running_loop().connect_accepted_socket(
-                lambda: _Counted(self), conn)
+            if context is None:
+                await loop.connect_accepted_socket(lambda: counted, conn)
+                return
+            # TLS through start_tls rather than connect_accepted_socket(ssl=...): the TCP
+            # transport under TLS gets a high-water mark of 0 too, so a response's bytes wait
+            # in cuzkd's memory one slice at a time as they do without TLS (its default would
+            # hold 64 KiB more per connection, unseen by the outbox's send budget).
+            raw, _ = await loop.connect_accepted_socket(_Unread, conn)
+            raw.set_write_buffer_limits(high=0)
+            tls = await loop.start_tls(raw, counted, context, server_side=True,
+                                       ssl_handshake_timeout=self.idle,
+                                       ssl_shutdown_timeout=TLS_SHUTDOWN_TIMEOUT)
+        except OSError as exc:  # ssl.SSLError, a handshake timeout, a reset during it
+            conn.close()
+            counted.release()
+            if context is None:
+                raise
+            self.handshakes_failed_total += 1
+            self._on_handshake_failed(exc)
         except BaseException:
             conn.close()
-            self._released()
+            counted.release()
             raise
+        else:
+            self.handshakes_total += 1
+            # lost already (closing): its connection_lost releases it; start_tls returns None
+            # only in typeshed's signature
+            if tls is not None and not tls.is_closing():
+                counted.connection_made(tls)
 
     def _released(self) -> None:
         self.open -= 1
+
+
+class _Unread(asyncio.Protocol):
+    """A TLS connection's TCP side until ``start_tls`` takes it over: it reads nothing, so the
+    ClientHello waits in the kernel for the TLS layer."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        cast(asyncio.Transport, transport).pause_reading()
 
 
 class _Counted(asyncio.Protocol):
@@ -191,10 +243,14 @@ class _Counted(asyncio.Protocol):
         self._moved_at = 0.0
         #: (transport buffer, kernel send queue) at the last look
         self._queues = (0, 0)
+        self._released = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)
-        self._transport.set_write_buffer_limits(high=0)
+        # "Pause as soon as anything waits": asyncio's TLS transport pauses at size >= high
+        # (0 would pause it with nothing to wait for, for good), its TCP one at size > high.
+        tls = transport.get_extra_info("ssl_object") is not None
+        self._transport.set_write_buffer_limits(high=1 if tls else 0)
         self._inner.connection_made(transport)
         self._moved()
         self._arm(self._listener.idle)
@@ -242,9 +298,17 @@ class _Counted(asyncio.Protocol):
         if self._check is not None:
             self._check.cancel()
             self._check = None
+        if self._transport is not None:  # None: a TLS connection lost before it was made
+            self._inner.connection_lost(exc)
         self._transport = None
-        self._inner.connection_lost(exc)
-        self._listener._released()
+        self.release()
+
+    def release(self) -> None:
+        """No longer counted; once, however many ways the connection ended (a failed TLS
+        handshake is told both to the listener and, by asyncio, as a lost connection)."""
+        if not self._released:
+            self._released = True
+            self._listener._released()
 
 
 def reset(transport: asyncio.Transport) -> None:

@@ -5,6 +5,8 @@
 engine is restarting). ``/status`` is the supervisor's state plus each engine's last status
 document; ``/metrics`` is the exporter's handler. Both bodies leave through the
 :class:`~cuzkd.supervisor.web.outbox.Outbox`: in slices, within its budget and deadline.
+``access`` (:class:`~cuzkd.supervisor.web.access.WebAccess`) asks for basic auth first, on every
+route but ``/healthz``, and adds the web config's headers to every response.
 """
 
 from __future__ import annotations
@@ -13,14 +15,17 @@ from aiohttp import hdrs, web
 
 from cuzkd.httperrors import json_errors
 from cuzkd.metrics.http import make_metrics_handler
+from cuzkd.supervisor.web.access import WebAccess
 from cuzkd.supervisor.web.outbox import Outbox
 from cuzkd.supervisor.web.targets import ScrapeTarget
 
 _JSON = {hdrs.CONTENT_TYPE: "application/json; charset=utf-8"}
 
 
-def build_metrics_app(supervisor: ScrapeTarget, outbox: Outbox) -> web.Application:
-    app = web.Application(middlewares=[json_errors])
+def build_metrics_app(supervisor: ScrapeTarget, outbox: Outbox,
+                      access: WebAccess) -> web.Application:
+    app = web.Application(middlewares=[access.guard, json_errors])
+    app.on_response_prepare.append(access.add_headers)
 
     async def healthz(request: web.Request) -> web.Response:
         del request

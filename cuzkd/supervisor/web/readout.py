@@ -20,7 +20,7 @@ import structlog
 
 from cuzkd.gpus import GpuViewError, NvmlDevice
 from cuzkd.log.ratelimit import LimitedLog
-from cuzkd.metrics.sample import SupervisorSample
+from cuzkd.metrics.sample import ListenerAccess, SupervisorSample
 from cuzkd.status.document import StatusDocument
 from cuzkd.supervisor.core.phase import PhaseView
 from cuzkd.supervisor.engines.engineset import EngineSet
@@ -39,7 +39,8 @@ class SupervisorReadout:
     def __init__(self, engines: EngineSet, children: ChildTable, phase: PhaseView,
                  swaps: SwapCoordinator, limited: LimitedLog,
                  log_drops: Callable[[], Mapping[str, int]] = dict,
-                 connections_closed: Callable[[], Mapping[str, int]] = dict) -> None:
+                 connections_closed: Callable[[], Mapping[str, int]] = dict,
+                 listener_access: Callable[[], ListenerAccess] = ListenerAccess) -> None:
         self._engines = engines
         self._children = children
         self._phase = phase
@@ -47,6 +48,7 @@ class SupervisorReadout:
         self._limited = limited
         self._log_drops = log_drops
         self._connections_closed = connections_closed
+        self._listener_access = listener_access
         self.started_at = time.time()
         #: the metrics listener's bound HOST:PORT, once bound
         self.metrics_address: str | None = None
@@ -69,6 +71,7 @@ class SupervisorReadout:
             frozen_seconds_total=engines.clock.frozen_seconds_total,
             log_lines_dropped_total=dict(self._log_drops()),
             metrics_connections_closed_total=dict(self._connections_closed()),
+            listener_access=self._listener_access(),
         )
 
     def about(self) -> dict[str, Any]:

@@ -3,7 +3,8 @@
 The control API listens only on its 0600 Unix socket (:func:`cuzkd.unixsock.bind_private_socket`);
 the read-only metrics app on ``metrics.listen`` through the :class:`GatedListener`, which holds
 the connection count under the descriptor limit, and its :class:`Outbox`, which bounds the bytes
-and the time its responses take. Either failing to bind is a
+and the time its responses take; TLS comes from ``metrics.web_config``
+(:class:`~cuzkd.supervisor.web.access.WebAccess`). Either failing to bind is a
 :class:`StartupError` naming the address: the daemon logs it and exits 1 before any engine
 starts.
 
@@ -16,6 +17,7 @@ of ``shutdown_grace``, then is cancelled; aiohttp's own default would wait 60 s 
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Callable
 from pathlib import Path
 
@@ -54,8 +56,10 @@ class Servers:
 
     async def start(self, control: web.Application, control_socket: Path,
                     metrics: web.Application, metrics_listen: str,
-                    connection_limit: Callable[[], int]) -> tuple[str, int]:
-        """Serve both apps; the metrics listener's bound (host, port)."""
+                    connection_limit: Callable[[], int],
+                    tls: Callable[[], ssl.SSLContext | None] = lambda: None) -> tuple[str, int]:
+        """Serve both apps; the metrics listener's bound (host, port). ``tls``: the context
+        each new metrics connection gets (:meth:`WebAccess.tls`), None for plain HTTP."""
         control_runner = JsonErrorsRunner(control, handle_signals=False, access_log=None)
         metrics_runner = JsonErrorsRunner(metrics, handle_signals=False, access_log=None,
                                           keepalive_timeout=IDLE_TIMEOUT)
@@ -72,8 +76,9 @@ class Servers:
         address = parse_listen(metrics_listen, allow_unix=False)
         assert metrics_runner.server is not None  # set up above
         self._listener = GatedListener(
-            metrics_runner.server, limit=connection_limit,
-            on_accept_error=self._on_accept_error, on_limit=self._on_limit)
+            metrics_runner.server, limit=connection_limit, tls=tls,
+            on_accept_error=self._on_accept_error, on_limit=self._on_limit,
+            on_handshake_failed=self._on_handshake_failed)
         try:
             host, port = (await self._listener.start(address.host, address.port))[0]
         except OSError as exc:
@@ -102,6 +107,19 @@ class Servers:
         return {ConnectionClose.REFUSED: listener.refused_total if listener else 0,
                 ConnectionClose.IDLE: listener.idle_closed_total if listener else 0,
                 **self.outbox.closed_total}
+
+    def handshakes(self) -> tuple[int, int]:
+        """TLS handshakes of the metrics listener: (completed, failed or timed out)."""
+        listener = self._listener
+        return (listener.handshakes_total, listener.handshakes_failed_total) if listener \
+            else (0, 0)
+
+    def _on_handshake_failed(self, exc: OSError) -> None:
+        # The reason is OpenSSL's (or "timed out"): never anything the client sent.
+        reason = getattr(exc, "reason", None) or type(exc).__name__
+        self._limited.log(log, "warning", "metrics_tls_handshake_failed", key=reason,
+                          reason=reason, detail="a client's TLS handshake failed or did not "
+                                                "finish within 10 s; it was closed")
 
     def _on_limit(self, limit: int) -> None:
         self._limited.log(log, "warning", "metrics_connection_refused", limit=limit,

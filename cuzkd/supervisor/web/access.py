@@ -1,0 +1,146 @@
+"""Who may use the metrics listener: its ``[metrics] web_config`` (TLS, basic auth, headers),
+kept current while cuzkd runs.
+
+The settings are read at start (a bad file has already stopped the start: the config loader
+reads it too) and re-read when one of their files changed -- the web config, the certificate,
+its key, the client CA file -- judged on each new connection by ``stat`` (inode, size, mtime,
+ctime: a rename onto the path and an in-place write both count). A new connection is the only
+moment the TLS context matters, a stat of four files costs microseconds, and Prometheus keeps
+its connection alive, so a rotated certificate is served on the next connection after it is
+written, with no timer and no restart. exporter-toolkit reads its file on every request; cuzkd
+does the same work only when something changed.
+
+A re-read that fails (a certificate written before its key, a typo) keeps the last good
+settings, logs ``metrics_web_config_reload_failed`` once until the files change again, and
+sets :attr:`WebAccess.last_reload_ok` False (``cuzkd_metrics_web_config_last_reload_successful``
+and its alert). Turning TLS on or off is refused the same way: a listener that starts plain
+must not be believed encrypted, one that starts encrypted must never fall back to plain.
+
+Basic auth applies to every route but ``/healthz``: a liveness probe (Docker's HEALTHCHECK,
+kubelet's probes) must not need the scrape password in its spec, and ``/healthz`` says only
+that the supervisor runs. Unknown paths answer 401 too, so they tell nothing either.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import structlog
+from aiohttp import hdrs, web
+
+from cuzkd.config import ConfigError
+from cuzkd.config.loading import web_config_error
+from cuzkd.config.webconfig import WebConfig, WebConfigError, read_web_config, tls_context
+from cuzkd.httperrors import error_response
+from cuzkd.log.ratelimit import LimitedLog
+from cuzkd.supervisor.web.basicauth import BasicAuth
+
+log = structlog.get_logger("cuzkd.supervisor")
+
+#: The route a liveness probe calls: open without credentials (see the module's docstring).
+OPEN_PATH = "/healthz"
+#: What a 401 asks for (RFC 7617); the realm names what the password is for.
+CHALLENGE = 'Basic realm="cuzkd", charset="UTF-8"'
+
+_Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+#: A file's identity and content version as ``stat`` tells it; None when it cannot be stat'ed.
+_Stamp = tuple[int, int, int, int] | None
+
+
+def _stamps(files: tuple[str, ...]) -> tuple[_Stamp, ...]:
+    stamps: list[_Stamp] = []
+    for path in files:
+        try:
+            st = Path(path).stat()
+        except OSError:
+            stamps.append(None)
+        else:
+            stamps.append((st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+    return tuple(stamps)
+
+
+class WebAccess:
+    """The listener's current TLS context, credentials and headers for the web config file at
+    ``path`` ("": plain HTTP, no auth, nothing re-read). A file that cannot be used at start is
+    a ConfigError naming ``where`` (cuzkd's config) and the web config's key."""
+
+    def __init__(self, path: str, limited: LimitedLog, *, where: str = "") -> None:
+        self._limited = limited
+        self.web = WebConfig(path=path)
+        #: the files watched, and their stamps: taken before each is read, so that a file
+        #: changing during the reads differs at the next look
+        self._watched: tuple[str, ...] = (path,) if path else ()
+        self._stamps = _stamps(self._watched)
+        try:
+            self.web, self.context = self._load() if path else (self.web, None)
+        except WebConfigError as exc:
+            raise ConfigError(web_config_error(where or "config", path, exc)) from None
+        self.auth = BasicAuth(self.web.basic_auth_users) if self.web.basic_auth_users else None
+        self.last_reload_ok = True
+        #: requests answered 401 (no, malformed or wrong credentials)
+        self.refused_total = 0
+
+    def tls(self) -> ssl.SSLContext | None:
+        """The context a new connection is served with, after re-reading changed files."""
+        self.refresh()
+        return self.context
+
+    def refresh(self) -> None:
+        """Re-read the settings if one of their files changed since the last look (a failed
+        read is not tried again until one changes again)."""
+        if not self.web.path or _stamps(self._watched) == self._stamps:
+            return
+        self._watched = self.web.files()
+        self._stamps = _stamps(self._watched)
+        try:
+            web, context = self._load()
+            if web.tls != self.web.tls:
+                raise WebConfigError("tls_server_config", "turning TLS on or off needs a "
+                                     "restart of cuzkd")
+        except WebConfigError as exc:
+            if self.last_reload_ok:
+                log.error("metrics_web_config_reload_failed",
+                          error=web_config_error("metrics.web_config", self.web.path, exc),
+                          detail="keeping the last good TLS and auth settings")
+            self.last_reload_ok = False
+            return
+        self.web, self.context, self.last_reload_ok = web, context, True
+        if not web.basic_auth_users:
+            self.auth = None
+        elif self.auth is None:
+            self.auth = BasicAuth(web.basic_auth_users)
+        else:
+            self.auth.replace_users(web.basic_auth_users)
+        log.info("metrics_web_config_reloaded", path=web.path, tls=web.tls,
+                 users=len(web.basic_auth_users))
+
+    def _load(self) -> tuple[WebConfig, ssl.SSLContext | None]:
+        """The web config file (stamped already) and the context of the files it names, which
+        are watched from now on, stamped before they are read."""
+        web = read_web_config(self.web.path)
+        added = tuple(f for f in web.files() if f not in self._watched)
+        self._watched += added
+        self._stamps += _stamps(added)
+        return web, tls_context(web)
+
+    @web.middleware
+    async def guard(self, request: web.Request, handler: _Handler) -> web.StreamResponse:
+        """The app's first middleware: a 401 unless the request may pass."""
+        auth = self.auth
+        if auth is None or request.path == OPEN_PATH \
+                or await auth.allows(request.headers.get(hdrs.AUTHORIZATION)):
+            return await handler(request)
+        self.refused_total += 1
+        self._limited.log(log, "warning", "metrics_auth_refused",
+                          detail="missing or wrong basic auth credentials (401)",
+                          peer=request.remote or "")
+        response = error_response(401, "unauthorized: basic auth credentials required")
+        response.headers[hdrs.WWW_AUTHENTICATE] = CHALLENGE
+        return response
+
+    async def add_headers(self, request: web.Request, response: web.StreamResponse) -> None:
+        """``on_response_prepare``: the web config's headers, on errors and 401s too."""
+        del request
+        response.headers.update(self.web.http_server_config.headers)
