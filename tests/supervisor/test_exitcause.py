@@ -34,14 +34,14 @@ from cuzkd.supervisor.proc.reaper import ended
 
 
 def wait_status(code: str, *, core: bool = False, cwd: Path | None = None) -> int:
-    """The raw waitpid status of a real child running ``code``."""
-    def allow_core() -> None:
-        import resource
+    """The raw waitpid status of a real child running ``code``.
 
-        resource.setrlimit(resource.RLIMIT_CORE, (resource.RLIM_INFINITY,) * 2)
-
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=cwd,
-                            preexec_fn=allow_core if core else None)
+    The child raises its own core limit (no ``preexec_fn``: Python in a forked child of a
+    process with gRPC's threads alive can crash before exec).
+    """
+    prelude = ("import resource; resource.setrlimit(resource.RLIMIT_CORE,"
+               " (resource.RLIM_INFINITY,) * 2)\n" if core else "")
+    proc = subprocess.Popen([sys.executable, "-c", prelude + code], cwd=cwd)
     _, status = os.waitpid(proc.pid, 0)
     proc.returncode = 0  # collected above; keep Popen from waiting again
     return status

@@ -11,10 +11,8 @@
 from __future__ import annotations
 
 import base64
-import ctypes
 import json
 import shutil
-import signal
 import subprocess
 import sys
 import urllib.error
@@ -117,9 +115,11 @@ def promtool_check_metrics(text: str) -> str:
 # --- a real Prometheus -----------------------------------------------------------------------
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: SIGKILL when the test process dies, even if it is SIGKILLed."""
-    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+#: Run before Prometheus so that it is SIGKILLed when the test process dies, even by SIGKILL.
+#: util-linux's ``setpriv`` sets ``PR_SET_PDEATHSIG`` and execs: a ``preexec_fn`` would run
+#: Python in the forked child, and with gRPC's threads alive in the test process (the cuzk
+#: clients) gRPC's fork handlers crashed that child with SIGSEGV before it could exec.
+DIE_WITH_PARENT = ("setpriv", "--pdeathsig", "KILL", "--")
 
 
 #: Agent mode as the shipped unit and compose service run it on Prometheus 2.x.
@@ -174,10 +174,9 @@ class Prometheus:
         log_path = workdir / "prometheus.log"
         with log_path.open("ab") as log:
             proc = subprocess.Popen(
-                [binary, f"--config.file={config_path}", *storage,
+                [*DIE_WITH_PARENT, binary, f"--config.file={config_path}", *storage,
                  f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn", *flags],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-                preexec_fn=_die_with_parent)
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env)
         prom = cls(proc, f"http://127.0.0.1:{port}", log_path, auth)
         try:
             wait_until(prom._ready, timeout, "Prometheus /-/ready", interval=0.1)
