@@ -29,4 +29,6 @@ python3 -m venv .venv
 .venv/bin/ruff check cuzkd tests bench grafana deploy
 .venv/bin/mypy --strict cuzkd
 .venv/bin/lint-imports --no-cache  # the design's arrows: [tool.importlinter] in pyproject.toml
-exec .venv/bin/python -m pytest "$@"
+# One worker per core (at most 4): most tests wait on real processes, so the cores are idle
+# most of a serial run. tests/conftest.py keeps the machine-booting tests on one worker.
+exec .venv/bin/python -m pytest -n auto --maxprocesses 4 "$@"

@@ -7,7 +7,8 @@ any sibling directory.
 
 from __future__ import annotations
 
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+from typing import Any
 
 import pytest
 
@@ -19,3 +20,27 @@ FIXTURES_DIR = REPO_ROOT / "tests" / "fixtures"
 def reference_dir() -> Path:
     """``tests/fixtures``: cuzk's status document description and example."""
     return FIXTURES_DIR
+
+
+#: Test folders that boot whole machines (systemd as PID 1, podman containers): each is heavy
+#: (a few hundred MB, most of a core), and run beside each other they failed (a container's
+#: listener not up within a minute, a state directory seen mid-creation), so under ``pytest -n``
+#: (scripts/test.sh) they all run on one worker, one after the other, while the other workers
+#: take the rest of the suite.
+MACHINE_FOLDERS = ("live_systemd", "live_container")
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Hand out whole test files, and every machine-booting file as one unit.
+
+    xdist's ``loadgroup`` would do this from marks, but under pytest 9 it cannot rename the
+    node ids it groups by; a scope function is xdist's documented way to the same end.
+    """
+    from xdist.scheduler import LoadScopeScheduling
+
+    class MachinesTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "machines" if PurePosixPath(path).parent.name in MACHINE_FOLDERS else path
+
+    return MachinesTogether(config, log)

@@ -101,7 +101,7 @@ def test_demo_is_a_flag_not_a_config_key() -> None:
 # --- a real demo run ------------------------------------------------------------------------
 
 #: Gaps (jobs in flight back to 0 after work) to see before judging the shape.
-CYCLES = 4
+CYCLES = 2
 
 
 def _engine_status(status_url: str) -> dict[str, Any] | None:
