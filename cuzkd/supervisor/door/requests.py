@@ -1,0 +1,66 @@
+"""What the door reads of a request before relaying its bytes unchanged.
+
+The door decides where a call goes from three facts -- its method, its priority and the job it
+names (a ``Prove``'s or ``SubmitProof``'s ``request_id``, which cuzk makes the job id; an
+``AwaitProof``'s ``job_id``) -- so it decodes the request once to read them and to refuse bytes
+that are no ``cuzk.v1`` message at all with a clear ``INVALID_ARGUMENT``, instead of passing
+them to the engine. What it sends on is the caller's bytes, never a re-encoding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from google.protobuf.message import DecodeError, Message
+
+from cuzkd.cuzk import proving_pb2 as pb
+
+SERVICE = "cuzk.v1.ProvingEngine"
+#: method name -> its request message: every method cuzk serves
+REQUESTS: dict[str, type[Message]] = {
+    "SubmitProof": pb.SubmitProofRequest, "AwaitProof": pb.AwaitProofRequest,
+    "Prove": pb.ProveRequest, "CancelProof": pb.CancelProofRequest,
+    "GetStatus": pb.GetStatusRequest, "GetMetrics": pb.GetMetricsRequest,
+    "PreloadSRS": pb.PreloadSrsRequest, "EvictSRS": pb.EvictSrsRequest,
+}
+#: answered from the last good engine reply when no engine answers at once: never held
+READINGS = frozenset({"GetStatus", "GetMetrics"})
+
+
+class BadRequest(ValueError):
+    """The bytes are not the method's request message (the message says which it expected)."""
+
+
+@dataclass(frozen=True)
+class CallFacts:
+    """What the door's book needs of one call."""
+
+    #: the method's name (``Prove``)
+    method: str
+    #: cuzk's Priority value (0 when the request has none)
+    priority: int
+    #: the job the call creates or names ("" for none)
+    job_id: str
+
+
+def method_name(path: str) -> str | None:
+    """``Prove`` for ``/cuzk.v1.ProvingEngine/Prove``; None for a method cuzk does not serve."""
+    service, _, name = path.removeprefix("/").partition("/")
+    return name if service == SERVICE and name in REQUESTS else None
+
+
+def read_facts(method: str, request: bytes) -> CallFacts:
+    """The facts of ``request`` (bytes of ``method``'s request); BadRequest if they do not
+    decode as that message."""
+    message = REQUESTS[method]()
+    try:
+        message.ParseFromString(request)
+    except DecodeError as exc:
+        raise BadRequest(f"the request is not a {message.DESCRIPTOR.full_name}: {exc}") from None
+    if isinstance(message, pb.ProveRequest):
+        return CallFacts(method, message.submit.priority, message.submit.request_id)
+    if isinstance(message, pb.SubmitProofRequest):
+        return CallFacts(method, message.priority, message.request_id)
+    if isinstance(message, pb.AwaitProofRequest | pb.CancelProofRequest):
+        return CallFacts(method, 0, message.job_id)
+    return CallFacts(method, 0, "")
