@@ -3,7 +3,8 @@
 The sequence (docs/supervisor.md): let in-flight work end within ``drain_timeout`` -- ``http``
 asks the engine to drain and waits for it to exit, ``quiet`` waits for a status with no
 partition synthesizing or on a GPU, ``cuzk`` for one with no job held (``/status`` and
-``GetStatus``), ``door`` for the front door to hold no call or job of the engine -- then the stop signal to the process group, then SIGKILL after
+``GetStatus``), ``door`` for the front door to hold no call or job of the engine --
+then the stop signal to the process group, then SIGKILL after
 ``stop_timeout``. A stalled engine skips to SIGKILL (it has nothing left to drain). A stop that
 must end within a bound (a shutdown's ``shutdown_grace``) drains for what the bound leaves
 after ``stop_timeout``: the grace bounds everything, and the stop signal still gets its time.

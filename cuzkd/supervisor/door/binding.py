@@ -138,10 +138,10 @@ class UnixBind:
         """Mode, group, then the rename that lets Curio reach it; the private directory
         goes."""
         try:
-            os.chmod(self.staged, self._mode)
+            self.staged.chmod(self._mode)
             if self._gid is not None:
                 os.chown(self.staged, -1, self._gid)
-            os.rename(self.staged, self.final)
+            self.staged.rename(self.final)
             self._inode = self.final.lstat().st_ino
         finally:
             self.discard()

@@ -9,11 +9,10 @@ them to the engine. What it sends on is the caller's bytes, never a re-encoding.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from google.protobuf.message import DecodeError, Message
 
 from cuzkd.cuzk import proving_pb2 as pb
+from cuzkd.supervisor.core.doorbook import CallFacts
 
 SERVICE = "cuzk.v1.ProvingEngine"
 #: method name -> its request message: every method cuzk serves
@@ -29,18 +28,6 @@ READINGS = frozenset({"GetStatus", "GetMetrics"})
 
 class BadRequest(ValueError):
     """The bytes are not the method's request message (the message says which it expected)."""
-
-
-@dataclass(frozen=True)
-class CallFacts:
-    """What the door's book needs of one call."""
-
-    #: the method's name (``Prove``)
-    method: str
-    #: cuzk's Priority value (0 when the request has none)
-    priority: int
-    #: the job the call creates or names ("" for none)
-    job_id: str
 
 
 def method_name(path: str) -> str | None:

@@ -52,7 +52,7 @@ class EngineSeat:
         #: which process of the engine a call went to (one more at each exit)
         self.generation = 0
         self._ended = asyncio.Event()
-        self._calls: set[grpc.aio.UnaryUnaryCall] = set()  # type: ignore[type-arg]
+        self._calls: set[grpc.aio.UnaryUnaryCall[bytes, bytes]] = set()
         self._tasks = TaskSet()
 
     # -- the runner's side (DoorSeat) ----------------------------------------------------
@@ -89,7 +89,8 @@ class EngineSeat:
         channel = self._channel
         if channel is None or generation != self.generation:
             return LOST
-        call = channel.unary_unary(method)(request, timeout=timeout, wait_for_ready=True)
+        relay: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(method)
+        call = relay(request, timeout=timeout, wait_for_ready=True)
         self._calls.add(call)
         try:
             reply: bytes = await call

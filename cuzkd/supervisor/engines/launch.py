@@ -34,11 +34,13 @@ class EngineLaunch:
         #: the command as configured (``{binary}`` unresolved): what logs and the API show
         self.argv = config.engine_command(spec)
         self.status_address = config.status_address(spec)
-        #: a bundled engine's status socket, made ready before each spawn
+        #: a bundled engine's status socket, or the private gRPC socket of an engine behind
+        #: a front door, made ready before each spawn
+        private = config.grpc_address(spec) if config.door_address(spec) is not None else None
         self._socket_path = (
             Path(self.status_address.removeprefix("unix:"))
             if spec.bundled and self.status_address and self.status_address.startswith("unix:")
-            else None
+            else Path(private.removeprefix("unix://")) if private is not None else None
         )
         self._binary_resolver = binary_resolver
         #: NVML, for the GPU memory gate of an engine with ``gpus`` (None: no gate)
@@ -71,8 +73,8 @@ class EngineLaunch:
                 pids.ENGINE_ENV: self._spec.name}
 
     def prepare(self) -> None:
-        """A bundled engine's status socket: its directory private, a stale socket removed (it
-        would look alive)."""
+        """A bundled engine's status socket (or a door engine's private gRPC socket): its
+        directory private, a stale socket removed (it would look alive)."""
         if self._socket_path is not None:
             self._socket_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             self._socket_path.unlink(missing_ok=True)
