@@ -27,16 +27,26 @@ import grpc
 import structlog
 
 from cuzkd.config.doors import DoorPlan
-from cuzkd.supervisor.core.doorbook import CallFacts, Decision, DoorBook, Refuse, Send
+from cuzkd.supervisor.core.doorbook import (
+    FROM_CACHE,
+    Call,
+    Decision,
+    DoorBook,
+    FromCache,
+    Hold,
+    Outcome,
+    Refuse,
+    Send,
+)
 from cuzkd.supervisor.door.requests import (
-    READINGS,
     REQUESTS,
     SERVICE,
     BadRequest,
     method_name,
-    read_facts,
+    read_call,
+    submitted_job,
 )
-from cuzkd.supervisor.door.seat import LOST, EngineSeat
+from cuzkd.supervisor.door.seat import BROKEN, LOST, EngineSeat
 
 log = structlog.get_logger("cuzkd.supervisor")
 
@@ -44,55 +54,71 @@ log = structlog.get_logger("cuzkd.supervisor")
 #: given instead (cuzk's GetStatus runs nvidia-smi: tens of milliseconds).
 READING_TIMEOUT = 5.0
 
+#: What a waiting call is told next: send it (to an engine's process, by its generation then),
+#: refuse it, or answer it from the last good reply.
+Placement = tuple[str, int] | Refuse | FromCache
+
 
 class Door:
-    """One :class:`~cuzkd.config.doors.DoorPlan`'s server, book and seats."""
+    """One :class:`~cuzkd.config.doors.DoorPlan`'s book and seats (its server is
+    :class:`~.doors.Doors`')."""
 
     def __init__(self, plan: DoorPlan, clock: Callable[[], float]) -> None:
         self.plan = plan
         self._clock = clock
-        self._book = DoorBook(plan, clock())
+        self._book = DoorBook(hold_timeout=plan.hold_timeout,
+                              hold_max_calls=plan.hold_max_calls,
+                              hold_max_bytes=plan.hold_max_bytes,
+                              retry_max_bytes=plan.retry_max_bytes)
         self.seats = {name: EngineSeat(name, plan.max_message_bytes, self)
                       for name in plan.engines}
         self._ids = itertools.count(1)
-        #: call id -> its mailbox while its caller waits: where to send it (an engine and
-        #: its process's generation, taken when the book decided), or why it is refused
-        self._mail: dict[int, asyncio.Queue[tuple[str, int] | Refuse]] = {}
+        #: call id -> its mailbox while its caller waits (see :data:`Placement`)
+        self._mail: dict[int, asyncio.Queue[Placement]] = {}
         #: method -> the last good reply's bytes (GetStatus, GetMetrics)
         self._last_reading: dict[str, bytes] = {}
         self._timer: asyncio.TimerHandle | None = None
-        self._log = log.bind(door=plan.name, address=plan.address)
+        self._log = log.bind(door=plan.name)
 
     # -- the seats' owner: what the runners say ------------------------------------------
 
     def admitted(self, engine: str) -> None:
-        self._log.info("door_engine_admitted", engine=engine)
-        self._carry_out(self._book.admit(self._clock(), engine))
+        self._log.info("door_engine_admitted", engine=engine, held=self._book.held_calls)
+        self._carry_out(self._book.admitting(engine, self._clock()))
 
     def stopped_admitting(self, engine: str) -> None:
-        self._carry_out(self._book.stop_admitting(self._clock(), engine))
+        self._book.stop_admitting(engine)
 
     def in_flight(self, engine: str) -> int:
         return self._book.in_flight(engine)
 
     def left(self, engine: str, crashed: bool) -> None:
-        self._carry_out(self._book.gone(self._clock(), engine, crashed=crashed))
+        self._carry_out(self._book.gone(engine, self._clock(), crashed=crashed))
 
     def refuse_new(self) -> None:
         """cuzkd shuts down: held and new calls are refused at once (calls in flight go on
         until their engines stop)."""
-        self._carry_out(self._book.shutdown(self._clock()))
+        self._carry_out(self._book.shutting_down(self._clock()))
 
     # -- the book's decisions --------------------------------------------------------------
 
     def _carry_out(self, decisions: list[Decision]) -> None:
+        """Hand each decision to its call's mailbox. A Hold needs nothing (the call waits on
+        its mailbox; an attempt under way for it was lost already), nor a Withdrawn (its
+        caller left)."""
         for decision in decisions:
-            # a Hold needs nothing: the call waits on its mailbox until it is placed
+            mailbox = self._mail.get(decision.call)
             match decision:
-                case Send(call=call, engine=engine) if call in self._mail:
-                    self._mail[call].put_nowait((engine, self.seats[engine].generation))
-                case Refuse(call=call) if call in self._mail:
-                    self._mail[call].put_nowait(decision)
+                case Send(engine=engine) if mailbox is not None:
+                    mailbox.put_nowait((engine, self.seats[engine].generation))
+                    if decision.retry is not None:
+                        self._log.info("door_call_retried", call=decision.call,
+                                       engine=engine, reason=str(decision.retry))
+                case Refuse() | FromCache() if mailbox is not None:
+                    mailbox.put_nowait(decision)
+                case Hold(retry=retry) if retry is not None:
+                    self._log.info("door_call_held_for_retry", call=decision.call,
+                                   reason=str(retry))
         self._arm_timer()
 
     def _arm_timer(self) -> None:
@@ -108,7 +134,10 @@ class Door:
 
     def _expire(self) -> None:
         self._timer = None
-        self._carry_out(self._book.expire(self._clock()))
+        self._carry_out(self._book.expired(self._clock()))
+
+    def _returned(self, call: Call, outcome: Outcome, job: str = "") -> None:
+        self._carry_out(self._book.returned(call.id, self._clock(), outcome, job))
 
     # -- the calls -------------------------------------------------------------------------
 
@@ -118,61 +147,70 @@ class Door:
         method = method_name(path)
         if method is None:
             await _abort(context, grpc.StatusCode.UNIMPLEMENTED,
-                         f"unknown method {path}: the door serves {SERVICE} "
+                         f"unknown method {path[:200]}: cuzkd's door serves {SERVICE} "
                          f"({', '.join(REQUESTS)})")
         try:
-            facts = read_facts(method, request)
+            call = read_call(next(self._ids), method, request)
         except BadRequest as exc:
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"{method}: {exc}")
-        if method in READINGS:
-            return await self._reading(path, method, request, context)
-        return await self._placed(path, facts, request, context)
-
-    async def _placed(self, path: str, facts: CallFacts, request: bytes,
-                      context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
-        """A call the book places: sent, held until an engine takes it, or refused."""
-        call = next(self._ids)
-        mailbox: asyncio.Queue[tuple[str, int] | Refuse] = asyncio.Queue()
-        self._mail[call] = mailbox
-        answered = False
+        mailbox: asyncio.Queue[Placement] = asyncio.Queue()
+        self._mail[call.id] = mailbox
+        ended = False
         try:
-            self._carry_out(self._book.arrive(self._clock(), call, facts, len(request)))
+            self._carry_out(self._book.arrived(call, self._clock()))
             while True:
-                decision = await mailbox.get()
-                if isinstance(decision, Refuse):
-                    answered = True
-                    await _abort(context, grpc.StatusCode.UNAVAILABLE,
-                                 f"{facts.method}: {decision.message}")
-                engine, generation = decision
-                outcome = await self.seats[engine].send(path, request, generation,
-                                                        context.time_remaining())
-                if outcome is LOST:
-                    continue  # the engine died under it: the book's next decision places it
-                answered = True
-                self._carry_out(self._book.answered(self._clock(), call))
-                if isinstance(outcome, grpc.aio.AioRpcError):
-                    await _abort(context, outcome.code(), outcome.details() or "")
-                assert isinstance(outcome, bytes)
-                return outcome
+                placement = await mailbox.get()
+                if isinstance(placement, Refuse):
+                    ended = True
+                    await _abort(context, grpc.StatusCode[placement.code],
+                                 f"{method}: {placement.message}")
+                if isinstance(placement, FromCache):
+                    ended = True
+                    return await self._from_cache(method, context)
+                outcome = await self._send(call, path, request, placement, context)
+                if outcome is BROKEN:  # the book places it again, never on that process
+                    self._returned(call, Outcome.BROKEN)
+                if outcome in (LOST, BROKEN):
+                    continue  # its engine died under it: the book's next decision places it
+                ended = True
+                return await self._answer(call, outcome, context)
         finally:
-            del self._mail[call]
-            if not answered:  # its caller went away (cancelled, deadline): forget it
-                self._carry_out(self._book.abandoned(self._clock(), call))
+            del self._mail[call.id]
+            if not ended:  # its caller went away (cancelled, deadline): the book forgets it
+                self._returned(call, Outcome.CANCELLED)
 
-    async def _reading(self, path: str, method: str, request: bytes,
-                       context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
-        """GetStatus/GetMetrics from an engine that takes calls, else the last good reply."""
-        for name in self._book.admitting():
-            seat = self.seats[name]
-            outcome = await seat.send(path, request, seat.generation, READING_TIMEOUT)
-            if isinstance(outcome, bytes):
-                self._last_reading[method] = outcome
-                return outcome
+    async def _send(self, call: Call, path: str, request: bytes, placement: tuple[str, int],
+                    context: grpc.aio.ServicerContext[bytes, bytes]) -> object:
+        engine, generation = placement
+        timeout = context.time_remaining()
+        if call.method in FROM_CACHE:
+            timeout = min(timeout or READING_TIMEOUT, READING_TIMEOUT)
+        return await self.seats[engine].send(path, request, generation, timeout)
+
+    async def _answer(self, call: Call, outcome: object,
+                      context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+        """Report how the engine answered, then pass its answer on: the reply's bytes, its
+        gRPC error, or (GetStatus/GetMetrics) the last good reply instead of an error."""
+        if isinstance(outcome, bytes):
+            job = submitted_job(outcome) if call.method == "SubmitProof" and not call.job else ""
+            self._returned(call, Outcome.OK, job)
+            if call.method in FROM_CACHE:
+                self._last_reading[call.method] = outcome
+            return outcome
+        assert isinstance(outcome, grpc.aio.AioRpcError)
+        self._returned(call, Outcome.ERROR)
+        if call.method in FROM_CACHE and call.method in self._last_reading:
+            return self._last_reading[call.method]
+        await _abort(context, outcome.code(), outcome.details() or "")
+
+    async def _from_cache(self, method: str,
+                          context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
         last = self._last_reading.get(method)
         if last is None:
             await _abort(context, grpc.StatusCode.UNAVAILABLE,
-                         f"{method}: no engine behind the door has answered it yet "
-                         f"({', '.join(self.plan.engines)} not taking calls)")
+                         f"{method}: no engine behind cuzkd's door can answer now, and none "
+                         f"has answered it yet ({', '.join(self.plan.engines)} starting or "
+                         "stopped)")
         return last
 
     async def close(self) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from google.protobuf.message import DecodeError, Message
 
 from cuzkd.cuzk import proving_pb2 as pb
-from cuzkd.supervisor.core.doorbook import CallFacts
+from cuzkd.supervisor.core.doorbook import Call
 
 SERVICE = "cuzk.v1.ProvingEngine"
 #: method name -> its request message: every method cuzk serves
@@ -22,8 +22,6 @@ REQUESTS: dict[str, type[Message]] = {
     "GetStatus": pb.GetStatusRequest, "GetMetrics": pb.GetMetricsRequest,
     "PreloadSRS": pb.PreloadSrsRequest, "EvictSRS": pb.EvictSrsRequest,
 }
-#: answered from the last good engine reply when no engine answers at once: never held
-READINGS = frozenset({"GetStatus", "GetMetrics"})
 
 
 class BadRequest(ValueError):
@@ -36,18 +34,31 @@ def method_name(path: str) -> str | None:
     return name if service == SERVICE and name in REQUESTS else None
 
 
-def read_facts(method: str, request: bytes) -> CallFacts:
-    """The facts of ``request`` (bytes of ``method``'s request); BadRequest if they do not
-    decode as that message."""
+def read_call(call_id: int, method: str, request: bytes) -> Call:
+    """Call ``call_id`` as the book sees it, read from ``request`` (bytes of ``method``'s
+    request); BadRequest if they do not decode as that message."""
     message = REQUESTS[method]()
     try:
         message.ParseFromString(request)
     except DecodeError as exc:
         raise BadRequest(f"the request is not a {message.DESCRIPTOR.full_name}: {exc}") from None
+    size = len(request)
     if isinstance(message, pb.ProveRequest):
-        return CallFacts(method, message.submit.priority, message.submit.request_id)
+        submit = message.submit
+        return Call(call_id, method, size, submit.priority, submit.request_id)
     if isinstance(message, pb.SubmitProofRequest):
-        return CallFacts(method, message.priority, message.request_id)
+        return Call(call_id, method, size, message.priority, message.request_id)
     if isinstance(message, pb.AwaitProofRequest | pb.CancelProofRequest):
-        return CallFacts(method, 0, message.job_id)
-    return CallFacts(method, 0, "")
+        return Call(call_id, method, size, job=message.job_id)
+    return Call(call_id, method, size)
+
+
+def submitted_job(reply: bytes) -> str:
+    """The ``job_id`` of a SubmitProof's reply ("" when it does not decode: the engine's
+    reply is relayed as it is, the book only learns no job)."""
+    message = pb.SubmitProofResponse()
+    try:
+        message.ParseFromString(reply)
+    except DecodeError:
+        return ""
+    return message.job_id

@@ -18,12 +18,16 @@ import grpc
 
 from cuzkd.supervisor.tasks import TaskSet
 
-#: What :meth:`EngineSeat.send` returns when the engine's process ended under the call.
+#: What :meth:`EngineSeat.send` returns when the engine's process ended under the call (the
+#: book, told by the runner, has placed it again already).
 LOST = object()
-#: How long a call whose connection broke waits for the runner to see the process end before
-#: the break is taken as the engine's answer (the reaper sees an exit within milliseconds;
-#: a process that lives on after dropping a call is a fault passed on as it is).
-LOSS_WAIT = 10.0
+#: ... when the call's link broke and the process lives on: the book is to be told.
+BROKEN = object()
+#: How long a call whose link broke waits for the runner to see the process end (the reaper
+#: sees an exit within milliseconds; a process that lives on after dropping a call is broken).
+LOSS_WAIT = 5.0
+#: The codes grpc gives a call whose link failed (no answer of the engine's).
+LINK_FAILED = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED})
 
 Outcome = bytes | grpc.aio.AioRpcError | object
 
@@ -85,7 +89,8 @@ class EngineSeat:
     async def send(self, method: str, request: bytes, generation: int,
                    timeout: float | None) -> Outcome:
         """Relay one call to the process of ``generation`` (the one the book placed it on):
-        its reply's bytes, its gRPC error, or :data:`LOST` when that process is gone."""
+        its reply's bytes, its gRPC error, :data:`LOST` when that process is gone, or
+        :data:`BROKEN` when no answer came from it."""
         channel = self._channel
         if channel is None or generation != self.generation:
             return LOST
@@ -100,12 +105,11 @@ class EngineSeat:
                 return LOST
             raise
         except grpc.aio.AioRpcError as exc:
-            if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._ended.wait(), LOSS_WAIT)
-                if generation != self.generation:
-                    return LOST
-            return exc
+            if exc.code() not in LINK_FAILED:
+                return exc
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._ended.wait(), LOSS_WAIT)
+            return LOST if generation != self.generation else BROKEN
         finally:
             self._calls.discard(call)
             call.cancel()
