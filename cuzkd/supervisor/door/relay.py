@@ -27,6 +27,7 @@ import grpc
 import structlog
 
 from cuzkd.config.doors import DoorPlan
+from cuzkd.log.ratelimit import LimitedLog
 from cuzkd.supervisor.core.doorbook import (
     FROM_CACHE,
     Call,
@@ -79,6 +80,8 @@ class Door:
         self._last_reading: dict[str, bytes] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._log = log.bind(door=plan.name)
+        #: refusals log once per 10 s per reason (a full door refuses every call)
+        self._limited = LimitedLog()
 
     # -- the seats' owner: what the runners say ------------------------------------------
 
@@ -114,10 +117,15 @@ class Door:
                     if decision.retry is not None:
                         self._log.info("door_call_retried", call=decision.call,
                                        engine=engine, reason=str(decision.retry))
-                case Refuse() | FromCache() if mailbox is not None:
+                case Refuse(reason=reason) if mailbox is not None:
+                    mailbox.put_nowait(decision)
+                    self._limited.log(self._log, "warning", "door_call_refused", key=reason,
+                                      reason=str(reason), code=str(decision.code),
+                                      error=decision.message, held_for=decision.held_for)
+                case FromCache() if mailbox is not None:
                     mailbox.put_nowait(decision)
                 case Hold(retry=retry) if retry is not None:
-                    self._log.info("door_call_held_for_retry", call=decision.call,
+                    self._log.info("door_retry_deferred", call=decision.call,
                                    reason=str(retry))
         self._arm_timer()
 
