@@ -611,8 +611,9 @@ class EngineRunner:
     def _count_inflight(self, reason: StopReason | None) -> None:
         """Count the partitions and jobs in flight, by the last status read (and, for a cuzk
         engine, the drain's last GetStatus), as the engine is stopped: what this stop throws
-        away. Health kills (reason None) are not counted."""
-        if reason is None or self.status_source is None:
+        away. Health kills (reason None) are not counted, nor a stop the door drained: it saw
+        every call end (the last status read, before the drain, may list jobs done since)."""
+        if reason is None or self.status_source is None or self._drained_clean:
             return
         doc = self.status_source.latest()
         lost = count_partitions(doc, IN_FLIGHT_STATES)
