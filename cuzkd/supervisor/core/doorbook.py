@@ -300,6 +300,8 @@ class DoorBook:
     def arrived(self, call: Call, now: float) -> list[Decision]:
         """A call came in: the decision about it first, then the refusals of held calls it
         displaced (a full door keeps the calls it would release first)."""
+        if call.id in self._entries:
+            raise ValueError(f"call {call.id} arrived while a call of that number lasts")
         self._arrivals += 1
         entry = self._entries[call.id] = _Entry(call, self._arrivals)
         if self._shutting_down and self._job_engine(call) is None:
@@ -413,10 +415,11 @@ class DoorBook:
         """Hold a call, displacing the held ones released last (after it) if the door is
         full; refuse it when even that leaves no room."""
         size = entry.call.size
-        later = sorted((e for e in self._held.values() if e.order > entry.order),
-                       key=lambda e: e.order, reverse=True)
         calls_over = len(self._held) + 1 - self.hold_max_calls
         bytes_over = self._held_bytes + size - self.hold_max_bytes
+        later = [] if calls_over <= 0 and bytes_over <= 0 else sorted(
+            (e for e in self._held.values() if e.order > entry.order),
+            key=lambda e: e.order, reverse=True)
         displaced = 0
         while (calls_over > 0 or bytes_over > 0) and displaced < len(later):
             calls_over -= 1
@@ -435,6 +438,8 @@ class DoorBook:
         entry.held_since, entry.until = now, now + self.hold_timeout
         self._held[entry.call.id] = entry
         self._held_bytes += size
+        if entry.call.method == "SubmitProof" and entry.call.job:  # its awaits wait for it
+            self._jobs.setdefault(entry.call.job, _Job(None)).submits.add(entry.call.id)
         return [Hold(entry.call.id, entry.until, retry), *decisions]
 
     def _release(self, now: float) -> list[Decision]:
