@@ -76,6 +76,7 @@ def test_get_status_and_get_metrics_are_never_held_but_answered_from_the_cache()
     b = book()
     assert b.arrived(Call(1, "GetStatus", 0), 0.0) == [FromCache(1)]
     assert b.arrived(Call(2, "GetMetrics", 0), 0.0) == [FromCache(2)]
+    assert b.arrived(Call(2, "GetMetrics", 0), 0.5) == [FromCache(2)]  # it ended: number free
     assert b.held_calls == 0
     b.admitting("a", 1.0)
     assert b.arrived(Call(3, "GetStatus", 0), 1.0) == [Send(3, "a")]  # kept for no retry
@@ -140,6 +141,16 @@ def test_a_caller_leaving_while_held_withdraws_its_call() -> None:
     assert b.returned(1, 6.0, Outcome.OK) == []  # ended already: nothing more
 
 
+def test_a_late_report_of_a_replaced_attempt_does_not_end_the_held_call() -> None:
+    b = book()
+    b.admitting("a", 0.0)
+    b.arrived(prove(1), 0.0)
+    assert b.gone("a", 1.0, crashed=True) == [Hold(1, 601.0, DoorRetry.CRASH)]
+    assert b.returned(1, 1.5, Outcome.BROKEN) == []  # the attempt on a's ended process
+    assert b.held_calls == 1
+    assert sent(b.admitting("a", 2.0)) == {1: "a"}
+
+
 def submit(call_id: int, job: str, *, size: int = 1000) -> Call:
     return Call(call_id, "SubmitProof", size, NORMAL, job)
 
@@ -184,6 +195,8 @@ def test_awaits_follow_their_job_to_the_engine_that_took_its_submit_even_when_he
     b = book()
     assert isinstance(b.arrived(submit(1, "j"), 0.0)[0], Hold)
     assert isinstance(b.arrived(await_(2, "j"), 1.0)[0], Hold)  # follows its held submit
+    b.arrived(await_(9, "j"), 1.0)
+    assert b.returned(9, 1.5, Outcome.CANCELLED) == [Withdrawn(9, 0.5)]  # the others stay
     b.admitting("b", 2.0)
     b.admitting("a", 2.0)  # fewer in flight than b after the release: the job stays on b
     assert b.in_flight("b") == 2
@@ -245,8 +258,10 @@ def test_a_crash_with_no_other_engine_holds_the_retry_for_the_next_process() -> 
     assert b.gone("a", 10.0, crashed=True) == [Hold(1, 610.0, DoorRetry.CRASH),
                                                 Hold(2, 610.0, DoorRetry.CRASH)]
     b.arrived(prove(3, priority=HIGH), 11.0)
-    assert [(d.call, d.held_for) for d in b.admitting("a", 40.0) if isinstance(d, Send)] == [
-        (2, 30.0), (3, 29.0), (1, 30.0)]  # HIGH first, then arrival order (a retry keeps its)
+    released = b.admitting("a", 40.0)
+    assert [(d.call, d.held_for, d.retry) for d in released if isinstance(d, Send)] == [
+        (2, 30.0, None), (3, 29.0, None), (1, 30.0, None)]  # a retry is counted on its Hold
+    # HIGH first, then arrival order (a retry keeps its place)
     assert b.retained_bytes == 1000  # call 3's only: 1 and 2 are on their last sending
 
 
@@ -267,6 +282,16 @@ def test_a_crash_fails_what_cannot_be_sent_again_and_forgets_the_jobs_it_had() -
     assert refused(b.arrived(await_(6, "j"), 3.0)) == {6: DoorRefusal.UNKNOWN_JOB}
 
 
+def test_a_job_its_engine_had_when_it_crashed_is_unknown_to_the_next_process() -> None:
+    b = book()
+    b.admitting("a", 0.0)
+    b.arrived(submit(1, "j"), 0.0)
+    b.returned(1, 1.0, Outcome.OK)
+    assert b.gone("a", 2.0, crashed=True) == []
+    b.admitting("a", 3.0)
+    assert refused(b.arrived(await_(2, "j"), 3.0)) == {2: DoorRefusal.UNKNOWN_JOB}
+
+
 def test_a_failed_proof_is_an_ordinary_return_and_never_sent_again() -> None:
     b = book()
     b.admitting("a", 0.0)
@@ -283,11 +308,25 @@ def test_a_broken_call_goes_to_another_process_never_back_to_the_one_that_broke_
     b.arrived(prove(2), 0.0)
     assert b.returned(1, 1.0, Outcome.BROKEN) == [Hold(1, 601.0, DoorRetry.BROKEN)]
     assert b.in_flight("a") == 1
+    assert b.arrived(await_(5, "j"), 1.0) == [Hold(5, 601.0)]  # follows its submit, not to a
     assert sent(b.arrived(prove(3), 2.0)) == {3: "a"}  # others still go to a
     assert b.gone("a", 3.0, crashed=True)[0] == Hold(2, 603.0, DoorRetry.CRASH)
-    assert sent(b.admitting("a", 30.0)) == {1: "a", 2: "a", 3: "a"}  # a's next process
+    assert sent(b.admitting("a", 30.0)) == {1: "a", 2: "a", 3: "a", 5: "a"}  # a's next one
     b.returned(1, 31.0, Outcome.OK)
     assert b.arrived(await_(4, "j"), 31.0) == [Send(4, "a")]
+
+
+def test_a_job_goes_where_its_broken_submit_is_sent_again() -> None:
+    b = book()
+    b.admitting("a", 0.0)
+    b.arrived(submit(1, "j"), 0.0)
+    b.returned(1, 1.0, Outcome.OK)
+    b.admitting("b", 1.0)
+    assert b.arrived(submit(2, "j"), 2.0) == [Send(2, "a", retain=True)]  # a has the job
+    assert b.returned(2, 3.0, Outcome.BROKEN) == [Send(2, "b", retry=DoorRetry.BROKEN)]
+    assert (b.in_flight("a"), b.in_flight("b")) == (0, 1)  # a's drain does not wait for it
+    b.returned(2, 4.0, Outcome.OK)
+    assert b.arrived(await_(3, "j"), 5.0) == [Send(3, "b")]
 
 
 def test_a_broken_call_moves_to_another_engine_at_once_when_one_admits() -> None:
