@@ -263,7 +263,8 @@ class DoorBook:
 
     def admitting(self, engine: str, now: float) -> list[Decision]:
         """``engine``'s process answered and may take calls: the held calls it can take now,
-        released in order (the engine with the fewest in flight takes each)."""
+        released in order (the engine with the fewest in flight takes each). A process that
+        ended is reported :meth:`gone` before the engine's next one is admitted."""
         seat = self._seats.get(engine)
         if seat is None:
             self._serials += 1
@@ -284,14 +285,12 @@ class DoorBook:
         seat = self._seats.pop(engine, None)
         if seat is None:
             return []
-        for job in seat.jobs:
-            self._jobs[job].engine = None  # lost with the process
         why = DoorRetry.CRASH if crashed else DoorRetry.STOP
         decisions: list[Decision] = []
         for entry in sorted((self._entries[c] for c in seat.calls), key=lambda e: e.seq):
             entry.engine = None
             decisions += self._lost(entry, now, why, engine)
-        for job in seat.jobs:
+        for job in seat.jobs:  # lost with the process, unless sent again above
             decisions += self._settle_job(job, now)
         return decisions
 
@@ -300,6 +299,8 @@ class DoorBook:
     def arrived(self, call: Call, now: float) -> list[Decision]:
         """A call came in: the decision about it first, then the refusals of held calls it
         displaced (a full door keeps the calls it would release first)."""
+        if call.id in self._entries:
+            raise ValueError(f"call {call.id} arrived while a call of that number lasts")
         self._arrivals += 1
         entry = self._entries[call.id] = _Entry(call, self._arrivals)
         if self._shutting_down and self._job_engine(call) is None:
@@ -309,7 +310,8 @@ class DoorBook:
 
     def returned(self, call_id: int, now: float, outcome: Outcome,
                  job: str = "") -> list[Decision]:
-        """Call ``call_id`` ended with ``outcome`` (a held one: its caller left). ``job``: the
+        """Call ``call_id`` ended with ``outcome`` (a held one: ``CANCELLED``, its caller left;
+        any other outcome of a held call is of an attempt already replaced). ``job``: the
         ``job_id`` of a SubmitProof's reply, when the request named none (cuzk made one up).
         A broken one is sent again (never to the same process) or held if it was retained,
         else refused."""
@@ -318,6 +320,8 @@ class DoorBook:
             return []
         named = entry.call.job
         if entry.engine is None:
+            if outcome is not Outcome.CANCELLED:
+                return []  # an attempt the book had already replaced: not this call's end
             held_for = now - entry.held_since
             self._forget(entry)
             return [Withdrawn(call_id, held_for), *self._settle_job(named, now)]
@@ -402,7 +406,7 @@ class DoorBook:
         self._seats[engine].calls.add(call.id)
         if call.method == "SubmitProof" and call.job:
             job = self._jobs.setdefault(call.job, _Job(engine))
-            self._move_job(call.job, job, engine)
+            job.engine = engine
             job.submits.add(call.id)
         entry.retained = (call.method in RETRIABLE and not entry.retried
                           and self._retained_bytes + call.size <= self.retry_max_bytes)
@@ -413,10 +417,11 @@ class DoorBook:
         """Hold a call, displacing the held ones released last (after it) if the door is
         full; refuse it when even that leaves no room."""
         size = entry.call.size
-        later = sorted((e for e in self._held.values() if e.order > entry.order),
-                       key=lambda e: e.order, reverse=True)
         calls_over = len(self._held) + 1 - self.hold_max_calls
         bytes_over = self._held_bytes + size - self.hold_max_bytes
+        later = [] if calls_over <= 0 and bytes_over <= 0 else sorted(
+            (e for e in self._held.values() if e.order > entry.order),
+            key=lambda e: e.order, reverse=True)
         displaced = 0
         while (calls_over > 0 or bytes_over > 0) and displaced < len(later):
             calls_over -= 1
@@ -435,6 +440,8 @@ class DoorBook:
         entry.held_since, entry.until = now, now + self.hold_timeout
         self._held[entry.call.id] = entry
         self._held_bytes += size
+        if entry.call.method == "SubmitProof" and entry.call.job:  # its awaits wait for it
+            self._jobs.setdefault(entry.call.job, _Job(None)).submits.add(entry.call.id)
         return [Hold(entry.call.id, entry.until, retry), *decisions]
 
     def _release(self, now: float) -> list[Decision]:
@@ -456,15 +463,15 @@ class DoorBook:
             self._retained_bytes -= call.size
             job = self._jobs.get(call.job) if call.method == "SubmitProof" else None
             if job is not None and job.engine == engine:
-                job.engine = None  # placed anew, not after itself
+                job.engine = None  # placed anew, not after itself: where it goes, the job goes
                 if (seat := self._seats.get(engine)) is not None:
                     seat.jobs.discard(call.job)
             return self._place(entry, now, why)
         if call.method in RETRIABLE and not entry.retried:
             return self._refuse(entry, now, DoorRefusal.RETRY_FULL,
                                 f"engine {engine} ended under the call, which was not kept for"
-                                f" a retry: retry_max_bytes ({self.retry_max_bytes}) was full"
-                                f" when it was sent")
+                                f" a retry: it did not fit in retry_max_bytes"
+                                f" ({self.retry_max_bytes}) when it was sent")
         again = " again" if entry.retried else ""
         return self._refuse(entry, now, DoorRefusal.ENGINE_LOST,
                             f"engine {engine} ended under the call{again}; cuzkd's door cannot"
@@ -500,16 +507,8 @@ class DoorBook:
 
     def _accepted(self, seat: _Seat, job_id: str) -> None:
         """A SubmitProof's reply: ``seat`` has the job until an AwaitProof collects it."""
-        self._move_job(job_id, self._jobs.setdefault(job_id, _Job(seat.name)), seat.name)
+        self._jobs.setdefault(job_id, _Job(seat.name))  # its request named none
         seat.jobs.add(job_id)
-
-    def _move_job(self, job_id: str, job: _Job, engine: str) -> None:
-        """A job is where its last SubmitProof went: one engine has it, the one its AwaitProof
-        goes to (an engine it was on before no longer counts it in flight)."""
-        before = self._seats.get(job.engine) if job.engine not in (None, engine) else None
-        if before is not None:
-            before.jobs.discard(job_id)
-        job.engine = engine
 
     def _settle_job(self, job_id: str, now: float) -> list[Decision]:
         """Forget a job nothing holds any more (no engine has it, no SubmitProof of it is on
