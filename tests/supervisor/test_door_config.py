@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import grp
 import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from cuzkd.cli.dispatch import main as dispatch_main
 from cuzkd.config import Config, ConfigError, load_config
 from cuzkd.config.doors import DoorPlan
+from cuzkd.supervisor.engines.launch import EngineLaunch
 
 MIB = 2**20
 
@@ -60,6 +62,20 @@ def test_a_cuzk_engines_door_is_on_at_cuzks_listen_and_cuzk_moves_to_a_private_s
         socket_mode=0o660, socket_group="", max_message_bytes=128 * MIB),)
     assert config.doors[0].name == "c0"
     assert config.notices == ()
+
+
+def test_a_spawn_behind_a_door_readies_the_private_sockets_directory(tmp_path: Path) -> None:
+    """cuzk binds its --listen socket but makes no directory for it: each spawn makes the
+    state dir's engines/ (private) and removes a stale socket."""
+    config = _load(tmp_path, _cuzk_engine(tmp_path))
+    launch = EngineLaunch(config.engine[0], config, lambda: "cuzk-daemon", None)
+    assert launch.argv == config.engine_command(config.engine[0])
+    launch.prepare()
+    engines = tmp_path / "state" / "engines"
+    assert stat.S_IMODE(engines.stat().st_mode) == 0o700
+    (engines / "c0.grpc.sock").write_text("stale")
+    launch.prepare()
+    assert list(engines.iterdir()) == []
 
 
 def test_door_off_leaves_the_engine_where_cuzk_listens(tmp_path: Path) -> None:
