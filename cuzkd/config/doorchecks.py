@@ -13,6 +13,7 @@ listener of cuzkd meet on one address is the sharing rule's, in :mod:`.cuzkcheck
 from __future__ import annotations
 
 import grp
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -59,15 +60,16 @@ def check_doors(config: Config, where: str) -> None:
         value = getattr(table, field)
         if value is not None and value <= 0:
             raise fail(f"door.{field}", "must be greater than zero")
+    too_long = (f"is not below Curio's ProveTimeout ({CURIO_PROVE_TIMEOUT / 60:g} min): Curio "
+                "would give up on a held call first; set a shorter one")
+    if table.hold_timeout is not None and table.hold_timeout >= CURIO_PROVE_TIMEOUT:
+        raise fail("door.hold_timeout", f"{table.hold_timeout:g}s {too_long}")
     for plan in config.doors:
-        if plan.hold_timeout >= CURIO_PROVE_TIMEOUT:
-            how = ("" if table.hold_timeout is not None else
-                   f" (unset: the longest drain_timeout + start_timeout + backoff_max of its "
-                   f"engines + {HOLD_SLACK:g}s)")
+        if plan.hold_timeout >= CURIO_PROVE_TIMEOUT:  # unset, computed from its engines
             raise fail("door.hold_timeout",
-                       f"{plan.hold_timeout:g}s for the door of engine {plan.name!r}{how} is "
-                       f"not below Curio's ProveTimeout ({CURIO_PROVE_TIMEOUT / 60:g} min): "
-                       "Curio would give up on a held call first; set a shorter one")
+                       f"unset, it is {plan.hold_timeout:g}s for the door of engine "
+                       f"{plan.name!r} (the longest drain_timeout + start_timeout + "
+                       f"backoff_max of its engines + {HOLD_SLACK:g}s), which {too_long}")
 
 
 def _check_engine_door(config: Config, eng: EngineConfig, key: str,
@@ -88,6 +90,11 @@ def _check_engine_door(config: Config, eng: EngineConfig, key: str,
                 check_socket_path(Path(address.path))
         except ValueError as exc:
             raise fail(f"{key}.door", str(exc)) from None
+        engines = Path(os.path.normpath(config.state_dir / "engines"))
+        if address.is_unix and engines in Path(address.path).parents:
+            raise fail(f"{key}.door", f"{eng.door!r} is among cuzkd's private engine sockets "
+                                      f"({engines}, 0700): Curio could not connect; put the "
+                                      "door elsewhere")
     override = eng.cuzk_file.listen_override if eng.cuzk_file is not None else None
     if override is not None:
         raise fail(f"{key}.command", f"passes cuzk --listen {override!r}, but the engine's "
@@ -142,10 +149,13 @@ def door_notices(config: Config, where: str) -> list[str]:
                 f"drain_timeout + start_timeout + backoff_max ({engine_outage(slowest):g}s): "
                 "calls held through a whole restart of it fail UNAVAILABLE (unset, it would "
                 f"be {default_hold_timeout(engines):g}s)"))
-    if config.doors and table.retry_max_bytes < MAX_MESSAGE_BYTES:
-        notices.append(validation.key_error(
-            where, "door.retry_max_bytes",
-            f"{format_bytes(table.retry_max_bytes)} is less than one maximal request "
-            f"({format_bytes(MAX_MESSAGE_BYTES)}, cuzk's limit): a request that large is not "
-            "retried when its engine dies under it"))
+    for field, consequence in (
+            ("hold_max_bytes", "held while no engine can take it: it fails UNAVAILABLE"),
+            ("retry_max_bytes", "retried when its engine dies under it")):
+        if config.doors and getattr(table, field) < MAX_MESSAGE_BYTES:
+            notices.append(validation.key_error(
+                where, f"door.{field}",
+                f"{format_bytes(getattr(table, field))} is less than one maximal request "
+                f"({format_bytes(MAX_MESSAGE_BYTES)}, cuzk's limit): a request that large is "
+                f"not {consequence}"))
     return notices

@@ -128,12 +128,17 @@ REFUSED = [
     ('door = "0.0.0.0:9822"', "", "engine[0].door", "binds the address"),
     ('door = "127.0.0.1:9821"', "", "engine[0].door",  # its own cuzk's status listener
      "binds the address {dir}/c0.toml: key `daemon.status_listen`"),
+    ('door = "unix://{dir}/state/engines/c1.sock"', "", "engine[0].door",
+     "among cuzkd's private engine sockets"),
     ('door = "unix://{dir}/state/control.sock"', "", "engine[0].door",
      "binds the address {path}: key `supervisor.state_dir` (the control socket)"),
     ('door = "unix://{dir}/b.sock"', '[[engine]]\nname = "b"\nlisten = "unix:{dir}/b.sock"\n',
      "engine[1].listen", "binds the address {path}: key `engine[0].door`"),
     ("", "[door]\nhold_timeout = \"30m\"\n", "door.hold_timeout", "Curio's ProveTimeout"),
-    ('drain_timeout = "1700s"', "", "door.hold_timeout", "(unset: the longest drain_timeout"),
+    ('door = "off"', "[door]\nhold_timeout = \"1h\"\n", "door.hold_timeout",
+     "3600s is not below Curio's ProveTimeout"),  # wrong with or without a door
+    ('drain_timeout = "1700s"', "", "door.hold_timeout",
+     "unset, it is 1820s for the door of engine 'c0' (the longest drain_timeout"),
     ("", "[door]\nhold_timeout = \"0s\"\n", "door.hold_timeout", "greater than zero"),
     ("", "[door]\nhold_max_bytes = 0\n", "door.hold_max_bytes", "greater than zero"),
     ("", "[door]\nhold_max_calls = 0\n", "door.hold_max_calls", ">= 1"),
@@ -192,7 +197,8 @@ def test_two_engines_on_one_door_are_refused_as_not_supported_yet(tmp_path: Path
         load_config(path)
 
 
-def test_a_relative_state_dir_is_refused_behind_a_door(tmp_path: Path) -> None:
+def test_a_state_dir_the_private_socket_cannot_live_in_is_refused_behind_a_door(
+        tmp_path: Path) -> None:
     path = tmp_path / "cuzkd.toml"
     path.write_text('[supervisor]\nstate_dir = "state"\n' + _cuzk_engine(tmp_path))
     with pytest.raises(ConfigError, match=rf"^{path}: key `supervisor\.state_dir`: 'state' "
@@ -201,6 +207,10 @@ def test_a_relative_state_dir_is_refused_behind_a_door(tmp_path: Path) -> None:
     path.write_text('[supervisor]\nstate_dir = "state"\n'
                     + _cuzk_engine(tmp_path, 'door = "off"'))
     assert load_config(path).doors == ()
+    path.write_text(f'[supervisor]\nstate_dir = "/{"s" * 90}"\n' + _cuzk_engine(tmp_path))
+    with pytest.raises(ConfigError, match=rf"^{path}: key `supervisor\.state_dir`: engine 'c0''s "
+                                          "private gRPC socket path .* the kernel's limit"):
+        load_config(path)
 
 
 def test_a_socket_group_is_looked_up_by_the_daemon_not_by_client_commands(
@@ -219,7 +229,11 @@ def test_a_socket_group_is_looked_up_by_the_daemon_not_by_client_commands(
     ("", '[door]\nhold_timeout = "100s"\n', "door.hold_timeout",
      "100s is shorter than engine 'c0''s drain_timeout + start_timeout + backoff_max (240s)"),
     ("", '[door]\nretry_max_bytes = "64MiB"\n', "door.retry_max_bytes",
-     "64.0 MiB is less than one maximal request (128.0 MiB"),
+     "64.0 MiB is less than one maximal request (128.0 MiB, cuzk's limit): a request that "
+     "large is not retried"),
+    ("", '[door]\nhold_max_bytes = "100MiB"\n', "door.hold_max_bytes",
+     "100.0 MiB is less than one maximal request (128.0 MiB, cuzk's limit): a request that "
+     "large is not held"),
 ])
 def test_what_a_door_is_accepted_with_is_noticed(tmp_path: Path, extra: str, tables: str,
                                                  key: str, words: str) -> None:
