@@ -104,7 +104,10 @@ def parse_door_address(text: str) -> ListenAddress:
             raise ValueError(f"{text!r}: a Unix door is unix:///ABSOLUTE/PATH")
         return ListenAddress(path=os.path.normpath(path))
     host, _, _ = text.rpartition(":")
-    address = parse_listen(text, allow_unix=False)
-    if not _HOST.match(host) or address.port == 0:
+    try:
+        address = parse_listen(text, allow_unix=False)
+    except ValueError:
+        address = None
+    if address is None or not _HOST.match(host) or address.port == 0:
         raise ValueError(f"{text!r} is neither unix:///PATH nor HOST:PORT (a port above 0)")
     return address
