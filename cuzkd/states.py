@@ -169,3 +169,46 @@ class ConnectionClose(enum.StrEnum):
     DEADLINE = "deadline"
     #: its response progressed longest ago when all responses together passed the send budget
     SEND_BUDGET = "send_budget"
+
+
+class DoorRefusal(enum.StrEnum):
+    """Why a front door answered a call with an error itself instead of relaying it: the
+    ``reason`` label of ``cuzkd_door_refusals_total`` (:mod:`cuzkd.supervisor.door`)."""
+
+    #: held for ``[door] hold_timeout`` and no engine behind the door could take it
+    HOLD_TIMEOUT = "hold_timeout"
+    #: arrived while ``hold_max_calls`` calls or ``hold_max_bytes`` were held already
+    HOLD_FULL = "hold_full"
+    #: cuzkd is shutting down: held calls and new calls are refused at once
+    SHUTDOWN = "shutdown"
+    #: its engine ended under it and it cannot go again (retried once already, or its request
+    #: was over ``retry_max_bytes`` and not kept)
+    LOST = "lost"
+    #: an ``AwaitProof`` (or ``CancelProof``) of a job no engine behind the door holds
+    UNKNOWN_JOB = "unknown_job"
+    #: not a ``cuzk.v1.ProvingEngine`` method, or bytes that are not its request message
+    BAD_REQUEST = "bad_request"
+
+
+class DoorRetry(enum.StrEnum):
+    """Why a front door sent a call again (same bytes, same ``request_id``) to the engine that
+    replaced the one it went to: the ``reason`` label of ``cuzkd_door_retries_total``."""
+
+    #: the engine's process ended under the call (an exit, a kill, OOM, a stall kill)
+    ENGINE_GONE = "engine_gone"
+    #: the engine answered garbage or hung, and was taken out of rotation
+    BAD_ENGINE = "bad_engine"
+
+
+class HoldEnd(enum.StrEnum):
+    """How a call held in a front door (no engine could take it when it came) stopped being
+    held: the ``outcome`` label of ``cuzkd_door_hold_duration_seconds``."""
+
+    #: an engine behind the door took it
+    PLACED = "placed"
+    #: refused after ``hold_timeout``
+    TIMEOUT = "timeout"
+    #: refused by cuzkd's shutdown
+    SHUTDOWN = "shutdown"
+    #: its caller cancelled it, or its own deadline passed, while it was held
+    CANCELLED = "cancelled"
