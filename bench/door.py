@@ -286,7 +286,8 @@ def measure_stops(mode: str, args: argparse.Namespace, payload: bytes) -> StopRu
         for code, reply in results:
             if reply is None:
                 run.errors[code] += 1
-            elif pb.ProveResponse.FromString(reply).result.status == pb.AwaitProofResponse.COMPLETED:
+            elif (pb.ProveResponse.FromString(reply).result.status
+                  == pb.AwaitProofResponse.COMPLETED):
                 run.completed += 1
             else:
                 run.failed += 1

@@ -172,43 +172,48 @@ class ConnectionClose(enum.StrEnum):
 
 
 class DoorRefusal(enum.StrEnum):
-    """Why a front door answered a call with an error itself instead of relaying it: the
-    ``reason`` label of ``cuzkd_door_refusals_total`` (:mod:`cuzkd.supervisor.door`)."""
+    """Why cuzkd's gRPC door (:mod:`cuzkd.supervisor.core.doorbook`) answered a call itself with
+    an error instead of relaying it: the ``reason`` label of the door's refusal counter. Every
+    reason is ``UNAVAILABLE`` on the wire (a caller may try again later) but ``unknown_job``,
+    which is ``NOT_FOUND``, as cuzk itself answers an ``AwaitProof`` of a job it does not hold."""
 
-    #: held for ``[door] hold_timeout`` and no engine behind the door could take it
+    #: no engine could take it and the door already held ``hold_max_calls`` calls
+    HOLD_FULL_CALLS = "hold_full_calls"
+    #: no engine could take it and holding it would pass ``hold_max_bytes``
+    HOLD_FULL_BYTES = "hold_full_bytes"
+    #: held for ``hold_timeout`` and still no engine could take it
     HOLD_TIMEOUT = "hold_timeout"
-    #: arrived while ``hold_max_calls`` calls or ``hold_max_bytes`` were held already
-    HOLD_FULL = "hold_full"
-    #: cuzkd is shutting down: held calls and new calls are refused at once
-    SHUTDOWN = "shutdown"
-    #: its engine ended under it and it cannot go again (retried once already, or its request
-    #: was over ``retry_max_bytes`` and not kept)
-    LOST = "lost"
-    #: an ``AwaitProof`` (or ``CancelProof``) of a job no engine behind the door holds
+    #: cuzkd is shutting down: held calls and new ones are refused at once
+    SHUTTING_DOWN = "shutting_down"
+    #: its engine ended (or its link broke) under it, and it cannot be sent again: not a
+    #: ``Prove``/``SubmitProof``, or sent again once already
+    ENGINE_LOST = "engine_lost"
+    #: a ``Prove``/``SubmitProof`` its engine ended under that was not kept for a retry
+    #: (``retry_max_bytes`` was full when it was sent)
+    RETRY_FULL = "retry_full"
+    #: an ``AwaitProof`` of a job no engine behind the door holds
     UNKNOWN_JOB = "unknown_job"
-    #: not a ``cuzk.v1.ProvingEngine`` method, or bytes that are not its request message
-    BAD_REQUEST = "bad_request"
 
 
 class DoorRetry(enum.StrEnum):
-    """Why a front door sent a call again (same bytes, same ``request_id``) to the engine that
-    replaced the one it went to: the ``reason`` label of ``cuzkd_door_retries_total``."""
+    """Why the door sent a ``Prove``/``SubmitProof`` a second time (same bytes, same
+    ``request_id``): the ``reason`` label of the door's retry counter."""
 
-    #: the engine's process ended under the call (an exit, a kill, OOM, a stall kill)
-    ENGINE_GONE = "engine_gone"
-    #: the engine answered garbage or hung, and was taken out of rotation
-    BAD_ENGINE = "bad_engine"
+    #: the call's link to its engine broke (the first sign of a dying process, usually)
+    BROKEN = "broken"
+    #: its engine's process ended without a stop: exit, kill, OOM, a stall kill
+    CRASH = "crash"
+    #: its engine was stopped with the call still in flight (the drain ran out of time)
+    STOP = "stop"
 
 
 class HoldEnd(enum.StrEnum):
-    """How a call held in a front door (no engine could take it when it came) stopped being
-    held: the ``outcome`` label of ``cuzkd_door_hold_duration_seconds``."""
+    """How a call held in a front door (no engine could take it when it came) left the hold:
+    the ``outcome`` label of ``cuzkd_door_hold_duration_seconds``."""
 
     #: an engine behind the door took it
     PLACED = "placed"
-    #: refused after ``hold_timeout``
-    TIMEOUT = "timeout"
-    #: refused by cuzkd's shutdown
-    SHUTDOWN = "shutdown"
+    #: the door refused it (``hold_timeout``, its shutdown: :class:`DoorRefusal` says which)
+    REFUSED = "refused"
     #: its caller cancelled it, or its own deadline passed, while it was held
     CANCELLED = "cancelled"

@@ -668,8 +668,8 @@ def front_door() -> list[Json]:
                    [Q(agg("instance, door", sel("cuzkd_door_held_calls", engine=False),
                           op="max"), "{{instance}} {{door}}", event_only=True)], "short", w=8),
         timeseries("Front door: hold time p50 / p99", "How long held calls waited in the door, "
-                   "by how the hold ended (placed on an engine, timeout, shutdown, cancelled). "
-                   "Bad: p99 near hold_timeout, or any timeout.",
+                   "by how it left the hold (placed on an engine, refused, cancelled by its "
+                   "caller). Bad: p99 near hold_timeout, or any refused.",
                    [Q(quantile(q, "cuzkd_door_hold_duration_seconds", "outcome",
                                engine=False),
                       f"{{{{outcome}}}} p{int(q * 100)}", event_only=True)

@@ -117,9 +117,9 @@ def test_holds_retries_and_refusals() -> None:
     metrics.held("d", 3)
     metrics.hold_ended("d", 42.0, HoldEnd.PLACED)
     metrics.hold_ended("d", 0.2, HoldEnd.PLACED)
-    metrics.hold_ended("d", 600.0, HoldEnd.TIMEOUT)
+    metrics.hold_ended("d", 600.0, HoldEnd.REFUSED)
     metrics.held("d", 1)
-    metrics.retried("d", DoorRetry.ENGINE_GONE)
+    metrics.retried("d", DoorRetry.CRASH)
     metrics.refused("d", DoorRefusal.HOLD_TIMEOUT)
     metrics.refused("d", DoorRefusal.HOLD_TIMEOUT)
     series = _series(metrics)
@@ -131,10 +131,10 @@ def test_holds_retries_and_refusals() -> None:
     assert _bucket(series, "cuzkd_door_hold_duration_seconds", "30.0", door="d",
                    outcome="placed") == 1
     assert series[("cuzkd_door_hold_duration_seconds_count",
-                   (("door", "d"), ("outcome", "timeout")))] == 1
+                   (("door", "d"), ("outcome", "refused")))] == 1
     # every reason of the vocabulary is there from the first scrape, at 0 until it happens
     assert _of(series, "cuzkd_door_retries_total") == {
-        (("door", "d"), ("reason", str(r))): (1 if r is DoorRetry.ENGINE_GONE else 0)
+        (("door", "d"), ("reason", str(r))): (1 if r is DoorRetry.CRASH else 0)
         for r in DoorRetry}
     assert _of(series, "cuzkd_door_refusals_total") == {
         (("door", "d"), ("reason", str(r))): (2 if r is DoorRefusal.HOLD_TIMEOUT else 0)
