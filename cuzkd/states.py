@@ -205,3 +205,15 @@ class DoorRetry(enum.StrEnum):
     CRASH = "crash"
     #: its engine was stopped with the call still in flight (the drain ran out of time)
     STOP = "stop"
+
+
+class HoldEnd(enum.StrEnum):
+    """How a call held in a front door (no engine could take it when it came) left the hold:
+    the ``outcome`` label of ``cuzkd_door_hold_duration_seconds``."""
+
+    #: an engine behind the door took it
+    PLACED = "placed"
+    #: the door refused it (``hold_timeout``, its shutdown: :class:`DoorRefusal` says which)
+    REFUSED = "refused"
+    #: its caller cancelled it, or its own deadline passed, while it was held
+    CANCELLED = "cancelled"

@@ -33,6 +33,7 @@ from cuzkd.config import Config
 from cuzkd.errors import CuzkdError
 from cuzkd.gpus import GpuView
 from cuzkd.log.ratelimit import LimitedLog, RateLimiter
+from cuzkd.metrics.door_metrics import DoorMetrics
 from cuzkd.metrics.sample import ListenerAccess
 from cuzkd.supervisor.core import signals
 from cuzkd.supervisor.core.phase import SupervisorPhase
@@ -121,6 +122,8 @@ class Supervisor:
                                         on_applied=self._notify_status)
         self._control_routes = [*control_routes, swap_routes(self.swaps),
                                 self._reloader.routes()]
+        #: every front door's counts (cuzkd_door_*), for the supervisor's life
+        self.door_metrics = DoorMetrics()
 
     @property
     def config(self) -> Config:
@@ -214,7 +217,8 @@ class Supervisor:
             build_control_app(self.engines, self.readout.about, self.swaps.active_verdict,
                               self._control_routes),
             self.config.control_socket,
-            build_metrics_app(self.readout, self._servers.outbox, self.access),
+            build_metrics_app(self.readout, self._servers.outbox, self.access,
+                              [self.door_metrics]),
             self.config.metrics.listen, lambda: connection_limit(len(self.engines)),
             self.access.tls)
         self._metrics_bound = (host, port)
