@@ -15,6 +15,7 @@ import structlog
 from support.ports import free_port
 
 from cuzkd.config.doors import DoorPlan
+from cuzkd.metrics.door_metrics import DoorMetrics
 from cuzkd.supervisor.door.binding import DoorAddressError, UnixAddress, UnixBind, claim
 from cuzkd.supervisor.door.doors import Doors
 
@@ -89,7 +90,7 @@ def test_a_tcp_door_on_every_interface_is_warned_about() -> None:
     port = free_port()
 
     async def main() -> list[dict[str, object]]:
-        doors = Doors([plan(f"0.0.0.0:{port}")], clock=asyncio.get_running_loop().time)
+        doors = Doors([plan(f"0.0.0.0:{port}")], asyncio.get_running_loop().time, DoorMetrics())
         with structlog.testing.capture_logs() as logs:
             await doors.start()
             await doors.close(0)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -42,6 +43,19 @@ class Door:
     def running(self) -> int:
         return int(self.sup.wait_engine("cz", lambda e: e["state"] == "running",
                                         timeout=30)["pid"])
+
+    def metric(self, name: str, **labels: str) -> float:
+        """The sum of the series of ``name`` with ``labels`` in a scrape of cuzkd now."""
+        with urllib.request.urlopen(f"http://{self.sup.about()['metrics_listen']}/metrics",
+                                    timeout=10) as resp:
+            text = resp.read().decode()
+        total = 0.0
+        for line in text.splitlines():
+            series, _, value = line.rpartition(" ")
+            if series.startswith(name + "{") and all(f'{k}="{v}"' in series
+                                                     for k, v in labels.items()):
+                total += float(value)
+        return total
 
     def channel(self) -> grpc.Channel:
         return grpc.insecure_channel(self.address, options=[
@@ -107,6 +121,12 @@ def test_a_restart_under_load_fails_no_call_and_loses_no_proof(door: Door) -> No
     drained = door.sup.events("engine_drained", engine="cz", pid=pid)
     assert [(d["mode"], d["result"]) for d in drained] == [("door", "clean")]
     assert not door.sup.events("engine_jobs_lost")
+    # measured by the door: the proofs, and the calls held through the restart
+    completed = door.metric("cuzkd_door_proofs_total", door="cz", proof_kind="porep-c2",
+                            result="completed")
+    assert completed >= sum(s.outcome == "completed" and s.kind == "porep-c2" for s in sent)
+    assert door.metric("cuzkd_door_hold_duration_seconds_count", door="cz",
+                       outcome="placed") >= 1
 
 
 def test_a_sigkill_under_a_prove_is_retried_once_and_succeeds(door: Door) -> None:
@@ -124,6 +144,7 @@ def test_a_sigkill_under_a_prove_is_retried_once_and_succeeds(door: Door) -> Non
     assert door.running() != pid
     retried = [*door.sup.events("door_retry_deferred"), *door.sup.events("door_call_retried")]
     assert [r["reason"] for r in retried] == ["crash"], retried
+    assert door.metric("cuzkd_door_retries_total", door="cz", reason="crash") == 1
 
 
 def test_bad_input_gets_a_clear_status_and_harms_neither_engine_nor_callers(door: Door) -> None:

@@ -17,6 +17,7 @@ from support.cuzk_grpc import serve
 
 from cuzkd.config.doors import DoorPlan
 from cuzkd.cuzk import proving_pb2 as pb
+from cuzkd.metrics.door_metrics import DoorMetrics
 from cuzkd.supervisor.door.doors import Doors
 
 SERVICE = "/cuzk.v1.ProvingEngine/"
@@ -45,7 +46,7 @@ def test_get_status_answers_from_the_last_good_reply_while_no_engine_can(
     async def main() -> list[bytes | grpc.aio.AioRpcError]:
         engine, engine_address = await serve(tmp_path, answer)
         door_address = f"unix://{tmp_path}/door.sock"
-        doors = Doors([plan(door_address)], clock=asyncio.get_running_loop().time)
+        doors = Doors([plan(door_address)], asyncio.get_running_loop().time, DoorMetrics())
         await doors.start()
         seat = doors.seat("cz")
         assert seat is not None
@@ -78,8 +79,8 @@ def test_a_call_no_engine_takes_within_hold_timeout_is_refused_saying_so(
         tmp_path: Path) -> None:
     async def main() -> bytes | grpc.aio.AioRpcError:
         door_address = f"unix://{tmp_path}/door.sock"
-        doors = Doors([plan(door_address, hold_timeout=0.3)],
-                      clock=asyncio.get_running_loop().time)
+        doors = Doors([plan(door_address, hold_timeout=0.3)], asyncio.get_running_loop().time,
+                      DoorMetrics())
         await doors.start()
         request = pb.ProveRequest(submit=pb.SubmitProofRequest(
             request_id="porep-1-1", proof_kind=pb.POREP_SEAL_COMMIT))

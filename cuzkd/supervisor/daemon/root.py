@@ -88,8 +88,9 @@ class Supervisor:
         # Built once, from the config at start: a reload keeps the store and the coordinator.
         self.binaries = EngineBinaries(config.supervisor, config.state_dir)
         #: the front doors Curio dials (cuzk engines'), bound before the engines start and
-        #: closed after they stopped
-        self.doors = Doors(config.doors, time.monotonic)
+        #: closed after they stopped; their counts (cuzkd_door_*) for the supervisor's life
+        self.door_metrics = DoorMetrics()
+        self.doors = Doors(config.doors, time.monotonic, self.door_metrics)
         #: gpu_view: NVML for the GPU memory gate and cuzkd_gpu_*; loaded by run() unless
         #: given (tests)
         self.engines = EngineSet(config, self.children, binaries=self.binaries,
@@ -122,8 +123,6 @@ class Supervisor:
                                         on_applied=self._notify_status)
         self._control_routes = [*control_routes, swap_routes(self.swaps),
                                 self._reloader.routes()]
-        #: every front door's counts (cuzkd_door_*), for the supervisor's life
-        self.door_metrics = DoorMetrics()
 
     @property
     def config(self) -> Config:

@@ -15,6 +15,7 @@ import grpc
 import structlog
 
 from cuzkd.config.doors import DoorPlan
+from cuzkd.metrics.door_metrics import DoorMetrics
 from cuzkd.supervisor.door.binding import DoorAddressError, UnixAddress, UnixBind, claim
 from cuzkd.supervisor.door.relay import Door, DoorHandler
 from cuzkd.supervisor.engines.seat import DoorSeat
@@ -23,8 +24,11 @@ log = structlog.get_logger("cuzkd.supervisor")
 
 
 class Doors:
-    def __init__(self, plans: Sequence[DoorPlan], clock: Callable[[], float]) -> None:
-        self._doors = [Door(plan, clock) for plan in plans]
+    def __init__(self, plans: Sequence[DoorPlan], clock: Callable[[], float],
+                 metrics: DoorMetrics) -> None:
+        """``metrics``: where every door's figures go (cuzkd_door_*)."""
+        self._doors = [Door(plan, clock, metrics) for plan in plans]
+        self._metrics = metrics
         self._servers: list[grpc.aio.Server] = []
         self._sockets: list[UnixBind] = []
 
@@ -73,6 +77,7 @@ class Doors:
                 raise DoorAddressError(f"front door {plan.address}: {exc}") from None
             self._sockets.append(unix)
         await server.start()
+        self._metrics.opened(plan.name, plan.engines)
         log.info("door_listening", door=plan.name, address=plan.address,
                  engines=list(plan.engines), **({} if unix is not None else {"port": bound}))
         return server

@@ -28,6 +28,8 @@ import structlog
 
 from cuzkd.config.doors import DoorPlan
 from cuzkd.log.ratelimit import LimitedLog
+from cuzkd.metrics.door_metrics import DoorMetrics
+from cuzkd.states import HoldEnd
 from cuzkd.supervisor.core.doorbook import (
     FROM_CACHE,
     Call,
@@ -38,6 +40,7 @@ from cuzkd.supervisor.core.doorbook import (
     Outcome,
     Refuse,
     Send,
+    Withdrawn,
 )
 from cuzkd.supervisor.door.requests import (
     REQUESTS,
@@ -64,9 +67,11 @@ class Door:
     """One :class:`~cuzkd.config.doors.DoorPlan`'s book and seats (its server is
     :class:`~.doors.Doors`')."""
 
-    def __init__(self, plan: DoorPlan, clock: Callable[[], float]) -> None:
+    def __init__(self, plan: DoorPlan, clock: Callable[[], float],
+                 metrics: DoorMetrics) -> None:
         self.plan = plan
         self._clock = clock
+        self._metrics = metrics
         self._book = DoorBook(hold_timeout=plan.hold_timeout,
                               hold_max_calls=plan.hold_max_calls,
                               hold_max_bytes=plan.hold_max_bytes,
@@ -111,6 +116,7 @@ class Door:
         caller left)."""
         for decision in decisions:
             mailbox = self._mail.get(decision.call)
+            self._count(decision)
             match decision:
                 case Send(engine=engine) if mailbox is not None:
                     mailbox.put_nowait((engine, self.seats[engine].generation))
@@ -127,7 +133,25 @@ class Door:
                 case Hold(retry=retry) if retry is not None:
                     self._log.info("door_retry_deferred", call=decision.call,
                                    reason=str(retry))
+        self._metrics.held(self.plan.name, self._book.held_calls)
         self._arm_timer()
+
+    def _count(self, decision: Decision) -> None:
+        """The door's own figures of a decision: hold times, retries, refusals. A retry is
+        counted where it is decided: sent at once, or held for the engine's next process."""
+        door, metrics = self.plan.name, self._metrics
+        match decision:
+            case Send(held_for=held_for) if held_for is not None:
+                metrics.hold_ended(door, held_for, HoldEnd.PLACED)
+            case Refuse(held_for=held_for) if held_for is not None:
+                metrics.hold_ended(door, held_for, HoldEnd.REFUSED)
+            case Withdrawn(held_for=held_for):
+                metrics.hold_ended(door, held_for, HoldEnd.CANCELLED)
+        match decision:
+            case Send(retry=retry) | Hold(retry=retry) if retry is not None:
+                metrics.retried(door, retry)
+            case Refuse(reason=reason):
+                metrics.refused(door, reason)
 
     def _arm_timer(self) -> None:
         """Wake up at the book's next deadline (a held call's hold_timeout)."""
@@ -170,6 +194,7 @@ class Door:
                 placement = await mailbox.get()
                 if isinstance(placement, Refuse):
                     ended = True
+                    self._proved(call, request, None, placement.code)
                     await _abort(context, grpc.StatusCode[placement.code],
                                  f"{method}: {placement.message}")
                 if isinstance(placement, FromCache):
@@ -181,11 +206,18 @@ class Door:
                 if outcome in (LOST, BROKEN):
                     continue  # its engine died under it: the book's next decision places it
                 ended = True
-                return await self._answer(call, outcome, context)
+                return await self._answer(call, request, outcome, context)
         finally:
             del self._mail[call.id]
             if not ended:  # its caller went away (cancelled, deadline): the book forgets it
                 self._returned(call, Outcome.CANCELLED)
+                self._proved(call, request, None, grpc.StatusCode.CANCELLED.name)
+
+    def _proved(self, call: Call, request: bytes, reply: bytes | None, code: str) -> None:
+        """Measure a ``Prove`` as its caller gets it: the reply (its kind, result and cuzk's
+        timings), or the gRPC code it ended with -- relayed, refused or cancelled."""
+        if call.method == "Prove":
+            self._metrics.proved(self.plan.name, request, reply, code)
 
     async def _send(self, call: Call, path: str, request: bytes, placement: tuple[str, int],
                     context: grpc.aio.ServicerContext[bytes, bytes]) -> object:
@@ -195,18 +227,20 @@ class Door:
             timeout = min(timeout or READING_TIMEOUT, READING_TIMEOUT)
         return await self.seats[engine].send(path, request, generation, timeout)
 
-    async def _answer(self, call: Call, outcome: object,
+    async def _answer(self, call: Call, request: bytes, outcome: object,
                       context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
         """Report how the engine answered, then pass its answer on: the reply's bytes, its
         gRPC error, or (GetStatus/GetMetrics) the last good reply instead of an error."""
         if isinstance(outcome, bytes):
             job = submitted_job(outcome) if call.method == "SubmitProof" and not call.job else ""
             self._returned(call, Outcome.OK, job)
+            self._proved(call, request, outcome, grpc.StatusCode.OK.name)
             if call.method in FROM_CACHE:
                 self._last_reading[call.method] = outcome
             return outcome
         assert isinstance(outcome, grpc.aio.AioRpcError)
         self._returned(call, Outcome.ERROR)
+        self._proved(call, request, None, outcome.code().name)
         if call.method in FROM_CACHE and call.method in self._last_reading:
             return self._last_reading[call.method]
         await _abort(context, outcome.code(), outcome.details() or "")

@@ -2,9 +2,10 @@
 
 The door decides where a call goes from three facts -- its method, its priority and the job it
 names (a ``Prove``'s or ``SubmitProof``'s ``request_id``, which cuzk makes the job id; an
-``AwaitProof``'s ``job_id``) -- so it decodes the request once to read them and to refuse bytes
-that are no ``cuzk.v1`` message at all with a clear ``INVALID_ARGUMENT``, instead of passing
-them to the engine. What it sends on is the caller's bytes, never a re-encoding.
+``AwaitProof``'s ``job_id``) -- so it reads the request once for them (a ``Prove`` on the
+wire) and refuses bytes that are no ``cuzk.v1`` message at all with a clear
+``INVALID_ARGUMENT``, instead of passing them to the engine. What it sends on is the
+caller's bytes, never a re-encoding.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from google.protobuf.message import DecodeError, Message
 
 from cuzkd.cuzk import proving_pb2 as pb
+from cuzkd.cuzk.wire import read_call as read_prove
 from cuzkd.supervisor.core.doorbook import Call
 
 SERVICE = "cuzk.v1.ProvingEngine"
@@ -36,16 +38,19 @@ def method_name(path: str) -> str | None:
 
 def read_call(call_id: int, method: str, request: bytes) -> Call:
     """Call ``call_id`` as the book sees it, read from ``request`` (bytes of ``method``'s
-    request); BadRequest if they do not decode as that message."""
+    request); BadRequest if they do not decode as that message. A ``Prove`` is walked on the
+    wire, never copied (its payload is tens of MB)."""
+    if method == "Prove":
+        prove = read_prove(request)
+        if prove is None:
+            raise BadRequest(f"the request is not a {pb.ProveRequest.DESCRIPTOR.full_name}")
+        return Call(call_id, method, len(request), prove.priority, prove.request_id)
     message = REQUESTS[method]()
     try:
         message.ParseFromString(request)
     except DecodeError as exc:
         raise BadRequest(f"the request is not a {message.DESCRIPTOR.full_name}: {exc}") from None
     size = len(request)
-    if isinstance(message, pb.ProveRequest):
-        submit = message.submit
-        return Call(call_id, method, size, submit.priority, submit.request_id)
     if isinstance(message, pb.SubmitProofRequest):
         return Call(call_id, method, size, message.priority, message.request_id)
     if isinstance(message, pb.AwaitProofRequest | pb.CancelProofRequest):
