@@ -81,9 +81,11 @@ def test_a_unix_door_has_its_mode_and_group_from_the_first_connect(tmp_path: Pat
         listener.close()
 
 
-def test_an_unknown_socket_group_is_refused_naming_it(tmp_path: Path) -> None:
+def test_an_unknown_group_or_a_missing_directory_is_refused_naming_it(tmp_path: Path) -> None:
     with pytest.raises(DoorAddressError, match="no-such-group-here"):
         UnixBind(UnixAddress(tmp_path / "s"), 0o660, "no-such-group-here")
+    with pytest.raises(DoorAddressError, match=f"cannot create its socket in {tmp_path}/run"):
+        UnixBind(UnixAddress(tmp_path / "run" / "cuzk.sock"), 0o660, "")
 
 
 def test_a_tcp_door_on_every_interface_is_warned_about() -> None:

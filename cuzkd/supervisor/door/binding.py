@@ -125,7 +125,11 @@ class UnixBind:
     def __init__(self, where: UnixAddress, mode: int, group: str) -> None:
         self.final = where.path
         self._mode, self._gid = mode, group_id(group)
-        self._dir = Path(tempfile.mkdtemp(prefix=".door-", dir=self.final.parent))
+        try:
+            self._dir = Path(tempfile.mkdtemp(prefix=".door-", dir=self.final.parent))
+        except OSError as exc:  # no such directory, not ours to write: the unit's to make
+            raise DoorAddressError(f"front door unix://{self.final}: cannot create its "
+                                   f"socket in {self.final.parent}: {exc.strerror}") from None
         self.staged = self._dir / "s"
         self._inode: int | None = None
 
