@@ -19,14 +19,16 @@ over the size limit grpc's ``RESOURCE_EXHAUSTED``: the engines never see them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import NoReturn
 
 import grpc
 import structlog
 
 from cuzkd.config.doors import DoorPlan
+from cuzkd.errortext import error_text
 from cuzkd.log.ratelimit import LimitedLog
 from cuzkd.metrics.door_metrics import DoorMetrics
 from cuzkd.states import HoldEnd
@@ -90,18 +92,32 @@ class Door:
 
     # -- the seats' owner: what the runners say ------------------------------------------
 
+    # These run inside the runner's own handling (its exit, its state changes): whatever goes
+    # wrong in the door is logged here and never breaks the engine's supervision.
+
     def admitted(self, engine: str) -> None:
         self._log.info("door_engine_admitted", engine=engine, held=self._book.held_calls)
-        self._carry_out(self._book.admitting(engine, self._clock()))
+        with self._guarded("admitting", engine):
+            self._carry_out(self._book.admitting(engine, self._clock()))
 
     def stopped_admitting(self, engine: str) -> None:
-        self._book.stop_admitting(engine)
+        with self._guarded("stop_admitting", engine):
+            self._book.stop_admitting(engine)
 
     def in_flight(self, engine: str) -> int:
         return self._book.in_flight(engine)
 
     def left(self, engine: str, crashed: bool) -> None:
-        self._carry_out(self._book.gone(engine, self._clock(), crashed=crashed))
+        with self._guarded("gone", engine):
+            self._carry_out(self._book.gone(engine, self._clock(), crashed=crashed))
+
+    @contextlib.contextmanager
+    def _guarded(self, event: str, engine: str) -> Iterator[None]:
+        try:
+            yield
+        except Exception as exc:  # a bug: the door's, not the engine's
+            self._log.error("door_book_failed", engine=engine, on=event,
+                            error=error_text(exc), exc_info=exc)
 
     def refuse_new(self) -> None:
         """cuzkd shuts down: held and new calls are refused at once (calls in flight go on
