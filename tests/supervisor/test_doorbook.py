@@ -11,6 +11,7 @@ import pytest
 
 from cuzkd.states import DoorRefusal, DoorRetry
 from cuzkd.supervisor.core.doorbook import (
+    FOLLOW_JOB,
     Call,
     Code,
     Decision,
@@ -369,7 +370,8 @@ def test_a_retry_due_during_shutdown_is_refused() -> None:
 
 # -- every call accounted for exactly once, through crashes -----------------------------------
 
-METHODS = ["Prove"] * 12 + ["SubmitProof", "AwaitProof", "GetStatus", "PreloadSRS"]
+METHODS = ["Prove"] * 12 + ["SubmitProof", "AwaitProof", "CancelProof", "GetStatus",
+                            "PreloadSRS"]
 OUTCOMES = [Outcome.OK] * 6 + [Outcome.ERROR, Outcome.CANCELLED, Outcome.BROKEN]
 
 
@@ -421,7 +423,7 @@ def test_ten_thousand_calls_through_two_crashing_engines_each_end_exactly_once()
         shell.carry_out(b.expired(now))
         assert all(shell.until[c] > now for c, p in shell.where.items() if p == "held")
         method = rng.choice(METHODS)
-        job = (rng.choice(list(shell.jobs) or ["none"]) if method == "AwaitProof"
+        job = (rng.choice(list(shell.jobs) or ["none"]) if method in FOLLOW_JOB
                else f"job-{call_id}")
         calls[call_id] = call = Call(call_id, method, rng.randint(0, 3000), rng.randint(0, 4),
                                      job)

@@ -187,14 +187,14 @@ class _Entry:
     until: float = 0.0
     #: the process it must not be sent to again (its link to that one broke)
     not_on: int | None = None
+    #: release order: CRITICAL, then HIGH, then the rest; each in arrival order
+    order: tuple[int, int] = field(init=False)
 
-    @property
-    def order(self) -> tuple[int, int]:
-        """Release order: CRITICAL, then HIGH, then the rest; each in arrival order."""
+    def __post_init__(self) -> None:
         priority = self.call.priority
         rank = (EARLY_PRIORITIES.index(priority) if priority in EARLY_PRIORITIES
                 else len(EARLY_PRIORITIES))
-        return rank, self.seq
+        self.order = rank, self.seq
 
 
 def _quoted(job: str) -> str:
@@ -256,8 +256,11 @@ class DoorBook:
         return seat is not None and seat.admitting
 
     def next_deadline(self) -> float | None:
-        """When :meth:`expired` next has a held call to refuse (None: nothing held)."""
-        return min((entry.until for entry in self._held.values()), default=None)
+        """When :meth:`expired` next has a held call to refuse (None: nothing held). Calls
+        are held in the order of their deadlines (``now`` + one ``hold_timeout``, ``now``
+        never going back), so it is the first held one's."""
+        first = next(iter(self._held.values()), None)
+        return None if first is None else first.until
 
     # -- engines ----------------------------------------------------------------------------
 
@@ -343,9 +346,8 @@ class DoorBook:
         message = (f"no engine behind cuzkd's door could take the call within its hold_timeout"
                    f" ({self.hold_timeout:g} s)")
         decisions: list[Decision] = []
-        for entry in [e for e in self._held.values() if e.until <= now]:
-            if entry.call.id in self._held:  # not refused with its job meanwhile
-                decisions += self._refuse(entry, now, DoorRefusal.HOLD_TIMEOUT, message)
+        while (first := next(iter(self._held.values()), None)) is not None and first.until <= now:
+            decisions += self._refuse(first, now, DoorRefusal.HOLD_TIMEOUT, message)
         return decisions
 
     def shutting_down(self, now: float) -> list[Decision]:
