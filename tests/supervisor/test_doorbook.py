@@ -386,10 +386,16 @@ class Shell:
     sendings: Counter[int] = field(default_factory=Counter)
     endings: Counter[int] = field(default_factory=Counter)
     jobs: dict[str, str] = field(default_factory=dict)
+    #: every refusal and retry reason seen
+    reasons: set[DoorRefusal | DoorRetry] = field(default_factory=set)
 
     def carry_out(self, decisions: list[Decision]) -> None:
         for d in decisions:
             assert self.endings[d.call] == 0, f"call {d.call} decided after it ended"
+            if isinstance(d, Refuse):
+                self.reasons.add(d.reason)
+            elif isinstance(d, Send | Hold) and d.retry is not None:
+                self.reasons.add(d.retry)
             if isinstance(d, Send):
                 self.sendings[d.call] += 1
                 assert self.sendings[d.call] <= 2, f"call {d.call} sent a third time"
@@ -399,8 +405,9 @@ class Shell:
             else:
                 self.end(d.call)
         b = self.book
-        assert b.held_calls <= b.hold_max_calls and b.held_bytes <= b.hold_max_bytes
-        assert 0 <= b.retained_bytes <= b.retry_max_bytes
+        limits = self.book.limits
+        assert b.held_calls <= limits.hold_max_calls and b.held_bytes <= limits.hold_max_bytes
+        assert 0 <= b.retained_bytes <= limits.retry_max_bytes
         assert b.held_calls == sum(place == "held" for place in self.where.values())
 
     def end(self, call_id: int) -> None:
@@ -464,6 +471,7 @@ def test_ten_thousand_calls_through_two_crashing_engines_each_end_exactly_once()
     assert set(shell.endings.values()) == {1}
     assert shell.where == {} and b.held_calls == b.held_bytes == b.retained_bytes == 0
     assert sum(n == 2 for n in shell.sendings.values()) > 50  # retries did happen
+    assert shell.reasons == {*DoorRefusal, *DoorRetry}  # each word is a decision the book makes
 
 
 @pytest.mark.parametrize("crashed, why", [(True, DoorRetry.CRASH), (False, DoorRetry.STOP)])

@@ -147,6 +147,19 @@ class Withdrawn:
 Decision = Send | Hold | Refuse | FromCache | Withdrawn
 
 
+@dataclass(frozen=True)
+class DoorLimits:
+    """A door's bounds (``[door]``, see :class:`cuzkd.config.doors.DoorPlan`)."""
+
+    #: seconds a call may wait for an engine
+    hold_timeout: float
+    #: calls that may wait at once, and their bytes together
+    hold_max_calls: int
+    hold_max_bytes: int
+    #: bytes of sent Prove/SubmitProof requests kept at once for a retry
+    retry_max_bytes: int
+
+
 @dataclass
 class _Seat:
     """One process of an engine behind the door, from its admission to its end."""
@@ -213,10 +226,9 @@ class DoorBook:
 
     def __init__(self, *, hold_timeout: float, hold_max_calls: int, hold_max_bytes: int,
                  retry_max_bytes: int) -> None:
-        self.hold_timeout = hold_timeout
-        self.hold_max_calls = hold_max_calls
-        self.hold_max_bytes = hold_max_bytes
-        self.retry_max_bytes = retry_max_bytes
+        #: fixed for the book's life: held calls are kept in the order of their deadlines,
+        #: which a changed hold_timeout would break (a changed [door] is a new door)
+        self.limits = DoorLimits(hold_timeout, hold_max_calls, hold_max_bytes, retry_max_bytes)
         self._seats: dict[str, _Seat] = {}
         self._entries: dict[int, _Entry] = {}
         self._held: dict[int, _Entry] = {}
@@ -344,7 +356,7 @@ class DoorBook:
     def expired(self, now: float) -> list[Decision]:
         """The refusals of held calls whose ``until`` has come."""
         message = (f"no engine behind cuzkd's door could take the call within its hold_timeout"
-                   f" ({self.hold_timeout:g} s)")
+                   f" ({self.limits.hold_timeout:g} s)")
         decisions: list[Decision] = []
         while (first := next(iter(self._held.values()), None)) is not None and first.until <= now:
             decisions += self._refuse(first, now, DoorRefusal.HOLD_TIMEOUT, message)
@@ -411,7 +423,7 @@ class DoorBook:
             job.engine = engine
             job.submits.add(call.id)
         entry.retained = (call.method in RETRIABLE and not entry.retried
-                          and self._retained_bytes + call.size <= self.retry_max_bytes)
+                          and self._retained_bytes + call.size <= self.limits.retry_max_bytes)
         self._retained_bytes += call.size if entry.retained else 0
         return Send(call.id, engine, entry.retained, held_for, retry)
 
@@ -419,8 +431,8 @@ class DoorBook:
         """Hold a call, displacing the held ones released last (after it) if the door is
         full; refuse it when even that leaves no room."""
         size = entry.call.size
-        calls_over = len(self._held) + 1 - self.hold_max_calls
-        bytes_over = self._held_bytes + size - self.hold_max_bytes
+        calls_over = len(self._held) + 1 - self.limits.hold_max_calls
+        bytes_over = self._held_bytes + size - self.limits.hold_max_bytes
         later = [] if calls_over <= 0 and bytes_over <= 0 else sorted(
             (e for e in self._held.values() if e.order > entry.order),
             key=lambda e: e.order, reverse=True)
@@ -429,17 +441,17 @@ class DoorBook:
             calls_over -= 1
             bytes_over -= later[displaced].call.size
             displaced += 1
-        reason = (DoorRefusal.HOLD_FULL_CALLS if len(self._held) + 1 > self.hold_max_calls
+        reason = (DoorRefusal.HOLD_FULL_CALLS if len(self._held) + 1 > self.limits.hold_max_calls
                   else DoorRefusal.HOLD_FULL_BYTES)
         message = (f"no engine behind cuzkd's door can take the call now, and the door is full"
                    f" ({len(self._held)} calls, {self._held_bytes} bytes held; hold_max_calls"
-                   f" {self.hold_max_calls}, hold_max_bytes {self.hold_max_bytes})")
+                   f" {self.limits.hold_max_calls}, hold_max_bytes {self.limits.hold_max_bytes})")
         if calls_over > 0 or bytes_over > 0:
             return self._refuse(entry, now, reason, message)
         decisions: list[Decision] = []
         for victim in later[:displaced]:
             decisions += self._refuse(victim, now, reason, message)
-        entry.held_since, entry.until = now, now + self.hold_timeout
+        entry.held_since, entry.until = now, now + self.limits.hold_timeout
         self._held[entry.call.id] = entry
         self._held_bytes += size
         if entry.call.method == "SubmitProof" and entry.call.job:  # its awaits wait for it
@@ -473,7 +485,7 @@ class DoorBook:
             return self._refuse(entry, now, DoorRefusal.RETRY_FULL,
                                 f"engine {engine} ended under the call, which was not kept for"
                                 f" a retry: it did not fit in retry_max_bytes"
-                                f" ({self.retry_max_bytes}) when it was sent")
+                                f" ({self.limits.retry_max_bytes}) when it was sent")
         again = " again" if entry.retried else ""
         return self._refuse(entry, now, DoorRefusal.ENGINE_LOST,
                             f"engine {engine} ended under the call{again}; cuzkd's door cannot"
