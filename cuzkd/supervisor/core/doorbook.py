@@ -27,8 +27,10 @@ The shell (:mod:`cuzkd.supervisor.door`) numbers calls, reads the few fields the
 from a request (``Call``), carries each decision out and reports back: :meth:`arrived`,
 :meth:`returned`, :meth:`admitting`, :meth:`stop_admitting`, :meth:`gone`, :meth:`expired` at
 :meth:`next_deadline`, :meth:`shutting_down`. A decision about a call replaces whatever was
-under way for it: on a :class:`Send` or :class:`Hold` of a call already sent, the shell drops
-that attempt (it never reports it), and a :class:`Refuse` ends the call at the caller.
+under way for it: on a :class:`Send` or :class:`Hold` of a call already sent the shell drops
+that attempt and never reports it; a :class:`Refuse` ends the call at its caller (dropping any
+attempt). Each :class:`Send` is reported back once, by :meth:`returned`, unless a later
+decision replaced it; a held call's caller leaving is ``returned(..., CANCELLED)``.
 """
 
 from __future__ import annotations
