@@ -81,8 +81,13 @@ def test_get_status_and_get_metrics_are_never_held_but_answered_from_the_cache()
     assert b.held_calls == 0
     b.admitting("a", 1.0)
     assert b.arrived(Call(3, "GetStatus", 0), 1.0) == [Send(3, "a")]  # kept for no retry
+    assert b.returned(3, 1.5, Outcome.BROKEN) == [FromCache(3)]  # its engine was lost under it
+    b.arrived(Call(5, "GetStatus", 0), 1.5)
+    assert b.gone("a", 1.6, crashed=True) == [FromCache(5)]
+    b.admitting("a", 1.7)
     b.stop_admitting("a")
     assert b.arrived(Call(4, "GetMetrics", 0), 2.0) == [FromCache(4)]
+    assert b.in_flight("a") == 0
 
 
 def test_a_full_door_refuses_the_newcomer_but_a_critical_call_displaces_the_last_one() -> None:
@@ -462,6 +467,10 @@ def test_ten_thousand_calls_through_two_crashing_engines_each_end_exactly_once()
         for engine in engines:
             assert b.in_flight(engine) >= len(shell.on(engine))
     shell.carry_out(b.shutting_down(now))
+    calls[0] = Call(0, "Prove", 10, CRITICAL, "late")
+    late = b.arrived(calls[0], now)
+    assert refused(late) == {0: DoorRefusal.SHUTTING_DOWN}
+    shell.carry_out(late)
     for engine in engines:  # the shutdown's drain: the engines answer everything they have
         for call_id in shell.on(engine):
             shell.end(call_id)

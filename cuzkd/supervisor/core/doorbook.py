@@ -132,8 +132,9 @@ class Refuse:
 
 @dataclass(frozen=True)
 class FromCache:
-    """No engine can take this ``GetStatus``/``GetMetrics`` now: answer it from the last good
-    reply of one (or with a clear error when there is none)."""
+    """No engine can take this ``GetStatus``/``GetMetrics`` now (or the one it was sent to was
+    lost under it): answer it from the last good reply of one (or with a clear error when there
+    is none)."""
 
     call: int
 
@@ -472,8 +473,12 @@ class DoorBook:
 
     def _lost(self, entry: _Entry, now: float, why: DoorRetry,
               engine: str) -> list[Decision]:
-        """A sent call's engine is lost: place it again once if it was retained, else refuse."""
+        """A sent call's engine is lost: place it again once if it was retained, answer a
+        monitoring read from the cache, else refuse."""
         call = entry.call
+        if call.method in FROM_CACHE:
+            self._forget(entry)
+            return [FromCache(call.id)]
         if entry.retained:
             entry.retained, entry.retried = False, True
             self._retained_bytes -= call.size
