@@ -11,6 +11,7 @@ import pytest
 
 from cuzkd.states import DoorRefusal, DoorRetry
 from cuzkd.supervisor.core.doorbook import (
+    FOLLOW_JOB,
     Call,
     Code,
     Decision,
@@ -80,8 +81,13 @@ def test_get_status_and_get_metrics_are_never_held_but_answered_from_the_cache()
     assert b.held_calls == 0
     b.admitting("a", 1.0)
     assert b.arrived(Call(3, "GetStatus", 0), 1.0) == [Send(3, "a")]  # kept for no retry
+    assert b.returned(3, 1.5, Outcome.BROKEN) == [FromCache(3)]  # its engine was lost under it
+    b.arrived(Call(5, "GetStatus", 0), 1.5)
+    assert b.gone("a", 1.6, crashed=True) == [FromCache(5)]
+    b.admitting("a", 1.7)
     b.stop_admitting("a")
     assert b.arrived(Call(4, "GetMetrics", 0), 2.0) == [FromCache(4)]
+    assert b.in_flight("a") == 0
 
 
 def test_a_full_door_refuses_the_newcomer_but_a_critical_call_displaces_the_last_one() -> None:
@@ -369,7 +375,8 @@ def test_a_retry_due_during_shutdown_is_refused() -> None:
 
 # -- every call accounted for exactly once, through crashes -----------------------------------
 
-METHODS = ["Prove"] * 12 + ["SubmitProof", "AwaitProof", "GetStatus", "PreloadSRS"]
+METHODS = ["Prove"] * 12 + ["SubmitProof", "AwaitProof", "CancelProof", "GetStatus",
+                            "PreloadSRS"]
 OUTCOMES = [Outcome.OK] * 6 + [Outcome.ERROR, Outcome.CANCELLED, Outcome.BROKEN]
 
 
@@ -384,10 +391,16 @@ class Shell:
     sendings: Counter[int] = field(default_factory=Counter)
     endings: Counter[int] = field(default_factory=Counter)
     jobs: dict[str, str] = field(default_factory=dict)
+    #: every refusal and retry reason seen
+    reasons: set[DoorRefusal | DoorRetry] = field(default_factory=set)
 
     def carry_out(self, decisions: list[Decision]) -> None:
         for d in decisions:
             assert self.endings[d.call] == 0, f"call {d.call} decided after it ended"
+            if isinstance(d, Refuse):
+                self.reasons.add(d.reason)
+            elif isinstance(d, Send | Hold) and d.retry is not None:
+                self.reasons.add(d.retry)
             if isinstance(d, Send):
                 self.sendings[d.call] += 1
                 assert self.sendings[d.call] <= 2, f"call {d.call} sent a third time"
@@ -397,8 +410,9 @@ class Shell:
             else:
                 self.end(d.call)
         b = self.book
-        assert b.held_calls <= b.hold_max_calls and b.held_bytes <= b.hold_max_bytes
-        assert 0 <= b.retained_bytes <= b.retry_max_bytes
+        limits = self.book.limits
+        assert b.held_calls <= limits.hold_max_calls and b.held_bytes <= limits.hold_max_bytes
+        assert 0 <= b.retained_bytes <= limits.retry_max_bytes
         assert b.held_calls == sum(place == "held" for place in self.where.values())
 
     def end(self, call_id: int) -> None:
@@ -421,7 +435,7 @@ def test_ten_thousand_calls_through_two_crashing_engines_each_end_exactly_once()
         shell.carry_out(b.expired(now))
         assert all(shell.until[c] > now for c, p in shell.where.items() if p == "held")
         method = rng.choice(METHODS)
-        job = (rng.choice(list(shell.jobs) or ["none"]) if method == "AwaitProof"
+        job = (rng.choice(list(shell.jobs) or ["none"]) if method in FOLLOW_JOB
                else f"job-{call_id}")
         calls[call_id] = call = Call(call_id, method, rng.randint(0, 3000), rng.randint(0, 4),
                                      job)
@@ -453,6 +467,10 @@ def test_ten_thousand_calls_through_two_crashing_engines_each_end_exactly_once()
         for engine in engines:
             assert b.in_flight(engine) >= len(shell.on(engine))
     shell.carry_out(b.shutting_down(now))
+    calls[0] = Call(0, "Prove", 10, CRITICAL, "late")
+    late = b.arrived(calls[0], now)
+    assert refused(late) == {0: DoorRefusal.SHUTTING_DOWN}
+    shell.carry_out(late)
     for engine in engines:  # the shutdown's drain: the engines answer everything they have
         for call_id in shell.on(engine):
             shell.end(call_id)
@@ -462,6 +480,7 @@ def test_ten_thousand_calls_through_two_crashing_engines_each_end_exactly_once()
     assert set(shell.endings.values()) == {1}
     assert shell.where == {} and b.held_calls == b.held_bytes == b.retained_bytes == 0
     assert sum(n == 2 for n in shell.sendings.values()) > 50  # retries did happen
+    assert shell.reasons == {*DoorRefusal, *DoorRetry}  # each word is a decision the book makes
 
 
 @pytest.mark.parametrize("crashed, why", [(True, DoorRetry.CRASH), (False, DoorRetry.STOP)])

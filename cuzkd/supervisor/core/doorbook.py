@@ -27,8 +27,10 @@ The shell (:mod:`cuzkd.supervisor.door`) numbers calls, reads the few fields the
 from a request (``Call``), carries each decision out and reports back: :meth:`arrived`,
 :meth:`returned`, :meth:`admitting`, :meth:`stop_admitting`, :meth:`gone`, :meth:`expired` at
 :meth:`next_deadline`, :meth:`shutting_down`. A decision about a call replaces whatever was
-under way for it: on a :class:`Send` or :class:`Hold` of a call already sent, the shell drops
-that attempt (it never reports it), and a :class:`Refuse` ends the call at the caller.
+under way for it: on a :class:`Send` or :class:`Hold` of a call already sent the shell drops
+that attempt and never reports it; a :class:`Refuse` ends the call at its caller (dropping any
+attempt). Each :class:`Send` is reported back once, by :meth:`returned`, unless a later
+decision replaced it; a held call's caller leaving is ``returned(..., CANCELLED)``.
 """
 
 from __future__ import annotations
@@ -130,8 +132,9 @@ class Refuse:
 
 @dataclass(frozen=True)
 class FromCache:
-    """No engine can take this ``GetStatus``/``GetMetrics`` now: answer it from the last good
-    reply of one (or with a clear error when there is none)."""
+    """No engine can take this ``GetStatus``/``GetMetrics`` now (or the one it was sent to was
+    lost under it): answer it from the last good reply of one (or with a clear error when there
+    is none)."""
 
     call: int
 
@@ -145,6 +148,19 @@ class Withdrawn:
 
 
 Decision = Send | Hold | Refuse | FromCache | Withdrawn
+
+
+@dataclass(frozen=True)
+class DoorLimits:
+    """A door's bounds (``[door]``, see :class:`cuzkd.config.doors.DoorPlan`)."""
+
+    #: seconds a call may wait for an engine
+    hold_timeout: float
+    #: calls that may wait at once, and their bytes together
+    hold_max_calls: int
+    hold_max_bytes: int
+    #: bytes of sent Prove/SubmitProof requests kept at once for a retry
+    retry_max_bytes: int
 
 
 @dataclass
@@ -187,14 +203,14 @@ class _Entry:
     until: float = 0.0
     #: the process it must not be sent to again (its link to that one broke)
     not_on: int | None = None
+    #: release order: CRITICAL, then HIGH, then the rest; each in arrival order
+    order: tuple[int, int] = field(init=False)
 
-    @property
-    def order(self) -> tuple[int, int]:
-        """Release order: CRITICAL, then HIGH, then the rest; each in arrival order."""
+    def __post_init__(self) -> None:
         priority = self.call.priority
         rank = (EARLY_PRIORITIES.index(priority) if priority in EARLY_PRIORITIES
                 else len(EARLY_PRIORITIES))
-        return rank, self.seq
+        self.order = rank, self.seq
 
 
 def _quoted(job: str) -> str:
@@ -213,10 +229,9 @@ class DoorBook:
 
     def __init__(self, *, hold_timeout: float, hold_max_calls: int, hold_max_bytes: int,
                  retry_max_bytes: int) -> None:
-        self.hold_timeout = hold_timeout
-        self.hold_max_calls = hold_max_calls
-        self.hold_max_bytes = hold_max_bytes
-        self.retry_max_bytes = retry_max_bytes
+        #: fixed for the book's life: held calls are kept in the order of their deadlines,
+        #: which a changed hold_timeout would break (a changed [door] is a new door)
+        self.limits = DoorLimits(hold_timeout, hold_max_calls, hold_max_bytes, retry_max_bytes)
         self._seats: dict[str, _Seat] = {}
         self._entries: dict[int, _Entry] = {}
         self._held: dict[int, _Entry] = {}
@@ -256,8 +271,11 @@ class DoorBook:
         return seat is not None and seat.admitting
 
     def next_deadline(self) -> float | None:
-        """When :meth:`expired` next has a held call to refuse (None: nothing held)."""
-        return min((entry.until for entry in self._held.values()), default=None)
+        """When :meth:`expired` next has a held call to refuse (None: nothing held). Calls
+        are held in the order of their deadlines (``now`` + one ``hold_timeout``, ``now``
+        never going back), so it is the first held one's."""
+        first = next(iter(self._held.values()), None)
+        return None if first is None else first.until
 
     # -- engines ----------------------------------------------------------------------------
 
@@ -341,11 +359,10 @@ class DoorBook:
     def expired(self, now: float) -> list[Decision]:
         """The refusals of held calls whose ``until`` has come."""
         message = (f"no engine behind cuzkd's door could take the call within its hold_timeout"
-                   f" ({self.hold_timeout:g} s)")
+                   f" ({self.limits.hold_timeout:g} s)")
         decisions: list[Decision] = []
-        for entry in [e for e in self._held.values() if e.until <= now]:
-            if entry.call.id in self._held:  # not refused with its job meanwhile
-                decisions += self._refuse(entry, now, DoorRefusal.HOLD_TIMEOUT, message)
+        while (first := next(iter(self._held.values()), None)) is not None and first.until <= now:
+            decisions += self._refuse(first, now, DoorRefusal.HOLD_TIMEOUT, message)
         return decisions
 
     def shutting_down(self, now: float) -> list[Decision]:
@@ -409,7 +426,7 @@ class DoorBook:
             job.engine = engine
             job.submits.add(call.id)
         entry.retained = (call.method in RETRIABLE and not entry.retried
-                          and self._retained_bytes + call.size <= self.retry_max_bytes)
+                          and self._retained_bytes + call.size <= self.limits.retry_max_bytes)
         self._retained_bytes += call.size if entry.retained else 0
         return Send(call.id, engine, entry.retained, held_for, retry)
 
@@ -417,8 +434,8 @@ class DoorBook:
         """Hold a call, displacing the held ones released last (after it) if the door is
         full; refuse it when even that leaves no room."""
         size = entry.call.size
-        calls_over = len(self._held) + 1 - self.hold_max_calls
-        bytes_over = self._held_bytes + size - self.hold_max_bytes
+        calls_over = len(self._held) + 1 - self.limits.hold_max_calls
+        bytes_over = self._held_bytes + size - self.limits.hold_max_bytes
         later = [] if calls_over <= 0 and bytes_over <= 0 else sorted(
             (e for e in self._held.values() if e.order > entry.order),
             key=lambda e: e.order, reverse=True)
@@ -427,17 +444,17 @@ class DoorBook:
             calls_over -= 1
             bytes_over -= later[displaced].call.size
             displaced += 1
-        reason = (DoorRefusal.HOLD_FULL_CALLS if len(self._held) + 1 > self.hold_max_calls
+        reason = (DoorRefusal.HOLD_FULL_CALLS if len(self._held) + 1 > self.limits.hold_max_calls
                   else DoorRefusal.HOLD_FULL_BYTES)
         message = (f"no engine behind cuzkd's door can take the call now, and the door is full"
                    f" ({len(self._held)} calls, {self._held_bytes} bytes held; hold_max_calls"
-                   f" {self.hold_max_calls}, hold_max_bytes {self.hold_max_bytes})")
+                   f" {self.limits.hold_max_calls}, hold_max_bytes {self.limits.hold_max_bytes})")
         if calls_over > 0 or bytes_over > 0:
             return self._refuse(entry, now, reason, message)
         decisions: list[Decision] = []
         for victim in later[:displaced]:
             decisions += self._refuse(victim, now, reason, message)
-        entry.held_since, entry.until = now, now + self.hold_timeout
+        entry.held_since, entry.until = now, now + self.limits.hold_timeout
         self._held[entry.call.id] = entry
         self._held_bytes += size
         if entry.call.method == "SubmitProof" and entry.call.job:  # its awaits wait for it
@@ -456,8 +473,12 @@ class DoorBook:
 
     def _lost(self, entry: _Entry, now: float, why: DoorRetry,
               engine: str) -> list[Decision]:
-        """A sent call's engine is lost: place it again once if it was retained, else refuse."""
+        """A sent call's engine is lost: place it again once if it was retained, answer a
+        monitoring read from the cache, else refuse."""
         call = entry.call
+        if call.method in FROM_CACHE:
+            self._forget(entry)
+            return [FromCache(call.id)]
         if entry.retained:
             entry.retained, entry.retried = False, True
             self._retained_bytes -= call.size
@@ -471,7 +492,7 @@ class DoorBook:
             return self._refuse(entry, now, DoorRefusal.RETRY_FULL,
                                 f"engine {engine} ended under the call, which was not kept for"
                                 f" a retry: it did not fit in retry_max_bytes"
-                                f" ({self.retry_max_bytes}) when it was sent")
+                                f" ({self.limits.retry_max_bytes}) when it was sent")
         again = " again" if entry.retried else ""
         return self._refuse(entry, now, DoorRefusal.ENGINE_LOST,
                             f"engine {engine} ended under the call{again}; cuzkd's door cannot"
