@@ -4,8 +4,8 @@ A door stands where Curio dials cuzk, so its mistakes cost proofs or open the ho
 ``--listen`` in the command would route Curio around the door, a world-writable socket takes a
 ``Prove`` from any local user, a ``hold_timeout`` past Curio's 30 min ``ProveTimeout`` holds
 calls Curio has given up on. Each is refused at load (exit 78), naming the file and the key;
-what is allowed but weak (a hold shorter than an engine's restart, a retry bound below one
-maximal request, a TCP door on every address of the host) is a notice (``Config.notices``,
+what is allowed but weak (a hold shorter than an engine's restart, a hold or retry bound
+below one maximal request, a TCP door on every address of the host) is a notice (``Config.notices``,
 shown by check-config, logged as ``config_warning``). Where two doors or a door and another
 listener of cuzkd meet on one address is the sharing rule's, in :mod:`.cuzkchecks`.
 """
@@ -72,8 +72,7 @@ def check_doors(config: Config, where: str) -> None:
                        f"backoff_max of its engines + {HOLD_SLACK:g}s), which {too_long}")
 
 
-def _check_engine_door(config: Config, eng: EngineConfig, key: str,
-                       fail: Fail) -> None:
+def _check_engine_door(config: Config, eng: EngineConfig, key: str, fail: Fail) -> None:
     if eng.door is not None and not eng.cuzk:
         raise fail(f"{key}.door", "only for type \"cuzk\" (the door relays cuzk's gRPC); "
                                   "remove it (from [engine_defaults] too)")
@@ -106,8 +105,10 @@ def _check_engine_door(config: Config, eng: EngineConfig, key: str,
                                            f"private gRPC socket of engine {eng.name!r} (its "
                                            "door is on) must be unix:///ABSOLUTE")
     private = config.grpc_address(eng)
+    if private is None:  # no command, so no cuzk file: the general checks refuse it
+        return
     try:
-        check_socket_path(Path((private or "").removeprefix("unix://")))
+        check_socket_path(Path(private.removeprefix("unix://")))
     except ValueError as exc:
         raise fail("supervisor.state_dir", f"engine {eng.name!r}'s private gRPC {exc}") from None
 
