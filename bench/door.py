@@ -327,6 +327,7 @@ def main() -> None:
     parser.add_argument("--callers", type=int, default=4, help="concurrent throughput callers")
     parser.add_argument("--seconds", type=float, default=10.0, help="throughput run length")
     parser.add_argument("--stops", action="store_true", help="also the restart/swap/stall run")
+    parser.add_argument("--no-costs", action="store_true", help="skip latency and throughput")
     parser.add_argument("--every", type=float, default=0.25, help="s between Curio's calls")
     parser.add_argument("--synth", type=float, default=0.2, help="s per partition synthesis")
     parser.add_argument("--gpu", type=float, default=0.05, help="GPU s per partition")
@@ -337,7 +338,7 @@ def main() -> None:
     parsed, walked = read_costs(request(pb.POREP_SEAL_COMMIT, pb.NORMAL, payload))
     print(f"reading kind and priority of a {args.payload_mb:g} MB request: proving_pb2 "
           f"{parsed * 1e3:.1f} ms, cuzkd.cuzk.wire {walked * 1e6:.1f} µs\n")
-    costs = [measure_costs(mode, args, payload) for mode in args.modes]
+    costs = [] if args.no_costs else [measure_costs(mode, args, payload) for mode in args.modes]
     print("| mode | small p50 | small p99 | large p50 | large p99 | MB/s | cuzkd CPU s per GB |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for c in costs:
