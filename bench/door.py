@@ -14,6 +14,8 @@ both modes.
 - ``throughput``: ``--callers`` concurrent callers sending large requests for ``--seconds``:
   MB/s relayed, and cuzkd's CPU seconds (``/proc/PID/stat``: every thread, grpc's included)
   per GB of requests.
+- reading a large request's kind and priority: ``proving_pb2`` against
+  :mod:`cuzkd.cuzk.wire`.
 - ``stops`` (``--stops``): a Curio-like load (a new call every ``--every`` seconds whatever is
   in flight, a mix of PoRep C2 carrying the large payload, SnapDeals, WindowPoSt and
   WinningPoSt, each with Curio's priority; more offered than the stand-in proves) through a
@@ -61,6 +63,7 @@ from support.supervisor_harness import (  # noqa: E402
 from support.waiting import wait_until  # noqa: E402
 
 from cuzkd.cuzk import proving_pb2 as pb  # noqa: E402
+from cuzkd.cuzk.wire import read_call  # noqa: E402
 
 PROVE = "/cuzk.v1.ProvingEngine/Prove"
 MIB = 1 << 20
@@ -142,6 +145,22 @@ def supervised(mode: str, env: dict[str, str], **keys: Any) -> Iterator[
             yield sup, address, flag
         finally:
             sup.stop(timeout=90)
+
+
+# -- reading a large request -------------------------------------------------------------------
+
+def read_costs(data: bytes, rounds: int = 7) -> tuple[float, float]:
+    """Median seconds to read a request's kind and priority: parsed whole by ``proving_pb2``
+    (which copies the payload), and walked by :mod:`cuzkd.cuzk.wire` (which jumps over it)."""
+    def median(read: Any) -> float:
+        times = []
+        for _ in range(rounds):
+            began = time.perf_counter()
+            read(data)
+            times.append(time.perf_counter() - began)
+        return statistics.median(times)
+
+    return median(pb.ProveRequest.FromString), median(read_call)
 
 
 # -- latency and throughput ------------------------------------------------------------------
@@ -308,6 +327,7 @@ def main() -> None:
     parser.add_argument("--callers", type=int, default=4, help="concurrent throughput callers")
     parser.add_argument("--seconds", type=float, default=10.0, help="throughput run length")
     parser.add_argument("--stops", action="store_true", help="also the restart/swap/stall run")
+    parser.add_argument("--no-costs", action="store_true", help="skip latency and throughput")
     parser.add_argument("--every", type=float, default=0.25, help="s between Curio's calls")
     parser.add_argument("--synth", type=float, default=0.2, help="s per partition synthesis")
     parser.add_argument("--gpu", type=float, default=0.05, help="GPU s per partition")
@@ -315,7 +335,10 @@ def main() -> None:
     parser.add_argument("--warm", type=float, default=8.0, help="s of load between stops")
     args = parser.parse_args()
     payload = os.urandom(int(args.payload_mb * 1e6))
-    costs = [measure_costs(mode, args, payload) for mode in args.modes]
+    parsed, walked = read_costs(request(pb.POREP_SEAL_COMMIT, pb.NORMAL, payload))
+    print(f"reading kind and priority of a {args.payload_mb:g} MB request: proving_pb2 "
+          f"{parsed * 1e3:.1f} ms, cuzkd.cuzk.wire {walked * 1e6:.1f} µs\n")
+    costs = [] if args.no_costs else [measure_costs(mode, args, payload) for mode in args.modes]
     print("| mode | small p50 | small p99 | large p50 | large p99 | MB/s | cuzkd CPU s per GB |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for c in costs:

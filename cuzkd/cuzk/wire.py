@@ -14,8 +14,9 @@ messages protobuf writes and on odd ones: fields repeated, out of order, unknown
 message written twice is merged, a field of an unexpected wire type is an unknown field,
 an enum keeps a number it does not know. It is no validator: bytes it cannot walk (a
 truncated varint or field, field number 0, wire types 6 and 7, or groups, which cuzk's
-messages never hold) are ``None``, and so is a ``request_id`` that is not UTF-8 (protobuf
-refuses it too); what is inside the fields it jumps over is not looked at.
+messages never hold) are ``None``, and so are a message of over :data:`MAX_FIELDS` fields
+and a ``request_id`` that is not UTF-8 (protobuf refuses it too); what is inside the fields
+it jumps over is not looked at.
 """
 
 from __future__ import annotations
@@ -25,6 +26,11 @@ from dataclasses import dataclass
 
 _VARINT, _FIXED64, _LEN, _FIXED32 = 0, 1, 2, 5
 _U64 = (1 << 64) - 1
+#: Fields one read walks at most, nested ones included: a WindowPoSt's ``vanilla_proofs`` has
+#: one entry per sector of its partition (2349 at most), the rest are a dozen. A message of
+#: more is none of cuzk's, and its walk is bounded (~3 µs a field, on the event loop): a
+#: 128 MiB message of two-byte fields would otherwise take minutes.
+MAX_FIELDS = 4096
 
 
 class _Malformed(ValueError):
@@ -69,31 +75,43 @@ def _varint(data: bytes, at: int, end: int) -> tuple[int, int]:
     raise _Malformed("truncated or over-long varint")
 
 
-def _fields(data: bytes, at: int, end: int) -> Iterator[tuple[int, int, int, int]]:
-    """Each field of the message in ``data[at:end]`` as (number, wire type, a, b): a varint's
-    value in ``a``; a length-delimited field's content as the offsets ``a`` to ``b``; fixed
-    fields are jumped over (``a`` = ``b`` = 0)."""
-    while at < end:
-        tag, at = _varint(data, at, end)
-        number, wire_type = tag >> 3, tag & 7
-        if number == 0 or number > 0x1FFFFFFF:
-            raise _Malformed(f"field number {number}")
-        if wire_type == _VARINT:
-            value, at = _varint(data, at, end)
-            yield number, wire_type, value, 0
-        elif wire_type == _LEN:
-            length, at = _varint(data, at, end)
-            if length > end - at:
-                raise _Malformed("length-delimited field runs past the end")
-            yield number, wire_type, at, at + length
-            at += length
-        elif wire_type in (_FIXED64, _FIXED32):
-            at += 8 if wire_type == _FIXED64 else 4
-            if at > end:
-                raise _Malformed("fixed field runs past the end")
-            yield number, wire_type, 0, 0
-        else:
-            raise _Malformed(f"wire type {wire_type}")
+class _Walk:
+    """One read of one message's bytes, and the fields it may still walk (nested ones
+    count against the same :data:`MAX_FIELDS`)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self._left = MAX_FIELDS
+
+    def fields(self, at: int, end: int) -> Iterator[tuple[int, int, int, int]]:
+        """Each field of the message in ``data[at:end]`` as (number, wire type, a, b): a
+        varint's value in ``a``; a length-delimited field's content as the offsets ``a`` to
+        ``b``; fixed fields are jumped over (``a`` = ``b`` = 0)."""
+        data = self.data
+        while at < end:
+            self._left -= 1
+            if self._left < 0:
+                raise _Malformed(f"over {MAX_FIELDS} fields")
+            tag, at = _varint(data, at, end)
+            number, wire_type = tag >> 3, tag & 7
+            if number == 0 or number > 0x1FFFFFFF:
+                raise _Malformed(f"field number {number}")
+            if wire_type == _VARINT:
+                value, at = _varint(data, at, end)
+                yield number, wire_type, value, 0
+            elif wire_type == _LEN:
+                length, at = _varint(data, at, end)
+                if length > end - at:
+                    raise _Malformed("length-delimited field runs past the end")
+                yield number, wire_type, at, at + length
+                at += length
+            elif wire_type in (_FIXED64, _FIXED32):
+                at += 8 if wire_type == _FIXED64 else 4
+                if at > end:
+                    raise _Malformed("fixed field runs past the end")
+                yield number, wire_type, 0, 0
+            else:
+                raise _Malformed(f"wire type {wire_type}")
 
 
 def _enum(value: int) -> int:
@@ -105,11 +123,12 @@ def _enum(value: int) -> int:
 def read_call(data: bytes) -> ProveCall | None:
     """The ``submit`` fields of a ``ProveRequest``; None when the bytes cannot be walked."""
     request_id, kind, priority = "", 0, 0
+    walk = _Walk(data)
     try:
-        for number, wire_type, a, b in _fields(data, 0, len(data)):
+        for number, wire_type, a, b in walk.fields(0, len(data)):
             if number != 1 or wire_type != _LEN:
                 continue
-            for inner, inner_type, value, stop in _fields(data, a, b):
+            for inner, inner_type, value, stop in walk.fields(a, b):
                 if inner == 1 and inner_type == _LEN:
                     request_id = data[value:stop].decode()
                 elif inner == 2 and inner_type == _VARINT:
@@ -129,11 +148,12 @@ def read_result(data: bytes) -> ProveResult | None:
     """The ``result`` status and timings of a ``ProveResponse``; None when the bytes cannot
     be walked."""
     status, timings = 0, [0, 0, 0, 0, 0]
+    walk = _Walk(data)
     try:
-        for number, wire_type, a, b in _fields(data, 0, len(data)):
+        for number, wire_type, a, b in walk.fields(0, len(data)):
             if number != 1 or wire_type != _LEN:
                 continue
-            for inner, inner_type, value, _ in _fields(data, a, b):
+            for inner, inner_type, value, _ in walk.fields(a, b):
                 if inner_type != _VARINT:
                     continue
                 if inner == 2:

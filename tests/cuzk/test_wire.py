@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cuzkd.cuzk import proving_pb2 as pb
-from cuzkd.cuzk.wire import ProveCall, ProveResult, read_call, read_result
+from cuzkd.cuzk.wire import MAX_FIELDS, ProveCall, ProveResult, read_call, read_result
 
 _U64 = st.integers(min_value=0, max_value=(1 << 64) - 1)
 _ENUM = st.integers(min_value=-(1 << 31), max_value=(1 << 31) - 1)
@@ -141,3 +141,17 @@ def test_a_51_mb_request_is_read_without_copying_its_payload() -> None:
         tracemalloc.stop()
     assert call == ProveCall("porep-1", pb.POREP_SEAL_COMMIT, pb.HIGH)
     assert peak < 64_000, peak
+
+
+def test_a_flood_of_fields_is_refused_after_max_fields_not_walked_to_its_end() -> None:
+    # a WindowPoSt with one vanilla proof per sector of a full partition is read
+    proofs = [bytes(8)] * 2349
+    post = pb.ProveRequest(submit=pb.SubmitProofRequest(
+        request_id="w", proof_kind=pb.WINDOW_POST_PARTITION, priority=pb.HIGH,
+        vanilla_proofs=proofs)).SerializeToString()
+    assert read_call(post) == ProveCall("w", pb.WINDOW_POST_PARTITION, pb.HIGH)
+    # 8 MB of two-byte fields: protobuf reads it, the walk stops at MAX_FIELDS
+    flood = _length_delimited(1, (_tag(3, 0) + b"\x01") * 4_000_000 + _tag(2, 0) + b"\x01")
+    assert pb.ProveRequest.FromString(flood).submit.proof_kind == pb.POREP_SEAL_COMMIT
+    assert read_call(flood) is None
+    assert read_result(_length_delimited(1, (_tag(10, 0) + b"\x01") * (MAX_FIELDS + 1))) is None
