@@ -50,13 +50,15 @@ RUN if ! command -v python3 >/dev/null 2>&1; then \
     && groupadd --system --gid 10001 cuzkd \
     && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/cuzkd \
          --shell /usr/sbin/nologin cuzkd \
-    && install -d -o cuzkd -g cuzkd -m 0750 /var/lib/cuzkd \
+    && install -d -o cuzkd -g cuzkd -m 0750 /var/lib/cuzkd /run/curio \
     && install -d -m 0755 /etc/cuzkd
 COPY --from=builder /opt/cuzkd /opt/cuzkd
 COPY deploy/cuzkd.toml /etc/cuzkd/cuzkd.toml
 ENV PATH=/opt/cuzkd/bin:$PATH PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
-# Swap releases, the control socket and engine sockets.
-VOLUME ["/var/lib/cuzkd"]
+# Swap releases, the control socket and engine sockets; a cuzk engine's front door (its
+# socket at cuzk's default unix:///run/curio/cuzk.sock, mode 0660, group 10001): share this
+# volume with Curio's container, run with --group-add 10001.
+VOLUME ["/var/lib/cuzkd", "/run/curio"]
 # The only TCP listener: /metrics, /status and /healthz (read-only).
 EXPOSE 9822
 # Numeric, so that runtimes can verify "non-root" without reading /etc/passwd.

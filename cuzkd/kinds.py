@@ -13,7 +13,8 @@ where two spellings would split its counters and miss its deadline. A name it do
 kept as it is: another engine may prove kinds cuzk does not have. :func:`deprecation` is the
 warning for an old name a person typed; the caller says where (file and key, the API's reply,
 the CLI's stderr). :func:`typed_table` does both for a table a person wrote, keyed by kinds.
-:func:`reported_kind` bounds what a cuzk engine reports to cuzk's four names and ``other``.
+:func:`reported_kind` bounds what a cuzk engine reports to cuzk's four names and ``other``;
+:func:`enum_kind` does the same for the ``ProofKind`` number of a gRPC request.
 
 Dependency-free (the standard library only): every layer, and ``grafana/generate.py``, may
 import it.
@@ -63,6 +64,15 @@ def normalise_kind(text: str) -> str:
     return _SPELLINGS.get(text, text)
 
 
+#: cuzk's gRPC ``ProofKind`` enum (``proving.proto``): its numbers and the kinds they name
+#: (0, ``PROOF_KIND_UNSPECIFIED``, names none).
+ENUM_KINDS: Mapping[int, ProofKind] = {
+    1: ProofKind.POREP_C2,  # POREP_SEAL_COMMIT
+    2: ProofKind.SNAP_UPDATE,  # SNAP_DEALS_UPDATE
+    3: ProofKind.WINDOW_POST,  # WINDOW_POST_PARTITION
+    4: ProofKind.WINNING_POST,  # WINNING_POST
+}
+
 #: The label value of a kind a cuzk engine named that is none of cuzk's (an engine newer than
 #: this list): the kinds a cuzk engine reports stay four (and this) whatever it sends.
 OTHER_KIND = "other"
@@ -73,6 +83,13 @@ def reported_kind(text: str) -> str:
     a bounded label value: cuzk's name whatever the spelling or case, else :data:`OTHER_KIND`."""
     kind = normalise_kind(text.strip().lower().replace("_", "-"))
     return kind if kind in _CUZK_NAMES else OTHER_KIND
+
+
+def enum_kind(number: int) -> str:
+    """The kind a gRPC request's ``ProofKind`` number names, as a bounded label value: cuzk's
+    name, else :data:`OTHER_KIND` (unspecified, or a number newer than this table)."""
+    kind = ENUM_KINDS.get(number)
+    return OTHER_KIND if kind is None else str(kind)
 
 
 def deprecation(text: str) -> str | None:

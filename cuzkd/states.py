@@ -169,3 +169,51 @@ class ConnectionClose(enum.StrEnum):
     DEADLINE = "deadline"
     #: its response progressed longest ago when all responses together passed the send budget
     SEND_BUDGET = "send_budget"
+
+
+class DoorRefusal(enum.StrEnum):
+    """Why cuzkd's gRPC door (:mod:`cuzkd.supervisor.core.doorbook`) answered a call itself with
+    an error instead of relaying it: the ``reason`` label of the door's refusal counter. Every
+    reason is ``UNAVAILABLE`` on the wire (a caller may try again later) but ``unknown_job``,
+    which is ``NOT_FOUND``, as cuzk itself answers an ``AwaitProof`` of a job it does not hold."""
+
+    #: no engine could take it and the door already held ``hold_max_calls`` calls
+    HOLD_FULL_CALLS = "hold_full_calls"
+    #: no engine could take it and holding it would pass ``hold_max_bytes``
+    HOLD_FULL_BYTES = "hold_full_bytes"
+    #: held for ``hold_timeout`` and still no engine could take it
+    HOLD_TIMEOUT = "hold_timeout"
+    #: cuzkd is shutting down: held calls and new ones are refused at once
+    SHUTTING_DOWN = "shutting_down"
+    #: its engine ended (or its link broke) under it, and it cannot be sent again: not a
+    #: ``Prove``/``SubmitProof``, or sent again once already
+    ENGINE_LOST = "engine_lost"
+    #: a ``Prove``/``SubmitProof`` its engine ended under that was not kept for a retry
+    #: (``retry_max_bytes`` was full when it was sent)
+    RETRY_FULL = "retry_full"
+    #: an ``AwaitProof`` of a job no engine behind the door holds
+    UNKNOWN_JOB = "unknown_job"
+
+
+class DoorRetry(enum.StrEnum):
+    """Why the door sent a ``Prove``/``SubmitProof`` a second time (same bytes, same
+    ``request_id``): the ``reason`` label of the door's retry counter."""
+
+    #: the call's link to its engine broke (the first sign of a dying process, usually)
+    BROKEN = "broken"
+    #: its engine's process ended without a stop: exit, kill, OOM, a stall kill
+    CRASH = "crash"
+    #: its engine was stopped with the call still in flight (the drain ran out of time)
+    STOP = "stop"
+
+
+class HoldEnd(enum.StrEnum):
+    """How a call held in a front door (no engine could take it when it came) left the hold:
+    the ``outcome`` label of ``cuzkd_door_hold_duration_seconds``."""
+
+    #: an engine behind the door took it
+    PLACED = "placed"
+    #: the door refused it (``hold_timeout``, its shutdown: :class:`DoorRefusal` says which)
+    REFUSED = "refused"
+    #: its caller cancelled it, or its own deadline passed, while it was held
+    CANCELLED = "cancelled"

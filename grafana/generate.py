@@ -85,9 +85,9 @@ def agg(by: str, inner: str, op: str = "sum") -> str:
     return f"{op} by ({by}) ({inner})"
 
 
-def quantile(q: float, histogram: str, by: str) -> str:
+def quantile(q: float, histogram: str, by: str, engine: bool = True) -> str:
     """``histogram_quantile(q, sum by (le, by) (rate(histogram_bucket[$__rate_interval])))``."""
-    return f"histogram_quantile({q}, {agg(f'le, {by}', rate(histogram + '_bucket'))})"
+    return f"histogram_quantile({q}, {agg(f'le, {by}', rate(histogram + '_bucket', engine))})"
 
 
 @dataclass(frozen=True)
@@ -601,6 +601,7 @@ def pipeline() -> Json:
                           f"{rate('cuzkd_engine_grpc_errors_total', fn='increase')} > 0"),
                       f"{LEGEND_ENGINE} {{{{reason}}}}", event_only=True)], "short", w=8,
                    bars=True),
+        *front_door(),
         timeseries("Stale jobs (failed-work leftovers)", "Jobs a plain cuzk keeps listed "
                    "although their work failed (a failed partition, or no partition moved for "
                    "stale_job_after), by proof kind; they are not counted in flight. 0 is good. "
@@ -620,6 +621,68 @@ def pipeline() -> Json:
     return dashboard("cuzkd-pipeline", "cuzkd / Pipeline",
                      "Partition phases, job throughput and synthesis/GPU durations.",
                      ["pipeline"], panels)
+
+
+#: The front door's timings of each proof (cuzkd_door_proof_*_seconds) but the total, in the
+#: order a proof spends them.
+DOOR_PHASES = ("queue_wait", "srs_load", "synthesis", "gpu_compute")
+
+
+def front_door() -> list[Json]:
+    """The Pipeline dashboard's front-door panels: every relayed Prove, measured by its reply
+    (series labelled ``door``, the door's first engine, not ``engine``: empty without a
+    door, so every query is event-only)."""
+    duration = "cuzkd_door_proof_duration_seconds"
+    return [
+        timeseries("Front door: Prove calls by kind and result", "Prove calls the front door "
+                   "relayed per second, by proof kind and result (cuzk's reply status, or "
+                   "error:CODE for a gRPC error), every kind and every failure. Empty without "
+                   "a door. Bad: any failed or error:* (error:unavailable: refused by the "
+                   "door or its engine).",
+                   [Q(agg("proof_kind, result",
+                          rate("cuzkd_door_proofs_total", engine=False)),
+                      "{{proof_kind}} {{result}}", event_only=True)], "ops", w=8),
+        timeseries("Front door: proof duration p50 / p99 vs deadline (exact)", "Each relayed "
+                   "proof's total_ms as cuzk measured it (from its Prove reply, failures "
+                   "included) by proof kind, with its deadline: what CuzkdProofSlowerThanDeadline "
+                   "judges engines behind a door by. Bad: a p99 at or above its deadline.",
+                   [*(Q(quantile(q, duration, "proof_kind", engine=False),
+                        f"{{{{proof_kind}}}} p{int(q * 100)}", event_only=True)
+                      for q in (0.5, 0.99)),
+                    Q(agg("proof_kind", sel("cuzkd_proof_deadline_seconds", engine=False),
+                          op="max") + " and on (proof_kind) "
+                      + agg("proof_kind", rate(duration + "_count", engine=False)),
+                      "{{proof_kind}} deadline", event_only=True)], "s", w=8),
+        timeseries("Front door: where a proof's time goes (p50)", "Median of each phase of "
+                   "the relayed proofs by proof kind, from their Prove replies: waiting in "
+                   "cuzk's queue, loading the SRS, synthesis, GPU. Bad: queue_wait growing "
+                   "(more offered than proved), srs_load above 0 in steady state (SRS "
+                   "evicted between proofs).",
+                   [Q(quantile(0.5, f"cuzkd_door_proof_{phase}_seconds", "proof_kind",
+                               engine=False),
+                      f"{{{{proof_kind}}}} {phase.replace('_', ' ')}", event_only=True)
+                    for phase in DOOR_PHASES], "s", w=8),
+        timeseries("Front door: held calls", "Calls each front door holds because no engine "
+                   "behind it can take them (starting, restarting, swapping, in backoff). "
+                   "0 is good. Bad: held for long, or growing toward hold_max_calls.",
+                   [Q(agg("instance, door", sel("cuzkd_door_held_calls", engine=False),
+                          op="max"), "{{instance}} {{door}}", event_only=True)], "short", w=8),
+        timeseries("Front door: hold time p50 / p99", "How long held calls waited in the door, "
+                   "by how it left the hold (placed on an engine, refused, cancelled by its "
+                   "caller). Bad: p99 near hold_timeout, or any refused.",
+                   [Q(quantile(q, "cuzkd_door_hold_duration_seconds", "outcome",
+                               engine=False),
+                      f"{{{{outcome}}}} p{int(q * 100)}", event_only=True)
+                    for q in (0.5, 0.99)], "s", w=8),
+        timeseries("Front door: retries and refusals", "Calls the door sent again after their "
+                   "engine died or misbehaved (retry), and calls it answered with an error "
+                   "itself (refusal), by reason, per rate interval. Empty is good. Bad: any "
+                   "refusal (the caller saw an error); retries mean engines die under load.",
+                   [Q(agg("door, reason", rate(f"cuzkd_door_{what}_total", engine=False,
+                                               fn="increase") + " > 0"),
+                      f"{{{{door}}}} {what} {{{{reason}}}}", event_only=True)
+                    for what in ("retries", "refusals")], "short", w=8, bars=True),
+    ]
 
 
 def memory() -> Json:

@@ -10,7 +10,15 @@ from __future__ import annotations
 
 import pytest
 
-from cuzkd.kinds import KindTwice, ProofKind, deprecation, normalise_kind, typed_table
+from cuzkd.cuzk import proving_pb2 as pb
+from cuzkd.kinds import (
+    KindTwice,
+    ProofKind,
+    deprecation,
+    enum_kind,
+    normalise_kind,
+    typed_table,
+)
 
 #: each kind: cuzk's name, gRPC's spelling, cuzkd's old name
 NAMES = [
@@ -58,3 +66,12 @@ def test_two_spellings_of_one_kind_in_a_table_are_refused(
         typed_table(table)
     assert caught.value.key == later
     assert repr(first) in str(caught.value)
+
+
+def test_a_grpc_requests_kind_number_is_cuzks_name_or_other() -> None:
+    # the proto's enum names, each the kind cuzk's /status calls it
+    assert {pb.ProofKind.Name(n): enum_kind(n) for n in pb.ProofKind.values()} == {
+        "PROOF_KIND_UNSPECIFIED": "other", "POREP_SEAL_COMMIT": "porep-c2",
+        "SNAP_DEALS_UPDATE": "snap-update", "WINDOW_POST_PARTITION": "window-post",
+        "WINNING_POST": "winning-post"}
+    assert enum_kind(5) == enum_kind(-1) == "other"

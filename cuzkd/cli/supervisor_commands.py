@@ -102,6 +102,9 @@ def _check_config(args: argparse.Namespace) -> int:
         print(f"warning: {notice}", file=sys.stderr)
     names = ", ".join(e.name for e in config.engine)
     print(f"{args.path}: OK ({len(config.engine)} engine(s): {names})")
+    for door in config.doors:
+        print(f"door {door.address} -> {', '.join(door.engines)} "
+              f"(hold_timeout {door.hold_timeout:g}s)")
     return 0
 
 

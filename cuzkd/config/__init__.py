@@ -6,9 +6,11 @@ the key and the problem. Three modules, one job each: :mod:`.schema` (the struct
 defaults, the placeholder constants), :mod:`.loading` (reading the file safely -- size cap,
 FIFO -- and decoding it, its errors turned into messages) and :mod:`.checks` (the rules between
 fields); a cuzk engine's own TOML has :mod:`.cuzkfile` (reading it as cuzk does) and
-:mod:`.cuzkchecks` (its rules). This front names what the rest of cuzkd uses.
+:mod:`.cuzkchecks` (its rules), its front door :mod:`.doors` (the plan, ``Config.doors``) and
+:mod:`.doorchecks` (its rules). This front names what the rest of cuzkd uses.
 """
 
+from cuzkd.config.doors import DoorPlan
 from cuzkd.config.loading import (
     control_socket_despite_errors,
     load_config,
@@ -30,6 +32,7 @@ __all__ = [
     "START_WAIT_SLACK",
     "Config",
     "ConfigError",
+    "DoorPlan",
     "EngineConfig",
     "SupervisorConfig",
     "control_socket_despite_errors",

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 from cuzkd.config.checks import check_socket_path
 from cuzkd.config.cuzkfile import CuzkFile, cuzk_size
+from cuzkd.config.doors import parse_door_address
 from cuzkd.config.schema import Config, ConfigError, EngineConfig
 from cuzkd.units import ListenAddress, parse_listen
 
@@ -162,7 +163,7 @@ def _status_url_disagreement(url: str, status_listen: str) -> str | None:
     listener = parse_listen(status_listen, allow_unix=False)
     if parts.port != listener.port:
         return f"has port {parts.port}, not the port {listener.port} of"
-    if not _is_wildcard(listener) and parts.hostname != listener.host:
+    if not is_wildcard(listener) and parts.hostname != listener.host:
         return f"has host {parts.hostname!r}, not the host {listener.host!r} of"
     if not parts.path.startswith("/status"):
         return f"has path {parts.path!r} (cuzk answers only /status) for"
@@ -189,51 +190,87 @@ class _Bound:
 
     owner: str
     address: ListenAddress
+    #: a front door's address (two doors on one address are refused in their own words)
+    door: bool = False
 
 
 def _check_shared_addresses(config: Config, where: str) -> None:
-    """No two listeners on one address: cuzk engines' ``listen`` and ``status_listen``, and
-    cuzkd's own ``metrics.listen``. A wildcard host takes its port on every address.
+    """No two listeners on one address: cuzk engines' ``listen`` (or their doors) and
+    ``status_listen``, the bundled engines' explicit ``listen``, cuzkd's own
+    ``metrics.listen`` and control socket. A wildcard host takes its port on every address.
+    (The default sockets in the state dir are one per engine name, names are unique.)
 
-    The one place the rule lives: the front door (a later issue) will let cuzk engines share
-    one ``listen`` behind it.
+    The one place the rule lives: issue 26 will let cuzk engines share one door.
     """
     bound = list(_bound_addresses(config, where))
     for j, later in enumerate(bound):
         for earlier in bound[:j]:
-            if _overlap(earlier.address, later.address):
-                raise ConfigError(f"{later.owner}: binds the address {earlier.owner} binds; "
-                                  "give each its own")
+            if not _overlap(earlier.address, later.address):
+                continue
+            if earlier.door and later.door:
+                raise ConfigError(f"{later.owner}: the same door address as {earlier.owner}: "
+                                  "engines sharing one door is not supported yet; give each "
+                                  "engine its own (`door`), or turn one off (door = \"off\")")
+            raise ConfigError(f"{later.owner}: binds the address {earlier.owner} binds; "
+                              "give each its own")
 
 
 def _bound_addresses(config: Config, where: str) -> Iterator[_Bound]:
+    """What binds where; an address the general checks refuse next is left out here."""
     try:
         metrics = parse_listen(config.metrics.listen, allow_unix=False)
     except ValueError:
         metrics = None  # not an address: the general checks, which run next, say so
     if metrics is not None:
         yield _Bound(f"{where}: key `metrics.listen`", metrics)
+    control_key = ("supervisor.control_socket" if config.supervisor.control_socket
+                   else "supervisor.state_dir")
+    yield _Bound(f"{where}: key `{control_key}` (the control socket)",
+                 ListenAddress(path=os.path.normpath(config.control_socket)))
     for i, eng in enumerate(config.engine):
         cuzk = eng.cuzk_file
+        if eng.bundled and eng.listen and (listen := _listen_address(eng.listen)):
+            yield _Bound(f"{where}: key `engine[{i}].listen`", listen)
         if cuzk is None:
             continue
         engine = f"{where}: engine[{i}]"
         yield _Bound(_cuzk_key(cuzk.path, "daemon.status_listen", engine),
                      parse_listen(cuzk.daemon.status_listen, allow_unix=False))
-        listen = cuzk.grpc_listen
-        socket_path = _grpc_socket_path(listen)
+        door = config.door_address(eng)
+        if door is not None:
+            owner = (f"{where}: key `engine[{i}].door`" if eng.door else
+                     f"{_cuzk_key(cuzk.path, 'daemon.listen', engine)}, the door's address")
+            yield _Bound(owner, parse_door_address(door), door=True)
+            continue
         owner = (f"{where}: key `engine[{i}].command` (cuzk --listen)"
                  if cuzk.listen_override is not None
                  else _cuzk_key(cuzk.path, "daemon.listen", engine))
-        yield _Bound(owner, ListenAddress(path=os.path.normpath(socket_path))
-                     if socket_path is not None else parse_listen(listen, allow_unix=False))
+        yield _Bound(owner, _grpc_address(cuzk.grpc_listen))
+
+
+def _grpc_address(listen: str) -> ListenAddress:
+    """cuzk's gRPC address as a :class:`ListenAddress` (a checked one)."""
+    socket_path = _grpc_socket_path(listen)
+    return (ListenAddress(path=os.path.normpath(socket_path)) if socket_path is not None
+            else parse_listen(listen, allow_unix=False))
+
+
+def _listen_address(listen: str) -> ListenAddress | None:
+    """A bundled engine's ``listen`` as bound; None for what is no address (the general
+    checks, which run next, say so)."""
+    try:
+        address = parse_listen(listen)
+    except ValueError:
+        return None
+    return ListenAddress(path=os.path.normpath(address.path)) if address.is_unix else address
 
 
 def _overlap(a: ListenAddress, b: ListenAddress) -> bool:
     if a.path or b.path:
         return a.path == b.path
-    return a.port == b.port and (a.host == b.host or _is_wildcard(a) or _is_wildcard(b))
+    return a.port == b.port and (a.host == b.host or is_wildcard(a) or is_wildcard(b))
 
 
-def _is_wildcard(address: ListenAddress) -> bool:
+def is_wildcard(address: ListenAddress) -> bool:
+    """True for a TCP address on every address of the host."""
     return address.host in ("0.0.0.0", "::")

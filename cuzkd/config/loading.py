@@ -31,6 +31,7 @@ from cuzkd.config.cuzkfile import (
     listen_from_command,
     read_cuzk_file,
 )
+from cuzkd.config.doorchecks import check_door_groups, check_doors, door_notices
 from cuzkd.config.schema import (
     TYPE_DEFAULTS,
     Bytes,
@@ -78,10 +79,10 @@ def load_config(path: str | Path, *, resolve_hosts: bool = True,
     """Read, validate and resolve a TOML config file; raise ConfigError naming file and key.
 
     ``resolve_hosts=False`` skips what only running the daemon needs (the metrics.listen host
-    resolving): client commands read the file for the control socket alone, and must keep
-    working while DNS does not. ``fifo_wait``: a FIFO is read without blocking in ``open`` and
-    must reach its end within that many seconds (a reload's read must end); None waits for a
-    writer as ``cat`` does (``--config <(...)``).
+    resolving, the door's socket group looked up): client commands read the file for the
+    control socket alone, and must keep working while DNS does not. ``fifo_wait``: a FIFO is
+    read without blocking in ``open`` and must reach its end within that many seconds (a
+    reload's read must end); None waits for a writer as ``cat`` does (``--config <(...)``).
     """
     where = str(path)
     try:
@@ -103,6 +104,7 @@ def load_config(path: str | Path, *, resolve_hosts: bool = True,
     if resolve_hosts:
         check_metrics_host(config, where)
         check_web_config(config.metrics.web_config, where)
+        check_door_groups(config, where)
     return config
 
 
@@ -197,11 +199,12 @@ def parse_config(raw: Mapping[str, Any], where: str) -> Config:
     config = msgspec.structs.replace(config, path=where,
                                      engine=[_with_cuzk_file(e, i, where)
                                              for i, e in enumerate(config.engine)])
+    check_doors(config, where)
     check_cuzk_engines(config, where)
     notices += [f"{where}: {warning}" for warning in cuzk_warnings(config)]
-    config = msgspec.structs.replace(config, notices=tuple(notices))
     check(config, where)
-    return config
+    notices += door_notices(config, where)
+    return msgspec.structs.replace(config, notices=tuple(notices))
 
 
 def _refuse_internal_engine_keys(defaults: dict[str, Any], engines: object, where: str) -> None:

@@ -21,6 +21,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from cuzkd.config.cuzkfile import CuzkFile
+from cuzkd.config.doors import DoorPlan, plan_doors
 from cuzkd.errors import EX_CONFIG, CuzkdError
 from cuzkd.kinds import ProofKind
 from cuzkd.labelbudget import DEFAULT_LIMITS
@@ -31,6 +32,9 @@ from cuzkd.procfs import PROC_ROOT
 BINARY_PLACEHOLDER = "{binary}"
 
 DEFAULT_METRICS_LISTEN = "127.0.0.1:9822"
+
+#: ``[[engine]] door`` turning a cuzk engine's front door off.
+DOOR_OFF = "off"
 
 #: ``cuzkd start|restart`` wait this long beyond the engine's start_timeout for ``running``.
 START_WAIT_SLACK = 5.0
@@ -62,9 +66,11 @@ StallAction = Literal["restart", "alert"]
 #: sequence): ``http`` asks the engine to drain (``POST /v1/drain``, the bundled engine's),
 #: ``quiet`` waits for a moment with no partition synthesizing or on a GPU (any engine with a
 #: status), ``cuzk`` for one with no job in flight in ``/status`` and nothing pending or in
-#: progress in cuzk's gRPC ``GetStatus`` (a cuzk engine's: cuzk cannot drain itself), ``none``
+#: progress in cuzk's gRPC ``GetStatus`` (a cuzk engine's: cuzk cannot drain itself), ``door``
+#: stops the engine's front door admitting calls and waits for its calls and submitted jobs to
+#: return (a cuzk engine behind a door: cuzkd holds Curio's new calls meanwhile), ``none``
 #: sends the stop signal at once.
-DrainMode = Literal["http", "quiet", "cuzk", "none"]
+DrainMode = Literal["http", "quiet", "cuzk", "door", "none"]
 
 #: What an ``[[engine]]`` runs, which decides how cuzkd talks to it: ``bundled`` (cuzkd's own
 #: demo engine, no ``command``), ``process`` (a command watched by its process alone), ``http``
@@ -83,9 +89,10 @@ TYPE_DEFAULTS: dict[EngineType, dict[str, object]] = {
         # without /status, taking jobs) unseen for longer before it is restarted.
         "start_timeout": "30s",
         # cuzk cannot drain (SIGINT strands work and never exits, SIGTERM kills at once):
-        # cuzkd waits for no job held, long enough for a whole PoRep C2 on a 128 GiB host
-        # (~150 s; ~38 s with 512 GiB) plus a margin for a GPU shared under load.
-        "drain": "cuzk", "drain_timeout": "180s",
+        # cuzkd drains it (``drain_mode``: "door", or "cuzk" with the door off), long enough
+        # for a whole PoRep C2 on a 128 GiB host (~150 s; ~38 s with 512 GiB) plus a margin
+        # for a GPU shared under load.
+        "drain_timeout": "180s",
     },
 }
 
@@ -132,6 +139,28 @@ class MetricsConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
         return {kind: float(limit) for kind, limit in merged.items() if limit > 0}
 
 
+class DoorConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """``[door]``: how every front door holds and retries Curio's calls (each door's values
+    are its :class:`cuzkd.config.doors.DoorPlan`)."""
+
+    #: how long a call waits in the door for an engine to take it; unset: per door, the
+    #: longest drain_timeout + start_timeout + backoff_max of its engines + 60 s (a stop, a
+    #: start with its SRS load, the longest backoff); must stay below Curio's 30 min
+    #: ProveTimeout, which would give up on the call first
+    hold_timeout: Seconds | None = None
+    #: calls held at once in one door; the next is refused UNAVAILABLE
+    hold_max_calls: _POSITIVE_INT = 1024
+    #: total request bytes held at once in one door (a PoRep C1 input is ~51 MB)
+    hold_max_bytes: Bytes = Bytes(2 << 30)
+    #: request bytes a door keeps for a retry after an engine dies under them (one door);
+    #: a request that does not fit is not retried
+    retry_max_bytes: Bytes = Bytes(1 << 30)
+    #: a Unix door's socket mode, octal: Curio's user (owner or group) connects, nobody else
+    socket_mode: str = "0660"
+    #: a Unix door's socket group (Curio's user's); "" = cuzkd's own group
+    socket_group: str = ""
+
+
 class EngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """One ``[[engine]]``. ``command=None`` is the bundled engine run with this Python."""
 
@@ -145,6 +174,11 @@ class EngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     #: type "cuzk": that file as read at load and on each reload (never set by a file). Part
     #: of the spec, so a reload that finds it changed restarts the engine (cuzk reads it once)
     cuzk_file: CuzkFile | None = None
+    #: type "cuzk": where cuzkd's front door takes Curio's gRPC for this engine (the engine
+    #: itself then listens on a private socket in the state dir): unset or "" = on, at the
+    #: cuzk file's ``[daemon] listen`` (the address Curio already dials); "off"; or an address
+    #: ``unix:///PATH`` or ``HOST:PORT``. Not ``listen``: that is the bundled engine's
+    door: str | None = None
     env: dict[str, str] = msgspec.field(default_factory=dict)
     status_url: str = ""
     listen: str = ""
@@ -165,8 +199,8 @@ class EngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     unhealthy_after: Seconds = Seconds(15)
     stop_signal: str = "SIGTERM"
     stop_timeout: Seconds = Seconds(10)
-    #: unset: ``http`` for the bundled engine, ``cuzk`` for a cuzk engine, ``quiet`` with a
-    #: status_url, else ``none``
+    #: unset: ``http`` for the bundled engine, ``door`` for a cuzk engine behind its door
+    #: (``cuzk`` with the door off), ``quiet`` with a status_url, else ``none``
     drain: DrainMode | None = None
     drain_timeout: Seconds = Seconds(20)
     #: stall watchdog: work and no progress for this long is a stall ("0s": off)
@@ -217,6 +251,11 @@ class EngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
         return self.engine_type == "cuzk"
 
     @property
+    def door_on(self) -> bool:
+        """True for a cuzk engine whose gRPC goes through cuzkd's front door."""
+        return self.cuzk and self.door != DOOR_OFF
+
+    @property
     def label_limits(self) -> dict[str, int]:
         """The label budgets' limits by label name (cuzkd.labelbudget.DEFAULT_LIMITS' keys)."""
         return {"proof_kind": self.max_proof_kinds, "worker": self.max_workers,
@@ -235,7 +274,7 @@ class EngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
         if self.bundled:
             return "http"
         if self.cuzk:
-            return "cuzk"
+            return "door" if self.door_on else "cuzk"
         return "quiet" if self.status_url else "none"
 
     @property
@@ -253,6 +292,7 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
 
     supervisor: SupervisorConfig = SupervisorConfig()
     metrics: MetricsConfig = MetricsConfig()
+    door: DoorConfig = DoorConfig()
     engine: list[EngineConfig] = msgspec.field(default_factory=list)
     path: str | None = None
     #: set by ``cuzkd run --demo``, never by the file: bundled engines start as demo engines
@@ -272,10 +312,31 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
             return Path(self.supervisor.control_socket)
         return self.state_dir / "control.sock"
 
+    @property
+    def doors(self) -> tuple[DoorPlan, ...]:
+        """The front doors cuzkd serves: one per door address, with its engines."""
+        return plan_doors(self)
+
+    def door_address(self, engine: EngineConfig) -> str | None:
+        """Where ``engine``'s door listens, as Curio dials it (``unix:///PATH`` or
+        ``HOST:PORT``); None for an engine without a door."""
+        if not engine.door_on:
+            return None
+        if engine.door:
+            return engine.door
+        return engine.cuzk_file.daemon.listen if engine.cuzk_file is not None else None
+
     def engine_command(self, engine: EngineConfig) -> list[str]:
-        """argv for ``engine`` (``{binary}`` left in place: resolved at spawn time)."""
+        """argv for ``engine`` (``{binary}`` left in place: resolved at spawn time). An engine
+        behind a door gets ``--listen`` with its private address (cuzk's flag overrides its
+        file's ``[daemon] listen``), before a ``--``, after which cuzk takes no options."""
         if engine.command is not None:
-            return list(engine.command)
+            if self.door_address(engine) is None:
+                return list(engine.command)
+            end = engine.command.index("--", 1) if "--" in engine.command[1:] else None
+            head = engine.command[:end]
+            return [*head, "--listen", self._private_grpc_address(engine),
+                    *engine.command[len(head):]]
         return [sys.executable, "-m", "cuzkd", "engine", "--listen", self._bundled_listen(engine),
                 *(["--demo"] if self.demo else [])]
 
@@ -294,11 +355,19 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
         return listen if listen.startswith("unix:") else f"http://{listen}/status"
 
     def grpc_address(self, engine: EngineConfig) -> str | None:
-        """A cuzk engine's gRPC address as cuzk binds it (``unix:///path`` or ``IP:PORT``, from
-        the command's ``-l/--listen`` or ``[daemon] listen``); None for other engine types."""
+        """A cuzk engine's gRPC address as cuzk binds it (``unix:///path`` or ``IP:PORT``):
+        behind a door its private socket in the state dir (passed as ``--listen``), else the
+        command's ``-l/--listen`` or ``[daemon] listen``; None for other engine types."""
         if not engine.cuzk or engine.cuzk_file is None:
             return None
+        if self.door_address(engine) is not None:
+            return self._private_grpc_address(engine)
         return engine.cuzk_file.grpc_listen
+
+    def _private_grpc_address(self, engine: EngineConfig) -> str:
+        """Where an engine behind a door listens: a socket only cuzkd reaches (the state
+        dir is the service's alone), so Curio can only reach cuzk through the door."""
+        return f"unix://{self.state_dir / 'engines' / f'{engine.name}.grpc.sock'}"
 
     def _bundled_listen(self, engine: EngineConfig) -> str:
         if engine.listen:

@@ -77,14 +77,16 @@ async def _whole(request: web.Request, body: bytes,
     return web.Response(body=body, headers=headers)
 
 
-def make_metrics_handler(provider: SampleProvider, send: BodySender = _whole) -> Handler:
-    """Return an aiohttp handler that samples the supervisor and renders the exposition,
-    answered through ``send`` (by default one ``Response``).
+def make_metrics_handler(provider: SampleProvider, send: BodySender = _whole,
+                         collectors: Sequence[Collector] = ()) -> Handler:
+    """Return an aiohttp handler that samples the supervisor and renders the exposition
+    (with ``collectors``, the supervisor's long-lived ones: the front doors'), answered
+    through ``send`` (by default one ``Response``).
 
     A sample or rendering failure answers 500 with a short text and is logged with its
     traceback: Prometheus then records ``up == 0`` for the supervisor, which is the truth.
     """
-    own = self_collectors()
+    own = [*self_collectors(), *collectors]
 
     async def handle(request: web.Request) -> web.StreamResponse:
         try:

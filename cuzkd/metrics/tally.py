@@ -35,7 +35,7 @@ _go_float: Callable[[float], str] = floatToGoString  # prometheus_client is unty
 
 
 @lru_cache(maxsize=16)
-def _le_labels(bounds: tuple[float, ...]) -> tuple[str, ...]:
+def le_labels(bounds: tuple[float, ...]) -> tuple[str, ...]:
     """``le`` values formatted as Prometheus formats them. Every histogram of every engine
     shares the same bounds, so this is computed once, not per bucket per scrape; the cache
     size bounds the memory an engine serving odd bounds can make us use."""
@@ -218,6 +218,6 @@ def histogram_buckets(histogram: Histogram) -> list[tuple[str, float]] | None:
     if counts and histogram.count < counts[-1]:
         return None
     buckets: list[tuple[str, float]] = list(
-        zip(_le_labels(tuple(bounds)), map(float, counts), strict=True))
+        zip(le_labels(tuple(bounds)), map(float, counts), strict=True))
     buckets.append(("+Inf", float(histogram.count)))
     return buckets

@@ -9,8 +9,10 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
 
+from cuzkd.metrics.door_metrics import DoorMetrics
 from cuzkd.metrics.http import make_metrics_handler
 from cuzkd.metrics.sample import SupervisorSample
+from cuzkd.states import DoorRefusal
 
 
 @pytest.fixture
@@ -72,3 +74,19 @@ async def test_provider_failure_is_a_500_and_the_next_scrape_works(client):
     resp = await client.get("/metrics")
     assert resp.status == 200
     assert "cuzkd_engine_up" in await resp.text()
+
+
+async def test_the_supervisors_own_collectors_are_rendered_with_each_scrape(make_engine):
+    doors = DoorMetrics()
+
+    async def provider() -> SupervisorSample:
+        return SupervisorSample(engines=[make_engine("e0")], zombies_reaped_total=0)
+
+    app = web.Application()
+    app.router.add_get("/metrics", make_metrics_handler(provider, collectors=[doors]))
+    async with TestClient(TestServer(app)) as c:
+        assert "cuzkd_door_" not in await (await c.get("/metrics")).text()
+        doors.refused("e0", DoorRefusal.SHUTTING_DOWN)  # counted between two scrapes: in the next
+        text = await (await c.get("/metrics")).text()
+    assert 'cuzkd_door_refusals_total{door="e0",reason="shutting_down"} 1.0' in text
+    assert 'cuzkd_engine_up{engine="e0"}' in text

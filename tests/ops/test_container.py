@@ -81,7 +81,7 @@ def test_image_runs_cuzkd_as_pid1_non_root_with_healthcheck() -> None:
     assert "os.environ['CUZKD_HEALTHZ_URL']" in health
     assert ("ENV", "CUZKD_HEALTHZ_URL=http://127.0.0.1:9822/healthz") in ins
     assert ("EXPOSE", "9822") in ins
-    assert ("VOLUME", '["/var/lib/cuzkd"]') in ins
+    assert ("VOLUME", '["/var/lib/cuzkd", "/run/curio"]') in ins
     assert not any(w == "CMD" and "tini" in a for w, a in ins), "cuzkd is PID 1 itself"
 
 

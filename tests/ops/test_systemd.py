@@ -160,12 +160,15 @@ def test_the_shipped_cuzk_engine_runs_as_cuzk_takes_it_where_the_unit_lets_it(
     assert len(engine.command[1:]) == 2 * len(flags)
     assert engine.cuzk_file is not None and engine.cuzk_file.path == str(CUZK_CONFIG)
     assert Path(INSTALLED_CUZK).parent == Path("/etc/cuzkd"), "the ConfigurationDirectory"
-    # the gRPC socket lies in a directory the unit makes (and makes writable)
+    # the door's socket, where Curio dials, lies in a directory the unit makes (and makes
+    # writable); cuzk's private one in the unit's state dir
     d = _directives(UNIT.read_text(encoding="utf-8"))
-    grpc = config.grpc_address(engine)
-    assert grpc is not None and grpc.startswith("unix:///")
+    door = config.door_address(engine)
+    assert door is not None and door.startswith("unix:///")
     runtime = {f"/run/{name}" for name in d["Service.RuntimeDirectory"][0].split()}
-    assert str(Path(grpc.removeprefix("unix://")).parent) in runtime
+    assert str(Path(door.removeprefix("unix://")).parent) in runtime
+    assert config.grpc_address(engine) == "unix:///var/lib/cuzkd/engines/cuzk0.grpc.sock"
+    assert config.doors[0].socket_mode == 0o660  # group-writable: Curio's group connects
     # /status polled on loopback, and the engine's GPUs are cuzk's
     assert config.status_address(engine) == "http://127.0.0.1:9821/status"
     assert [int(g) for g in engine.gpus] == engine.cuzk_file.gpus.devices

@@ -46,9 +46,13 @@ def test_the_status_address_comes_from_cuzks_status_listen(tmp_path: Path, statu
     config = _load(tmp_path, f'[daemon]\nstatus_listen = "{status_listen}"\n')
     engine = config.engine[0]
     assert config.status_address(engine) == polled
-    # cuzk's default gRPC address, as cuzk writes it
-    assert config.grpc_address(engine) == "unix:///run/curio/cuzk.sock"
-    assert engine.drain_mode == "cuzk"  # a stop waits for no job held, in /status and gRPC
+    # the door takes cuzk's default gRPC address, as cuzk writes it; cuzk gets a private one
+    assert config.door_address(engine) == "unix:///run/curio/cuzk.sock"
+    assert config.grpc_address(engine) == f"unix://{config.state_dir}/engines/c0.grpc.sock"
+    assert engine.drain_mode == "door"  # a stop waits until the door has nothing in flight
+    door_off = _load(tmp_path, f'[daemon]\nstatus_listen = "{status_listen}"\n', 'door = "off"')
+    assert door_off.grpc_address(door_off.engine[0]) == "unix:///run/curio/cuzk.sock"
+    assert door_off.engine[0].drain_mode == "cuzk"  # no job held, in /status and gRPC
 
 
 def test_max_parallel_synthesis_is_read_and_gives_cuzks_real_synthesis_cap(
@@ -71,11 +75,12 @@ def test_a_wildcard_status_listener_is_warned_about(tmp_path: Path) -> None:
 
 
 def test_the_grpc_address_is_cuzks_listen_or_its_command_override(tmp_path: Path) -> None:
-    config = _load(tmp_path, GOOD_CUZK)
+    """With the door off (behind a door see test_door_config)."""
+    config = _load(tmp_path, GOOD_CUZK, 'door = "off"')
     assert config.grpc_address(config.engine[0]) == f"unix://{tmp_path}/cuzk.sock"
     cuzk = tmp_path / "cuzk.toml"
     path = tmp_path / "cuzkd.toml"
-    path.write_text(f'[[engine]]\nname = "c0"\ntype = "cuzk"\n'
+    path.write_text(f'[[engine]]\nname = "c0"\ntype = "cuzk"\ndoor = "off"\n'
                     f'command = ["cuzk-daemon", "--config={cuzk}", "-l", "127.0.0.1:9820"]\n'
                     '[[engine]]\nname = "demo"\n')
     config = load_config(path)
@@ -242,7 +247,7 @@ OWN = ('[daemon]\nlisten = "unix://{dir}/{name}.sock"\nstatus_listen = "127.0.0.
      "daemon.status_listen", "binds the address"),
     (OWN.format(dir="{dir}", name="same", n=21, budget="100GiB"),
      OWN.format(dir="{dir}", name="same", n=31, budget="100GiB"),
-     "daemon.listen", "binds the address {dir}/a.toml: key `daemon.listen`"),
+     "daemon.listen", "the same door address as {dir}/a.toml: key `daemon.listen`"),
     (OWN.format(dir="{dir}", name="{name}", n=21, budget="auto"),
      OWN.format(dir="{dir}", name="{name}", n=31, budget="auto"),
      "memory.total_budget", "each cuzk would budget all of the host's RAM"),

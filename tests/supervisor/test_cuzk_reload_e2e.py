@@ -26,7 +26,7 @@ def test_a_changed_cuzk_file_restarts_its_engine_on_the_new_address(tmp_path: Pa
     first_port, second_port = free_port(), free_port()
     write_cuzk_toml(cuzk, listen, f"127.0.0.1:{first_port}")
     config = write_config(tmp_path, [{
-        "name": "cuzk0", "type": "cuzk",
+        "name": "cuzk0", "type": "cuzk", "door": "off",  # the cuzk file's reload, no door
         "command": [sys.executable, str(SCRIPT), "--config", str(cuzk)],
         "health_interval": "50ms", "stop_timeout": "2s",
     }, {"name": "other", "command": [sys.executable, "-c", "import time; time.sleep(600)"],

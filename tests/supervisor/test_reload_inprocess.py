@@ -220,3 +220,38 @@ def test_a_reload_with_a_broken_web_config_is_refused_and_the_listener_keeps_its
         await rig.close()
 
     asyncio.run(main())
+
+
+def test_a_reload_that_would_move_an_engine_out_of_its_door_is_refused(tmp_path: Path) -> None:
+    """The doors are bound once, before the engines start: an engine a reload moved behind a
+    door nobody serves would listen where no caller reaches it, one moved out of its door
+    would leave Curio's calls held for nothing. Refused, naming why; a change of the doors'
+    bounds alone is applied at the next start (a partial reload)."""
+    cuzk_toml = tmp_path / "cuzk.toml"
+    cuzk_toml.write_text(f'[daemon]\nlisten = "unix://{tmp_path}/curio.sock"\n'
+                         'status_listen = "127.0.0.1:1"\n')
+    config_path = tmp_path / "cuzkd.toml"
+
+    def write(door: str, door_table: str = "") -> None:
+        config_path.write_text(
+            f'[supervisor]\nstate_dir = "{tmp_path}/state"\n{door_table}'
+            f'[[engine]]\nname = "cz"\ntype = "cuzk"\ncommand = ["stand-in", "-c", '
+            f'"{cuzk_toml}"]\ndoor = "{door}"\n')
+
+    async def main() -> tuple[ReloadOutcome, ReloadOutcome, list[dict[str, object]]]:
+        write("")
+        rig = Rig(config_path, Notifier({}))
+        write("off")
+        moved = await rig.reloader.reload()
+        write("", "[door]\nhold_max_calls = 5\n")
+        with structlog.testing.capture_logs() as logs:
+            bounds = await rig.reloader.reload()
+        await rig.close()
+        return moved, bounds, logs
+
+    moved, bounds, logs = asyncio.run(main())
+    assert moved.error is not None and "front doors" in moved.error
+    assert f"unix://{tmp_path}/curio.sock (cz)" in moved.error
+    assert bounds.error is None
+    assert [e["detail"] for e in logs if e["event"] == "supervisor_reload_partial"] == [
+        "the front doors' bounds ([door]) change at the next start"]

@@ -29,7 +29,7 @@ def cuzk_engine(tmp: Path, name: str = "cuzk", *, env: dict[str, str] | None = N
     listen = f"unix://{tmp}/{name}-grpc.sock"
     config = write_cuzk_toml(tmp / f"{name}.toml", listen, f"127.0.0.1:{free_port()}",
                              '[memory]\ntotal_budget = "140GiB"\n')
-    table = {"name": name, "type": "cuzk",
+    table = {"name": name, "type": "cuzk", "door": "off",
              "command": [sys.executable, str(SCRIPT), "-c", str(config)],
              "env": env or {}, "health_interval": "100ms", **keys}
     return table, listen

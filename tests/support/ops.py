@@ -135,6 +135,18 @@ _SUPERVISOR_METRICS = {
     "cuzkd_status_field_errors_total": _m("counter", "engine", "reason"),
     "cuzkd_label_values_dropped_total": _m("counter", "engine", "label"),
     "cuzkd_engine_grpc_errors_total": _m("counter", "engine", "reason"),
+    # the front doors' (cuzkd.metrics.door_metrics): door = the door's first engine
+    "cuzkd_door_engine_info": _m("gauge", "door", "engine"),
+    "cuzkd_door_proofs_total": _m("counter", "door", "proof_kind", "priority", "result"),
+    "cuzkd_door_proof_duration_seconds": _m("histogram", "door", "proof_kind"),
+    "cuzkd_door_proof_queue_wait_seconds": _m("histogram", "door", "proof_kind"),
+    "cuzkd_door_proof_srs_load_seconds": _m("histogram", "door", "proof_kind"),
+    "cuzkd_door_proof_synthesis_seconds": _m("histogram", "door", "proof_kind"),
+    "cuzkd_door_proof_gpu_compute_seconds": _m("histogram", "door", "proof_kind"),
+    "cuzkd_door_held_calls": _m("gauge", "door"),
+    "cuzkd_door_hold_duration_seconds": _m("histogram", "door", "outcome"),
+    "cuzkd_door_retries_total": _m("counter", "door", "reason"),
+    "cuzkd_door_refusals_total": _m("counter", "door", "reason"),
     # prometheus_client's process collector (Linux)
     "process_cpu_seconds_total": _m("counter"),
     "process_resident_memory_bytes": _m("gauge"),
@@ -153,6 +165,13 @@ _SUPERVISOR_METRICS = {
 NVML_SERIES: frozenset[str] = frozenset({
     "cuzkd_gpu_memory_used_bytes", "cuzkd_gpu_memory_total_bytes", "cuzkd_gpu_utilization_ratio",
     "cuzkd_gpu_info"})
+
+#: Families (and the _bucket/_sum/_count series of the histograms) only a supervisor with a
+#: front door (a cuzk engine behind one) exports: the live stack's engines have none.
+DOOR_SERIES: frozenset[str] = frozenset(
+    f"{name}{suffix}" for name, metric in _SUPERVISOR_METRICS.items()
+    if name.startswith("cuzkd_door_")
+    for suffix in ("", *(("_bucket", "_sum", "_count") if metric.kind == "histogram" else ())))
 
 #: Metric families as the exporter declares them (histograms by base name).
 CONTRACT: dict[str, Metric] = {**_SUPERVISOR_METRICS, **_ENGINE_METRICS}

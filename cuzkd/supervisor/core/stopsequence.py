@@ -3,7 +3,8 @@
 The sequence (docs/supervisor.md): let in-flight work end within ``drain_timeout`` -- ``http``
 asks the engine to drain and waits for it to exit, ``quiet`` waits for a status with no
 partition synthesizing or on a GPU, ``cuzk`` for one with no job held (``/status`` and
-``GetStatus``) -- then the stop signal to the process group, then SIGKILL after
+``GetStatus``), ``door`` for the front door to hold no call or job of the engine --
+then the stop signal to the process group, then SIGKILL after
 ``stop_timeout``. A stalled engine skips to SIGKILL (it has nothing left to drain). A stop that
 must end within a bound (a shutdown's ``shutdown_grace``) drains for what the bound leaves
 after ``stop_timeout``: the grace bounds everything, and the stop signal still gets its time.
@@ -27,8 +28,9 @@ DRAIN_POLL = 0.5
 #: Drain modes that end on status reads showing a quiet moment (``http`` ends on the exit), and
 #: how many reads in a row must show it. cuzk's: two, a read apart -- a job that has just
 #: finished is off its queues before its ``Prove`` reply (the proof) has left for the client,
-#: and a stop signal in between would throw the finished proof away.
-QUIET_READS = {"quiet": 1, "cuzk": 2}
+#: and a stop signal in between would throw the finished proof away. ``door``'s: one -- the
+#: door's count of calls in flight drops only once the engine's reply is in the door's hands.
+QUIET_READS = {"quiet": 1, "cuzk": 2, "door": 1}
 
 
 def drain_budget(drain_timeout: float, stop_timeout: float, within: float | None) -> float:

@@ -110,6 +110,7 @@ class ConfigReloader:
         path = self._engines.config.path
         try:
             new = await self._reader.read(path) if path else default_config()
+            _same_doors(self._engines.config, new)
         except ConfigError as exc:
             phase.reload_read(False, time.time())
             log.error("supervisor_reload_refused", error=str(exc),
@@ -131,5 +132,23 @@ class ConfigReloader:
         if (new.supervisor, new.metrics) != (old.supervisor, old.metrics):
             log.warning("supervisor_reload_partial",
                         detail="[supervisor] and [metrics] changes take effect at the next start")
+        if new.doors != old.doors:
+            log.warning("supervisor_reload_partial",
+                        detail="the front doors' bounds ([door]) change at the next start")
         await self._engines.apply(new)
         self._on_applied()
+
+
+def _same_doors(old: Config, new: Config) -> None:
+    """A reload keeps the front doors where they are, in front of the same engines: they are
+    bound once, before the engines start (an engine moved behind a door that is not served
+    would be reachable by nobody); ConfigError naming the change otherwise. Their bounds
+    (``[door]``) take effect at the next start (``supervisor_reload_partial``)."""
+    if _where(new) != _where(old):
+        now = ", ".join(f"{d.address} ({', '.join(d.engines)})" for d in old.doors) or "none"
+        raise ConfigError(f"{new.path or 'config'}: the front doors ([[engine]] door, [door]) "
+                          f"change only at cuzkd's next start (serving: {now})")
+
+
+def _where(config: Config) -> list[tuple[str, tuple[str, ...]]]:
+    return [(door.address, door.engines) for door in config.doors]

@@ -33,6 +33,7 @@ from cuzkd.config import Config
 from cuzkd.errors import CuzkdError
 from cuzkd.gpus import GpuView
 from cuzkd.log.ratelimit import LimitedLog, RateLimiter
+from cuzkd.metrics.door_metrics import DoorMetrics
 from cuzkd.metrics.sample import ListenerAccess
 from cuzkd.supervisor.core import signals
 from cuzkd.supervisor.core.phase import SupervisorPhase
@@ -43,6 +44,8 @@ from cuzkd.supervisor.daemon.reload import ConfigReloader
 from cuzkd.supervisor.daemon.signalinstall import LoopSignals
 from cuzkd.supervisor.daemon.startup import startup_fields
 from cuzkd.supervisor.daemon.statedir import ControlSocketLock, StateDirLock, unusable_dir
+from cuzkd.supervisor.door.binding import DoorAddressError
+from cuzkd.supervisor.door.doors import Doors
 from cuzkd.supervisor.engines.binaries import EngineBinaries
 from cuzkd.supervisor.engines.engineset import EngineSet
 from cuzkd.supervisor.proc.children import ChildTable
@@ -84,11 +87,15 @@ class Supervisor:
         self.children = ChildTable()
         # Built once, from the config at start: a reload keeps the store and the coordinator.
         self.binaries = EngineBinaries(config.supervisor, config.state_dir)
+        #: the front doors Curio dials (cuzk engines'), bound before the engines start and
+        #: closed after they stopped; their counts (cuzkd_door_*) for the supervisor's life
+        self.door_metrics = DoorMetrics()
+        self.doors = Doors(config.doors, time.monotonic, self.door_metrics)
         #: gpu_view: NVML for the GPU memory gate and cuzkd_gpu_*; loaded by run() unless
         #: given (tests)
         self.engines = EngineSet(config, self.children, binaries=self.binaries,
                                  phase=self.phase, on_change=self._notify_status,
-                                 gpu_view=gpu_view)
+                                 gpu_view=gpu_view, seats=self.doors.seat)
         self.swaps = SwapCoordinator(self.binaries.store, self.engines,
                                      keep_releases=config.supervisor.keep_releases)
         self._notifier = Notifier()
@@ -148,6 +155,7 @@ class Supervisor:
             await self.engines.stop_previous_leftovers()
             await asyncio.to_thread(self.binaries.prepare)
             await self._start_servers()
+            await self.doors.start()
             started = startup_fields(self.config, *self._metrics_bound,
                                      self.swaps.active_release(), self.access.web)
             if "metrics_exposed" in started:
@@ -172,9 +180,9 @@ class Supervisor:
                                         hurry=self._stop_signals > 1)
             await self.engines.stop_adopted()
             return 0
-        except StartupError as exc:
+        except (StartupError, DoorAddressError) as exc:
             log.error("supervisor_start_failed", error=str(exc))
-            return 1
+            return exc.exit_code
         finally:
             await self._shutdown(loop_signals)
             control_lock.release()
@@ -200,6 +208,7 @@ class Supervisor:
                                    + self.config.supervisor.shutdown_grace)
         self.phase.stop()
         self.swaps.close(SHUTDOWN_REASON)
+        self.doors.refuse_new()
         self._stop_event.set()
 
     async def _start_servers(self) -> None:
@@ -207,7 +216,8 @@ class Supervisor:
             build_control_app(self.engines, self.readout.about, self.swaps.active_verdict,
                               self._control_routes),
             self.config.control_socket,
-            build_metrics_app(self.readout, self._servers.outbox, self.access),
+            build_metrics_app(self.readout, self._servers.outbox, self.access,
+                              [self.door_metrics]),
             self.config.metrics.listen, lambda: connection_limit(len(self.engines)),
             self.access.tls)
         self._metrics_bound = (host, port)
@@ -235,6 +245,7 @@ class Supervisor:
         await self._tasks.cancel_all()
         await self.engines.close()
         self.engines.clock.close()
+        await self.doors.close(self._grace_left())
         await self._servers.close(self._grace_left())
         loop_signals.uninstall()
         self.children.uninstall()

@@ -37,6 +37,7 @@ from cuzkd.supervisor.core.reloadplan import ReloadPlan, plan
 from cuzkd.supervisor.engines.info import EngineInfo
 from cuzkd.supervisor.engines.runclock import RunClock
 from cuzkd.supervisor.engines.runner import EngineRunner
+from cuzkd.supervisor.engines.seat import DoorSeat
 from cuzkd.supervisor.proc import pids
 from cuzkd.supervisor.proc.children import ChildTable
 from cuzkd.supervisor.proc.leftovers import Records, leftovers
@@ -74,9 +75,11 @@ class EngineSet:
                  binaries: BinaryReleases, phase: PhaseView,
                  on_change: Callable[[], None] = lambda: None,
                  gpu_view: GpuView | None = None,
-                 clock: RunClock | None = None) -> None:
+                 clock: RunClock | None = None,
+                 seats: Callable[[str], DoorSeat | None] = lambda name: None) -> None:
         """``clock``: the runners' clock, blind to the supervisor's freezes (tests on virtual
-        time pass ``RunClock(loop.time)``)."""
+        time pass ``RunClock(loop.time)``). ``seats``: an engine's seat behind its front door
+        by engine name (None: no door in front of it)."""
         self._config = config
         self.children = children
         #: NVML for the GPU memory gate (and cuzkd_gpu_*); :meth:`load_gpu_view` unless given
@@ -85,6 +88,7 @@ class EngineSet:
         self._binaries = binaries
         self._phase = phase
         self._on_change = on_change
+        self._seats = seats
         #: the supervisor's one clock for engine deadlines (the daemon runs its heartbeat)
         self.clock = clock if clock is not None else RunClock()
         self._clock = self.clock.now
@@ -145,7 +149,8 @@ class EngineSet:
                               binary_resolver=self._binaries.resolve,
                               on_change=self._on_change, gpu_view=self.gpu_view,
                               clock=self.clock,
-                              inherited_kills=self._inherited_kills.pop(spec.name, 0))
+                              inherited_kills=self._inherited_kills.pop(spec.name, 0),
+                              seat=self._seats(spec.name))
         self._runners[spec.name] = runner
         return runner
 

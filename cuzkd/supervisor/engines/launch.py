@@ -34,12 +34,8 @@ class EngineLaunch:
         #: the command as configured (``{binary}`` unresolved): what logs and the API show
         self.argv = config.engine_command(spec)
         self.status_address = config.status_address(spec)
-        #: a bundled engine's status socket, made ready before each spawn
-        self._socket_path = (
-            Path(self.status_address.removeprefix("unix:"))
-            if spec.bundled and self.status_address and self.status_address.startswith("unix:")
-            else None
-        )
+        #: the socket the engine binds in cuzkd's state dir, made ready before each spawn
+        self._socket_path = _own_socket(spec, config)
         self._binary_resolver = binary_resolver
         #: NVML, for the GPU memory gate of an engine with ``gpus`` (None: no gate)
         self._gpu_view = gpu_view if spec.gpus else None
@@ -71,8 +67,8 @@ class EngineLaunch:
                 pids.ENGINE_ENV: self._spec.name}
 
     def prepare(self) -> None:
-        """A bundled engine's status socket: its directory private, a stale socket removed (it
-        would look alive)."""
+        """The engine's socket in the state dir: its directory made and private, a stale
+        socket removed (it would look alive)."""
         if self._socket_path is not None:
             self._socket_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             self._socket_path.unlink(missing_ok=True)
@@ -91,3 +87,14 @@ class EngineLaunch:
         elif result.reads > 1:
             log.info("gpu_gate_passed", gpus=spec.gpus,
                      waited_seconds=round(result.waited_seconds, 3))
+
+
+def _own_socket(spec: EngineConfig, config: Config) -> Path | None:
+    """The Unix socket cuzkd chose for the engine to bind: a bundled engine's status socket,
+    or the private gRPC socket of a cuzk engine behind a door (cuzk binds it, but does not
+    make its directory)."""
+    if spec.bundled:
+        address = config.status_address(spec) or ""
+        return Path(address.removeprefix("unix:")) if address.startswith("unix:") else None
+    private = config.grpc_address(spec) if config.door_address(spec) is not None else None
+    return Path(private.removeprefix("unix://")) if private is not None else None

@@ -76,6 +76,7 @@ from cuzkd.supervisor.engines.drainrequest import ENGINE_DEADLINE_SLACK, request
 from cuzkd.supervisor.engines.info import MAX_STALE_JOBS_SHOWN, EngineInfo
 from cuzkd.supervisor.engines.launch import BinaryResolver, EngineLaunch
 from cuzkd.supervisor.engines.runclock import RunClock
+from cuzkd.supervisor.engines.seat import DoorSeat
 from cuzkd.supervisor.engines.stderrtail import ExitedTail, StderrTail
 from cuzkd.supervisor.engines.telemetry import GrpcTelemetry
 from cuzkd.supervisor.proc import pids
@@ -109,12 +110,14 @@ class EngineRunner:
         gpu_view: GpuView | None = None,
         clock: RunClock | None = None,
         inherited_kills: int = 0,
+        seat: DoorSeat | None = None,
     ) -> None:
         """``clock``: the supervisor's clock every deadline is read from, blind to its own
         freezes (one for the whole supervisor); tests run the runner on an event loop with
         virtual time and pass a ``RunClock(loop.time)``. ``inherited_kills``: leftovers of
         the previous supervisor's process of this engine, stopped at start-up (counted as
-        descendants killed)."""
+        descendants killed). ``seat``: the engine's place behind a front door (None: Curio
+        dials the engine itself), told when it can take calls and when not."""
         self.spec = spec
         self._run_clock = clock if clock is not None else RunClock()
         self._clock = self._run_clock.now
@@ -132,8 +135,14 @@ class EngineRunner:
         self._log = log.bind(engine=spec.name)
         #: the label budgets of this engine's series and derived state, freed at each spawn
         self.labels = LabelBudgets(spec.name, spec.label_limits)
-        #: cuzk's gRPC address (a cuzk engine's ``[daemon] listen``), read by its drain
+        #: cuzk's gRPC address (a cuzk engine's ``[daemon] listen``, or its private address
+        #: behind a door), read by its drain and its telemetry, and given to its seat
         self._grpc_address = config.grpc_address(spec)
+        self._seat = seat
+        #: the current process was admitted by its seat (at its first answer)
+        self._admitted = False
+        #: the current process's stop drained it through the door: nothing was in flight
+        self._drained_clean = False
         #: the last GetStatus of the current stop's drain (None: none read in this stop)
         self._queues: QueueReading | None = None
         #: None for an engine without a status URL: supervised by its process alone
@@ -358,6 +367,8 @@ class EngineRunner:
         self._process = None
         self.started_at = None
         self._exited.set()
+        if self._seat is not None:
+            self._seat.gone(crashed=not self._drained_clean)
         if self._health_task is not None:
             self._health_task.cancel()
         if self._telemetry_task is not None:
@@ -425,9 +436,19 @@ class EngineRunner:
             self._log.info("engine_state_changed", old=str(t.old), new=str(t.new), reason=t.reason,
                            pid=self.lifecycle.pid, cause=self.lifecycle.last_exit_cause,
                            restart_delay=_delay(self.lifecycle.next_start_at, self._clock()))
+            if t.new is State.RUNNING:
+                self._admit()
         self._changed.set()
         self._changed = asyncio.Event()
         self._on_change()
+
+    def _admit(self) -> None:
+        """Tell the seat the engine takes calls, once per process: at its first answer
+        (cuzk binds /status before its gRPC listener: the door's calls wait for that)."""
+        if self._seat is None or self._admitted or self._grpc_address is None:
+            return
+        self._admitted = True
+        self._seat.admit(self._grpc_address)
 
     def _note_descendants(self) -> None:
         """Remember the current process's live descendants (to stop them when it exits)."""
@@ -476,6 +497,7 @@ class EngineRunner:
         self.labels.clear()  # a new process: its values take the slots afresh
         self._killed = False
         self._stop_signalled = False
+        self._admitted = self._drained_clean = False
         self._oom = OomCounters(proc.pid)
         self.stall.started(now)
         actions = self.lifecycle.spawned(proc.pid, now)
@@ -512,6 +534,8 @@ class EngineRunner:
             return
         exited, spec = self._exited, self.spec
         self._queues = None
+        if self._seat is not None:  # every stop, drained or not: no new call goes to it
+            self._seat.stop_admitting()
         sequence = StopSequence.begin(
             self._clock(), drain_mode=spec.drain_mode if drain else "none",
             drain_timeout=spec.drain_timeout, stop_timeout=spec.stop_timeout,
@@ -528,6 +552,8 @@ class EngineRunner:
                     sequence.status_read(await self._until(by, self._read_quiet()))
                 case DrainOver(result=result, seconds=seconds):
                     self.drains[result] += 1
+                    self._drained_clean = (result is DrainResult.CLEAN
+                                           and spec.drain_mode == "door")
                     (self._log.info if result is DrainResult.CLEAN else self._log.warning)(
                         "engine_drained", pid=proc.pid, mode=spec.drain_mode, result=result,
                         seconds=round(seconds, 3))
@@ -565,7 +591,10 @@ class EngineRunner:
 
     async def _read_quiet(self) -> bool:
         """Read the status while draining (it also keeps the count of work in flight fresh);
-        True when it shows a quiet moment -- for a ``cuzk`` drain, ``GetStatus`` too."""
+        True when it shows a quiet moment -- for a ``cuzk`` drain, ``GetStatus`` too; for a
+        ``door`` drain, the door's count alone (it sees every call: no status is read)."""
+        if self.spec.drain_mode == "door":
+            return self._seat is not None and self._seat.in_flight() == 0
         if self.status_source is None or not await self.status_source.poll():
             return False
         doc = self.status_source.latest()
@@ -582,8 +611,9 @@ class EngineRunner:
     def _count_inflight(self, reason: StopReason | None) -> None:
         """Count the partitions and jobs in flight, by the last status read (and, for a cuzk
         engine, the drain's last GetStatus), as the engine is stopped: what this stop throws
-        away. Health kills (reason None) are not counted."""
-        if reason is None or self.status_source is None:
+        away. Health kills (reason None) are not counted, nor a stop the door drained: it saw
+        every call end (the last status read, before the drain, may list jobs done since)."""
+        if reason is None or self.status_source is None or self._drained_clean:
             return
         doc = self.status_source.latest()
         lost = count_partitions(doc, IN_FLIGHT_STATES)

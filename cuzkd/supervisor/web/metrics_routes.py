@@ -11,7 +11,10 @@ route but ``/healthz``, and adds the web config's headers to every response.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from aiohttp import hdrs, web
+from prometheus_client.registry import Collector
 
 from cuzkd.httperrors import json_errors
 from cuzkd.metrics.http import make_metrics_handler
@@ -22,8 +25,10 @@ from cuzkd.supervisor.web.targets import ScrapeTarget
 _JSON = {hdrs.CONTENT_TYPE: "application/json; charset=utf-8"}
 
 
-def build_metrics_app(supervisor: ScrapeTarget, outbox: Outbox,
-                      access: WebAccess) -> web.Application:
+def build_metrics_app(supervisor: ScrapeTarget, outbox: Outbox, access: WebAccess,
+                      collectors: Sequence[Collector] = ()) -> web.Application:
+    """``collectors``: the supervisor's own long-lived collectors, rendered with each scrape's
+    sample (the front doors' :class:`~cuzkd.metrics.door_metrics.DoorMetrics`)."""
     app = web.Application(middlewares=[access.guard, json_errors])
     app.on_response_prepare.append(access.add_headers)
 
@@ -36,5 +41,6 @@ def build_metrics_app(supervisor: ScrapeTarget, outbox: Outbox,
 
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/status", status)
-    app.router.add_get("/metrics", make_metrics_handler(supervisor.sample, outbox.send))
+    app.router.add_get("/metrics",
+                       make_metrics_handler(supervisor.sample, outbox.send, collectors))
     return app

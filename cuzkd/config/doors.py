@@ -1,0 +1,113 @@
+"""The front doors a config asks for: one :class:`DoorPlan` per address Curio dials.
+
+A cuzk engine's door (``[[engine]] door``) is cuzkd's gRPC server at the address Curio already
+dials, in front of the engine's private socket; ``[door]`` says how every door holds and
+retries calls. The door shell (``cuzkd.supervisor.door``) serves what this module plans; the
+rules a plan keeps are :mod:`cuzkd.config.doorchecks`'s, run at load, so a plan is built only
+from a config that holds them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from cuzkd.units import ListenAddress, parse_listen
+
+if TYPE_CHECKING:
+    from cuzkd.config.schema import Config, EngineConfig
+
+#: cuzk's gRPC message limit each way (a PoRep C1 input is ~51 MB); the door relays as much.
+MAX_MESSAGE_BYTES = 128 * 2**20
+#: Added to an engine's drain_timeout + start_timeout + backoff_max for the default
+#: hold_timeout: the stop's signal and the first answer after the start wait, with room.
+HOLD_SLACK = 60.0
+#: Curio's ProveTimeout: a call held longer is one Curio has given up on.
+CURIO_PROVE_TIMEOUT = 30 * 60.0
+#: A host a TCP door may name: an IP literal (``[::1]``) or a DNS name.
+_HOST = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)$")
+
+
+@dataclass(frozen=True)
+class DoorPlan:
+    """One door: where it listens and which engines are behind it, with its bounds."""
+
+    #: as Curio dials it: ``unix:///PATH`` or ``HOST:PORT``
+    address: str
+    #: the names of the engines behind it, in config order (one until doors are shared)
+    engines: tuple[str, ...]
+    #: seconds a call may wait in the door for an engine to take it
+    hold_timeout: float
+    hold_max_calls: int
+    hold_max_bytes: int
+    #: request bytes kept for a retry after an engine dies under them
+    retry_max_bytes: int
+    #: a Unix door's socket mode and group ("" = cuzkd's own)
+    socket_mode: int
+    socket_group: str
+    max_message_bytes: int = MAX_MESSAGE_BYTES
+
+    @property
+    def name(self) -> str:
+        """The door's bounded, readable name (its metrics' ``door`` label): its first
+        engine's."""
+        return self.engines[0]
+
+
+def plan_doors(config: Config) -> tuple[DoorPlan, ...]:
+    """The doors of ``config``: its engines grouped by door address, in config order."""
+    behind: dict[str, list[EngineConfig]] = {}
+    for engine in config.engine:
+        address = config.door_address(engine)
+        if address is not None:
+            behind.setdefault(address, []).append(engine)
+    table = config.door
+    return tuple(DoorPlan(
+        address=address,
+        engines=tuple(e.name for e in engines),
+        hold_timeout=(table.hold_timeout if table.hold_timeout is not None
+                      else default_hold_timeout(engines)),
+        hold_max_calls=table.hold_max_calls,
+        hold_max_bytes=table.hold_max_bytes,
+        retry_max_bytes=table.retry_max_bytes,
+        socket_mode=parse_socket_mode(table.socket_mode),
+        socket_group=table.socket_group,
+    ) for address, engines in behind.items())
+
+
+def engine_outage(engine: EngineConfig) -> float:
+    """The longest an engine may take no calls while restarting: its drain, the backoff
+    before the new process, the start up to its first answer."""
+    return engine.drain_timeout + engine.backoff_max + engine.start_timeout
+
+
+def default_hold_timeout(engines: list[EngineConfig]) -> float:
+    """Long enough to outlast any one of ``engines``' restarts, with :data:`HOLD_SLACK`."""
+    return max(engine_outage(e) for e in engines) + HOLD_SLACK
+
+
+def parse_socket_mode(text: str) -> int:
+    """``"0660"`` -> 0o660; ValueError unless an octal permission mode (at most 0o777)."""
+    if not re.fullmatch(r"0?[0-7]{3}", text):
+        raise ValueError(f"{text!r} is not an octal permission mode such as \"0660\"")
+    return int(text, 8)
+
+
+def parse_door_address(text: str) -> ListenAddress:
+    """``unix:///ABSOLUTE/PATH`` (gRPC's spelling, as Curio dials it) or ``HOST:PORT`` with a
+    port that is not 0 (Curio could not know it); ValueError otherwise."""
+    if text.startswith("unix:"):
+        path = text.removeprefix("unix://")
+        if not text.startswith("unix://") or not path.startswith("/") or "\0" in path:
+            raise ValueError(f"{text!r}: a Unix door is unix:///ABSOLUTE/PATH")
+        return ListenAddress(path=os.path.normpath(path))
+    host, _, _ = text.rpartition(":")
+    try:
+        address = parse_listen(text, allow_unix=False)
+    except ValueError:
+        address = None
+    if address is None or not _HOST.match(host) or address.port == 0:
+        raise ValueError(f"{text!r} is neither unix:///PATH nor HOST:PORT (a port above 0)")
+    return address

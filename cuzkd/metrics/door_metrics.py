@@ -1,0 +1,228 @@
+"""The ``cuzkd_door_*`` families: every ``Prove`` a front door relayed, and what it held.
+
+cuzk's own figures miss what a caller lives through: ``/status`` lists only PoRep and SnapDeals
+and never counts a failure, ``GetMetrics`` keeps a summary of its last 1000 proofs. Every proof
+Curio asks for passes the door, and its reply carries cuzk's own timings of that proof
+(``queue_wait_ms``, ``srs_load_ms``, ``synthesis_ms``, ``gpu_compute_ms``, ``total_ms``), so the
+door measures each proof exactly: all four kinds, failures included, as histograms in seconds
+by kind, and a count by kind, priority and result. Beside them, what the door did itself: calls
+held while no engine could take one, how long each was held, calls sent again after their
+engine died, calls refused.
+
+Unlike the other families these are events, not readings of a document, so they are kept here
+for the supervisor's life (a door's first engine name is its ``door`` label: bounded by the
+config and readable, where an address is neither) and collected at each scrape as plain
+families (no ``_created`` series: :mod:`cuzkd.metrics.exposition`). Every label value comes from
+a fixed vocabulary: the proto's enums (a number this cuzkd does not know is ``other``,
+``unspecified``, ``unknown``), gRPC's status codes and :mod:`cuzkd.states`' door words; never a
+request id. A request is read with :mod:`cuzkd.cuzk.wire`, which jumps over a 51 MB payload
+instead of copying it. Everything is called on the event loop (grpc.aio's handlers and the
+scrape share it), so nothing here locks.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import grpc
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    InfoMetricFamily,
+)
+from prometheus_client.metrics_core import Metric
+
+from cuzkd.cuzk import proving_pb2 as pb
+from cuzkd.cuzk.wire import ProveCall, ProveResult, read_call, read_result
+from cuzkd.kinds import enum_kind
+from cuzkd.metrics.tally import le_labels
+from cuzkd.states import DoorRefusal, DoorRetry, HoldEnd
+
+#: Seconds, for proofs from a 10 ms WinningPoSt on a warm engine to a 30 min PoRep on a small
+#: host; 20 s and 20 min (1200) are the default deadlines of winning-post and window-post.
+PROOF_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 45.0,
+                 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0)
+#: Seconds a call was held: a moment between two engines, a restart's SRS load (30-90 s), a
+#: hold_timeout of several minutes.
+HOLD_BUCKETS = (0.001, 0.01, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0,
+                1800.0)
+
+#: Priority number -> label value (``low`` ... ``critical``; PRIORITY_UNSPECIFIED is
+#: ``unspecified``, and so is a number the proto does not have)
+_PRIORITIES = {number: name.removeprefix("PRIORITY_").lower()
+               for name, number in pb.Priority.items()}
+#: AwaitProofResponse.Status number -> result (``completed``, ``failed``, ``cancelled``,
+#: ``timeout``; UNKNOWN, or a number the proto does not have, is ``unknown``)
+_STATUSES = {number: name.lower() for name, number in pb.AwaitProofResponse.Status.items()}
+_UNKNOWN = _STATUSES[pb.AwaitProofResponse.UNKNOWN]
+_UNSPECIFIED = _PRIORITIES[pb.PRIORITY_UNSPECIFIED]
+#: what a request that cannot be read is counted as: kind ``other``, priority unspecified
+_NO_CALL = ProveCall("", pb.PROOF_KIND_UNSPECIFIED, pb.PRIORITY_UNSPECIFIED)
+#: A call that ended in a gRPC error: ``error:`` and the code, lower case (``error:unavailable``)
+_ERRORS = {code.name: f"error:{code.name.lower()}" for code in grpc.StatusCode
+           if code is not grpc.StatusCode.OK}
+_ERROR_UNKNOWN = _ERRORS[grpc.StatusCode.UNKNOWN.name]
+
+#: (family name, help, the reply's timing): each a histogram by door and kind
+_TIMINGS: tuple[tuple[str, str], ...] = (
+    ("cuzkd_door_proof_duration_seconds", "total_ms: the proof from submit to result"),
+    ("cuzkd_door_proof_queue_wait_seconds", "queue_wait_ms: waiting in cuzk's scheduler"),
+    ("cuzkd_door_proof_srs_load_seconds", "srs_load_ms: loading its SRS"),
+    ("cuzkd_door_proof_synthesis_seconds", "synthesis_ms: circuit synthesis"),
+    ("cuzkd_door_proof_gpu_compute_seconds", "gpu_compute_ms: proving on the GPU"),
+)
+
+
+def _timings(result: ProveResult) -> tuple[int, ...]:
+    """The reply's timings in :data:`_TIMINGS`' order (milliseconds)."""
+    return (result.total_ms, result.queue_wait_ms, result.srs_load_ms, result.synthesis_ms,
+            result.gpu_compute_ms)
+
+
+class _Histogram:
+    """Bucket counts and the sum of the values observed (seconds)."""
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self._bounds = bounds
+        self._counts = [0] * (len(bounds) + 1)  # the last: above every bound (+Inf only)
+        self._sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self._counts[bisect.bisect_left(self._bounds, value)] += 1
+        self._sum += value
+
+    def add_to(self, family: HistogramMetricFamily, labels: list[str]) -> None:
+        cumulative, buckets = 0, []
+        for le, count in zip((*le_labels(self._bounds), "+Inf"), self._counts, strict=True):
+            cumulative += count
+            buckets.append((le, float(cumulative)))
+        family.add_metric(labels, buckets, self._sum)
+
+
+@dataclass
+class _Door:
+    """What one door counted."""
+
+    engines: tuple[str, ...] = ()
+    held: int = 0
+    #: (kind, priority, result) -> Prove calls
+    proofs: Counter[tuple[str, str, str]] = field(default_factory=Counter)
+    #: kind -> one histogram per timing of :data:`_TIMINGS`
+    timings: dict[str, tuple[_Histogram, ...]] = field(default_factory=dict)
+    holds: dict[HoldEnd, _Histogram] = field(default_factory=dict)
+    retries: Counter[DoorRetry] = field(default_factory=Counter)
+    refusals: Counter[DoorRefusal] = field(default_factory=Counter)
+
+
+class DoorMetrics:
+    """The front doors' counts, for the supervisor's life; a collector for its scrapes.
+
+    The door shell calls :meth:`opened` when a door starts serving and the rest as calls pass:
+    :meth:`proved` after each relayed ``Prove``, :meth:`held` whenever its count of held calls
+    changes, :meth:`hold_ended` as each held call leaves the hold, :meth:`retried` and
+    :meth:`refused` for each call sent again or refused. ``door`` is the label value, the name
+    of the door's first engine.
+    """
+
+    def __init__(self) -> None:
+        self._doors: dict[str, _Door] = {}
+
+    def _door(self, door: str) -> _Door:
+        if (state := self._doors.get(door)) is None:
+            state = self._doors[door] = _Door()
+        return state
+
+    def opened(self, door: str, engines: Sequence[str]) -> None:
+        """``door`` serves, in front of ``engines`` (``cuzkd_door_engine_info``: which engines
+        the door's histograms are of, so the proof-latency alert reads them for those)."""
+        self._door(door).engines = tuple(engines)
+
+    def proved(self, door: str, request: bytes, reply: bytes | None, code: str) -> None:
+        """A ``Prove`` relayed: its request's bytes, its reply's (None when the call ended in
+        an error) and the call's gRPC status code name (``OK``, ``UNAVAILABLE``)."""
+        state = self._door(door)
+        call = read_call(request) or _NO_CALL
+        kind = enum_kind(call.proof_kind)
+        priority = _PRIORITIES.get(call.priority, _UNSPECIFIED)
+        outcome = read_result(reply) if reply is not None else None
+        if reply is None:
+            result = _ERRORS.get(code, _ERROR_UNKNOWN)
+        else:  # a reply that cannot be read says nothing of the proof: unknown
+            result = _UNKNOWN if outcome is None else _STATUSES.get(outcome.status, _UNKNOWN)
+        state.proofs[kind, priority, result] += 1
+        if outcome is None or result == _UNKNOWN:
+            return  # no proof was made or failed: no timings of one
+        if (histograms := state.timings.get(kind)) is None:
+            histograms = state.timings[kind] = tuple(_Histogram(PROOF_BUCKETS) for _ in _TIMINGS)
+        for histogram, ms in zip(histograms, _timings(outcome), strict=True):
+            histogram.observe(ms / 1000)
+
+    def held(self, door: str, n: int) -> None:
+        """The door holds ``n`` calls now."""
+        self._door(door).held = n
+
+    def hold_ended(self, door: str, seconds: float, outcome: HoldEnd) -> None:
+        """A call held ``seconds`` left the hold, as ``outcome`` says."""
+        holds = self._door(door).holds
+        if (histogram := holds.get(outcome)) is None:
+            histogram = holds[outcome] = _Histogram(HOLD_BUCKETS)
+        histogram.observe(seconds)
+
+    def retried(self, door: str, reason: DoorRetry) -> None:
+        self._door(door).retries[reason] += 1
+
+    def refused(self, door: str, reason: DoorRefusal) -> None:
+        self._door(door).refusals[reason] += 1
+
+    def collect(self) -> Iterator[Metric]:
+        """Every door's families (none without a door)."""
+        if not self._doors:
+            return
+        d, c, g = ["door"], CounterMetricFamily, GaugeMetricFamily
+        info = InfoMetricFamily("cuzkd_door_engine",
+                                "An engine behind the front door (door = its first engine).",
+                                labels=["door", "engine"])
+        proofs = c("cuzkd_door_proofs",
+                   "Prove calls the door relayed, by proof kind, priority and result (cuzk's "
+                   "reply status, or error:CODE when the call ended in a gRPC error).",
+                   labels=["door", "proof_kind", "priority", "result"])
+        timings = [HistogramMetricFamily(
+            name, f"Prove replies relayed by the door, {text} (cuzk's own timing; every "
+            "result, failures included), in seconds.", labels=["door", "proof_kind"])
+            for name, text in _TIMINGS]
+        held = g("cuzkd_door_held_calls",
+                 "Calls the door holds now: no engine behind it can take them yet.", labels=d)
+        holds = HistogramMetricFamily(
+            "cuzkd_door_hold_duration_seconds",
+            "Seconds calls were held in the door, by how the hold ended.",
+            labels=["door", "outcome"])
+        retries = c("cuzkd_door_retries",
+                    "Calls the door sent again (same request, same request_id) because the "
+                    "engine they went to died or was taken out of rotation, by reason.",
+                    labels=["door", "reason"])
+        refusals = c("cuzkd_door_refusals",
+                     "Calls the door answered with an error itself, by reason.",
+                     labels=["door", "reason"])
+        for door, state in sorted(self._doors.items()):
+            for engine in state.engines:
+                info.add_metric([door, engine], {})
+            for (kind, priority, result), n in sorted(state.proofs.items()):
+                proofs.add_metric([door, kind, priority, result], n)
+            for kind, histograms in sorted(state.timings.items()):
+                for timing, histogram in zip(timings, histograms, strict=True):
+                    histogram.add_to(timing, [door, kind])
+            held.add_metric([door], state.held)
+            for outcome in HoldEnd:
+                if (hold := state.holds.get(outcome)) is not None:
+                    hold.add_to(holds, [door, outcome])
+            for reason in DoorRetry:
+                retries.add_metric([door, reason], state.retries[reason])
+            for refusal in DoorRefusal:
+                refusals.add_metric([door, refusal], state.refusals[refusal])
+        for family in (info, proofs, *timings, held, holds, retries, refusals):
+            if family.samples:
+                yield family

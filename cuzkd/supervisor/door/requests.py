@@ -1,0 +1,69 @@
+"""What the door reads of a request before relaying its bytes unchanged.
+
+The door decides where a call goes from three facts -- its method, its priority and the job it
+names (a ``Prove``'s or ``SubmitProof``'s ``request_id``, which cuzk makes the job id; an
+``AwaitProof``'s ``job_id``) -- so it reads the request once for them (a ``Prove`` on the
+wire) and refuses bytes that are no ``cuzk.v1`` message at all with a clear
+``INVALID_ARGUMENT``, instead of passing them to the engine. What it sends on is the
+caller's bytes, never a re-encoding.
+"""
+
+from __future__ import annotations
+
+from google.protobuf.message import DecodeError, Message
+
+from cuzkd.cuzk import proving_pb2 as pb
+from cuzkd.cuzk.wire import read_call as read_prove
+from cuzkd.supervisor.core.doorbook import Call
+
+SERVICE = "cuzk.v1.ProvingEngine"
+#: method name -> its request message: every method cuzk serves
+REQUESTS: dict[str, type[Message]] = {
+    "SubmitProof": pb.SubmitProofRequest, "AwaitProof": pb.AwaitProofRequest,
+    "Prove": pb.ProveRequest, "CancelProof": pb.CancelProofRequest,
+    "GetStatus": pb.GetStatusRequest, "GetMetrics": pb.GetMetricsRequest,
+    "PreloadSRS": pb.PreloadSrsRequest, "EvictSRS": pb.EvictSrsRequest,
+}
+
+
+class BadRequest(ValueError):
+    """The bytes are not the method's request message (the message says which it expected)."""
+
+
+def method_name(path: str) -> str | None:
+    """``Prove`` for ``/cuzk.v1.ProvingEngine/Prove``; None for a method cuzk does not serve."""
+    service, _, name = path.removeprefix("/").partition("/")
+    return name if service == SERVICE and name in REQUESTS else None
+
+
+def read_call(call_id: int, method: str, request: bytes) -> Call:
+    """Call ``call_id`` as the book sees it, read from ``request`` (bytes of ``method``'s
+    request); BadRequest if they do not decode as that message. A ``Prove`` is walked on the
+    wire, never copied (its payload is tens of MB)."""
+    if method == "Prove":
+        prove = read_prove(request)
+        if prove is None:
+            raise BadRequest(f"the request is not a {pb.ProveRequest.DESCRIPTOR.full_name}")
+        return Call(call_id, method, len(request), prove.priority, prove.request_id)
+    message = REQUESTS[method]()
+    try:
+        message.ParseFromString(request)
+    except DecodeError as exc:
+        raise BadRequest(f"the request is not a {message.DESCRIPTOR.full_name}: {exc}") from None
+    size = len(request)
+    if isinstance(message, pb.SubmitProofRequest):
+        return Call(call_id, method, size, message.priority, message.request_id)
+    if isinstance(message, pb.AwaitProofRequest | pb.CancelProofRequest):
+        return Call(call_id, method, size, job=message.job_id)
+    return Call(call_id, method, size)
+
+
+def submitted_job(reply: bytes) -> str:
+    """The ``job_id`` of a SubmitProof's reply ("" when it does not decode: the engine's
+    reply is relayed as it is, the book only learns no job)."""
+    message = pb.SubmitProofResponse()
+    try:
+        message.ParseFromString(reply)
+    except DecodeError:
+        return ""
+    return message.job_id

@@ -1,0 +1,127 @@
+"""One engine's seat behind a door: the raw channel to its private address, the calls on it.
+
+It implements the engines layer's :class:`~cuzkd.supervisor.engines.seat.DoorSeat` for the
+runner (admit, stop admitting, in flight, gone) and carries the door's relayed calls to the
+engine as raw bytes (``channel.unary_unary(method)`` with no serializers: nothing is decoded
+or encoded again). Which call goes where is the door's book's decision; the seat only sends,
+and knows which process a call went to: a call sent to a process that is gone is *lost*
+(:data:`LOST`), never an error for the caller, so the book can place it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Protocol
+
+import grpc
+
+from cuzkd.supervisor.tasks import TaskSet
+
+#: What :meth:`EngineSeat.send` returns when the engine's process ended under the call (the
+#: book, told by the runner, has placed it again already).
+LOST = object()
+#: ... when the call's link broke and the process lives on: the book is to be told.
+BROKEN = object()
+#: How long a call whose link broke waits for the runner to see the process end (the reaper
+#: sees an exit within milliseconds; a process that lives on after dropping a call is broken).
+LOSS_WAIT = 5.0
+#: The codes grpc gives a call whose link failed (no answer of the engine's).
+LINK_FAILED = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED})
+
+Outcome = bytes | grpc.aio.AioRpcError | object
+
+
+class SeatOwner(Protocol):
+    """The door a seat belongs to: what the runner says of the engine goes to its book."""
+
+    def admitted(self, engine: str) -> None: ...
+
+    def stopped_admitting(self, engine: str) -> None: ...
+
+    def in_flight(self, engine: str) -> int: ...
+
+    def left(self, engine: str, crashed: bool) -> None: ...
+
+
+class EngineSeat:
+    """An engine behind the door ``owner``."""
+
+    def __init__(self, name: str, max_message_bytes: int, owner: SeatOwner) -> None:
+        self.name = name
+        self._options = [("grpc.max_receive_message_length", max_message_bytes),
+                         ("grpc.max_send_message_length", max_message_bytes)]
+        self._owner = owner
+        self._channel: grpc.aio.Channel | None = None
+        #: which process of the engine a call went to (one more at each exit)
+        self.generation = 0
+        self._ended = asyncio.Event()
+        self._calls: set[grpc.aio.UnaryUnaryCall[bytes, bytes]] = set()
+        self._tasks = TaskSet()
+
+    # -- the runner's side (DoorSeat) ----------------------------------------------------
+
+    def admit(self, address: str) -> None:
+        self._channel = grpc.aio.insecure_channel(address, options=self._options)
+        self._ended = asyncio.Event()
+        self._owner.admitted(self.name)
+
+    def stop_admitting(self) -> None:
+        self._owner.stopped_admitting(self.name)
+
+    def in_flight(self) -> int:
+        return self._owner.in_flight(self.name)
+
+    def gone(self, crashed: bool) -> None:
+        """The process ended: every call on it is lost (the book places them again), the
+        channel closed."""
+        self.generation += 1
+        channel, self._channel = self._channel, None
+        self._ended.set()
+        self._owner.left(self.name, crashed)
+        for call in list(self._calls):
+            call.cancel()
+        if channel is not None:
+            self._tasks.start(channel.close())
+
+    # -- the door's side -------------------------------------------------------------------
+
+    async def send(self, method: str, request: bytes, generation: int,
+                   timeout: float | None) -> Outcome:
+        """Relay one call to the process of ``generation`` (the one the book placed it on):
+        its reply's bytes, its gRPC error, :data:`LOST` when that process is gone, or
+        :data:`BROKEN` when no answer came from it."""
+        channel = self._channel
+        if channel is None or generation != self.generation:
+            return LOST
+        relay: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(method)
+        call = relay(request, timeout=timeout, wait_for_ready=True)
+        self._calls.add(call)
+        try:
+            reply: bytes = await call
+            return reply
+        except asyncio.CancelledError:
+            if generation != self.generation and not _cancelling():
+                return LOST
+            raise
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() not in LINK_FAILED:
+                return exc
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._ended.wait(), LOSS_WAIT)
+            return LOST if generation != self.generation else BROKEN
+        finally:
+            self._calls.discard(call)
+            call.cancel()
+
+    async def close(self) -> None:
+        channel, self._channel = self._channel, None
+        if channel is not None:
+            await channel.close()
+        await self._tasks.cancel_all()
+
+
+def _cancelling() -> bool:
+    """The current task itself is being cancelled (its caller went away), not only the call."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0

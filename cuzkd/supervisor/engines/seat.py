@@ -1,0 +1,35 @@
+"""An engine's seat behind a front door: what its runner tells the door, and asks it.
+
+A cuzk engine behind a door (docs/operations.md, "The front door") is reached by Curio only
+through the door, a gRPC server in the supervisor (:mod:`cuzkd.supervisor.door`). The runner
+knows when the engine can take calls and when it must stop taking them; the door knows which
+calls it holds. This protocol is the whole of what passes between them, so the runner never
+imports the door (the door is the layer above) and its tests give it a seat of their own.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class DoorSeat(Protocol):
+    """One engine's place behind a door, implemented by the door."""
+
+    def admit(self, address: str) -> None:
+        """The engine is ready (its first answer): send it calls at its private gRPC
+        ``address`` (held calls first)."""
+        ...
+
+    def stop_admitting(self) -> None:
+        """A stop of the engine began: no new call goes to it (calls it has run on)."""
+        ...
+
+    def in_flight(self) -> int:
+        """Calls relayed to the engine and not yet answered, plus jobs it took by
+        ``SubmitProof`` whose ``AwaitProof`` has not returned: what a stop now would lose."""
+        ...
+
+    def gone(self, crashed: bool) -> None:
+        """The engine's process ended; ``crashed``: not a stop that drained (an exit nobody
+        asked for, a kill): its calls still in flight are retried elsewhere, once."""
+        ...

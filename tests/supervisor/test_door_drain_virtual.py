@@ -1,0 +1,113 @@
+"""A cuzk engine behind a front door, its runner in-process on virtual time: what the runner
+tells its seat (admit at the first answer, stop admitting when a stop begins, gone at the
+exit) and the ``door`` drain, which sends the stop signal only once the door holds nothing of
+the engine -- however long that takes, within drain_timeout."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from pathlib import Path
+from typing import Any
+
+import structlog
+from support.big_status import big_document
+from support.piece_server import PieceServer
+from support.stand_ins import Script, StandInEngines, config_of, exited, in_state
+from support.virtual_clock import run_virtual
+
+from cuzkd.states import State
+from cuzkd.supervisor.engines.runclock import RunClock
+from cuzkd.supervisor.engines.runner import EngineRunner
+
+
+class Seat:
+    """The runner's side of a door seat, recorded; ``calls``: what the door has in flight."""
+
+    def __init__(self, calls: int) -> None:
+        self.calls = calls
+        self.said: list[tuple[Any, ...]] = []
+
+    def admit(self, address: str) -> None:
+        self.said.append(("admit", address))
+
+    def stop_admitting(self) -> None:
+        self.said.append(("stop_admitting",))
+
+    def in_flight(self) -> int:
+        return self.calls
+
+    def gone(self, crashed: bool) -> None:
+        self.said.append(("gone", crashed))
+
+
+async def door_runner(tmp_path: Path, script: Script, seat: Seat, *,
+                      scripts: list[Script] | None = None, **keys: Any
+                      ) -> tuple[PieceServer, StandInEngines, EngineRunner]:
+    """A cuzk engine (its /status a real document) behind a door, started and running;
+    ``scripts``: how the later processes behave."""
+    server = PieceServer(big_document(0, extensions=True))
+    status_url = await server.start_tcp()
+    cuzk_toml = tmp_path / "cuzk.toml"
+    listen = status_url.removeprefix("http://").removesuffix("/status")
+    cuzk_toml.write_text(f'[daemon]\nlisten = "unix://{tmp_path}/curio.sock"\n'
+                         f'status_listen = "{listen}"\n')
+    config = config_of(tmp_path, {"name": "cz", "type": "cuzk",
+                                  "command": ["stand-in", "-c", str(cuzk_toml)],
+                                  "stall_after": "0s", **keys})
+    engines = StandInEngines(script, *(scripts or []))
+    runner = EngineRunner(config.engine[0], config, children=engines.table,
+                          binary_resolver=lambda: "unused", on_change=lambda: None,
+                          clock=RunClock(asyncio.get_running_loop().time), seat=seat)
+    runner.start()
+    await in_state(runner, State.RUNNING)
+    return server, engines, runner
+
+
+def test_a_door_drain_signals_only_once_nothing_is_in_flight(tmp_path: Path) -> None:
+    seat = Seat(calls=2)
+
+    async def main() -> tuple[float, list[tuple[float, int]], EngineRunner]:
+        with structlog.testing.capture_logs():
+            server, engines, runner = await door_runner(tmp_path, Script(), seat,
+                                                        drain_timeout="60s")
+            asked = asyncio.get_running_loop().time()
+            asyncio.get_running_loop().call_later(12, lambda: setattr(seat, "calls", 0))
+            await runner.stop()
+            await runner.close()
+        await server.close()
+        return asked, engines.spawned[0].signals, runner
+
+    asked, signals, runner = run_virtual(main)
+    assert seat.said == [("admit", f"unix://{tmp_path}/state/engines/cz.grpc.sock"),
+                         ("stop_admitting",), ("gone", False)]
+    [(at, signum)] = signals
+    assert signum == signal.SIGTERM and asked + 12 <= at <= asked + 12.5
+    assert runner.drains == {"clean": 1}
+
+
+def test_a_door_drain_that_times_out_and_an_exit_nobody_asked_for_are_crashes(
+        tmp_path: Path) -> None:
+    """In flight for good: SIGTERM at drain_timeout, and the door is told the engine did not
+    end drained (its calls are to be retried). A crash of the next process is one too."""
+    seat = Seat(calls=1)
+
+    async def main() -> tuple[float, list[tuple[float, int]]]:
+        with structlog.testing.capture_logs():
+            server, engines, runner = await door_runner(
+                tmp_path, Script(), seat, drain_timeout="5s",
+                scripts=[Script(runs_for=1, status=exited(1))])
+            asked = asyncio.get_running_loop().time()
+            await runner.stop()
+            await runner.start_and_wait()
+            await in_state(runner, State.RUNNING)
+            await runner.wait_for(lambda: len(seat.said) == 5)
+            await runner.stop()
+            await runner.close()
+        await server.close()
+        return asked, engines.spawned[0].signals
+
+    asked, signals = run_virtual(main)
+    assert signals == [(asked + 5, signal.SIGTERM)]
+    assert seat.said[:5] == [("admit", seat.said[0][1]), ("stop_admitting",), ("gone", True),
+                             ("admit", seat.said[0][1]), ("gone", True)]

@@ -1,0 +1,213 @@
+"""The front door end to end: a real ``cuzkd run`` serving Curio's address in front of the cuzk
+stand-in, callers dialling the door as Curio does.
+
+One supervisor for the module (the shutdown test, last, ends it): the stand-in's TOML says
+``[daemon] listen`` at the door's address, cuzkd starts it with ``--listen`` on its private
+socket. Every wait is on an event (a call's end, a log event, a state), never a sleep.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+from support.cuzk_harness import LoadThread, cuzk_engine
+from support.cuzk_load import KINDS, PRIORITIES
+from support.supervisor_harness import RunningSupervisor, start_supervisor, write_config
+from support.waiting import wait_until
+
+from cuzkd.cuzk import proving_pb2 as pb
+
+#: a PoRep C2 job in 0.45 s, a PoSt in 1.5 s (long enough to be caught in flight)
+KNOBS = {"CUZK_STANDIN_SYNTH_SECS": "0.2", "CUZK_STANDIN_GPU_SECS": "0.05",
+         "CUZK_STANDIN_POST_SECS": "1.5"}
+SERVICE = "/cuzk.v1.ProvingEngine/"
+MIB = 1 << 20
+
+
+@dataclass
+class Door:
+    tmp: Path
+    sup: RunningSupervisor
+    #: the door's address: the stand-in TOML's [daemon] listen, as Curio dials it
+    address: str
+
+    def running(self) -> int:
+        return int(self.sup.wait_engine("cz", lambda e: e["state"] == "running",
+                                        timeout=30)["pid"])
+
+    def metric(self, name: str, **labels: str) -> float:
+        """The sum of the series of ``name`` with ``labels`` in a scrape of cuzkd now."""
+        with urllib.request.urlopen(f"http://{self.sup.about()['metrics_listen']}/metrics",
+                                    timeout=10) as resp:
+            text = resp.read().decode()
+        total = 0.0
+        for line in text.splitlines():
+            series, _, value = line.rpartition(" ")
+            if series.startswith(name + "{") and all(f'{k}="{v}"' in series
+                                                     for k, v in labels.items()):
+                total += float(value)
+        return total
+
+    def channel(self) -> grpc.Channel:
+        return grpc.insecure_channel(self.address, options=[
+            ("grpc.max_send_message_length", 256 * MIB),
+            ("grpc.max_receive_message_length", 256 * MIB)])
+
+
+@pytest.fixture(scope="module")
+def door(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Door]:
+    tmp = tmp_path_factory.mktemp("door")
+    table, address = cuzk_engine(tmp, "cz", env=KNOBS, door="", backoff_initial="100ms",
+                                 stop_timeout="1s", drain_timeout="3s")
+    sup = start_supervisor(write_config(tmp, [table], supervisor={"shutdown_grace": "5s"}))
+    try:
+        yield Door(tmp, sup, address)
+    finally:
+        sup.stop()
+
+
+def prove_request(kind: str, job_id: str) -> pb.ProveRequest:
+    return pb.ProveRequest(submit=pb.SubmitProofRequest(
+        request_id=job_id, proof_kind=KINDS[kind], priority=PRIORITIES.get(kind, pb.NORMAL)))
+
+
+def prove_later(channel: grpc.Channel, kind: str, job_id: str) -> grpc.Future:
+    """A ``Prove`` under way (sync grpc's future): its result or its RpcError later."""
+    call = channel.unary_unary(SERVICE + "Prove",
+                               request_serializer=pb.ProveRequest.SerializeToString,
+                               response_deserializer=pb.ProveResponse.FromString)
+    return call.future(prove_request(kind, job_id), timeout=60)
+
+
+def engine_holds(channel: grpc.Channel, job_id: str) -> bool:
+    """The engine's GetStatus, through the door, names ``job_id`` on a GPU."""
+    status = channel.unary_unary(SERVICE + "GetStatus",
+                                 request_serializer=pb.GetStatusRequest.SerializeToString,
+                                 response_deserializer=pb.GetStatusResponse.FromString)
+    reply = status(pb.GetStatusRequest(), timeout=10)
+    return any(gpu.current_job_id == job_id for gpu in reply.gpus)
+
+
+def test_a_restart_under_load_fails_no_call_and_loses_no_proof(door: Door) -> None:
+    """Curio-like callers keep four jobs in flight through a ``cuzkd restart``: the stop
+    drains through the door (no call in flight when SIGTERM goes), the calls sent meanwhile
+    wait in the door, and every call completes."""
+    pid = door.running()
+    load = LoadThread(door.address, ["porep-c2", "snap-update"], lambda load: load.steady(4))
+    try:
+        wait_until(lambda: sum(s.outcome == "completed" for s in load.sent) >= 2, 30,
+                   "calls completed before the restart")
+        restarted = time.monotonic()
+        status, body = door.sup.request("POST", "/v1/engines/cz/restart", timeout=60)
+        assert status == 200, body
+        assert door.running() != pid
+        wait_until(lambda: sum(s.outcome == "completed" and s.sent > restarted
+                               for s in load.sent) >= 2, 30, "calls completed after it")
+    finally:
+        sent = load.stop()
+    outcomes = Counter(s.outcome for s in sent if s.outcome)  # "": cancelled at the end
+    assert set(outcomes) == {"completed"}, outcomes
+    assert any(s.sent < restarted and s.ended is not None and s.ended > restarted
+               for s in sent), "no call spanned the restart"
+    drained = door.sup.events("engine_drained", engine="cz", pid=pid)
+    assert [(d["mode"], d["result"]) for d in drained] == [("door", "clean")]
+    assert not door.sup.events("engine_jobs_lost")
+    # measured by the door: the proofs, and the calls held through the restart
+    completed = door.metric("cuzkd_door_proofs_total", door="cz", proof_kind="porep-c2",
+                            result="completed")
+    assert completed >= sum(s.outcome == "completed" and s.kind == "porep-c2" for s in sent)
+    assert door.metric("cuzkd_door_hold_duration_seconds_count", door="cz",
+                       outcome="placed") >= 1
+
+
+def test_a_sigkill_under_a_prove_is_retried_once_and_succeeds(door: Door) -> None:
+    """The engine dies under a call (SIGKILL: a crash, an OOM kill or a stall kill look the
+    same to the door): the door sends the same request to the next process, and the caller
+    sees only its proof."""
+    pid = door.running()
+    with door.channel() as channel:
+        call = prove_later(channel, "winning-post", "winning-1000-[7]")
+        wait_until(lambda: engine_holds(channel, "winning-1000-[7]"), 20, "the job on a GPU")
+        os.kill(pid, signal.SIGKILL)
+        reply = call.result(60)
+    assert reply.result.status == pb.AwaitProofResponse.COMPLETED
+    assert reply.result.job_id == "winning-1000-[7]"
+    assert door.running() != pid
+    retried = [*door.sup.events("door_retry_deferred"), *door.sup.events("door_call_retried")]
+    assert [r["reason"] for r in retried] == ["crash"], retried
+    assert door.metric("cuzkd_door_retries_total", door="cz", reason="crash") == 1
+
+
+def test_bad_input_gets_a_clear_status_and_harms_neither_engine_nor_callers(door: Door) -> None:
+    """An unknown method, bytes that are not the method's message and a message over cuzk's
+    128 MiB limit are answered by the door with a clear status; the engine never sees them,
+    and a good call right after completes on the same process."""
+    pid = door.running()
+    with door.channel() as channel:
+        for path in (SERVICE + "Unknown", "/grpc.health.v1.Health/Check"):
+            with pytest.raises(grpc.RpcError) as unknown:
+                channel.unary_unary(path)(b"", timeout=10)
+            assert unknown.value.code() is grpc.StatusCode.UNIMPLEMENTED
+            assert "cuzk.v1.ProvingEngine" in unknown.value.details()
+        with pytest.raises(grpc.RpcError) as garbage:
+            channel.unary_unary(SERVICE + "Prove")(b"\xff\xff\xff\xff", timeout=10)
+        assert garbage.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        assert "cuzk.v1.ProveRequest" in garbage.value.details()
+        too_big = prove_request("porep-c2", "porep-1000-999")
+        too_big.submit.vanilla_proof = b"\0" * (128 * MIB + 1)
+        with pytest.raises(grpc.RpcError) as over:
+            channel.unary_unary(SERVICE + "Prove")(too_big.SerializeToString(), timeout=30)
+        assert over.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+        reply = prove_later(channel, "porep-c2", "porep-1000-1000").result(60)
+    assert reply.result.status == pb.AwaitProofResponse.COMPLETED
+    assert door.running() == pid
+
+
+def test_a_door_whose_address_already_answers_refuses_to_start(door: Door) -> None:
+    """An old cuzk unit still enabled answers at Curio's address: a second door there would
+    split Curio's calls, so cuzkd refuses to start, naming the address."""
+    other = door.tmp / "other"
+    other.mkdir()
+    table, _ = cuzk_engine(other, "cz", door=door.address)
+    second = start_supervisor(write_config(other, [table]), wait=False)
+    try:
+        assert second.proc.wait(30) == 1
+    finally:
+        second.close()
+    failed = second.events("supervisor_start_failed")
+    assert failed and door.address in failed[0]["error"], second.log_text()
+    assert "already answers" in failed[0]["error"]
+    assert not second.events("engine_spawned")
+
+
+def test_at_shutdown_new_calls_are_refused_at_once_and_calls_in_flight_finish(
+        door: Door) -> None:
+    """Last: it ends the module's supervisor. A PoSt is on the GPU when SIGTERM comes; a call
+    sent after the shutdown began gets UNAVAILABLE at once, the PoSt's caller its proof."""
+    door.running()
+    with door.channel() as channel:
+        in_flight = prove_later(channel, "window-post", "wdpost-1000-[1 0] dl 3")
+        wait_until(lambda: engine_holds(channel, "wdpost-1000-[1 0] dl 3"), 20, "the PoSt")
+        door.sup.proc.send_signal(signal.SIGTERM)
+        wait_until(lambda: door.sup.events("supervisor_stopping"), 20, "the shutdown")
+        late = prove_later(channel, "porep-c2", "porep-1000-2000")
+        error = late.exception(20)
+        assert not in_flight.done()  # refused while the drain still waits: never held
+        assert isinstance(error, grpc.RpcError)
+        assert error.code() is grpc.StatusCode.UNAVAILABLE
+        assert "shutting down" in error.details()
+        done = in_flight.result(20)
+    assert done.result.status == pb.AwaitProofResponse.COMPLETED
+    assert door.sup.proc.wait(20) == 0
+    drained = door.sup.events("engine_drained", engine="cz")
+    assert drained[-1]["result"] == "clean"
+

@@ -1,0 +1,95 @@
+"""A front door in-process, with a real gRPC engine of the test's own behind it
+(``support.cuzk_grpc``): what a caller gets while no engine can answer.
+
+``GetStatus`` and ``GetMetrics`` never wait for an engine: the last good reply is given again
+(the same bytes), or a clear ``UNAVAILABLE`` when there never was one; a held call that no
+engine takes within ``hold_timeout`` is refused saying so. The seat is driven as the runner
+drives it (admit, stop admitting, gone).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import grpc
+from support.cuzk_grpc import serve
+
+from cuzkd.config.doors import DoorPlan
+from cuzkd.cuzk import proving_pb2 as pb
+from cuzkd.metrics.door_metrics import DoorMetrics
+from cuzkd.supervisor.door.doors import Doors
+
+SERVICE = "/cuzk.v1.ProvingEngine/"
+
+
+def plan(address: str, hold_timeout: float = 60.0) -> DoorPlan:
+    return DoorPlan(address=address, engines=("cz",), hold_timeout=hold_timeout,
+                    hold_max_calls=8, hold_max_bytes=1 << 20, retry_max_bytes=1 << 20,
+                    socket_mode=0o600, socket_group="")
+
+
+async def call(address: str, method: str, request: bytes) -> bytes | grpc.aio.AioRpcError:
+    async with grpc.aio.insecure_channel(address) as channel:
+        try:
+            reply: bytes = await channel.unary_unary(SERVICE + method)(request, timeout=20)
+            return reply
+        except grpc.aio.AioRpcError as exc:
+            return exc
+
+
+def test_get_status_answers_from_the_last_good_reply_while_no_engine_can(
+        tmp_path: Path) -> None:
+    async def answer(request: pb.GetStatusRequest, context: object) -> pb.GetStatusResponse:
+        return pb.GetStatusResponse(total_proofs_completed=7, uptime_seconds=42)
+
+    async def main() -> list[bytes | grpc.aio.AioRpcError]:
+        engine, engine_address = await serve(tmp_path, answer)
+        door_address = f"unix://{tmp_path}/door.sock"
+        doors = Doors([plan(door_address)], asyncio.get_running_loop().time, DoorMetrics())
+        await doors.start()
+        seat = doors.seat("cz")
+        assert seat is not None
+        request = pb.GetStatusRequest().SerializeToString()
+        try:
+            never = await call(door_address, "GetStatus", request)
+            seat.admit(engine_address)
+            live = await call(door_address, "GetStatus", request)
+            seat.stop_admitting()
+            await engine.stop(0)
+            seat.gone(crashed=False)
+            kept = await call(door_address, "GetStatus", request)
+            metrics = await call(door_address, "GetMetrics", b"")
+            return [never, live, kept, metrics]
+        finally:
+            await doors.close(0)
+
+    never, live, kept, metrics = asyncio.run(main())
+    assert isinstance(never, grpc.aio.AioRpcError)
+    assert never.code() is grpc.StatusCode.UNAVAILABLE
+    assert "none has answered it yet" in (never.details() or "")
+    assert isinstance(live, bytes)
+    assert pb.GetStatusResponse.FromString(live).total_proofs_completed == 7
+    assert kept == live  # the engine is gone: its last good reply, byte for byte
+    assert isinstance(metrics, grpc.aio.AioRpcError)  # GetMetrics never answered: no reply kept
+    assert metrics.code() is grpc.StatusCode.UNAVAILABLE
+
+
+def test_a_call_no_engine_takes_within_hold_timeout_is_refused_saying_so(
+        tmp_path: Path) -> None:
+    async def main() -> bytes | grpc.aio.AioRpcError:
+        door_address = f"unix://{tmp_path}/door.sock"
+        doors = Doors([plan(door_address, hold_timeout=0.3)], asyncio.get_running_loop().time,
+                      DoorMetrics())
+        await doors.start()
+        request = pb.ProveRequest(submit=pb.SubmitProofRequest(
+            request_id="porep-1-1", proof_kind=pb.POREP_SEAL_COMMIT))
+        try:
+            return await call(door_address, "Prove", request.SerializeToString())
+        finally:
+            await doors.close(0)
+
+    refused = asyncio.run(main())
+    assert isinstance(refused, grpc.aio.AioRpcError)
+    assert refused.code() is grpc.StatusCode.UNAVAILABLE
+    assert "hold_timeout" in (refused.details() or "")
