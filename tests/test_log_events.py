@@ -54,7 +54,7 @@ DYNAMIC_EVENTS = {"cuzkd/supervisor/daemon/root.py": _signal_events()}
 LOGGER_OVERRIDDEN = {"library_logged": "aiohttp.*"}  # the bridged stdlib record's own name
 #: The last words an event may end with besides ``-ed``/``-ing``: irregular participles and
 #: states. A new word here is a decision about the vocabulary, not a way round the rule.
-IRREGULAR_ENDINGS = ("_caught", "_cut", "_done", "_left", "_lost", "_output")
+IRREGULAR_ENDINGS = ("_broken", "_caught", "_cut", "_done", "_left", "_lost", "_output")
 #: A phrasal verb's particle after its participle (``rolled_back``, ``timed_out``).
 PARTICLES = ("_back", "_out")
 STATE_ENDINGS = ("_partial", "_unexpected", "_unknown", "_unloggable", "_unreadable",

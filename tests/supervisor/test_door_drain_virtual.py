@@ -19,6 +19,7 @@ from support.virtual_clock import run_virtual
 from cuzkd.states import State
 from cuzkd.supervisor.engines.runclock import RunClock
 from cuzkd.supervisor.engines.runner import EngineRunner
+from cuzkd.supervisor.engines.seat import BrokenAnswers
 
 
 class Seat:
@@ -27,9 +28,12 @@ class Seat:
     def __init__(self, calls: int) -> None:
         self.calls = calls
         self.said: list[tuple[Any, ...]] = []
+        #: the runner's hook for the current process's broken answers
+        self.broken: BrokenAnswers | None = None
 
-    def admit(self, address: str) -> None:
+    def admit(self, address: str, broken: BrokenAnswers) -> None:
         self.said.append(("admit", address))
+        self.broken = broken
 
     def stop_admitting(self) -> None:
         self.said.append(("stop_admitting",))
@@ -111,3 +115,35 @@ def test_a_door_drain_that_times_out_and_an_exit_nobody_asked_for_are_crashes(
     assert signals == [(asked + 5, signal.SIGTERM)]
     assert seat.said[:5] == [("admit", seat.said[0][1]), ("stop_admitting",), ("gone", True),
                              ("admit", seat.said[0][1]), ("gone", True)]
+
+
+def test_an_engine_answering_garbage_is_killed_without_a_drain_and_restarted(
+        tmp_path: Path) -> None:
+    """The door reports broken answers: SIGKILL at once (no drain, though calls are in
+    flight: the door retries them), counted ``unhealthy`` with the door's words, and the next
+    process is admitted again."""
+    seat = Seat(calls=3)
+
+    async def main() -> tuple[float, list[tuple[float, int]], EngineRunner, list[Any]]:
+        with structlog.testing.capture_logs() as logs:
+            server, engines, runner = await door_runner(tmp_path, Script(), seat,
+                                                        drain_timeout="60s")
+            told = asyncio.get_running_loop().time()
+            assert seat.broken is not None
+            seat.broken("Prove's reply is not a cuzk.v1.ProveResponse")
+            await runner.wait_for(lambda: len(seat.said) == 4)
+            seat.calls = 0  # the retried calls ended on the new process
+            await runner.stop()
+            await runner.close()
+        await server.close()
+        return told, engines.spawned[0].signals, runner, logs
+
+    told, signals, runner, logs = run_virtual(main)
+    assert signals == [(told, signal.SIGKILL)]
+    assert seat.said[:4] == [("admit", seat.said[0][1]), ("stop_admitting",), ("gone", True),
+                             ("admit", seat.said[0][1])]
+    info = runner.info()
+    assert info.exits == {"unhealthy": 1, "stopped": 1}, info.exits
+    [event] = [e for e in logs if e["event"] == "engine_answers_broken"]
+    assert "ProveResponse" in event["error"]
+    assert runner.drains == {"clean": 1}, "only the later stop drained"

@@ -53,7 +53,7 @@ def test_get_status_answers_from_the_last_good_reply_while_no_engine_can(
         request = pb.GetStatusRequest().SerializeToString()
         try:
             never = await call(door_address, "GetStatus", request)
-            seat.admit(engine_address)
+            seat.admit(engine_address, lambda error: None)
             live = await call(door_address, "GetStatus", request)
             seat.stop_admitting()
             await engine.stop(0)
@@ -93,3 +93,40 @@ def test_a_call_no_engine_takes_within_hold_timeout_is_refused_saying_so(
     assert isinstance(refused, grpc.aio.AioRpcError)
     assert refused.code() is grpc.StatusCode.UNAVAILABLE
     assert "hold_timeout" in (refused.details() or "")
+
+
+def test_an_engine_answering_garbage_is_taken_out_of_rotation_and_reported(
+        tmp_path: Path) -> None:
+    """Bytes that are not the method's reply are the engine's fault: the caller never gets
+    them, the engine's process gets no further call, and its runner is told once."""
+    answered: list[int] = []
+
+    async def answer(request: pb.GetStatusRequest, context: object) -> pb.GetStatusResponse:
+        answered.append(1)
+        return pb.GetStatusResponse()
+
+    async def main() -> tuple[list[bytes | grpc.aio.AioRpcError], list[str]]:
+        engine, engine_address = await serve(tmp_path, answer,
+                                             serializer=lambda m: b"\xff\xff\xff\xff")
+        door_address = f"unix://{tmp_path}/door.sock"
+        doors = Doors([plan(door_address)], asyncio.get_running_loop().time, DoorMetrics())
+        await doors.start()
+        seat = doors.seat("cz")
+        assert seat is not None
+        told: list[str] = []
+        seat.admit(engine_address, told.append)
+        request = pb.GetStatusRequest().SerializeToString()
+        try:
+            replies = [await call(door_address, "GetStatus", request) for _ in range(2)]
+            return replies, told
+        finally:
+            await doors.close(0)
+            await engine.stop(0)
+
+    replies, told = asyncio.run(main())
+    for reply in replies:
+        assert isinstance(reply, grpc.aio.AioRpcError), reply
+        assert reply.code() is grpc.StatusCode.UNAVAILABLE
+    assert answered == [1], "the second call never reached the broken process"
+    [error] = told
+    assert "GetStatus's reply is not a cuzk.v1.GetStatusResponse" in error

@@ -219,7 +219,7 @@ def test_settled_makes_a_process_only_engine_running_and_counts_as_healthy() -> 
 
 def test_a_stall_kills_at_once_and_respawns_counting_stalled() -> None:
     m = running(machine(restart="never"))
-    assert m.stalled(1.0) == [Stop(kill=True)]
+    assert m.stalled(1.0) == [Stop(kill=True, why="stalled")]
     assert m.state is State.STOPPING
     assert m.exited("signal_SIGKILL", clean=False, now=1.1) == [Spawn()]
     assert (m.exits, m.last_exit_cause) == ({"stalled": 1}, "stalled")
@@ -284,7 +284,7 @@ def test_every_event_returns_a_list_of_actions_for_the_shell_to_carry_out() -> N
     assert m.spawned(1, 0.0) == []
     assert m.settled(0.5) == []  # a process-only engine alive through its settle time
     assert m.state is State.RUNNING
-    assert m.stalled(1.0) == [Stop(kill=True)]
+    assert m.stalled(1.0) == [Stop(kill=True, why="stalled")]
     assert m.exited("signal_SIGKILL", False, 1.1) == [Spawn()]  # the first restart: at once
     assert m.backoff_elapsed(2.1) == []  # not in backoff
     assert m.spawn_waiting("waiting for the previous process's leftovers to stop") == []

@@ -33,10 +33,11 @@ class Stop:
     """The stop sequence: drain (``drain``: the engine answered and was asked to stop, so its
     in-flight work may end first), the stop signal, SIGKILL of the process group after
     stop_timeout; report ``exited``. ``kill``: SIGKILL at once (a stalled engine has nothing
-    left to drain)."""
+    left to drain, a broken one nothing worth draining), ``why`` says why in the kill's log."""
 
     kill: bool = False
     drain: bool = False
+    why: str = ""
 
 
 @dataclass(frozen=True)
@@ -256,7 +257,20 @@ class Lifecycle:
             return []
         self._intent = StopIntent.STALLED
         self._move(State.STOPPING, "stalled: work and no progress")
-        return [Stop(kill=True)]
+        return [Stop(kill=True, why="stalled")]
+
+    def answers_broken(self, now: float, error: str) -> list[Action]:
+        """The front door found the engine's gRPC answers are not cuzk's messages (``error``
+        says how): it is unhealthy, whatever its status says. SIGKILL without a drain -- the
+        door retries its calls elsewhere, and a drain would wait on a process that answers
+        garbage -- then a restart through the backoff, counted ``unhealthy``."""
+        del now
+        if self.state is not State.RUNNING:
+            return []
+        self.last_error = error
+        self._intent = StopIntent.UNHEALTHY
+        self._move(State.STOPPING, f"answers broken: {error}")
+        return [Stop(kill=True, why="answers_broken")]
 
     def exited(self, cause: str, clean: bool, now: float) -> list[Action]:
         """The process is gone. ``cause``: what it died of (``exit_N``, ``signal_NAME``,

@@ -48,6 +48,7 @@ from cuzkd.supervisor.door.requests import (
     REQUESTS,
     SERVICE,
     BadRequest,
+    broken_reply,
     method_name,
     read_call,
     submitted_job,
@@ -217,6 +218,9 @@ class Door:
                     ended = True
                     return await self._from_cache(method, context)
                 outcome = await self._send(call, path, request, placement, context)
+                if isinstance(outcome, bytes) and (why := broken_reply(method, outcome)):
+                    self._broken_answer(call, placement, why)
+                    outcome = BROKEN
                 if outcome is BROKEN:  # the book places it again, never on that process
                     self._returned(call, Outcome.BROKEN)
                 if outcome in (LOST, BROKEN):
@@ -228,6 +232,16 @@ class Door:
             if not ended:  # its caller went away (cancelled, deadline): the book forgets it
                 self._returned(call, Outcome.CANCELLED)
                 self._proved(call, request, None, grpc.StatusCode.CANCELLED.name)
+
+    def _broken_answer(self, call: Call, placement: Placement, why: str) -> None:
+        """An engine answered ``call`` with garbage: the engine's fault, never the caller's.
+        The call is placed again like one whose link broke; the engine's process is taken out
+        of rotation and restarted by its runner (logged there, ``engine_answers_broken``)."""
+        assert isinstance(placement, tuple)
+        engine, generation = placement
+        self._limited.log(self._log, "warning", "door_reply_rejected", key=engine, engine=engine,
+                          method=call.method, error=why)
+        self.seats[engine].answered_garbage(generation, why)
 
     def _proved(self, call: Call, request: bytes, reply: bytes | None, code: str) -> None:
         """Measure a ``Prove`` as its caller gets it: the reply (its kind, result and cuzk's

@@ -26,6 +26,15 @@ REQUESTS: dict[str, type[Message]] = {
 }
 
 
+#: method name -> its reply message: what an engine's answer must decode as
+REPLIES: dict[str, type[Message]] = {
+    "SubmitProof": pb.SubmitProofResponse, "AwaitProof": pb.AwaitProofResponse,
+    "Prove": pb.ProveResponse, "CancelProof": pb.CancelProofResponse,
+    "GetStatus": pb.GetStatusResponse, "GetMetrics": pb.GetMetricsResponse,
+    "PreloadSRS": pb.PreloadSrsResponse, "EvictSRS": pb.EvictSrsResponse,
+}
+
+
 class BadRequest(ValueError):
     """The bytes are not the method's request message (the message says which it expected)."""
 
@@ -56,6 +65,20 @@ def read_call(call_id: int, method: str, request: bytes) -> Call:
     if isinstance(message, pb.AwaitProofRequest | pb.CancelProofRequest):
         return Call(call_id, method, size, job=message.job_id)
     return Call(call_id, method, size)
+
+
+def broken_reply(method: str, reply: bytes) -> str | None:
+    """Why ``reply`` cannot be ``method``'s answer (it does not decode as its message), or None.
+
+    An engine answering such bytes is broken, not its caller's request: the door retries the
+    call elsewhere and has the engine restarted instead of handing Curio garbage. A reply is a
+    proof and a few numbers (kB), a GetMetrics text tens of kB: decoding it costs microseconds.
+    """
+    try:
+        REPLIES[method].FromString(reply)
+    except DecodeError as exc:
+        return f"{method}'s reply is not a {REPLIES[method].DESCRIPTOR.full_name}: {exc}"
+    return None
 
 
 def submitted_job(reply: bytes) -> str:

@@ -16,6 +16,7 @@ from typing import Protocol
 
 import grpc
 
+from cuzkd.supervisor.engines.seat import BrokenAnswers
 from cuzkd.supervisor.tasks import TaskSet
 
 #: What :meth:`EngineSeat.send` returns when the engine's process ended under the call (the
@@ -58,12 +59,16 @@ class EngineSeat:
         self._ended = asyncio.Event()
         self._calls: set[grpc.aio.UnaryUnaryCall[bytes, bytes]] = set()
         self._tasks = TaskSet()
+        #: the runner's hook for this process's broken answers; None once called (or before
+        #: the first admit): one restart per process, however many calls saw it
+        self._broken: BrokenAnswers | None = None
 
     # -- the runner's side (DoorSeat) ----------------------------------------------------
 
-    def admit(self, address: str) -> None:
+    def admit(self, address: str, broken: BrokenAnswers) -> None:
         self._channel = grpc.aio.insecure_channel(address, options=self._options)
         self._ended = asyncio.Event()
+        self._broken = broken
         self._owner.admitted(self.name)
 
     def stop_admitting(self) -> None:
@@ -113,6 +118,16 @@ class EngineSeat:
         finally:
             self._calls.discard(call)
             call.cancel()
+
+    def answered_garbage(self, generation: int, why: str) -> None:
+        """The process of ``generation`` answered a call with bytes that are not cuzk's
+        messages: out of rotation at once (no new call goes to it), and its runner told, once,
+        to kill it and start another; the call itself is the book's to place again."""
+        if generation != self.generation or self._broken is None:
+            return
+        broken, self._broken = self._broken, None
+        self._owner.stopped_admitting(self.name)
+        broken(why)
 
     async def close(self) -> None:
         channel, self._channel = self._channel, None

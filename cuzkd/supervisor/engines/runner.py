@@ -419,11 +419,11 @@ class EngineRunner:
                             if self._descendants.sweeping else "waiting for GPU memory"))
                     else:
                         pending.extend(self._spawn())
-                case Stop(kill=kill, drain=drain):
+                case Stop(kill=kill, drain=drain, why=why):
                     reason, self._stop_reason = self._stop_reason, None
                     within, self._stop_within = self._stop_within, None
                     self._track(self._stop_guarded(kill=kill, drain=drain, reason=reason,
-                                                   within=within))
+                                                   within=within, why=why))
                 case ScheduleStart(delay=delay):
                     self._timer = asyncio.get_running_loop().call_later(delay, self._elapsed)
                 case CancelScheduledStart():
@@ -448,7 +448,13 @@ class EngineRunner:
         if self._seat is None or self._admitted or self._grpc_address is None:
             return
         self._admitted = True
-        self._seat.admit(self._grpc_address)
+        self._seat.admit(self._grpc_address, self._answers_broken)
+
+    def _answers_broken(self, error: str) -> None:
+        """The door found this process's gRPC answers are not cuzk's messages: kill it and
+        start another (the door has taken it out of rotation and retries its calls)."""
+        self._log.warning("engine_answers_broken", pid=self.lifecycle.pid, error=error)
+        self._apply(self.lifecycle.answers_broken(self._clock(), error))
 
     def _note_descendants(self) -> None:
         """Remember the current process's live descendants (to stop them when it exits)."""
@@ -513,22 +519,24 @@ class EngineRunner:
         return actions
 
     async def _stop_guarded(self, *, kill: bool, drain: bool, reason: StopReason | None,
-                            within: float | None) -> None:
+                            within: float | None, why: str) -> None:
         """:meth:`_stop_process`, whose failure (a bug) still ends in the process's end: its
         group is SIGKILLed, so the engine never stays ``stopping`` with nothing stopping it."""
         proc = self._process
         try:
-            await self._stop_process(kill=kill, drain=drain, reason=reason, within=within)
+            await self._stop_process(kill=kill, drain=drain, reason=reason, within=within,
+                                     why=why)
         except Exception as exc:  # the stop must end whatever went wrong
             self._log.error("engine_stop_failed", error=error_text(exc), exc_info=exc)
             if proc is not None and proc is self._process:
                 self._kill(proc)
 
     async def _stop_process(self, *, kill: bool, drain: bool, reason: StopReason | None,
-                            within: float | None) -> None:
+                            within: float | None, why: str) -> None:
         """Carry out the stop sequence (:mod:`.stopsequence` decides every step): drain (at
         most drain_timeout, less when the stop must end ``within`` seconds), the stop signal,
-        SIGKILL of the group after stop_timeout; ``kill`` skips to SIGKILL."""
+        SIGKILL of the group after stop_timeout; ``kill`` skips to SIGKILL (``why``: the
+        lifecycle's word for it, in the kill's log)."""
         proc = self._process
         if proc is None:
             return
@@ -539,7 +547,7 @@ class EngineRunner:
         sequence = StopSequence.begin(
             self._clock(), drain_mode=spec.drain_mode if drain else "none",
             drain_timeout=spec.drain_timeout, stop_timeout=spec.stop_timeout,
-            health_interval=spec.health_interval, kill_reason="stalled" if kill else None,
+            health_interval=spec.health_interval, kill_reason=why if kill else None,
             within=within)
         if sequence.draining:
             self._log.info("engine_drain_requested", pid=proc.pid, mode=spec.drain_mode,

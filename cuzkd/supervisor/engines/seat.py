@@ -9,15 +9,21 @@ imports the door (the door is the layer above) and its tests give it a seat of t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
+
+#: What a seat calls when the engine's process answers gRPC calls with bytes that are not
+#: cuzk's messages (the reason in words): the runner kills it and starts another.
+BrokenAnswers = Callable[[str], None]
 
 
 class DoorSeat(Protocol):
     """One engine's place behind a door, implemented by the door."""
 
-    def admit(self, address: str) -> None:
+    def admit(self, address: str, broken: BrokenAnswers) -> None:
         """The engine is ready (its first answer): send it calls at its private gRPC
-        ``address`` (held calls first)."""
+        ``address`` (held calls first). ``broken``: to be called, once, if this process
+        answers with bytes that are not cuzk's messages."""
         ...
 
     def stop_admitting(self) -> None:
