@@ -300,6 +300,14 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
             return None
         return engine.cuzk_file.grpc_listen
 
+    def bundled_grpc_address(self, engine: EngineConfig) -> str:
+        """Where a bundled engine serves cuzk's gRPC once something dials it there (its
+        ``cuzkd engine --grpc-listen``): ``unix://{state_dir}/engines/{name}.grpc.sock``, the
+        private address a door gives each engine behind it. Not passed by
+        :meth:`engine_command` yet: ``cuzkd run`` starts bundled engines without gRPC until a
+        door puts one behind it."""
+        return f"unix://{self.state_dir / 'engines' / f'{engine.name}.grpc.sock'}"
+
     def _bundled_listen(self, engine: EngineConfig) -> str:
         if engine.listen:
             return engine.listen
