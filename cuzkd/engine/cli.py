@@ -61,9 +61,9 @@ GRPC_STOP_GRACE_SECS = 2.0
 def run_engine(args: argparse.Namespace) -> int:
     configure_logging(level=args.log_level, log_format=args.log_format)
     try:
-        check_listen(args.listen)  # a typo fails at once, before any start-up work
+        http = check_listen(args.listen)  # a typo fails at once, before any start-up work
         if args.grpc_listen is not None:
-            check_grpc_listen(args.grpc_listen)
+            check_grpc_listen(args.grpc_listen, http)
         if args.demo:
             config = demo_config()
         else:

@@ -48,7 +48,7 @@ from cuzkd.engine.pipeline import Engine, EngineDrainingError, Job
 from cuzkd.engine.server import ListenError
 from cuzkd.errors import EX_UNAVAILABLE, EX_USAGE
 from cuzkd.kinds import ProofKind
-from cuzkd.units import parse_listen
+from cuzkd.units import ListenAddress, parse_listen
 from cuzkd.unixsock import remove_stale_socket
 
 SERVICE = "cuzk.v1.ProvingEngine"
@@ -263,15 +263,19 @@ def handlers(face: ProvingFace) -> grpc.GenericRpcHandler:
     })
 
 
-def check_grpc_listen(listen: str) -> Path | None:
+def check_grpc_listen(listen: str, http: ListenAddress | None = None) -> Path | None:
     """``--grpc-listen``'s socket path (``unix:///ABSOLUTE/PATH``, as cuzk writes it), or
-    None for ``HOST:PORT``; :class:`ListenError` (exit 64) for anything else."""
+    None for ``HOST:PORT``; :class:`ListenError` (exit 64) for anything else, or for the socket
+    ``http`` (the ``--listen`` address) names: binding it would replace the HTTP API's."""
     try:
         if listen.startswith("unix:"):
             path = listen.removeprefix("unix://")
             if not listen.startswith("unix://") or not path.startswith("/"):
                 raise ValueError(f"{listen!r}: write unix:///ABSOLUTE/PATH")
-            return Path(parse_listen(f"unix:{path}").path)
+            socket = Path(parse_listen(f"unix:{path}").path)
+            if http is not None and http.is_unix and Path(http.path).resolve() == socket.resolve():
+                raise ValueError(f"{listen!r} is the --listen socket: name another")
+            return socket
         parse_listen(listen, allow_unix=False)
     except ValueError as exc:
         raise ListenError(f"--grpc-listen: {exc}", EX_USAGE) from None
@@ -281,10 +285,14 @@ def check_grpc_listen(listen: str) -> Path | None:
 async def start_grpc(engine: Engine, listen: str) -> tuple[grpc.aio.Server, str]:
     """Serve ``engine`` over cuzk's gRPC at ``listen``; returns the server and the bound
     address (port 0 resolved). A Unix socket is 0600 before it listens (the supervisor, its
-    only client, runs as the engine's user), a stale socket file is replaced."""
+    only client, runs as the engine's user), a stale socket file is replaced; a TCP port in
+    use is refused (:class:`ListenError`, exit 69), never shared."""
     path = check_grpc_listen(listen)
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                                      ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)])
+                                      ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                                      # grpc's default would let a second engine bind the
+                                      # same port and take half of the calls, silently
+                                      ("grpc.so_reuseport", 0)])
     server.add_generic_rpc_handlers((handlers(ProvingFace(engine)),))
     if path is not None:
         try:

@@ -19,6 +19,7 @@ import grpc
 import pytest
 from support.inprocess_engine import make_engine
 from support.live import promtool_check_metrics
+from support.waiting import wait_until
 
 from cuzkd.cuzk import proving_pb2 as pb
 from cuzkd.cuzk.telemetry import outcomes_of
@@ -31,7 +32,8 @@ from cuzkd.engine.grpcface import (
 )
 from cuzkd.engine.pipeline import Engine
 from cuzkd.engine.server import ListenError
-from cuzkd.errors import EX_USAGE
+from cuzkd.errors import EX_UNAVAILABLE, EX_USAGE
+from cuzkd.units import parse_listen
 
 SMALL = Sizes(porep_c2=10, snap_update=10, window_post=11, winning_post=10)
 #: cuzk's enum for each kind, and the proofs a whole job of it carries (PoSt: one, whole)
@@ -201,7 +203,24 @@ def test_a_grpc_listen_that_is_no_address_is_a_usage_error(listen: str) -> None:
     assert err.value.exit_code == EX_USAGE and "--grpc-listen" in str(err.value)
 
 
-async def test_a_real_engine_serves_grpc_privately_and_answers_a_proof_a_stop_drains(
+def test_the_http_apis_socket_is_no_grpc_listen() -> None:
+    with pytest.raises(ListenError) as err:
+        check_grpc_listen("unix:///run/e.sock", parse_listen("unix:/run/e.sock"))
+    assert err.value.exit_code == EX_USAGE and "--listen socket" in str(err.value)
+
+
+async def test_a_grpc_port_in_use_is_refused_not_shared(served: tuple[Engine, Client]) -> None:
+    engine, _ = served
+    first, address = await start_grpc(engine, "127.0.0.1:0")
+    try:
+        with pytest.raises(ListenError) as err:
+            await start_grpc(engine, address)
+        assert err.value.exit_code == EX_UNAVAILABLE
+    finally:
+        await first.stop(0)
+
+
+def test_a_real_engine_serves_grpc_privately_and_answers_a_proof_a_stop_drains(
         sock_dir: Path) -> None:
     config = sock_dir / "engine.toml"
     config.write_text('synthesis_rounds = 400\n[sizes]\nwindow-post = 14\n')
@@ -212,18 +231,24 @@ async def test_a_real_engine_serves_grpc_privately_and_answers_a_proof_a_stop_dr
              "--listen", f"unix:{sock_dir}/http.sock", "--grpc-listen", f"unix://{grpc_sock}"],
             stdout=log, stderr=subprocess.STDOUT)
     try:
-        async with grpc.aio.insecure_channel(f"unix://{grpc_sock}") as channel:
-            client = Client(channel)
-            proof = asyncio.create_task(client.prove(pb.WINDOW_POST_PARTITION, "wdpost-[0]",
-                                                     wait_for_ready=True))
-            async with asyncio.timeout(20):  # until the engine holds it
-                while not sum(queue(await client.status(wait_for_ready=True), "window-post")):
-                    await asyncio.sleep(0.01)
+        with grpc.insecure_channel(f"unix://{grpc_sock}") as channel:
+            prove = channel.unary_unary(SERVICE + "Prove",
+                                        request_serializer=pb.ProveRequest.SerializeToString,
+                                        response_deserializer=pb.ProveResponse.FromString)
+            status = channel.unary_unary(SERVICE + "GetStatus",
+                                         request_serializer=pb.GetStatusRequest.SerializeToString,
+                                         response_deserializer=pb.GetStatusResponse.FromString)
+            proof = prove.future(pb.ProveRequest(submit=pb.SubmitProofRequest(
+                request_id="wdpost-[0]", proof_kind=pb.WINDOW_POST_PARTITION)),
+                timeout=60, wait_for_ready=True)
+            wait_until(lambda: sum(queue(status(pb.GetStatusRequest(), timeout=10,
+                                                wait_for_ready=True), "window-post")),
+                       20, "the engine holding the WindowPoSt proof")
             assert stat.S_IMODE(grpc_sock.stat().st_mode) == 0o600
             proc.send_signal(signal.SIGTERM)  # a drain: the proof accepted is finished
-            result = await proof
+            result = proof.result().result
         assert result.status == pb.AwaitProofResponse.COMPLETED, result.error_message
-        assert await asyncio.to_thread(proc.wait, 30) == 0
+        assert proc.wait(30) == 0
         assert not grpc_sock.exists()
         events = [json.loads(line) for line in (sock_dir / "log").read_text().splitlines()]
         (draining,) = [e for e in events if e["event"] == "engine_draining"]
