@@ -9,7 +9,8 @@ memory budget, one set of GPU workers, one ``/status``. Where cuzk's behaviour i
 * ``Prove`` = ``SubmitProof`` + ``AwaitProof``; the job's id is the request's ``request_id``
   (the engine's own id when it is empty). A request id whose job is still open joins that
   job (a client's retry proves once); one whose job finished proves again (a retry after a
-  failure). WindowPoSt and WinningPoSt are proved whole: one unit of NTT work, as cuzk proves
+  failure). Jobs are admitted by ``priority`` (CRITICAL first), first-come first-served
+  within one. WindowPoSt and WinningPoSt are proved whole: one unit of NTT work, as cuzk proves
   them outside its partitioned pipeline. The reply's timings are measured: ``queue_wait_ms``
   (accepted until its first partition was admitted), ``synthesis_ms`` and ``gpu_compute_ms``
   (first start to last end of the phase over its partitions: they overlap, so these are no
@@ -44,7 +45,15 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from cuzkd.cuzk import proving_pb2 as pb
-from cuzkd.engine.pipeline import Engine, EngineDrainingError, Job
+from cuzkd.engine.pipeline import (
+    CRITICAL_PRIORITY,
+    HIGH_PRIORITY,
+    LOW_PRIORITY,
+    NORMAL_PRIORITY,
+    Engine,
+    EngineDrainingError,
+    Job,
+)
 from cuzkd.engine.server import ListenError
 from cuzkd.errors import EX_UNAVAILABLE, EX_USAGE
 from cuzkd.kinds import ProofKind
@@ -63,6 +72,12 @@ KINDS: Mapping[int, ProofKind] = {
     pb.SNAP_DEALS_UPDATE: ProofKind.SNAP_UPDATE,
     pb.WINDOW_POST_PARTITION: ProofKind.WINDOW_POST,
     pb.WINNING_POST: ProofKind.WINNING_POST,
+}
+
+#: cuzk's enum -> the pipeline's priority (unspecified: NORMAL, as an HTTP job's).
+PRIORITIES: Mapping[int, int] = {
+    pb.PRIORITY_UNSPECIFIED: NORMAL_PRIORITY, pb.LOW: LOW_PRIORITY, pb.NORMAL: NORMAL_PRIORITY,
+    pb.HIGH: HIGH_PRIORITY, pb.CRITICAL: CRITICAL_PRIORITY,
 }
 
 M = TypeVar("M", bound=Message)
@@ -162,6 +177,9 @@ class ProvingFace:
         if kind is None:
             raise Refused(grpc.StatusCode.INVALID_ARGUMENT,
                           f"proof_kind {request.proof_kind}: not one of {sorted(KINDS)}")
+        if request.priority not in PRIORITIES:
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT,
+                          f"priority {request.priority}: not one of {sorted(PRIORITIES)}")
         if len(request.request_id) > MAX_REQUEST_ID_CHARS:
             raise Refused(grpc.StatusCode.INVALID_ARGUMENT,
                           f"request_id is {len(request.request_id)} characters; at most "
@@ -174,7 +192,8 @@ class ProvingFace:
                               "proof still open")
             return open_job
         try:
-            return self.engine.submit(kind, request_id=request.request_id)
+            return self.engine.submit(kind, request_id=request.request_id,
+                                      priority=PRIORITIES[request.priority])
         except EngineDrainingError as exc:
             raise Refused(grpc.StatusCode.UNAVAILABLE, str(exc)) from None
 

@@ -1,8 +1,9 @@
 """cuzk's pipeline structure on the event loop: intake → budgeted synthesis → GPU workers →
 finalizers.
 
-* **Intake/scheduler**: one task takes jobs first-come first-served and admits their
-  partitions one by one, each only once :class:`~cuzkd.engine.budget.MemoryBudget` has
+* **Intake/scheduler**: one task takes jobs by priority (cuzk's: a WinningPoSt, CRITICAL, is
+  due within its epoch), first-come first-served within one, and admits their partitions one
+  by one, each only once :class:`~cuzkd.engine.budget.MemoryBudget` has
   granted its reservation. The budget, not a thread count, bounds how many partitions
   synthesize or wait for a GPU at once -- as in cuzk.
 * **Synthesis**: one task per admitted partition runs :func:`~cuzkd.engine.prover.synthesize`
@@ -51,6 +52,8 @@ from cuzkd.status.tracker import StatusTracker
 _log = structlog.get_logger("cuzkd.engine")
 
 JobState = Literal["queued", "running", "done", "failed"]
+#: cuzk's priorities (``Priority`` of its gRPC): higher is admitted first. HTTP jobs are NORMAL.
+LOW_PRIORITY, NORMAL_PRIORITY, HIGH_PRIORITY, CRITICAL_PRIORITY = 1, 2, 3, 4
 MAX_PARTITIONS = 1024
 #: The error of a job still open when a drain ended (its deadline, or a stop signal).
 DRAIN_TIMEOUT = "drain timeout"
@@ -97,6 +100,7 @@ class Job:
     #: the id its client knows it by: cuzk's gRPC ``request_id`` (``job_id`` when none was
     #: given); unlike ``job_id`` not unique over time -- a retry reuses it
     request_id: str = ""
+    priority: int = NORMAL_PRIORITY
     state: JobState = "queued"
     started_at: float | None = None
     finished_at: float | None = None
@@ -157,7 +161,8 @@ class Engine:
         self._ids = itertools.count(1)
         self._injection = itertools.count(1)
         self._id_salt = f"{os.getpid()}-{secrets.token_hex(3)}"
-        self._intake: asyncio.Queue[Job] = asyncio.Queue()
+        #: (-priority, submission number, job): the highest priority first, then the oldest
+        self._intake: asyncio.PriorityQueue[tuple[int, int, Job]] = asyncio.PriorityQueue()
         self._admitting: Job | None = None
         self._synth_done: asyncio.Queue[tuple[Job, int, prover.Witness]] = asyncio.Queue()
         self._device_locks = {ordinal: asyncio.Lock() for ordinal, _ in backend.devices}
@@ -297,7 +302,8 @@ class Engine:
     # --- intake ---------------------------------------------------------------------------
 
     def submit(self, proof_kind: str, partitions: int | None = None,
-               size_log2: int | None = None, request_id: str = "") -> Job:
+               size_log2: int | None = None, request_id: str = "",
+               priority: int = NORMAL_PRIORITY) -> Job:
         """Accept a job (queued, or failed at once when a partition exceeds the budget);
         ``request_id``: the client's id for it (see :attr:`Job.request_id`)."""
         if not self.accepting:
@@ -312,9 +318,10 @@ class Engine:
         if not MIN_SIZE_LOG2 <= log_n <= MAX_SIZE_LOG2:
             raise JobRequestError(
                 f"size_log2 must be between {MIN_SIZE_LOG2} and {MAX_SIZE_LOG2}")
-        job_id = f"ref-{proof_kind}-{self._id_salt}-{next(self._ids)}"
+        number = next(self._ids)
+        job_id = f"ref-{proof_kind}-{self._id_salt}-{number}"
         job = Job(job_id=job_id, proof_kind=proof_kind, partitions=count, size_log2=log_n,
-                  submitted_at=self._clock(), request_id=request_id)
+                  submitted_at=self._clock(), request_id=request_id, priority=priority)
         self.jobs[job_id] = job
         self.requests[job.request_id] = job
         self.tracker.register_job(job_id, proof_kind, count)
@@ -327,13 +334,13 @@ class Engine:
         except BudgetExceededError as exc:
             self._fail_unadmitted(job, f"size_log2 {log_n}: {exc}")
         else:
-            self._intake.put_nowait(job)
+            self._intake.put_nowait((-priority, number, job))
         self._publish()
         return job
 
     async def _schedule(self) -> None:
         while True:
-            job = await self._intake.get()
+            _, _, job = await self._intake.get()
             self._admitting = job
             self._publish()
             synth_bytes, rest_bytes = self._partition_bytes(job.size_log2)

@@ -173,9 +173,11 @@ def not_utf8_request_id() -> bytes:
     (pb.ProveRequest(submit=pb.SubmitProofRequest(
         request_id="x" * (MAX_REQUEST_ID_CHARS + 1), proof_kind=pb.WINNING_POST)
     ).SerializeToString(), grpc.StatusCode.INVALID_ARGUMENT),
+    (pb.ProveRequest(submit=pb.SubmitProofRequest(proof_kind=pb.WINNING_POST, priority=99)
+                     ).SerializeToString(), grpc.StatusCode.INVALID_ARGUMENT),
     (bytes(MAX_MESSAGE_BYTES + 1), grpc.StatusCode.RESOURCE_EXHAUSTED),
 ], ids=["no-protobuf", "request-id-not-utf8", "no-proof-kind", "request-id-too-long",
-        "over-128-MiB"])
+        "unknown-priority", "over-128-MiB"])
 async def test_a_bad_request_gets_a_status_and_the_engine_proves_on(
         served: tuple[Engine, Client], body: bytes, code: grpc.StatusCode) -> None:
     engine, client = served
