@@ -204,8 +204,9 @@ class ProvingFace:
 
     async def submit_proof(self, raw: bytes) -> pb.SubmitProofResponse:
         job = self.submit(decode(pb.SubmitProofRequest, raw))
+        place = (-job.priority, job.submitted_at)  # the scheduler's order
         ahead = sum(1 for other in self.engine.jobs.values()
-                    if other.state == "queued" and other.submitted_at < job.submitted_at)
+                    if other.state == "queued" and (-other.priority, other.submitted_at) < place)
         return pb.SubmitProofResponse(job_id=job.request_id,
                                       queue_position=ahead if job.state == "queued" else 0)
 

@@ -27,6 +27,7 @@ from cuzkd.engine.config import Sizes
 from cuzkd.engine.grpcface import (
     MAX_MESSAGE_BYTES,
     MAX_REQUEST_ID_CHARS,
+    ProvingFace,
     check_grpc_listen,
     start_grpc,
 )
@@ -132,6 +133,21 @@ async def test_submit_then_await_and_a_retry_of_an_open_request_joins_it(
     assert len(engine.jobs) == 1  # proved once
     again = await client.prove(pb.SNAP_DEALS_UPDATE, "snap-1000-7")  # finished: proves anew
     assert again.status == pb.AwaitProofResponse.COMPLETED and len(engine.jobs) == 2
+
+
+async def test_queue_position_is_the_schedulers_order_priority_first(
+        served: tuple[Engine, Client]) -> None:
+    engine, _ = served
+    face = ProvingFace(engine)  # called directly: no scheduler turn between the submissions
+
+    async def position(kind: int, priority: int) -> int:
+        reply = await face.submit_proof(pb.SubmitProofRequest(
+            proof_kind=kind, priority=priority).SerializeToString())
+        return reply.queue_position
+
+    assert [await position(pb.SNAP_DEALS_UPDATE, pb.NORMAL) for _ in range(3)] == [0, 1, 2]
+    assert await position(pb.WINNING_POST, pb.CRITICAL) == 0
+    assert await position(pb.POREP_SEAL_COMMIT, pb.PRIORITY_UNSPECIFIED) == 4
 
 
 async def test_await_of_an_unknown_job_is_not_found(served: tuple[Engine, Client]) -> None:
