@@ -28,6 +28,9 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
                              "synthesis as costly as proving (docs/engine.md)")
     engine.add_argument("--listen", required=True,
                         help="HOST:PORT (port 0 picks a free one) or unix:PATH")
+    engine.add_argument("--grpc-listen", metavar="ADDR",
+                        help="also serve cuzk's gRPC (cuzk.v1.ProvingEngine) at "
+                             "unix:///ABSOLUTE/PATH or HOST:PORT (default: not served)")
     engine.add_argument("--log-level", default="info",
                         choices=["debug", "info", "warning", "error"])
     engine.add_argument("--log-format", choices=LOG_FORMATS, default="auto",

@@ -335,7 +335,7 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
                 return list(engine.command)
             end = engine.command.index("--", 1) if "--" in engine.command[1:] else None
             head = engine.command[:end]
-            return [*head, "--listen", self._private_grpc_address(engine),
+            return [*head, "--listen", self.private_grpc_address(engine),
                     *engine.command[len(head):]]
         return [sys.executable, "-m", "cuzkd", "engine", "--listen", self._bundled_listen(engine),
                 *(["--demo"] if self.demo else [])]
@@ -361,12 +361,14 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
         if not engine.cuzk or engine.cuzk_file is None:
             return None
         if self.door_address(engine) is not None:
-            return self._private_grpc_address(engine)
+            return self.private_grpc_address(engine)
         return engine.cuzk_file.grpc_listen
 
-    def _private_grpc_address(self, engine: EngineConfig) -> str:
-        """Where an engine behind a door listens: a socket only cuzkd reaches (the state
-        dir is the service's alone), so Curio can only reach cuzk through the door."""
+    def private_grpc_address(self, engine: EngineConfig) -> str:
+        """Where an engine behind a door serves cuzk's gRPC: a socket only cuzkd reaches (the
+        state dir is the service's alone), so Curio can only reach the engine through the door
+        -- a cuzk engine is given it as ``--listen``, a bundled engine as ``cuzkd engine
+        --grpc-listen``: ``unix://{state_dir}/engines/{name}.grpc.sock``."""
         return f"unix://{self.state_dir / 'engines' / f'{engine.name}.grpc.sock'}"
 
     def _bundled_listen(self, engine: EngineConfig) -> str:

@@ -23,6 +23,7 @@ import signal
 import sys
 from pathlib import Path
 
+import grpc
 import structlog
 
 from cuzkd.engine import prover
@@ -35,6 +36,7 @@ from cuzkd.engine.config import (
     demo_config,
     load_config,
 )
+from cuzkd.engine.grpcface import check_grpc_listen, start_grpc
 from cuzkd.engine.heap import return_large_frees
 from cuzkd.engine.loadgen import BenchError, run_bench
 from cuzkd.engine.pipeline import Engine
@@ -51,12 +53,17 @@ from cuzkd.status.tracker import StatusTracker
 from cuzkd.unixsock import remove_stale_socket
 
 _log = structlog.get_logger("cuzkd.engine")
+#: How long gRPC calls still open at exit may take to get their reply out (the drain has
+#: finished or failed every job by then, so each has its answer ready).
+GRPC_STOP_GRACE_SECS = 2.0
 
 
 def run_engine(args: argparse.Namespace) -> int:
     configure_logging(level=args.log_level, log_format=args.log_format)
     try:
-        check_listen(args.listen)  # a typo fails at once, before any start-up work
+        http = check_listen(args.listen)  # a typo fails at once, before any start-up work
+        if args.grpc_listen is not None:
+            check_grpc_listen(args.grpc_listen, http)
         if args.demo:
             config = demo_config()
         else:
@@ -66,7 +73,7 @@ def run_engine(args: argparse.Namespace) -> int:
         if args.test_slowdown != 1.0 or args.test_failure_rate != 0.0:
             config = dataclasses.replace(config, test_slowdown=args.test_slowdown,
                                          test_failure_rate=args.test_failure_rate)
-        return asyncio.run(serve(config, args.listen))
+        return asyncio.run(serve(config, args.listen, args.grpc_listen))
     except ProverConfigError as exc:
         print(f"cuzkd engine: config error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -75,8 +82,9 @@ def run_engine(args: argparse.Namespace) -> int:
         return exc.exit_code
 
 
-async def serve(config: ProverConfig, listen: str) -> int:
-    """Run the engine until a signal, then drain. Returns the exit code."""
+async def serve(config: ProverConfig, listen: str, grpc_listen: str | None = None) -> int:
+    """Run the engine until a signal, then drain. Returns the exit code. ``grpc_listen``:
+    also serve cuzk's gRPC there (:mod:`cuzkd.engine.grpcface`)."""
     return_large_frees()  # resident memory follows the budget (see engine/heap.py)
     backend = select_backend(config.backend, config.devices)
     budget = MemoryBudget(config.memory_budget_bytes, nominal_request=sum(
@@ -103,18 +111,27 @@ async def serve(config: ProverConfig, listen: str) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal, signum)
     address = ""
+    grpc_server: grpc.aio.Server | None = None
+    grpc_address = ""
     try:
         address = await start_site(runner, listen)
-        _log.info("engine_listening", address=address, backend=backend.name,
+        if grpc_listen is not None:
+            grpc_server, grpc_address = await start_grpc(engine, grpc_listen)
+        _log.info("engine_listening", address=address, grpc_address=grpc_address,
+                  backend=backend.name,
                   devices=[name for _, name in backend.devices], workers=len(engine.workers),
                   memory_budget_bytes=config.memory_budget_bytes, pid=os.getpid())
         drained = await engine.drained()
         _log.info("engine_stopped", drained=drained)
     finally:
+        if grpc_server is not None:  # first: the replies of proofs the drain finished go out
+            await grpc_server.stop(GRPC_STOP_GRACE_SECS)
         await engine.close()
         await runner.cleanup()
         if address.startswith("unix:"):  # ours only once bound: never what bind refused
             remove_stale_socket(Path(address.removeprefix("unix:")))
+        if grpc_address.startswith("unix://"):
+            remove_stale_socket(Path(grpc_address.removeprefix("unix://")))
     return 0
 
 

@@ -1,8 +1,9 @@
 """cuzk's pipeline structure on the event loop: intake → budgeted synthesis → GPU workers →
 finalizers.
 
-* **Intake/scheduler**: one task takes jobs first-come first-served and admits their
-  partitions one by one, each only once :class:`~cuzkd.engine.budget.MemoryBudget` has
+* **Intake/scheduler**: one task takes jobs by priority (cuzk's: a WinningPoSt, CRITICAL, is
+  due within its epoch), first-come first-served within one, and admits their partitions one
+  by one, each only once :class:`~cuzkd.engine.budget.MemoryBudget` has
   granted its reservation. The budget, not a thread count, bounds how many partitions
   synthesize or wait for a GPU at once -- as in cuzk.
 * **Synthesis**: one task per admitted partition runs :func:`~cuzkd.engine.prover.synthesize`
@@ -51,6 +52,8 @@ from cuzkd.status.tracker import StatusTracker
 _log = structlog.get_logger("cuzkd.engine")
 
 JobState = Literal["queued", "running", "done", "failed"]
+#: cuzk's priorities (``Priority`` of its gRPC): higher is admitted first. HTTP jobs are NORMAL.
+LOW_PRIORITY, NORMAL_PRIORITY, HIGH_PRIORITY, CRITICAL_PRIORITY = 1, 2, 3, 4
 MAX_PARTITIONS = 1024
 #: The error of a job still open when a drain ended (its deadline, or a stop signal).
 DRAIN_TIMEOUT = "drain timeout"
@@ -68,6 +71,24 @@ class EngineDrainingError(CuzkdError, RuntimeError):
 
 
 @dataclass
+class Span:
+    """The wall-clock time from the first start to the last end of one phase of a job's
+    partitions (they overlap, so it is no sum): a proof's synthesis or GPU time as a gRPC
+    reply reports it."""
+
+    start: float | None = None
+    end: float | None = None
+
+    def cover(self, start: float, end: float) -> None:
+        self.start = start if self.start is None else min(self.start, start)
+        self.end = end if self.end is None else max(self.end, end)
+
+    @property
+    def seconds(self) -> float:
+        return 0.0 if self.start is None or self.end is None else self.end - self.start
+
+
+@dataclass
 class Job:
     """One proof job as the API reports it. Times are ``time.monotonic`` values."""
 
@@ -76,6 +97,10 @@ class Job:
     partitions: int
     size_log2: int
     submitted_at: float
+    #: the id its client knows it by: cuzk's gRPC ``request_id`` (``job_id`` when none was
+    #: given); unlike ``job_id`` not unique over time -- a retry reuses it
+    request_id: str = ""
+    priority: int = NORMAL_PRIORITY
     state: JobState = "queued"
     started_at: float | None = None
     finished_at: float | None = None
@@ -88,8 +113,14 @@ class Job:
     verified: list[bool] = field(default_factory=list)
     #: chosen by the test-only failure rate: its first finished partition fails
     doomed: bool = False
+    synth_span: Span = field(default_factory=Span)
+    #: the device phase and the finalizer (cuzk's ``gpu_ms`` includes the finalizer too)
+    gpu_span: Span = field(default_factory=Span)
+    #: set once the job is finished (done or failed): what a gRPC ``Prove`` waits for
+    finished: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
+        self.request_id = self.request_id or self.job_id
         self.remaining = self.partitions
         self.synth_secs = [None] * self.partitions
         self.gpu_secs = [None] * self.partitions
@@ -122,13 +153,16 @@ class Engine:
         self.budget = budget
         self.accepting = True
         self.jobs: dict[str, Job] = {}
+        #: request_id -> the latest job submitted under it, retained as long as ``jobs`` is
+        self.requests: dict[str, Job] = {}
         self._clock = clock
         self._retain_jobs = retain_jobs
         self._finished: deque[str] = deque()
         self._ids = itertools.count(1)
         self._injection = itertools.count(1)
         self._id_salt = f"{os.getpid()}-{secrets.token_hex(3)}"
-        self._intake: asyncio.Queue[Job] = asyncio.Queue()
+        #: (-priority, submission number, job): the highest priority first, then the oldest
+        self._intake: asyncio.PriorityQueue[tuple[int, int, Job]] = asyncio.PriorityQueue()
         self._admitting: Job | None = None
         self._synth_done: asyncio.Queue[tuple[Job, int, prover.Witness]] = asyncio.Queue()
         self._device_locks = {ordinal: asyncio.Lock() for ordinal, _ in backend.devices}
@@ -268,8 +302,10 @@ class Engine:
     # --- intake ---------------------------------------------------------------------------
 
     def submit(self, proof_kind: str, partitions: int | None = None,
-               size_log2: int | None = None) -> Job:
-        """Accept a job (queued, or failed at once when a partition exceeds the budget)."""
+               size_log2: int | None = None, request_id: str = "",
+               priority: int = NORMAL_PRIORITY) -> Job:
+        """Accept a job (queued, or failed at once when a partition exceeds the budget);
+        ``request_id``: the client's id for it (see :attr:`Job.request_id`)."""
         if not self.accepting:
             raise EngineDrainingError("engine is shutting down and accepts no new jobs")
         if proof_kind not in PARTITIONS:
@@ -282,10 +318,12 @@ class Engine:
         if not MIN_SIZE_LOG2 <= log_n <= MAX_SIZE_LOG2:
             raise JobRequestError(
                 f"size_log2 must be between {MIN_SIZE_LOG2} and {MAX_SIZE_LOG2}")
-        job_id = f"ref-{proof_kind}-{self._id_salt}-{next(self._ids)}"
+        number = next(self._ids)
+        job_id = f"ref-{proof_kind}-{self._id_salt}-{number}"
         job = Job(job_id=job_id, proof_kind=proof_kind, partitions=count, size_log2=log_n,
-                  submitted_at=self._clock())
+                  submitted_at=self._clock(), request_id=request_id, priority=priority)
         self.jobs[job_id] = job
+        self.requests[job.request_id] = job
         self.tracker.register_job(job_id, proof_kind, count)
         self._open_jobs += 1
         self._no_open_jobs.clear()
@@ -296,13 +334,13 @@ class Engine:
         except BudgetExceededError as exc:
             self._fail_unadmitted(job, f"size_log2 {log_n}: {exc}")
         else:
-            self._intake.put_nowait(job)
+            self._intake.put_nowait((-priority, number, job))
         self._publish()
         return job
 
     async def _schedule(self) -> None:
         while True:
-            job = await self._intake.get()
+            _, _, job = await self._intake.get()
             self._admitting = job
             self._publish()
             synth_bytes, rest_bytes = self._partition_bytes(job.size_log2)
@@ -363,26 +401,30 @@ class Engine:
         self._synth_active += 1
         self._publish()
         try:
-            witness, job.synth_secs[index] = await self._run(
+            witness, started, ended = await self._run(
                 self._synth_pool, self._synthesize_in_thread, job, index)
         except Exception as exc:
             self._partition_failed(job, index, f"synthesis failed: {exc!r}")
             return
         finally:
             self._synth_active -= 1
+        job.synth_secs[index] = ended - started
+        job.synth_span.cover(started, ended)
         self.budget.release_synth((job.job_id, index))
         self.tracker.partition_synth_end(job.job_id, index)
         self._synth_done.put_nowait((job, index, witness))
         self._publish()
 
-    def _synthesize_in_thread(self, job: Job, index: int) -> tuple[prover.Witness, float]:
+    def _synthesize_in_thread(self, job: Job,
+                              index: int) -> tuple[prover.Witness, float, float]:
         """Runs on a synthesis thread: the partition is ``synthesizing`` only from the moment a
-        thread works on it (admitted partitions queued for a thread stay ``pending``)."""
+        thread works on it (admitted partitions queued for a thread stay ``pending``).
+        Returns the witness and when its synthesis started and ended."""
         self.tracker.partition_synth_start(job.job_id, index)
         started = self._clock()
         witness = prover.synthesize(job.job_id, index, job.size_log2,
                                     self.config.synthesis_rounds)
-        return witness, self._clock() - started
+        return witness, started, self._clock()
 
     async def _gpu_worker(self, worker_id: int, ordinal: int) -> None:
         while True:
@@ -428,7 +470,9 @@ class Engine:
         if job.doomed and job.error is None:
             self._partition_failed(job, index, INJECTED_FAILURE)
             return
-        job.gpu_secs[index] = self._clock() - started
+        ended = self._clock()
+        job.gpu_secs[index] = ended - started
+        job.gpu_span.cover(started, ended)
         job.proofs[index] = proof
         job.verified[index] = prover.verify(proof)
         self.tracker.partition_gpu_end(job.job_id, index, worker_id)
@@ -478,9 +522,12 @@ class Engine:
         else:
             _log.info("job_finished", job_id=job.job_id, proof_kind=job.proof_kind,
                       partitions=job.partitions, verified=all(job.verified), wall_secs=wall)
+        job.finished.set()
         self._finished.append(job.job_id)
         while len(self._finished) > self._retain_jobs:
-            self.jobs.pop(self._finished.popleft(), None)
+            dropped = self.jobs.pop(self._finished.popleft(), None)
+            if dropped is not None and self.requests.get(dropped.request_id) is dropped:
+                del self.requests[dropped.request_id]
 
     def _publish(self) -> None:
         """Push the gauges cuzk reports (buffers, queue depth) to the tracker."""

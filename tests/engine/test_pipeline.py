@@ -18,6 +18,7 @@ from support.inprocess_engine import K, make_engine
 
 from cuzkd.engine import prover
 from cuzkd.engine.pipeline import (
+    CRITICAL_PRIORITY,
     DRAIN_TIMEOUT,
     INJECTED_FAILURE,
     Engine,
@@ -98,6 +99,19 @@ async def test_jobs_complete_and_every_proof_verifies(
     assert any(d.buffers.synth_in_flight or d.buffers.provers_in_flight for d in docs)
     for doc in docs:
         assert cuzk_field_errors(encode_status(doc)) == []
+
+
+async def test_a_critical_job_is_admitted_before_normal_ones_submitted_earlier(
+        engine_factory: Callable[..., Engine]) -> None:
+    """cuzk's priorities: a WinningPoSt (CRITICAL) does not wait behind queued PoRep work."""
+    engine = engine_factory(budget_for(2))
+    await engine.start()
+    normal = [engine.submit("snap-update", partitions=2, size_log2=K) for _ in range(3)]
+    critical = engine.submit("winning-post", size_log2=K, priority=CRITICAL_PRIORITY)
+    await asyncio.wait_for(asyncio.gather(*(j.finished.wait() for j in [*normal, critical])), 30)
+    assert critical.state == "done" and critical.started_at is not None
+    assert all(job.started_at is not None and critical.started_at < job.started_at
+               for job in normal)
 
 
 async def test_budget_of_two_partitions_bounds_concurrency(

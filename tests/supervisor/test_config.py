@@ -186,6 +186,17 @@ def test_defaults_durations_and_placeholders(tmp_path: Path) -> None:
     assert config.supervisor.keep_releases == 3
 
 
+def test_a_bundled_engine_has_a_private_grpc_address_it_does_not_serve_by_default(
+        tmp_path: Path) -> None:
+    """The address a door will dial a bundled engine at; ``cuzkd run`` does not pass it yet."""
+    path = tmp_path / "m.toml"
+    path.write_text('[supervisor]\nstate_dir = "/srv/cuzkd"\n[[engine]]\nname = "gpu0"\n')
+    config = load_config(path)
+    (gpu0,) = config.engine
+    assert config.private_grpc_address(gpu0) == "unix:///srv/cuzkd/engines/gpu0.grpc.sock"
+    assert "--grpc-listen" not in config.engine_command(gpu0)
+
+
 def test_engines_omitted_means_the_embedded_default(tmp_path: Path) -> None:
     path = tmp_path / "m.toml"
     path.write_text('[metrics]\nlisten = "0.0.0.0:9999"\n')

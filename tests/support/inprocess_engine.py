@@ -5,17 +5,18 @@ from __future__ import annotations
 from cuzkd.engine import prover
 from cuzkd.engine.backend import select_backend
 from cuzkd.engine.budget import MemoryBudget
-from cuzkd.engine.config import ProverConfig
+from cuzkd.engine.config import ProverConfig, Sizes
 from cuzkd.engine.pipeline import Engine
 from cuzkd.status.tracker import StatusTracker
 
 K = 10  # partition size used throughout: fast on 2 cores
 
 
-def make_engine(budget_bytes: int, nominal_log2: int = K) -> Engine:
-    """An engine with two GPU workers and two synthesis threads; ``close()`` it when done."""
+def make_engine(budget_bytes: int, nominal_log2: int = K, sizes: Sizes | None = None) -> Engine:
+    """An engine with two GPU workers and two synthesis threads; ``close()`` it when done.
+    ``sizes``: each kind's default partition size (the engine's defaults when None)."""
     config = ProverConfig(memory_budget_bytes=budget_bytes, workers_per_gpu=2,
-                          synthesis_threads=2, backend="numpy")
+                          synthesis_threads=2, backend="numpy", sizes=sizes or Sizes())
     budget = MemoryBudget(budget_bytes,
                           nominal_request=sum(prover.partition_bytes(nominal_log2)))
     return Engine(config, select_backend("numpy"), StatusTracker(budget=budget), budget)
