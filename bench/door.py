@@ -296,6 +296,21 @@ def _stop(sup: RunningSupervisor, what: str, tmp_release: Path, flag: Path) -> N
                    and sup.engine("cuzk")["state"] == "running", 120, "a well engine")
 
 
+def tally(results: list[tuple[str, bytes | None]]) -> tuple[Counter[str], int, int]:
+    """(gRPC errors by code, proofs completed, proofs FAILED) of the calls' results."""
+    errors: Counter[str] = Counter()
+    completed = failed = 0
+    for code, reply in results:
+        if reply is None:
+            errors[code] += 1
+        elif (pb.ProveResponse.FromString(reply).result.status
+              == pb.AwaitProofResponse.COMPLETED):
+            completed += 1
+        else:
+            failed += 1
+    return errors, completed, failed
+
+
 def measure_stops(mode: str, args: argparse.Namespace, payload: bytes) -> StopRun:
     env = {"CUZK_STANDIN_SYNTH_SECS": str(args.synth), "CUZK_STANDIN_GPU_SECS": str(args.gpu),
            "CUZK_STANDIN_POST_SECS": str(args.post)}
@@ -315,14 +330,7 @@ def measure_stops(mode: str, args: argparse.Namespace, payload: bytes) -> StopRu
 
         results = asyncio.run(scenario())
         run = StopRun(mode, calls=len(results))
-        for code, reply in results:
-            if reply is None:
-                run.errors[code] += 1
-            elif (pb.ProveResponse.FromString(reply).result.status
-                  == pb.AwaitProofResponse.COMPLETED):
-                run.completed += 1
-            else:
-                run.failed += 1
+        run.errors, run.completed, run.failed = tally(results)
         run.jobs_lost = sum(counter(sup, "cuzkd_engine_jobs_lost_total").values())
         if mode == "door":
             run.retries = sum(counter(sup, "cuzkd_door_retries_total").values())
@@ -378,12 +386,7 @@ def measure_shared(args: argparse.Namespace, payload: bytes) -> SharedRun:
 
             results, load, began, ended = asyncio.run(scenario())
             run = SharedRun(calls=len(results))
-            for code, reply in results:
-                if reply is None:
-                    run.errors[code] += 1
-                elif (pb.ProveResponse.FromString(reply).result.status
-                      == pb.AwaitProofResponse.COMPLETED):
-                    run.completed += 1
+            run.errors, run.completed, _ = tally(results)
             run.during = [end - sent for sent, end in load.spans if began <= sent <= ended]
             run.before = [end - sent for sent, end in load.spans
                           if began - args.warm <= sent < began]

@@ -139,13 +139,15 @@ def test_a_shared_door_spreads_calls_and_merges_what_every_engine_reports(
     """Two engines (one per GPU) behind one door: Proves go to the one with the fewest in
     flight; GetStatus, GetMetrics and PreloadSRS go to both and come back merged; with one
     gone, the other takes every call and its last good status stands in for the gone one."""
-    gate = asyncio.Event()
+    gate, all_in = asyncio.Event(), asyncio.Event()
     proved: list[str] = []
     ordinal = {"e0": 0, "e1": 1}
 
     def engine_methods(name: str) -> dict[str, grpc.RpcMethodHandler[Any, Any]]:
         async def prove(request: pb.ProveRequest, context: object) -> pb.ProveResponse:
             proved.append(name)
+            if len(proved) == 4:
+                all_in.set()
             await gate.wait()
             job = request.submit.request_id
             return pb.ProveResponse(result=pb.AwaitProofResponse(job_id=job))
@@ -193,8 +195,7 @@ def test_a_shared_door_spreads_calls_and_merges_what_every_engine_reports(
             proves = [asyncio.create_task(call(door_address, "Prove", pb.ProveRequest(
                 submit=pb.SubmitProofRequest(request_id=f"porep-1-{i}")).SerializeToString()))
                 for i in range(4)]
-            while len(proved) < 4:
-                await asyncio.sleep(0.01)
+            await asyncio.wait_for(all_in.wait(), 20)
             got["spread"] = sorted(proved)
             gate.set()
             got["proves"] = await asyncio.gather(*proves)
