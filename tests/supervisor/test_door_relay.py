@@ -232,3 +232,36 @@ def test_a_shared_door_spreads_calls_and_merges_what_every_engine_reports(
     assert [g.ordinal for g in after.gpus] == [0, 0, 1, 1]  # e1's last good reply stands in
     assert isinstance(got["prove_after"], bytes)
     assert proved[-1] == "e0"
+
+
+def test_a_shared_door_leaves_out_an_engine_answering_garbage_and_reports_it(
+        tmp_path: Path) -> None:
+    async def answer(request: pb.GetStatusRequest, context: object) -> pb.GetStatusResponse:
+        return pb.GetStatusResponse(total_proofs_completed=3, uptime_seconds=9)
+
+    async def main() -> tuple[list[bytes | grpc.aio.AioRpcError], list[str]]:
+        good = await serve(tmp_path, answer, name="good")
+        bad = await serve(tmp_path, answer, name="bad", serializer=lambda m: b"\xff\xff")
+        door_address = f"unix://{tmp_path}/door.sock"
+        shared = dataclasses.replace(plan(door_address), engines=("bad", "good"))
+        doors = Doors([shared], asyncio.get_running_loop().time, DoorMetrics())
+        await doors.start()
+        told: list[str] = []
+        for name, (_, address) in (("bad", bad), ("good", good)):
+            seat = doors.seat(name)
+            assert seat is not None
+            seat.admit(address, told.append)
+        try:
+            replies = [await call(door_address, "GetStatus", b"") for _ in range(2)]
+            return replies, told
+        finally:
+            await doors.close(0)
+            for server, _ in (good, bad):
+                await server.stop(0)
+
+    replies, told = asyncio.run(main())
+    for reply in replies:  # the good engine's alone, as it came
+        assert reply == pb.GetStatusResponse(total_proofs_completed=3,
+                                             uptime_seconds=9).SerializeToString()
+    [error] = told  # once: the broken process is out of rotation after the first
+    assert "GetStatus's reply is not a cuzk.v1.GetStatusResponse" in error

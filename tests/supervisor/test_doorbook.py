@@ -141,6 +141,24 @@ def test_a_rolling_restart_of_a_shared_door_holds_nothing_and_loses_nothing() ->
         on[stopping] = []
 
 
+def test_a_shared_door_with_every_engine_out_releases_critical_then_high_then_spreads(
+        ) -> None:
+    b = book(engines=("a", "b"))
+    for engine in ("a", "b"):
+        b.admitting(engine, 0.0)
+        b.stop_admitting(engine)  # both stopping at once (a restart of everything)
+    for call_id, priority in enumerate([LOW, NORMAL, HIGH, CRITICAL], 1):
+        assert b.arrived(prove(call_id, priority=priority), 1.0) == [
+            Hold(call_id, 601.0)]
+    released = b.admitting("b", 2.0)
+    assert [(d.call, d.engine) for d in released if isinstance(d, Send)] == [
+        (4, "b"), (3, "b"), (1, "b"), (2, "b")]
+    assert b.admitting("a", 3.0) == []
+    # b has the four released: a takes the new calls until they are even, then in turn
+    placed = [sent(b.arrived(prove(i), 3.0))[i] for i in range(5, 12)]
+    assert placed == ["a", "a", "a", "a", "a", "b", "a"]
+
+
 def test_a_shared_door_with_no_engine_up_caches_reads_and_holds_a_preload_for_every_engine(
         ) -> None:
     b = book(engines=("a", "b"))
