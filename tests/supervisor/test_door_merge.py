@@ -73,8 +73,11 @@ cuzk_proof_duration_seconds_count {n}
 
 
 def test_metrics_are_one_valid_exposition_with_each_sample_labelled_by_engine() -> None:
+    # gpu2's sample of cuzk_proofs_completed_total follows the TYPE of cuzk_proofs_completed
+    late = "# TYPE cuzk_proofs_completed counter\ncuzk_proofs_completed_total 4\n"
     text = pb.GetMetricsResponse.FromString(merge_metrics(
-        [("gpu0", metrics(CUZK.format(n=2))), ("gpu1", metrics(CUZK.format(n=3)))])
+        [("gpu0", metrics(CUZK.format(n=2))), ("gpu1", metrics(CUZK.format(n=3))),
+         ("gpu2", metrics(late))])
     ).prometheus_text
     assert text.count("# TYPE cuzk_proof_duration_seconds summary") == 1
     assert text.count("# HELP ") == 1
@@ -88,7 +91,9 @@ def test_metrics_are_one_valid_exposition_with_each_sample_labelled_by_engine() 
         ("cuzk_proof_duration_seconds", {"engine": "gpu1", "quantile": "0.5"}, 1.5),
         ("cuzk_proof_duration_seconds_sum", {"engine": "gpu1"}, 3.0),
         ("cuzk_proof_duration_seconds_count", {"engine": "gpu1"}, 3.0)]
-    assert "cuzk_proofs_completed_total{engine=\"gpu1\"} 3\n" in text
+    assert ('cuzk_proofs_completed_total{engine="gpu1"} 3\n'
+            'cuzk_proofs_completed_total{engine="gpu2"} 4\n'
+            "# TYPE cuzk_proofs_completed counter\n") in text
 
 
 def test_hostile_metric_texts_still_merge_into_valid_exposition() -> None:

@@ -152,7 +152,9 @@ def _read_exposition(engine: str, text: str, families: dict[str, _Family]) -> No
         pairs = _labels(labels or "")
         if pairs is None:
             continue
-        if current is None or not _of_family(name, current.name):
+        if name in families:  # a family of its very name first (cuzk has ``x_total`` and ``x``)
+            current = families[name]
+        elif current is None or not _of_family(name, current.name):
             current = families.setdefault(name, _Family(name))
         own = ",".join(f'{k}="{v}"' for k, v in pairs if k != ENGINE_LABEL)
         current.samples.append(f'{name}{{{ENGINE_LABEL}="{_escaped(engine)}"'

@@ -284,7 +284,7 @@ class Door:
         assert isinstance(outcome, grpc.aio.AioRpcError)
         self._returned(call, Outcome.ERROR)
         self._proved(call, request, None, outcome.code().name)
-        if call.method in FROM_CACHE and (last := self._reading(call.method, {})) is not None:
+        if call.method in FROM_CACHE and (last := self._reading(call.method)) is not None:
             return last
         await _abort(context, outcome.code(), outcome.details() or "")
 
@@ -306,24 +306,23 @@ class Door:
                 replies[target[0]] = outcome
             elif isinstance(outcome, grpc.aio.AioRpcError):
                 errors.append(outcome)
-        for engine, reply in replies.items():
-            if call.method in FROM_CACHE:
-                self._last_reading[call.method, engine] = reply
-        if call.method == "PreloadSRS" and replies:
-            return merge_preload(list(replies.values()))
-        merged = self._reading(call.method, replies) if call.method in FROM_CACHE else None
-        if merged is not None:
-            return merged
+        if call.method not in FROM_CACHE:  # PreloadSRS
+            if replies:
+                return merge_preload(list(replies.values()))
+        else:
+            self._last_reading.update(((call.method, e), r) for e, r in replies.items())
+            if (merged := self._reading(call.method)) is not None:
+                return merged
         if errors:
             await _abort(context, errors[0].code(), errors[0].details() or "")
         await _abort(context, grpc.StatusCode.UNAVAILABLE,
                      f"{call.method}: every engine behind cuzkd's door ended under the call")
 
-    def _reading(self, method: str, fresh: dict[str, bytes]) -> bytes | None:
-        """A ``GetStatus``/``GetMetrics`` answer of the door's engines: each engine's
-        ``fresh`` reply, else its last good one, merged (None: none has answered yet)."""
-        known = {**{e: r for (m, e), r in self._last_reading.items() if m == method}, **fresh}
-        replies = [(engine, known[engine]) for engine in self.plan.engines if engine in known]
+    def _reading(self, method: str) -> bytes | None:
+        """A ``GetStatus``/``GetMetrics`` answer of the door's engines: the last good reply of
+        each, merged (None: none has answered yet)."""
+        replies = [(engine, self._last_reading[method, engine]) for engine in self.plan.engines
+                   if (method, engine) in self._last_reading]
         if not replies:
             return None
         if method == "GetMetrics":
@@ -332,7 +331,7 @@ class Door:
 
     async def _from_cache(self, method: str,
                           context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
-        last = self._reading(method, {})
+        last = self._reading(method)
         if last is None:
             await _abort(context, grpc.StatusCode.UNAVAILABLE,
                          f"{method}: no engine behind cuzkd's door can answer now, and none "
