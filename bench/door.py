@@ -24,10 +24,10 @@ both modes.
   gRPC error (by code), the proofs lost (calls that never got a COMPLETED reply) and what
   cuzkd counted (jobs lost at stops, door retries and refusals).
 
-- ``shared`` (``--shared``): two stand-ins behind one door (one cuzk per GPU), the same
-  Curio-like load, and a ``cuzkd swap`` that rolls them one at a time: the calls' errors and
-  lost proofs, and the p99 latency of the calls sent during the swap against that of the
-  calls sent in the ``--warm`` seconds before it (the swap's added p99).
+- ``shared`` (``--shared``): ``--engines`` stand-ins (2) behind one door (one cuzk per GPU),
+  the same Curio-like load, and a ``cuzkd swap`` that rolls them one at a time: the calls'
+  errors and lost proofs, and the p99 latency of the calls sent during the swap against that
+  of the calls sent in the ``--warm`` seconds before it (the swap's added p99).
 
 Prints Markdown tables (docs/benchmarks.md, *Front door*).
 
@@ -350,14 +350,16 @@ class SharedRun:
 
 
 def measure_shared(args: argparse.Namespace, payload: bytes) -> SharedRun:
-    """Two stand-ins behind one door through a rolling ``cuzkd swap`` under the load."""
+    """``--engines`` stand-ins behind one door through a rolling ``cuzkd swap`` under the
+    load (one: the pause a shared door removes)."""
     env = {"CUZK_STANDIN_SYNTH_SECS": str(args.synth), "CUZK_STANDIN_GPU_SECS": str(args.gpu),
            "CUZK_STANDIN_POST_SECS": str(args.post)}
     with tempfile.TemporaryDirectory(prefix="czd", dir="/tmp") as name:
         tmp = Path(name)
         address = f"unix://{tmp}/curio.sock"
         engines = []
-        for engine_name in ("cuzk0", "cuzk1"):
+        names = [f"cuzk{i}" for i in range(args.engines)]
+        for engine_name in names:
             engine, _ = cuzk_engine(tmp, engine_name, env=env, door=address,
                                     drain_timeout="60s")
             engine["command"][:2] = ["{binary}"]
@@ -367,7 +369,7 @@ def measure_shared(args: argparse.Namespace, payload: bytes) -> SharedRun:
                       "release_settle": "1s", "shutdown_grace": "60s"}
         sup = start_supervisor(write_config(tmp, engines, supervisor=supervisor), timeout=60)
         try:
-            for engine_name in ("cuzk0", "cuzk1"):
+            for engine_name in names:
                 sup.wait_engine(engine_name, lambda e: e["state"] == "running", timeout=60)
             swap_to = release(tmp, "cuzk-b", flag)
 
@@ -406,7 +408,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0, help="throughput run length")
     parser.add_argument("--stops", action="store_true", help="also the restart/swap/stall run")
     parser.add_argument("--shared", action="store_true",
-                        help="also two engines behind one door through a rolling swap")
+                        help="also engines behind one door through a rolling swap")
+    parser.add_argument("--engines", type=int, default=2, help="engines behind the door")
     parser.add_argument("--no-costs", action="store_true", help="skip latency and throughput")
     parser.add_argument("--every", type=float, default=0.25, help="s between Curio's calls")
     parser.add_argument("--synth", type=float, default=0.2, help="s per partition synthesis")
@@ -448,8 +451,8 @@ def main() -> None:
         s = measure_shared(args, payload)
         errors = ", ".join(f"{code} {n}" for code, n in s.errors.most_common()) or "0"
         before, during = percentile(s.before, .99), percentile(s.during, .99)
-        print("\n| two engines, one door | calls | completed | gRPC errors | proofs lost | "
-              "calls held | p99 before the swap | p99 during it | added p99 |")
+        print(f"\n| {args.engines} engine(s), one door | calls | completed | gRPC errors | "
+              "proofs lost | calls held | p99 before the swap | p99 during it | added p99 |")
         print("|---|---:|---:|---|---:|---:|---:|---:|---:|")
         print(f"| rolling swap | {s.calls} | {s.completed} | {errors} | "
               f"{s.calls - s.completed} | {s.held:g} | {before * 1e3:.0f} ms "
