@@ -24,9 +24,14 @@ both modes.
   gRPC error (by code), the proofs lost (calls that never got a COMPLETED reply) and what
   cuzkd counted (jobs lost at stops, door retries and refusals).
 
+- ``shared`` (``--shared``): ``--engines`` stand-ins (2) behind one door (one cuzk per GPU),
+  the same Curio-like load, and a ``cuzkd swap`` that rolls them one at a time: the calls'
+  errors and lost proofs, and the p99 latency of the calls sent during the swap against that
+  of the calls sent in the ``--warm`` seconds before it (the swap's added p99).
+
 Prints Markdown tables (docs/benchmarks.md, *Front door*).
 
-    .venv/bin/python bench/door.py [--modes direct door] [--calls 200] [--stops]
+    .venv/bin/python bench/door.py [--modes direct door] [--calls 200] [--stops] [--shared]
 """
 
 from __future__ import annotations
@@ -252,13 +257,21 @@ class CurioLoad:
         self._every = every
         self._calls: list[asyncio.Task[tuple[str, bytes | None]]] = []
         self._stop = asyncio.Event()
+        #: (sent, answered) of each call that ended, monotonic seconds
+        self.spans: list[tuple[float, float]] = []
 
     async def run(self) -> None:
         while not self._stop.is_set():
             data = next(self._requests)
             # a fresh request id for every call (bytes rebuilt only for the small ones)
-            self._calls.append(asyncio.create_task(call(self._chan, data)))
+            self._calls.append(asyncio.create_task(self._timed(data)))
             await asyncio.sleep(self._every)
+
+    async def _timed(self, data: bytes) -> tuple[str, bytes | None]:
+        sent = time.monotonic()
+        result = await call(self._chan, data)
+        self.spans.append((sent, time.monotonic()))
+        return result
 
     async def finish(self) -> list[tuple[str, bytes | None]]:
         self._stop.set()
@@ -283,6 +296,21 @@ def _stop(sup: RunningSupervisor, what: str, tmp_release: Path, flag: Path) -> N
                    and sup.engine("cuzk")["state"] == "running", 120, "a well engine")
 
 
+def tally(results: list[tuple[str, bytes | None]]) -> tuple[Counter[str], int, int]:
+    """(gRPC errors by code, proofs completed, proofs FAILED) of the calls' results."""
+    errors: Counter[str] = Counter()
+    completed = failed = 0
+    for code, reply in results:
+        if reply is None:
+            errors[code] += 1
+        elif (pb.ProveResponse.FromString(reply).result.status
+              == pb.AwaitProofResponse.COMPLETED):
+            completed += 1
+        else:
+            failed += 1
+    return errors, completed, failed
+
+
 def measure_stops(mode: str, args: argparse.Namespace, payload: bytes) -> StopRun:
     env = {"CUZK_STANDIN_SYNTH_SECS": str(args.synth), "CUZK_STANDIN_GPU_SECS": str(args.gpu),
            "CUZK_STANDIN_POST_SECS": str(args.post)}
@@ -302,19 +330,71 @@ def measure_stops(mode: str, args: argparse.Namespace, payload: bytes) -> StopRu
 
         results = asyncio.run(scenario())
         run = StopRun(mode, calls=len(results))
-        for code, reply in results:
-            if reply is None:
-                run.errors[code] += 1
-            elif (pb.ProveResponse.FromString(reply).result.status
-                  == pb.AwaitProofResponse.COMPLETED):
-                run.completed += 1
-            else:
-                run.failed += 1
+        run.errors, run.completed, run.failed = tally(results)
         run.jobs_lost = sum(counter(sup, "cuzkd_engine_jobs_lost_total").values())
         if mode == "door":
             run.retries = sum(counter(sup, "cuzkd_door_retries_total").values())
             run.refusals = {k: v for k, v in counter(sup, "cuzkd_door_refusals_total").items()
                             if v}
+    return run
+
+
+@dataclass
+class SharedRun:
+    calls: int = 0
+    completed: int = 0
+    errors: Counter[str] = field(default_factory=Counter)
+    during: list[float] = field(default_factory=list)
+    before: list[float] = field(default_factory=list)
+    held: float = 0.0
+
+
+def measure_shared(args: argparse.Namespace, payload: bytes) -> SharedRun:
+    """``--engines`` stand-ins behind one door through a rolling ``cuzkd swap`` under the
+    load (one: the pause a shared door removes)."""
+    env = {"CUZK_STANDIN_SYNTH_SECS": str(args.synth), "CUZK_STANDIN_GPU_SECS": str(args.gpu),
+           "CUZK_STANDIN_POST_SECS": str(args.post)}
+    with tempfile.TemporaryDirectory(prefix="czd", dir="/tmp") as name:
+        tmp = Path(name)
+        address = f"unix://{tmp}/curio.sock"
+        engines = []
+        names = [f"cuzk{i}" for i in range(args.engines)]
+        for engine_name in names:
+            engine, _ = cuzk_engine(tmp, engine_name, env=env, door=address,
+                                    drain_timeout="60s")
+            engine["command"][:2] = ["{binary}"]
+            engines.append(engine)
+        flag = tmp / "stall-never"
+        supervisor = {"initial_binary": str(release(tmp, "cuzk-a", flag)),
+                      "release_settle": "1s", "shutdown_grace": "60s"}
+        sup = start_supervisor(write_config(tmp, engines, supervisor=supervisor), timeout=60)
+        try:
+            for engine_name in names:
+                sup.wait_engine(engine_name, lambda e: e["state"] == "running", timeout=60)
+            swap_to = release(tmp, "cuzk-b", flag)
+
+            async def scenario() -> tuple[list[tuple[str, bytes | None]], CurioLoad, float,
+                                          float]:
+                load = CurioLoad(address, payload, args.every)
+                runner = asyncio.create_task(load.run())
+                await asyncio.sleep(args.warm)
+                began = time.monotonic()
+                await asyncio.to_thread(_stop, sup, "swap", swap_to, flag)
+                ended = time.monotonic()
+                await asyncio.sleep(args.warm)
+                results = await load.finish()
+                await runner
+                return results, load, began, ended
+
+            results, load, began, ended = asyncio.run(scenario())
+            run = SharedRun(calls=len(results))
+            run.errors, run.completed, _ = tally(results)
+            run.during = [end - sent for sent, end in load.spans if began <= sent <= ended]
+            run.before = [end - sent for sent, end in load.spans
+                          if began - args.warm <= sent < began]
+            run.held = sum(counter(sup, "cuzkd_door_hold_duration_seconds_count").values())
+        finally:
+            sup.stop(timeout=90)
     return run
 
 
@@ -327,6 +407,9 @@ def main() -> None:
     parser.add_argument("--callers", type=int, default=4, help="concurrent throughput callers")
     parser.add_argument("--seconds", type=float, default=10.0, help="throughput run length")
     parser.add_argument("--stops", action="store_true", help="also the restart/swap/stall run")
+    parser.add_argument("--shared", action="store_true",
+                        help="also engines behind one door through a rolling swap")
+    parser.add_argument("--engines", type=int, default=2, help="engines behind the door")
     parser.add_argument("--no-costs", action="store_true", help="skip latency and throughput")
     parser.add_argument("--every", type=float, default=0.25, help="s between Curio's calls")
     parser.add_argument("--synth", type=float, default=0.2, help="s per partition synthesis")
@@ -364,6 +447,17 @@ def main() -> None:
             print(f"| {r.mode} | {r.calls} | {r.completed} | {r.failed} | {errors} | "
                   f"{r.calls - r.completed} | {r.jobs_lost:g} | {r.retries:g} | "
                   f"{r.refusals or 0} |")
+    if args.shared:
+        s = measure_shared(args, payload)
+        errors = ", ".join(f"{code} {n}" for code, n in s.errors.most_common()) or "0"
+        before, during = percentile(s.before, .99), percentile(s.during, .99)
+        print(f"\n| {args.engines} engine(s), one door | calls | completed | gRPC errors | "
+              "proofs lost | calls held | p99 before the swap | p99 during it | added p99 |")
+        print("|---|---:|---:|---|---:|---:|---:|---:|---:|")
+        print(f"| rolling swap | {s.calls} | {s.completed} | {errors} | "
+              f"{s.calls - s.completed} | {s.held:g} | {before * 1e3:.0f} ms "
+              f"({len(s.before)}) | {during * 1e3:.0f} ms ({len(s.during)}) | "
+              f"{(during - before) * 1e3:+.0f} ms |")
 
 
 if __name__ == "__main__":

@@ -184,33 +184,55 @@ def _check_budgets(config: Config, where: str) -> None:
             "(\"200GiB\")", f"{where}: engine[{second}]"))
 
 
+#: What a door may not share an address with but another cuzk engine's door: the gRPC listen
+#: of a cuzk engine with door = "off", a bundled engine's listen, a process or http engine's
+#: status_url.
+_ENGINE_ROLES = frozenset({"grpc", "engine", "served"})
+
+
 @dataclass(frozen=True)
 class _Bound:
     """An address something in the config binds, and who: for the one sharing rule."""
 
     owner: str
     address: ListenAddress
-    #: a front door's address (two doors on one address are refused in their own words)
-    door: bool = False
+    #: "door": a front door (cuzk engines naming the very same one share it); "grpc": a cuzk
+    #: engine's own gRPC listen (its door off); "engine": a bundled engine's listen;
+    #: "served": a process or http engine's status_url (cuzkd binds nothing there, but a door
+    #: on it would take that engine's port); "": any other listener
+    role: str = ""
 
 
 def _check_shared_addresses(config: Config, where: str) -> None:
     """No two listeners on one address: cuzk engines' ``listen`` (or their doors) and
     ``status_listen``, the bundled engines' explicit ``listen``, cuzkd's own
-    ``metrics.listen`` and control socket. A wildcard host takes its port on every address.
+    ``metrics.listen`` and control socket; and no door where an engine serves its status.
+    A wildcard host takes its port on every address.
     (The default sockets in the state dir are one per engine name, names are unique.)
 
-    The one place the rule lives: issue 26 will let cuzk engines share one door.
+    The one exception: cuzk engines whose doors name the same address share that door (one
+    DoorPlan, :func:`cuzkd.config.doors.plan_doors`). Only the very same address: a wildcard
+    door and a loopback one on its port would be two servers on one port.
     """
     bound = list(_bound_addresses(config, where))
     for j, later in enumerate(bound):
         for earlier in bound[:j]:
-            if not _overlap(earlier.address, later.address):
+            roles = {earlier.role, later.role}
+            if not _overlap(earlier.address, later.address) or (
+                    "served" in roles and "door" not in roles):
                 continue
-            if earlier.door and later.door:
-                raise ConfigError(f"{later.owner}: the same door address as {earlier.owner}: "
-                                  "engines sharing one door is not supported yet; give each "
-                                  "engine its own (`door`), or turn one off (door = \"off\")")
+            if roles == {"door"}:
+                if earlier.address == later.address:
+                    continue  # one door, several engines behind it
+                raise ConfigError(f"{later.owner}: overlaps the door address of "
+                                  f"{earlier.owner} (a wildcard host takes its port on every "
+                                  "address): engines share a door only at the very same "
+                                  "address; give both the same one, or each its own")
+            if "door" in roles and roles & _ENGINE_ROLES:
+                raise ConfigError(f"{later.owner}: on the address of {earlier.owner}, and one "
+                                  "of them is a front door: a door is shared only by type "
+                                  "\"cuzk\" engines whose doors are all on (a cuzk engine with "
+                                  "door = \"off\" binds it itself); give each its own address")
             raise ConfigError(f"{later.owner}: binds the address {earlier.owner} binds; "
                               "give each its own")
 
@@ -230,7 +252,9 @@ def _bound_addresses(config: Config, where: str) -> Iterator[_Bound]:
     for i, eng in enumerate(config.engine):
         cuzk = eng.cuzk_file
         if eng.bundled and eng.listen and (listen := _listen_address(eng.listen)):
-            yield _Bound(f"{where}: key `engine[{i}].listen`", listen)
+            yield _Bound(f"{where}: key `engine[{i}].listen`", listen, "engine")
+        if not eng.cuzk and not eng.bundled and (served := _served_address(eng.status_url)):
+            yield _Bound(f"{where}: key `engine[{i}].status_url`", served, "served")
         if cuzk is None:
             continue
         engine = f"{where}: engine[{i}]"
@@ -240,12 +264,25 @@ def _bound_addresses(config: Config, where: str) -> Iterator[_Bound]:
         if door is not None:
             owner = (f"{where}: key `engine[{i}].door`" if eng.door else
                      f"{_cuzk_key(cuzk.path, 'daemon.listen', engine)}, the door's address")
-            yield _Bound(owner, parse_door_address(door), door=True)
+            yield _Bound(owner, parse_door_address(door), "door")
             continue
         owner = (f"{where}: key `engine[{i}].command` (cuzk --listen)"
                  if cuzk.listen_override is not None
                  else _cuzk_key(cuzk.path, "daemon.listen", engine))
-        yield _Bound(owner, _grpc_address(cuzk.grpc_listen))
+        yield _Bound(owner, _grpc_address(cuzk.grpc_listen), "grpc")
+
+
+def _served_address(url: str) -> ListenAddress | None:
+    """The ``HOST:PORT`` a process or http engine's ``status_url`` reaches (None: none, or
+    no port)."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return None
+    if not parts.hostname or port is None:
+        return None
+    return ListenAddress(host=parts.hostname, port=port)
 
 
 def _grpc_address(listen: str) -> ListenAddress:

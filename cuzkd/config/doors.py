@@ -36,7 +36,7 @@ class DoorPlan:
 
     #: as Curio dials it: ``unix:///PATH`` or ``HOST:PORT``
     address: str
-    #: the names of the engines behind it, in config order (one until doors are shared)
+    #: the names of the engines behind it, in config order
     engines: tuple[str, ...]
     #: seconds a call may wait in the door for an engine to take it
     hold_timeout: float
@@ -57,12 +57,14 @@ class DoorPlan:
 
 
 def plan_doors(config: Config) -> tuple[DoorPlan, ...]:
-    """The doors of ``config``: its engines grouped by door address, in config order."""
-    behind: dict[str, list[EngineConfig]] = {}
+    """The doors of ``config``: its engines grouped by door address (as bound: ``./`` and
+    ``//`` in a socket path do not make another door), in config order; a door's address is
+    spelled as its first engine names it."""
+    behind: dict[ListenAddress | str, tuple[str, list[EngineConfig]]] = {}
     for engine in config.engine:
         address = config.door_address(engine)
         if address is not None:
-            behind.setdefault(address, []).append(engine)
+            behind.setdefault(_door_key(address), (address, []))[1].append(engine)
     table = config.door
     return tuple(DoorPlan(
         address=address,
@@ -74,7 +76,16 @@ def plan_doors(config: Config) -> tuple[DoorPlan, ...]:
         retry_max_bytes=table.retry_max_bytes,
         socket_mode=parse_socket_mode(table.socket_mode),
         socket_group=table.socket_group,
-    ) for address, engines in behind.items())
+    ) for address, engines in behind.values())
+
+
+def _door_key(address: str) -> ListenAddress | str:
+    """What makes two door addresses one door: the address as bound, or (for an address the
+    checks refuse next) its spelling."""
+    try:
+        return parse_door_address(address)
+    except ValueError:
+        return address
 
 
 def engine_outage(engine: EngineConfig) -> float:

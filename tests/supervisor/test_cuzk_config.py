@@ -245,9 +245,6 @@ OWN = ('[daemon]\nlisten = "unix://{dir}/{name}.sock"\nstatus_listen = "127.0.0.
      '[daemon]\nstatus_listen = "0.0.0.0:9821"\nlisten = "unix://{dir}/b.sock"\n'
      '[memory]\ntotal_budget = "100GiB"\n',
      "daemon.status_listen", "binds the address"),
-    (OWN.format(dir="{dir}", name="same", n=21, budget="100GiB"),
-     OWN.format(dir="{dir}", name="same", n=31, budget="100GiB"),
-     "daemon.listen", "the same door address as {dir}/a.toml: key `daemon.listen`"),
     (OWN.format(dir="{dir}", name="{name}", n=21, budget="auto"),
      OWN.format(dir="{dir}", name="{name}", n=31, budget="auto"),
      "memory.total_budget", "each cuzk would budget all of the host's RAM"),

@@ -133,7 +133,8 @@ REFUSED = [
     ('door = "unix://{dir}/state/control.sock"', "", "engine[0].door",
      "binds the address {path}: key `supervisor.state_dir` (the control socket)"),
     ('door = "unix://{dir}/b.sock"', '[[engine]]\nname = "b"\nlisten = "unix:{dir}/b.sock"\n',
-     "engine[1].listen", "binds the address {path}: key `engine[0].door`"),
+     "engine[1].listen", "on the address of {path}: key `engine[0].door`, and one of them is "
+                         "a front door"),
     ("", "[door]\nhold_timeout = \"30m\"\n", "door.hold_timeout", "Curio's ProveTimeout"),
     ('door = "off"', "[door]\nhold_timeout = \"1h\"\n", "door.hold_timeout",
      "3600s is not below Curio's ProveTimeout"),  # wrong with or without a door
@@ -187,14 +188,70 @@ def test_a_door_on_an_engine_that_is_not_cuzk_is_refused(tmp_path: Path, engine:
         load_config(path)
 
 
-def test_two_engines_on_one_door_are_refused_as_not_supported_yet(tmp_path: Path) -> None:
+def test_engines_naming_one_door_share_it_with_the_longest_hold(tmp_path: Path) -> None:
+    """One cuzk per GPU, each pinned with its own config (the same proof kinds), all naming
+    Curio's address: one door (one plan, in config order), its hold outlasting the slowest."""
     door = f'door = "unix://{tmp_path}/curio.sock"'
-    path = _write(tmp_path, _cuzk_engine(tmp_path, door) + _cuzk_engine(
-        tmp_path, door.replace("curio.sock", "./curio.sock"), name="c1", status_port=9831))
-    with pytest.raises(ConfigError, match=rf"^{path}: key `engine\[1\]\.door`: the same door "
-                                          rf"address as {path}: key `engine\[0\]\.door`: "
-                                          "engines sharing one door is not supported yet"):
+    config = _load(tmp_path, _cuzk_engine(tmp_path, door) + _cuzk_engine(
+        tmp_path, door.replace("curio.sock", "./curio.sock") + "\nstart_timeout = 100",
+        name="c1", status_port=9831))
+    [plan] = config.doors
+    assert (plan.address, plan.engines, plan.name) == (
+        f"unix://{tmp_path}/curio.sock", ("c0", "c1"), "c0")
+    assert plan.hold_timeout == 180 + 100 + 30 + 60  # c1's restart is the longer
+    assert [config.door_address(e) for e in config.engine] == [
+        f"unix://{tmp_path}/curio.sock", f"unix://{tmp_path}/./curio.sock"]
+    assert len({config.grpc_address(e) for e in config.engine}) == 2  # private: one each
+
+
+def test_engines_whose_cuzk_files_name_one_listen_share_its_door(tmp_path: Path) -> None:
+    shared = f'listen = "unix://{tmp_path}/curio.sock"'
+    for name, port in (("c0", 9821), ("c1", 9831)):
+        (tmp_path / f"{name}.toml").write_text(
+            f'[daemon]\n{shared}\nstatus_listen = "127.0.0.1:{port}"\n'
+            f'[gpus]\ndevices = [{name[1]}]\n[memory]\ntotal_budget = "100GiB"\n')
+    engines = "".join(f'[[engine]]\nname = "{n}"\ntype = "cuzk"\n'
+                      f'command = ["cuzk-daemon", "-c", "{tmp_path}/{n}.toml"]\n'
+                      for n in ("c0", "c1"))
+    config = load_config(_write(tmp_path, engines))
+    assert [p.engines for p in config.doors] == [("c0", "c1")]
+
+
+@pytest.mark.parametrize(("second", "problem"), [
+    # the door off on one: its cuzk binds the very address the other's door does
+    ('door = "off"', r"key `daemon\.listen` \(the cuzk_config of .*: engine\[1\]\): on the "
+                     r"address of .*key `engine\[0\]\.door`, and one of them is a front "
+                     r"door: a door is shared only by type \"cuzk\" engines whose doors are "
+                     "all on"),
+    # a wildcard door on the port of a loopback one: two servers, not one door
+    ('door = "0.0.0.0:9900"', r"key `engine\[1\]\.door`: overlaps the door address of .*"
+                              r"key `engine\[0\]\.door`.*only at the very same address"),
+])
+def test_a_door_shared_with_a_door_turned_off_or_a_near_address_is_refused(
+        tmp_path: Path, second: str, problem: str) -> None:
+    first = ('door = "127.0.0.1:9900"' if "0.0.0.0" in second
+             else f'door = "unix://{tmp_path}/c1.sock"')
+    path = _write(tmp_path, _cuzk_engine(tmp_path, first) + _cuzk_engine(
+        tmp_path, second, name="c1", status_port=9831))
+    with pytest.raises(ConfigError, match=problem):
         load_config(path)
+
+
+@pytest.mark.parametrize(("other", "key"), [
+    ('[[engine]]\nname = "b"\nlisten = "unix:{dir}/curio.sock"\n', "listen"),
+    ('[[engine]]\nname = "p"\ncommand = ["prover"]\n'
+     'status_url = "http://127.0.0.1:9900/status"\n', "status_url"),
+])
+def test_a_door_shared_with_an_engine_not_of_type_cuzk_is_refused_naming_both(
+        tmp_path: Path, other: str, key: str) -> None:
+    door = ('"127.0.0.1:9900"' if key == "status_url" else f'"unix://{tmp_path}/curio.sock"')
+    path = _write(tmp_path, _cuzk_engine(tmp_path, f"door = {door}")
+                  + other.format(dir=tmp_path))
+    with pytest.raises(ConfigError, match=rf"^{path}: key `engine\[1\]\.{key}`: on the address"
+                                          rf" of {path}: key `engine\[0\]\.door`, and one of "
+                                          r"them is a front door: .* only by type \"cuzk\""):
+        load_config(path)
+    assert dispatch_main(["check-config", str(path)]) == 78
 
 
 def test_a_state_dir_the_private_socket_cannot_live_in_is_refused_behind_a_door(

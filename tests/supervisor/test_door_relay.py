@@ -10,10 +10,12 @@ drives it (admit, stop admitting, gone).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from pathlib import Path
+from typing import Any
 
 import grpc
-from support.cuzk_grpc import serve
+from support.cuzk_grpc import method, serve
 
 from cuzkd.config.doors import DoorPlan
 from cuzkd.cuzk import proving_pb2 as pb
@@ -129,4 +131,137 @@ def test_an_engine_answering_garbage_is_taken_out_of_rotation_and_reported(
         assert reply.code() is grpc.StatusCode.UNAVAILABLE
     assert answered == [1], "the second call never reached the broken process"
     [error] = told
+    assert "GetStatus's reply is not a cuzk.v1.GetStatusResponse" in error
+
+
+def test_a_shared_door_spreads_calls_and_merges_what_every_engine_reports(
+        tmp_path: Path) -> None:
+    """Two engines (one per GPU) behind one door: Proves go to the one with the fewest in
+    flight; GetStatus, GetMetrics and PreloadSRS go to both and come back merged; with one
+    gone, the other takes every call and its last good status stands in for the gone one."""
+    gate, all_in = asyncio.Event(), asyncio.Event()
+    proved: list[str] = []
+    ordinal = {"e0": 0, "e1": 1}
+
+    def engine_methods(name: str) -> dict[str, grpc.RpcMethodHandler[Any, Any]]:
+        async def prove(request: pb.ProveRequest, context: object) -> pb.ProveResponse:
+            proved.append(name)
+            if len(proved) == 4:
+                all_in.set()
+            await gate.wait()
+            job = request.submit.request_id
+            return pb.ProveResponse(result=pb.AwaitProofResponse(job_id=job))
+
+        async def preload(request: pb.PreloadSrsRequest,
+                          context: object) -> pb.PreloadSrsResponse:
+            return pb.PreloadSrsResponse(already_loaded=name == "e0",
+                                         load_time_ms=1500 * ordinal[name])
+
+        return {"Prove": method(prove, pb.ProveRequest),
+                "PreloadSRS": method(preload, pb.PreloadSrsRequest)}
+
+    def status(name: str) -> Any:
+        async def answer(request: pb.GetStatusRequest, context: object) -> pb.GetStatusResponse:
+            reply = pb.GetStatusResponse(total_proofs_completed=10 + ordinal[name],
+                                         uptime_seconds=100 * (1 + ordinal[name]))
+            for _ in range(2):  # cuzk lists one entry per GPU worker
+                reply.gpus.add(ordinal=ordinal[name], name="gpu")
+            reply.queues.add(proof_kind="POREP_SEAL_COMMIT", pending=1, in_progress=1)
+            return reply
+        return answer
+
+    def metrics(name: str) -> Any:
+        async def answer(request: pb.GetMetricsRequest,
+                         context: object) -> pb.GetMetricsResponse:
+            return pb.GetMetricsResponse(prometheus_text=(
+                "# TYPE cuzk_proofs_completed_total counter\n"
+                f"cuzk_proofs_completed_total {10 + ordinal[name]}\n"))
+        return answer
+
+    async def main() -> dict[str, Any]:
+        engines = {name: await serve(tmp_path, status(name), metrics=metrics(name), name=name,
+                                     more=engine_methods(name)) for name in ordinal}
+        door_address = f"unix://{tmp_path}/door.sock"
+        shared = dataclasses.replace(plan(door_address), engines=("e0", "e1"))
+        doors = Doors([shared], asyncio.get_running_loop().time, DoorMetrics())
+        await doors.start()
+        seats = {name: doors.seat(name) for name in ordinal}
+        for name, (_, address) in engines.items():
+            seat = seats[name]
+            assert seat is not None
+            seat.admit(address, lambda error: None)
+        got: dict[str, Any] = {}
+        try:
+            proves = [asyncio.create_task(call(door_address, "Prove", pb.ProveRequest(
+                submit=pb.SubmitProofRequest(request_id=f"porep-1-{i}")).SerializeToString()))
+                for i in range(4)]
+            await asyncio.wait_for(all_in.wait(), 20)
+            got["spread"] = sorted(proved)
+            gate.set()
+            got["proves"] = await asyncio.gather(*proves)
+            for what in ("GetStatus", "GetMetrics", "PreloadSRS"):
+                got[what] = await call(door_address, what, b"")
+            e1 = seats["e1"]
+            assert e1 is not None
+            e1.stop_admitting()
+            await engines["e1"][0].stop(0)
+            e1.gone(crashed=False)
+            got["status_after"] = await call(door_address, "GetStatus", b"")
+            got["prove_after"] = await call(door_address, "Prove", pb.ProveRequest(
+                submit=pb.SubmitProofRequest(request_id="porep-1-9")).SerializeToString())
+            return got
+        finally:
+            await doors.close(0)
+            await engines["e0"][0].stop(0)
+
+    got = asyncio.run(main())
+    assert got["spread"] == ["e0", "e0", "e1", "e1"]  # the fewest in flight, in turn
+    assert all(isinstance(reply, bytes) for reply in got["proves"])
+    status_reply = pb.GetStatusResponse.FromString(got["GetStatus"])
+    assert [g.ordinal for g in status_reply.gpus] == [0, 0, 1, 1]  # each GPU's workers
+    assert [(q.proof_kind, q.pending, q.in_progress) for q in status_reply.queues] == [
+        ("POREP_SEAL_COMMIT", 2, 2)]
+    assert (status_reply.total_proofs_completed, status_reply.uptime_seconds) == (21, 100)
+    text = pb.GetMetricsResponse.FromString(got["GetMetrics"]).prometheus_text
+    assert text == ("# TYPE cuzk_proofs_completed_total counter\n"
+                    'cuzk_proofs_completed_total{engine="e0"} 10\n'
+                    'cuzk_proofs_completed_total{engine="e1"} 11\n')
+    preload = pb.PreloadSrsResponse.FromString(got["PreloadSRS"])
+    assert (preload.already_loaded, preload.load_time_ms) == (False, 1500)
+    after = pb.GetStatusResponse.FromString(got["status_after"])
+    assert [g.ordinal for g in after.gpus] == [0, 0, 1, 1]  # e1's last good reply stands in
+    assert isinstance(got["prove_after"], bytes)
+    assert proved[-1] == "e0"
+
+
+def test_a_shared_door_leaves_out_an_engine_answering_garbage_and_reports_it(
+        tmp_path: Path) -> None:
+    async def answer(request: pb.GetStatusRequest, context: object) -> pb.GetStatusResponse:
+        return pb.GetStatusResponse(total_proofs_completed=3, uptime_seconds=9)
+
+    async def main() -> tuple[list[bytes | grpc.aio.AioRpcError], list[str]]:
+        good = await serve(tmp_path, answer, name="good")
+        bad = await serve(tmp_path, answer, name="bad", serializer=lambda m: b"\xff\xff")
+        door_address = f"unix://{tmp_path}/door.sock"
+        shared = dataclasses.replace(plan(door_address), engines=("bad", "good"))
+        doors = Doors([shared], asyncio.get_running_loop().time, DoorMetrics())
+        await doors.start()
+        told: list[str] = []
+        for name, (_, address) in (("bad", bad), ("good", good)):
+            seat = doors.seat(name)
+            assert seat is not None
+            seat.admit(address, told.append)
+        try:
+            replies = [await call(door_address, "GetStatus", b"") for _ in range(2)]
+            return replies, told
+        finally:
+            await doors.close(0)
+            for server, _ in (good, bad):
+                await server.stop(0)
+
+    replies, told = asyncio.run(main())
+    for reply in replies:  # the good engine's alone, as it came
+        assert reply == pb.GetStatusResponse(total_proofs_completed=3,
+                                             uptime_seconds=9).SerializeToString()
+    [error] = told  # once: the broken process is out of rotation after the first
     assert "GetStatus's reply is not a cuzk.v1.GetStatusResponse" in error

@@ -12,6 +12,7 @@ import pytest
 from cuzkd.states import DoorRefusal, DoorRetry
 from cuzkd.supervisor.core.doorbook import (
     FOLLOW_JOB,
+    Broadcast,
     Call,
     Code,
     Decision,
@@ -29,9 +30,9 @@ MiB = 1 << 20
 
 
 def book(*, hold_timeout: float = 600.0, calls: int = 8, nbytes: int = 100 * MiB,
-         retry: int = 60 * MiB) -> DoorBook:
+         retry: int = 60 * MiB, engines: tuple[str, ...] = ()) -> DoorBook:
     return DoorBook(hold_timeout=hold_timeout, hold_max_calls=calls, hold_max_bytes=nbytes,
-                    retry_max_bytes=retry)
+                    retry_max_bytes=retry, engines=engines)
 
 
 def prove(call_id: int, *, priority: int = NORMAL, size: int = 1000, job: str = "") -> Call:
@@ -88,6 +89,85 @@ def test_get_status_and_get_metrics_are_never_held_but_answered_from_the_cache()
     b.stop_admitting("a")
     assert b.arrived(Call(4, "GetMetrics", 0), 2.0) == [FromCache(4)]
     assert b.in_flight("a") == 0
+
+
+# -- several engines behind one door ----------------------------------------------------------
+
+def test_a_shared_door_asks_every_admitting_engine_for_status_metrics_and_srs() -> None:
+    b = book(engines=("gpu1", "gpu0"))
+    b.admitting("gpu0", 0.0)
+    b.admitting("gpu1", 0.0)
+    assert b.arrived(Call(1, "GetStatus", 0), 0.0) == [Broadcast(1, ("gpu1", "gpu0"))]
+    assert b.arrived(Call(2, "GetMetrics", 0), 0.0) == [Broadcast(2, ("gpu1", "gpu0"))]
+    assert b.arrived(Call(3, "PreloadSRS", 40), 0.0) == [Broadcast(3, ("gpu1", "gpu0"))]
+    assert b.in_flight("gpu0") == b.in_flight("gpu1") == 0  # no engine's work: ended here
+    assert sent(b.arrived(Call(4, "EvictSRS", 40), 0.0)) == {4: "gpu0"}  # one engine's
+    b.stop_admitting("gpu1")  # its stop began: only the other is asked
+    assert b.arrived(Call(5, "GetStatus", 0), 1.0) == [Broadcast(5, ("gpu0",))]
+    assert b.arrived(Call(1, "GetStatus", 0), 1.0) == [Broadcast(1, ("gpu0",))]  # number free
+
+
+def test_a_door_with_one_engine_sends_status_reads_to_it_as_before() -> None:
+    b = book(engines=("a",))
+    b.admitting("a", 0.0)
+    assert b.arrived(Call(1, "GetStatus", 0), 0.0) == [Send(1, "a")]
+    assert b.arrived(Call(2, "PreloadSRS", 0), 0.0) == [Send(2, "a")]
+
+
+def test_a_rolling_restart_of_a_shared_door_holds_nothing_and_loses_nothing() -> None:
+    """gpu0 stops (drained), its process ends, a new one starts; then gpu1 the same. Every
+    call meanwhile goes at once to the engine that admits, the drained one's jobs finish."""
+    b = book(engines=("gpu0", "gpu1"))
+    b.admitting("gpu0", 0.0)
+    b.admitting("gpu1", 0.0)
+    on = {"gpu0": [1], "gpu1": []}
+    assert sent(b.arrived(prove(1), 0.0)) == {1: "gpu0"}
+    call = 2
+    for stopping, other in (("gpu0", "gpu1"), ("gpu1", "gpu0")):
+        b.stop_admitting(stopping)
+        for _ in range(3):
+            decisions = b.arrived(prove(call, priority=CRITICAL if call % 2 else LOW), 1.0)
+            assert sent(decisions) == {call: other} and b.held_calls == 0
+            on[other].append(call)
+            call += 1
+        assert b.in_flight(stopping) == len(on[stopping]) > 0  # what its drain waits for
+        for done in on.pop(stopping):
+            assert b.returned(done, 2.0, Outcome.OK) == []
+        assert b.in_flight(stopping) == 0
+        assert b.gone(stopping, 2.0, crashed=False) == []  # drained: nothing to place again
+        assert b.arrived(Call(call, "GetStatus", 0), 2.5) == [Broadcast(call, (other,))]
+        call += 1
+        b.admitting(stopping, 3.0)
+        on[stopping] = []
+
+
+def test_a_shared_door_with_every_engine_out_releases_critical_then_high_then_spreads(
+        ) -> None:
+    b = book(engines=("a", "b"))
+    for engine in ("a", "b"):
+        b.admitting(engine, 0.0)
+        b.stop_admitting(engine)  # both stopping at once (a restart of everything)
+    for call_id, priority in enumerate([LOW, NORMAL, HIGH, CRITICAL], 1):
+        assert b.arrived(prove(call_id, priority=priority), 1.0) == [
+            Hold(call_id, 601.0)]
+    released = b.admitting("b", 2.0)
+    assert [(d.call, d.engine) for d in released if isinstance(d, Send)] == [
+        (4, "b"), (3, "b"), (1, "b"), (2, "b")]
+    assert b.admitting("a", 3.0) == []
+    # b has the four released: a takes the new calls until they are even, then in turn
+    placed = [sent(b.arrived(prove(i), 3.0))[i] for i in range(5, 12)]
+    assert placed == ["a", "a", "a", "a", "a", "b", "a"]
+
+
+def test_a_shared_door_with_no_engine_up_caches_reads_and_holds_a_preload_for_every_engine(
+        ) -> None:
+    b = book(engines=("a", "b"))
+    assert b.arrived(Call(1, "GetStatus", 0), 0.0) == [FromCache(1)]
+    assert b.arrived(Call(2, "PreloadSRS", 40), 0.0) == [Hold(2, 600.0)]
+    assert b.arrived(prove(3, priority=CRITICAL), 1.0) == [Hold(3, 601.0)]
+    assert b.admitting("b", 5.0) == [Send(3, "b", retain=True, held_for=4.0),
+                                     Broadcast(2, ("b",), held_for=5.0)]
+    assert b.held_calls == 0
 
 
 def test_a_full_door_refuses_the_newcomer_but_a_critical_call_displaces_the_last_one() -> None:
@@ -423,9 +503,11 @@ class Shell:
         return sorted(c for c, place in self.where.items() if place == engine)
 
 
-def test_ten_thousand_calls_through_two_crashing_engines_each_end_exactly_once() -> None:
+@pytest.mark.parametrize("shared", [(), ("a", "b")], ids=["two doors' worth", "one shared door"])
+def test_ten_thousand_calls_through_two_crashing_engines_each_end_exactly_once(
+        shared: tuple[str, ...]) -> None:
     rng = random.Random(25)
-    b = book(hold_timeout=30.0, calls=40, nbytes=40_000, retry=30_000)
+    b = book(hold_timeout=30.0, calls=40, nbytes=40_000, retry=30_000, engines=shared)
     shell = Shell(b)
     engines = {"a": False, "b": False}  # admitting?
     calls: dict[int, Call] = {}

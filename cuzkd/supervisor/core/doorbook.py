@@ -23,6 +23,11 @@ keeps a request's bytes for that only when the book says so (:attr:`Send.retain`
 jobs it had been given: the next process does not know them. A reply, even cuzk's ``FAILED``,
 is an ordinary return and never sent again.
 
+Several engines may share a door (one cuzk per GPU): each call goes to the admitting engine
+with the fewest in flight, and the reads of the whole engine -- ``GetStatus``, ``GetMetrics``,
+``PreloadSRS`` -- go to every admitting one (:class:`Broadcast`), their replies merged by the
+shell. While one of them restarts or swaps, the others take every call: none is held.
+
 The shell (:mod:`cuzkd.supervisor.door`) numbers calls, reads the few fields the book needs
 from a request (``Call``), carries each decision out and reports back: :meth:`arrived`,
 :meth:`returned`, :meth:`admitting`, :meth:`stop_admitting`, :meth:`gone`, :meth:`expired` at
@@ -48,6 +53,9 @@ RETRIABLE = frozenset({"Prove", "SubmitProof"})
 FROM_CACHE = frozenset({"GetStatus", "GetMetrics"})
 #: The calls about a job, which go to the engine that took its ``SubmitProof``.
 FOLLOW_JOB = frozenset({"AwaitProof", "CancelProof"})
+#: The calls a door shared by several engines sends to every admitting one, merging their
+#: replies: the status and metrics of all of them, an SRS loaded on each.
+TO_EVERY = frozenset({"GetStatus", "GetMetrics", "PreloadSRS"})
 
 #: cuzk's ``Priority`` values released ahead of arrival order, first first: CRITICAL, HIGH.
 EARLY_PRIORITIES = (4, 3)
@@ -140,6 +148,18 @@ class FromCache:
 
 
 @dataclass(frozen=True)
+class Broadcast:
+    """Send the call to each of ``engines`` (every admitting engine of a shared door, in the
+    door's order) and answer its caller with their replies merged. The call ends in the book
+    here: a status read or an SRS preload is no engine's work in flight (a drain does not wait
+    for it; an engine lost under it is left out of the merge). ``held_for`` as for Send."""
+
+    call: int
+    engines: tuple[str, ...]
+    held_for: float | None = None
+
+
+@dataclass(frozen=True)
 class Withdrawn:
     """The caller of a held call went away after ``held_for`` seconds: nothing to send."""
 
@@ -147,7 +167,7 @@ class Withdrawn:
     held_for: float
 
 
-Decision = Send | Hold | Refuse | FromCache | Withdrawn
+Decision = Send | Hold | Refuse | FromCache | Broadcast | Withdrawn
 
 
 @dataclass(frozen=True)
@@ -223,15 +243,19 @@ class DoorBook:
     Invariants (tests/supervisor/test_doorbook.py): held calls at most ``hold_max_calls``
     and ``hold_max_bytes``; none held past its ``until`` once :meth:`expired` has run then;
     retained bytes at most ``retry_max_bytes``; a call is sent twice at most; every call
-    ends exactly once (a return, a refusal, a withdrawal or a cached answer); an engine's
-    :meth:`in_flight` is 0 only when all its calls returned and all its jobs were collected.
+    ends exactly once (a return, a refusal, a withdrawal, a cached answer or a broadcast);
+    an engine's :meth:`in_flight` is 0 only when all its calls returned and all its jobs
+    were collected.
     """
 
     def __init__(self, *, hold_timeout: float, hold_max_calls: int, hold_max_bytes: int,
-                 retry_max_bytes: int) -> None:
+                 retry_max_bytes: int, engines: tuple[str, ...] = ()) -> None:
+        """``engines``: the door's engines, in its order; when there are several (a shared
+        door), the :data:`TO_EVERY` calls are a :class:`Broadcast` to the admitting ones."""
         #: fixed for the book's life: held calls are kept in the order of their deadlines,
         #: which a changed hold_timeout would break (a changed [door] is a new door)
         self.limits = DoorLimits(hold_timeout, hold_max_calls, hold_max_bytes, retry_max_bytes)
+        self._shared = engines if len(engines) > 1 else ()
         self._seats: dict[str, _Seat] = {}
         self._entries: dict[int, _Entry] = {}
         self._held: dict[int, _Entry] = {}
@@ -398,6 +422,8 @@ class DoorBook:
             return self._refuse(entry, now, DoorRefusal.UNKNOWN_JOB,
                                 f"no engine behind cuzkd's door holds job {_quoted(call.job)}",
                                 Code.NOT_FOUND)
+        if everyone := self._everyone(call):
+            return [self._broadcast(entry, everyone, now)]
         engine = self._fewest(entry.not_on)
         if engine is not None:
             return [self._send(entry, engine, now, retry)]
@@ -415,6 +441,18 @@ class DoorBook:
         seats = [s for s in self._seats.values() if s.admitting and s.serial != not_on]
         best = min(seats, key=lambda s: (len(s.calls) + len(s.jobs), s.name), default=None)
         return None if best is None else best.name
+
+    def _everyone(self, call: Call) -> tuple[str, ...]:
+        """The engines a call goes to all of: every admitting one of a shared door for a
+        :data:`TO_EVERY` call (empty: it goes to one engine, or waits)."""
+        if call.method not in TO_EVERY:
+            return ()
+        return tuple(name for name in self._shared if self.admits(name))
+
+    def _broadcast(self, entry: _Entry, engines: tuple[str, ...], now: float) -> Broadcast:
+        held_for = self._unhold(entry, now)
+        self._forget(entry)
+        return Broadcast(entry.call.id, engines, held_for)
 
     def _send(self, entry: _Entry, engine: str, now: float, retry: DoorRetry | None) -> Send:
         call = entry.call
@@ -465,6 +503,9 @@ class DoorBook:
         """Send the held calls an admitting engine can take, in release order."""
         decisions: list[Decision] = []
         for entry in sorted(self._held.values(), key=lambda e: e.order):
+            if everyone := self._everyone(entry.call):
+                decisions.append(self._broadcast(entry, everyone, now))
+                continue
             job = self._jobs.get(entry.call.job) if entry.call.method in FOLLOW_JOB else None
             engine = job.engine if job is not None else self._fewest(entry.not_on)
             if engine is not None:

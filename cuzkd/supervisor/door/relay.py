@@ -11,7 +11,10 @@ refused with ``UNAVAILABLE`` and the book's reason. Each call waits on its own m
 decisions, so a call whose engine died is simply placed again by the next decision.
 
 ``GetStatus`` and ``GetMetrics`` never wait: an engine that takes calls answers them, else the
-last good reply is given again, else a clear ``UNAVAILABLE``. Requests that do not decode as
+last good reply is given again, else a clear ``UNAVAILABLE``. A door several engines share
+asks each admitting one for them and for ``PreloadSRS`` (the book's Broadcast) and answers
+with the replies merged (:mod:`.merge`), an engine that cannot answer now standing in with
+its last good reply. Requests that do not decode as
 their method's message get ``INVALID_ARGUMENT``, an unknown method ``UNIMPLEMENTED``, a message
 over the size limit grpc's ``RESOURCE_EXHAUSTED``: the engines never see them.
 """
@@ -34,6 +37,7 @@ from cuzkd.metrics.door_metrics import DoorMetrics
 from cuzkd.states import HoldEnd
 from cuzkd.supervisor.core.doorbook import (
     FROM_CACHE,
+    Broadcast,
     Call,
     Decision,
     DoorBook,
@@ -44,6 +48,7 @@ from cuzkd.supervisor.core.doorbook import (
     Send,
     Withdrawn,
 )
+from cuzkd.supervisor.door.merge import merge_metrics, merge_preload, merge_status
 from cuzkd.supervisor.door.requests import (
     REQUESTS,
     SERVICE,
@@ -61,9 +66,11 @@ log = structlog.get_logger("cuzkd.supervisor")
 #: given instead (cuzk's GetStatus runs nvidia-smi: tens of milliseconds).
 READING_TIMEOUT = 5.0
 
-#: What a waiting call is told next: send it (to an engine's process, by its generation then),
-#: refuse it, or answer it from the last good reply.
-Placement = tuple[str, int] | Refuse | FromCache
+#: Where a call goes: an engine's process, by its generation when the book decided.
+Target = tuple[str, int]
+#: What a waiting call is told next: send it (to one process, or to each of a list and merge
+#: their replies), refuse it, or answer it from the last good reply.
+Placement = Target | list[Target] | Refuse | FromCache
 
 
 class Door:
@@ -78,14 +85,15 @@ class Door:
         self._book = DoorBook(hold_timeout=plan.hold_timeout,
                               hold_max_calls=plan.hold_max_calls,
                               hold_max_bytes=plan.hold_max_bytes,
-                              retry_max_bytes=plan.retry_max_bytes)
+                              retry_max_bytes=plan.retry_max_bytes,
+                              engines=plan.engines)
         self.seats = {name: EngineSeat(name, plan.max_message_bytes, self)
                       for name in plan.engines}
         self._ids = itertools.count(1)
         #: call id -> its mailbox while its caller waits (see :data:`Placement`)
         self._mail: dict[int, asyncio.Queue[Placement]] = {}
-        #: method -> the last good reply's bytes (GetStatus, GetMetrics)
-        self._last_reading: dict[str, bytes] = {}
+        #: (method, engine) -> that engine's last good reply's bytes (GetStatus, GetMetrics)
+        self._last_reading: dict[tuple[str, str], bytes] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._log = log.bind(door=plan.name)
         #: refusals log once per 10 s per reason (a full door refuses every call)
@@ -147,6 +155,8 @@ class Door:
                                       error=decision.message, held_for=decision.held_for)
                 case FromCache() if mailbox is not None:
                     mailbox.put_nowait(decision)
+                case Broadcast(engines=engines) if mailbox is not None:
+                    mailbox.put_nowait([(e, self.seats[e].generation) for e in engines])
                 case Hold(retry=retry) if retry is not None:
                     self._log.info("door_retry_deferred", call=decision.call,
                                    reason=str(retry))
@@ -158,7 +168,7 @@ class Door:
         counted where it is decided: sent at once, or held for the engine's next process."""
         door, metrics = self.plan.name, self._metrics
         match decision:
-            case Send(held_for=held_for) if held_for is not None:
+            case Send(held_for=held_for) | Broadcast(held_for=held_for) if held_for is not None:
                 metrics.hold_ended(door, held_for, HoldEnd.PLACED)
             case Refuse(held_for=held_for) if held_for is not None:
                 metrics.hold_ended(door, held_for, HoldEnd.REFUSED)
@@ -217,6 +227,9 @@ class Door:
                 if isinstance(placement, FromCache):
                     ended = True
                     return await self._from_cache(method, context)
+                if isinstance(placement, list):
+                    ended = True
+                    return await self._to_every(call, path, request, placement, context)
                 outcome = await self._send(call, path, request, placement, context)
                 if isinstance(outcome, bytes) and (why := broken_reply(method, outcome)):
                     self._broken_answer(call, placement, why)
@@ -226,7 +239,7 @@ class Door:
                 if outcome in (LOST, BROKEN):
                     continue  # its engine died under it: the book's next decision places it
                 ended = True
-                return await self._answer(call, request, outcome, context)
+                return await self._answer(call, request, placement[0], outcome, context)
         finally:
             del self._mail[call.id]
             if not ended:  # its caller went away (cancelled, deadline): the book forgets it
@@ -249,7 +262,7 @@ class Door:
         if call.method == "Prove":
             self._metrics.proved(self.plan.name, request, reply, code)
 
-    async def _send(self, call: Call, path: str, request: bytes, placement: tuple[str, int],
+    async def _send(self, call: Call, path: str, request: bytes, placement: Target,
                     context: grpc.aio.ServicerContext[bytes, bytes]) -> object:
         engine, generation = placement
         timeout = context.time_remaining()
@@ -257,7 +270,7 @@ class Door:
             timeout = min(timeout or READING_TIMEOUT, READING_TIMEOUT)
         return await self.seats[engine].send(path, request, generation, timeout)
 
-    async def _answer(self, call: Call, request: bytes, outcome: object,
+    async def _answer(self, call: Call, request: bytes, engine: str, outcome: object,
                       context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
         """Report how the engine answered, then pass its answer on: the reply's bytes, its
         gRPC error, or (GetStatus/GetMetrics) the last good reply instead of an error."""
@@ -266,18 +279,59 @@ class Door:
             self._returned(call, Outcome.OK, job)
             self._proved(call, request, outcome, grpc.StatusCode.OK.name)
             if call.method in FROM_CACHE:
-                self._last_reading[call.method] = outcome
+                self._last_reading[call.method, engine] = outcome
             return outcome
         assert isinstance(outcome, grpc.aio.AioRpcError)
         self._returned(call, Outcome.ERROR)
         self._proved(call, request, None, outcome.code().name)
-        if call.method in FROM_CACHE and call.method in self._last_reading:
-            return self._last_reading[call.method]
+        if call.method in FROM_CACHE and (last := self._reading(call.method)) is not None:
+            return last
         await _abort(context, outcome.code(), outcome.details() or "")
+
+    async def _to_every(self, call: Call, path: str, request: bytes, targets: list[Target],
+                        context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+        """A shared door's status read or preload: sent to each engine at once, answered
+        with the good replies merged (a status read also with the last good reply of each
+        engine that gave none now). An engine answering garbage is restarted, as for any
+        call; one lost under the call is left out. Only when no engine answered is the call
+        an error: the first engine's, else ``UNAVAILABLE``."""
+        outcomes = await asyncio.gather(*(self._send(call, path, request, target, context)
+                                          for target in targets))
+        replies: dict[str, bytes] = {}
+        errors: list[grpc.aio.AioRpcError] = []
+        for target, outcome in zip(targets, outcomes, strict=True):
+            if isinstance(outcome, bytes) and (why := broken_reply(call.method, outcome)):
+                self._broken_answer(call, target, why)
+            elif isinstance(outcome, bytes):
+                replies[target[0]] = outcome
+            elif isinstance(outcome, grpc.aio.AioRpcError):
+                errors.append(outcome)
+        if call.method not in FROM_CACHE:  # PreloadSRS
+            if replies:
+                return merge_preload(list(replies.values()))
+        else:
+            self._last_reading.update(((call.method, e), r) for e, r in replies.items())
+            if (merged := self._reading(call.method)) is not None:
+                return merged
+        if errors:
+            await _abort(context, errors[0].code(), errors[0].details() or "")
+        await _abort(context, grpc.StatusCode.UNAVAILABLE,
+                     f"{call.method}: every engine behind cuzkd's door ended under the call")
+
+    def _reading(self, method: str) -> bytes | None:
+        """A ``GetStatus``/``GetMetrics`` answer of the door's engines: the last good reply of
+        each, merged (None: none has answered yet)."""
+        replies = [(engine, self._last_reading[method, engine]) for engine in self.plan.engines
+                   if (method, engine) in self._last_reading]
+        if not replies:
+            return None
+        if method == "GetMetrics":
+            return merge_metrics(replies)
+        return merge_status([reply for _, reply in replies])
 
     async def _from_cache(self, method: str,
                           context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
-        last = self._last_reading.get(method)
+        last = self._reading(method)
         if last is None:
             await _abort(context, grpc.StatusCode.UNAVAILABLE,
                          f"{method}: no engine behind cuzkd's door can answer now, and none "
