@@ -246,17 +246,16 @@ class CurioLoad:
 
     def __init__(self, address: str, payload: bytes, every: float) -> None:
         self._chan = channel(address)
-        self._requests = itertools.cycle(
-            [request(kind, priority, payload if name == "porep-c2" else b"")
-             for name, kind, priority in MIX])
+        self._mix = itertools.cycle(MIX)
+        self._payload = payload
         self._every = every
         self._calls: list[asyncio.Task[tuple[str, bytes | None]]] = []
         self._stop = asyncio.Event()
 
     async def run(self) -> None:
         while not self._stop.is_set():
-            data = next(self._requests)
-            # a fresh request id for every call (bytes rebuilt only for the small ones)
+            name, kind, priority = next(self._mix)  # each call its own request id
+            data = request(kind, priority, self._payload if name == "porep-c2" else b"")
             self._calls.append(asyncio.create_task(call(self._chan, data)))
             await asyncio.sleep(self._every)
 
