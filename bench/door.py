@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import itertools
 import os
 import statistics
@@ -42,7 +43,7 @@ import tempfile
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,10 +77,28 @@ MIX = (("porep-c2", pb.POREP_SEAL_COMMIT, pb.NORMAL), ("snap-update", pb.SNAP_DE
 _ids = itertools.count(1)
 
 
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append(value & 0x7F | (0x80 if value > 0x7F else 0))
+        value >>= 7
+        if not value:
+            return bytes(out)
+
+
+@functools.lru_cache(maxsize=2)
+def _proof_field(payload: bytes) -> bytes:
+    """``vanilla_proof`` (field 10) as on the wire: built once per payload."""
+    return b"\x52" + _varint(len(payload)) + payload if payload else b""
+
+
 def request(kind: int, priority: int, payload: bytes = b"") -> bytes:
-    return pb.ProveRequest(submit=pb.SubmitProofRequest(
-        request_id=f"bench-{next(_ids)}", proof_kind=kind, priority=priority,
-        sector_size=32 << 30, vanilla_proof=payload)).SerializeToString()
+    """A ProveRequest with a request id of its own: its small fields by protobuf, the payload
+    field appended (the same bytes protobuf writes, for one copy of the payload, not two)."""
+    head = pb.SubmitProofRequest(request_id=f"bench-{next(_ids)}", proof_kind=kind,
+                                 priority=priority, sector_size=32 << 30).SerializeToString()
+    proof = _proof_field(payload)
+    return b"".join((b"\x0a", _varint(len(head) + len(proof)), head, proof))
 
 
 def channel(address: str) -> grpc.aio.Channel:
@@ -169,13 +188,14 @@ INSTANT = {"CUZK_STANDIN_SYNTH_SECS": "0", "CUZK_STANDIN_GPU_SECS": "0",
            "CUZK_STANDIN_POST_SECS": "0"}
 
 
-async def latencies(address: str, data: bytes, n: int) -> list[float]:
+async def latencies(address: str, make: Callable[[], bytes], n: int) -> list[float]:
     chan = channel(address)
     try:
         for _ in range(3):  # the connection and the first calls' warm-up
-            await call(chan, data)
+            await call(chan, make())
         out = []
         for _ in range(n):
+            data = make()
             began = time.perf_counter()
             code, _reply = await call(chan, data)
             assert code == "OK", code
@@ -185,7 +205,8 @@ async def latencies(address: str, data: bytes, n: int) -> list[float]:
         await chan.close()
 
 
-async def throughput(address: str, data: bytes, callers: int, seconds: float) -> tuple[int, float]:
+async def throughput(address: str, make: Callable[[], bytes], callers: int,
+                     seconds: float) -> tuple[int, float]:
     """(bytes of requests answered, seconds) with ``callers`` calls in flight at all times."""
     chan = channel(address)
     sent = 0
@@ -194,6 +215,7 @@ async def throughput(address: str, data: bytes, callers: int, seconds: float) ->
     async def caller() -> None:
         nonlocal sent
         while time.monotonic() < deadline:
+            data = make()
             code, _ = await call(chan, data)
             assert code == "OK", code
             sent += len(data)
@@ -216,8 +238,12 @@ class Costs:
 
 def measure_costs(mode: str, args: argparse.Namespace, payload: bytes) -> Costs:
     with supervised(mode, INSTANT) as (sup, address, _):
-        small = request(pb.WINNING_POST, pb.CRITICAL)
-        large = request(pb.POREP_SEAL_COMMIT, pb.NORMAL, payload)
+        def small() -> bytes:
+            return request(pb.WINNING_POST, pb.CRITICAL)
+
+        def large() -> bytes:
+            return request(pb.POREP_SEAL_COMMIT, pb.NORMAL, payload)
+
         small_s = asyncio.run(latencies(address, small, args.calls))
         large_s = asyncio.run(latencies(address, large, max(10, args.calls // 10)))
         cpu = cpu_seconds(sup.proc.pid)
