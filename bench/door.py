@@ -136,10 +136,12 @@ def counter(sup: RunningSupervisor, name: str) -> dict[str, float]:
 
 def release(tmp: Path, name: str, stall_flag: Path) -> Path:
     """A release of the stand-in ``cuzkd swap`` can install; while ``stall_flag`` exists its
-    next process stalls every GPU run (and removes the flag: the one after is well)."""
+    next process makes no progress at all, synthesis, GPU and PoSt (and removes the flag: the
+    one after is well)."""
     path = tmp / name
     path.write_text(f"#!/bin/sh\nif [ -e {stall_flag} ]; then rm -f {stall_flag}; "
-                    "export CUZK_STANDIN_GPU_SECS=3600; fi\n"
+                    "export CUZK_STANDIN_SYNTH_SECS=3600 CUZK_STANDIN_GPU_SECS=3600 "
+                    "CUZK_STANDIN_POST_SECS=3600; fi\n"
                     f"exec {sys.executable} {SCRIPT} \"$@\"\n")
     path.chmod(0o755)
     return path
