@@ -56,6 +56,7 @@ sys.path.insert(0, str(REPO / "tests"))  # support: the stand-in and the harness
 
 from support.cuzk_harness import cuzk_engine  # noqa: E402
 from support.cuzk_standin import SCRIPT  # noqa: E402
+from support.protowire import length_delimited, tag, varint  # noqa: E402
 from support.supervisor_harness import (  # noqa: E402
     RunningSupervisor,
     start_supervisor,
@@ -77,19 +78,10 @@ MIX = (("porep-c2", pb.POREP_SEAL_COMMIT, pb.NORMAL), ("snap-update", pb.SNAP_DE
 _ids = itertools.count(1)
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        out.append(value & 0x7F | (0x80 if value > 0x7F else 0))
-        value >>= 7
-        if not value:
-            return bytes(out)
-
-
 @functools.lru_cache(maxsize=2)
 def _proof_field(payload: bytes) -> bytes:
     """``vanilla_proof`` (field 10) as on the wire: built once per payload."""
-    return b"\x52" + _varint(len(payload)) + payload if payload else b""
+    return length_delimited(10, payload) if payload else b""
 
 
 def request(kind: int, priority: int, payload: bytes = b"") -> bytes:
@@ -98,7 +90,7 @@ def request(kind: int, priority: int, payload: bytes = b"") -> bytes:
     head = pb.SubmitProofRequest(request_id=f"bench-{next(_ids)}", proof_kind=kind,
                                  priority=priority, sector_size=32 << 30).SerializeToString()
     proof = _proof_field(payload)
-    return b"".join((b"\x0a", _varint(len(head) + len(proof)), head, proof))
+    return b"".join((tag(1, 2), varint(len(head) + len(proof)), head, proof))
 
 
 def channel(address: str) -> grpc.aio.Channel:
