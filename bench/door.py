@@ -260,6 +260,8 @@ class StopRun:
     jobs_lost: float = 0
     retries: float = 0
     refusals: dict[str, float] = field(default_factory=dict)
+    #: cuzkd_door_proofs_total by result (what the door's metrics counted)
+    counted: Counter[str] = field(default_factory=Counter)
 
 
 class CurioLoad:
@@ -336,6 +338,8 @@ def measure_stops(mode: str, args: argparse.Namespace, payload: bytes) -> StopRu
             run.retries = len(sup.events("door_call_retried"))
             run.refusals = {k: v for k, v in counter(sup, "cuzkd_door_refusals_total").items()
                             if v}
+            for labels, n in counter(sup, "cuzkd_door_proofs_total").items():
+                run.counted[labels.split('result="')[1].split('"')[0]] += int(n)
     return run
 
 
@@ -379,13 +383,13 @@ def main() -> None:
     if args.stops:
         runs = [measure_stops(mode, args, payload) for mode in args.modes]
         print("\n| mode | calls | completed | failed | gRPC errors | proofs lost | "
-              "cuzkd: jobs lost at stops | door retries | door refusals |")
-        print("|---|---:|---:|---:|---|---:|---:|---:|---|")
+              "cuzkd: jobs lost at stops | door retries | door refusals | door counted |")
+        print("|---|---:|---:|---:|---|---:|---:|---:|---|---|")
         for r in runs:
             errors = ", ".join(f"{code} {n}" for code, n in r.errors.most_common()) or "0"
             print(f"| {r.mode} | {r.calls} | {r.completed} | {r.failed} | {errors} | "
                   f"{r.calls - r.completed} | {r.jobs_lost:g} | {r.retries:g} | "
-                  f"{r.refusals or 0} |")
+                  f"{r.refusals or 0} | {dict(r.counted) or '-'} |")
 
 
 if __name__ == "__main__":
