@@ -36,6 +36,7 @@ import asyncio
 import functools
 import itertools
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -140,12 +141,15 @@ def release(tmp: Path, name: str, stall_flag: Path) -> Path:
 
 
 @contextmanager
-def supervised(mode: str, env: dict[str, str], **keys: Any) -> Iterator[
+def supervised(mode: str, keep: bool, env: dict[str, str], **keys: Any) -> Iterator[
         tuple[RunningSupervisor, str, Path]]:
     """cuzkd with the stand-in behind a door (``door``) or not (``direct``): (the supervisor,
-    the address callers dial, the stall flag of its releases)."""
-    with tempfile.TemporaryDirectory(prefix="czd", dir="/tmp") as name:
-        tmp = Path(name)
+    the address callers dial, the stall flag of its releases). ``keep``: leave the run's
+    directory (configs, ``cuzkd.log``) in place."""
+    tmp = Path(tempfile.mkdtemp(prefix="czd", dir="/tmp"))
+    if keep:
+        print(f"{mode}: {tmp}", file=sys.stderr)
+    try:
         engine, address = cuzk_engine(tmp, env=env, door="" if mode == "door" else "off",
                                       **keys)
         flag = tmp / "stall-once"
@@ -158,6 +162,9 @@ def supervised(mode: str, env: dict[str, str], **keys: Any) -> Iterator[
             yield sup, address, flag
         finally:
             sup.stop(timeout=90)
+    finally:
+        if not keep:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 # -- reading a large request -------------------------------------------------------------------
@@ -233,7 +240,7 @@ class Costs:
 
 
 def measure_costs(mode: str, args: argparse.Namespace, payload: bytes) -> Costs:
-    with supervised(mode, INSTANT) as (sup, address, _):
+    with supervised(mode, args.keep, INSTANT) as (sup, address, _):
         def small() -> bytes:
             return request(pb.WINNING_POST, pb.CRITICAL)
 
@@ -309,7 +316,8 @@ def _stop(sup: RunningSupervisor, what: str, tmp_release: Path, flag: Path) -> N
 def measure_stops(mode: str, args: argparse.Namespace, payload: bytes) -> StopRun:
     env = {"CUZK_STANDIN_SYNTH_SECS": str(args.synth), "CUZK_STANDIN_GPU_SECS": str(args.gpu),
            "CUZK_STANDIN_POST_SECS": str(args.post)}
-    with supervised(mode, env, stall_after="5s", drain_timeout="60s") as (sup, address, flag):
+    with supervised(mode, args.keep, env, stall_after="5s",
+                    drain_timeout="60s") as (sup, address, flag):
         swap_to = release(Path(str(sup.config)).parent, "cuzk-b", flag)
 
         async def scenario() -> list[tuple[str, bytes | None]]:
@@ -358,6 +366,7 @@ def main() -> None:
     parser.add_argument("--gpu", type=float, default=0.05, help="GPU s per partition")
     parser.add_argument("--post", type=float, default=0.3, help="s per PoSt proof")
     parser.add_argument("--warm", type=float, default=8.0, help="s of load between stops")
+    parser.add_argument("--keep", action="store_true", help="keep each run's directory")
     args = parser.parse_args()
     payload = os.urandom(int(args.payload_mb * 1e6))
     parsed, walked, copied = read_costs(request(pb.POREP_SEAL_COMMIT, pb.NORMAL, payload))
