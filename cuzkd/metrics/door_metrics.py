@@ -166,11 +166,12 @@ class DoorMetrics:
         self._door(door).held = n
 
     def hold_ended(self, door: str, seconds: float, outcome: HoldEnd) -> None:
-        """A call held ``seconds`` left the hold, as ``outcome`` says."""
+        """A call held ``seconds`` left the hold, as ``outcome`` says (a negative or NaN
+        duration, a clock's mistake, is 0: it must not make the sum go down or NaN for good)."""
         holds = self._door(door).holds
         if (histogram := holds.get(outcome)) is None:
             histogram = holds[outcome] = _Histogram(HOLD_BUCKETS)
-        histogram.observe(seconds)
+        histogram.observe(max(0.0, seconds))
 
     def retried(self, door: str, reason: DoorRetry) -> None:
         self._door(door).retries[reason] += 1
