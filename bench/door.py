@@ -22,7 +22,7 @@ both modes.
   ``cuzkd restart``, a ``cuzkd swap`` and a stall kill (a release that stalls its GPU runs
   once: the watchdog kills it), then every call waited for. Reports the calls that ended in a
   gRPC error (by code), the proofs lost (calls that never got a COMPLETED reply) and what
-  cuzkd counted (jobs lost at stops, ``door_call_retried`` events, door refusals).
+  cuzkd counted (jobs lost at stops, the door's retries, refusals and proofs by result).
 
 Prints Markdown tables (docs/benchmarks.md, *Front door*).
 
@@ -342,8 +342,8 @@ def measure_stops(mode: str, args: argparse.Namespace, payload: bytes) -> StopRu
             else:
                 run.failed += 1
         run.jobs_lost = sum(counter(sup, "cuzkd_engine_jobs_lost_total").values())
-        if mode == "door":  # each retry is logged (door_call_retried); refusals rate-limited
-            run.retries = len(sup.events("door_call_retried"))
+        if mode == "door":
+            run.retries = sum(counter(sup, "cuzkd_door_retries_total").values())
             run.refusals = {k: v for k, v in counter(sup, "cuzkd_door_refusals_total").items()
                             if v}
             for labels, n in counter(sup, "cuzkd_door_proofs_total").items():
