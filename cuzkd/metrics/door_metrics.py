@@ -67,7 +67,8 @@ _ERRORS = {code.name: f"error:{code.name.lower()}" for code in grpc.StatusCode
            if code is not grpc.StatusCode.OK}
 _ERROR_UNKNOWN = _ERRORS[grpc.StatusCode.UNKNOWN.name]
 
-#: (family name, help, the reply's timing): each a histogram by door and kind
+#: (family name, help) of each timing of a reply, in :func:`_timings` order: histograms by door
+#: and kind
 _TIMINGS: tuple[tuple[str, str], ...] = (
     ("cuzkd_door_proof_duration_seconds", "total_ms: the proof from submit to result"),
     ("cuzkd_door_proof_queue_wait_seconds", "queue_wait_ms: waiting in cuzk's scheduler"),
