@@ -22,7 +22,7 @@ both modes.
   ``cuzkd restart``, a ``cuzkd swap`` and a stall kill (a release that stalls its GPU runs
   once: the watchdog kills it), then every call waited for. Reports the calls that ended in a
   gRPC error (by code), the proofs lost (calls that never got a COMPLETED reply) and what
-  cuzkd counted (jobs lost at stops, door retries and refusals).
+  cuzkd counted (jobs lost at stops, the door's retries, refusals and proofs by result).
 
 - ``shared`` (``--shared``): ``--engines`` stand-ins (2) behind one door (one cuzk per GPU),
   the same Curio-like load, and a ``cuzkd swap`` that rolls them one at a time: the calls'
@@ -38,8 +38,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import itertools
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -47,7 +49,7 @@ import tempfile
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +62,7 @@ sys.path.insert(0, str(REPO / "tests"))  # support: the stand-in and the harness
 
 from support.cuzk_harness import cuzk_engine  # noqa: E402
 from support.cuzk_standin import SCRIPT  # noqa: E402
+from support.protowire import length_delimited, tag, varint  # noqa: E402
 from support.supervisor_harness import (  # noqa: E402
     RunningSupervisor,
     start_supervisor,
@@ -81,10 +84,19 @@ MIX = (("porep-c2", pb.POREP_SEAL_COMMIT, pb.NORMAL), ("snap-update", pb.SNAP_DE
 _ids = itertools.count(1)
 
 
+@functools.lru_cache(maxsize=2)
+def _proof_field(payload: bytes) -> bytes:
+    """``vanilla_proof`` (field 10) as on the wire: built once per payload."""
+    return length_delimited(10, payload) if payload else b""
+
+
 def request(kind: int, priority: int, payload: bytes = b"") -> bytes:
-    return pb.ProveRequest(submit=pb.SubmitProofRequest(
-        request_id=f"bench-{next(_ids)}", proof_kind=kind, priority=priority,
-        sector_size=32 << 30, vanilla_proof=payload)).SerializeToString()
+    """A ProveRequest with a request id of its own: its small fields by protobuf, the payload
+    field appended (the same bytes protobuf writes, for one copy of the payload, not two)."""
+    head = pb.SubmitProofRequest(request_id=f"bench-{next(_ids)}", proof_kind=kind,
+                                 priority=priority, sector_size=32 << 30).SerializeToString()
+    proof = _proof_field(payload)
+    return b"".join((tag(1, 2), varint(len(head) + len(proof)), head, proof))
 
 
 def channel(address: str) -> grpc.aio.Channel:
@@ -122,22 +134,27 @@ def counter(sup: RunningSupervisor, name: str) -> dict[str, float]:
 
 def release(tmp: Path, name: str, stall_flag: Path) -> Path:
     """A release of the stand-in ``cuzkd swap`` can install; while ``stall_flag`` exists its
-    next process stalls every GPU run (and removes the flag: the one after is well)."""
+    next process makes no progress at all, synthesis, GPU and PoSt (and removes the flag: the
+    one after is well)."""
     path = tmp / name
     path.write_text(f"#!/bin/sh\nif [ -e {stall_flag} ]; then rm -f {stall_flag}; "
-                    "export CUZK_STANDIN_GPU_SECS=3600; fi\n"
+                    "export CUZK_STANDIN_SYNTH_SECS=3600 CUZK_STANDIN_GPU_SECS=3600 "
+                    "CUZK_STANDIN_POST_SECS=3600; fi\n"
                     f"exec {sys.executable} {SCRIPT} \"$@\"\n")
     path.chmod(0o755)
     return path
 
 
 @contextmanager
-def supervised(mode: str, env: dict[str, str], **keys: Any) -> Iterator[
+def supervised(mode: str, keep: bool, env: dict[str, str], **keys: Any) -> Iterator[
         tuple[RunningSupervisor, str, Path]]:
     """cuzkd with the stand-in behind a door (``door``) or not (``direct``): (the supervisor,
-    the address callers dial, the stall flag of its releases)."""
-    with tempfile.TemporaryDirectory(prefix="czd", dir="/tmp") as name:
-        tmp = Path(name)
+    the address callers dial, the stall flag of its releases). ``keep``: leave the run's
+    directory (configs, ``cuzkd.log``) in place."""
+    tmp = Path(tempfile.mkdtemp(prefix="czd", dir="/tmp"))
+    if keep:
+        print(f"{mode}: {tmp}", file=sys.stderr)
+    try:
         engine, address = cuzk_engine(tmp, env=env, door="" if mode == "door" else "off",
                                       **keys)
         flag = tmp / "stall-once"
@@ -150,13 +167,18 @@ def supervised(mode: str, env: dict[str, str], **keys: Any) -> Iterator[
             yield sup, address, flag
         finally:
             sup.stop(timeout=90)
+    finally:
+        if not keep:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 # -- reading a large request -------------------------------------------------------------------
 
-def read_costs(data: bytes, rounds: int = 7) -> tuple[float, float]:
+def read_costs(data: bytes, rounds: int = 7) -> tuple[float, float, float]:
     """Median seconds to read a request's kind and priority: parsed whole by ``proving_pb2``
-    (which copies the payload), and walked by :mod:`cuzkd.cuzk.wire` (which jumps over it)."""
+    (which copies the payload), and walked by :mod:`cuzkd.cuzk.wire` (which jumps over it);
+    and of one copy of the request (a fresh buffer: the yardstick of the door's goal, at
+    most two copies' worth of added latency)."""
     def median(read: Any) -> float:
         times = []
         for _ in range(rounds):
@@ -165,7 +187,7 @@ def read_costs(data: bytes, rounds: int = 7) -> tuple[float, float]:
             times.append(time.perf_counter() - began)
         return statistics.median(times)
 
-    return median(pb.ProveRequest.FromString), median(read_call)
+    return median(pb.ProveRequest.FromString), median(read_call), median(bytearray)
 
 
 # -- latency and throughput ------------------------------------------------------------------
@@ -174,13 +196,14 @@ INSTANT = {"CUZK_STANDIN_SYNTH_SECS": "0", "CUZK_STANDIN_GPU_SECS": "0",
            "CUZK_STANDIN_POST_SECS": "0"}
 
 
-async def latencies(address: str, data: bytes, n: int) -> list[float]:
+async def latencies(address: str, make: Callable[[], bytes], n: int) -> list[float]:
     chan = channel(address)
     try:
         for _ in range(3):  # the connection and the first calls' warm-up
-            await call(chan, data)
+            await call(chan, make())
         out = []
         for _ in range(n):
+            data = make()
             began = time.perf_counter()
             code, _reply = await call(chan, data)
             assert code == "OK", code
@@ -190,7 +213,8 @@ async def latencies(address: str, data: bytes, n: int) -> list[float]:
         await chan.close()
 
 
-async def throughput(address: str, data: bytes, callers: int, seconds: float) -> tuple[int, float]:
+async def throughput(address: str, make: Callable[[], bytes], callers: int,
+                     seconds: float) -> tuple[int, float]:
     """(bytes of requests answered, seconds) with ``callers`` calls in flight at all times."""
     chan = channel(address)
     sent = 0
@@ -199,6 +223,7 @@ async def throughput(address: str, data: bytes, callers: int, seconds: float) ->
     async def caller() -> None:
         nonlocal sent
         while time.monotonic() < deadline:
+            data = make()
             code, _ = await call(chan, data)
             assert code == "OK", code
             sent += len(data)
@@ -220,9 +245,13 @@ class Costs:
 
 
 def measure_costs(mode: str, args: argparse.Namespace, payload: bytes) -> Costs:
-    with supervised(mode, INSTANT) as (sup, address, _):
-        small = request(pb.WINNING_POST, pb.CRITICAL)
-        large = request(pb.POREP_SEAL_COMMIT, pb.NORMAL, payload)
+    with supervised(mode, args.keep, INSTANT) as (sup, address, _):
+        def small() -> bytes:
+            return request(pb.WINNING_POST, pb.CRITICAL)
+
+        def large() -> bytes:
+            return request(pb.POREP_SEAL_COMMIT, pb.NORMAL, payload)
+
         small_s = asyncio.run(latencies(address, small, args.calls))
         large_s = asyncio.run(latencies(address, large, max(10, args.calls // 10)))
         cpu = cpu_seconds(sup.proc.pid)
@@ -243,6 +272,8 @@ class StopRun:
     jobs_lost: float = 0
     retries: float = 0
     refusals: dict[str, float] = field(default_factory=dict)
+    #: cuzkd_door_proofs_total by result (what the door's metrics counted)
+    counted: Counter[str] = field(default_factory=Counter)
 
 
 class CurioLoad:
@@ -251,9 +282,8 @@ class CurioLoad:
 
     def __init__(self, address: str, payload: bytes, every: float) -> None:
         self._chan = channel(address)
-        self._requests = itertools.cycle(
-            [request(kind, priority, payload if name == "porep-c2" else b"")
-             for name, kind, priority in MIX])
+        self._mix = itertools.cycle(MIX)
+        self._payload = payload
         self._every = every
         self._calls: list[asyncio.Task[tuple[str, bytes | None]]] = []
         self._stop = asyncio.Event()
@@ -262,8 +292,8 @@ class CurioLoad:
 
     async def run(self) -> None:
         while not self._stop.is_set():
-            data = next(self._requests)
-            # a fresh request id for every call (bytes rebuilt only for the small ones)
+            name, kind, priority = next(self._mix)  # each call its own request id
+            data = request(kind, priority, self._payload if name == "porep-c2" else b"")
             self._calls.append(asyncio.create_task(self._timed(data)))
             await asyncio.sleep(self._every)
 
@@ -314,7 +344,8 @@ def tally(results: list[tuple[str, bytes | None]]) -> tuple[Counter[str], int, i
 def measure_stops(mode: str, args: argparse.Namespace, payload: bytes) -> StopRun:
     env = {"CUZK_STANDIN_SYNTH_SECS": str(args.synth), "CUZK_STANDIN_GPU_SECS": str(args.gpu),
            "CUZK_STANDIN_POST_SECS": str(args.post)}
-    with supervised(mode, env, stall_after="5s", drain_timeout="60s") as (sup, address, flag):
+    with supervised(mode, args.keep, env, stall_after="5s",
+                    drain_timeout="60s") as (sup, address, flag):
         swap_to = release(Path(str(sup.config)).parent, "cuzk-b", flag)
 
         async def scenario() -> list[tuple[str, bytes | None]]:
@@ -336,6 +367,8 @@ def measure_stops(mode: str, args: argparse.Namespace, payload: bytes) -> StopRu
             run.retries = sum(counter(sup, "cuzkd_door_retries_total").values())
             run.refusals = {k: v for k, v in counter(sup, "cuzkd_door_refusals_total").items()
                             if v}
+            for labels, n in counter(sup, "cuzkd_door_proofs_total").items():
+                run.counted[labels.split('result="')[1].split('"')[0]] += int(n)
     return run
 
 
@@ -416,11 +449,13 @@ def main() -> None:
     parser.add_argument("--gpu", type=float, default=0.05, help="GPU s per partition")
     parser.add_argument("--post", type=float, default=0.3, help="s per PoSt proof")
     parser.add_argument("--warm", type=float, default=8.0, help="s of load between stops")
+    parser.add_argument("--keep", action="store_true", help="keep each run's directory")
     args = parser.parse_args()
     payload = os.urandom(int(args.payload_mb * 1e6))
-    parsed, walked = read_costs(request(pb.POREP_SEAL_COMMIT, pb.NORMAL, payload))
+    parsed, walked, copied = read_costs(request(pb.POREP_SEAL_COMMIT, pb.NORMAL, payload))
     print(f"reading kind and priority of a {args.payload_mb:g} MB request: proving_pb2 "
-          f"{parsed * 1e3:.1f} ms, cuzkd.cuzk.wire {walked * 1e6:.1f} µs\n")
+          f"{parsed * 1e3:.1f} ms, cuzkd.cuzk.wire {walked * 1e6:.1f} µs; one copy of it "
+          f"{copied * 1e3:.1f} ms\n")
     costs = [] if args.no_costs else [measure_costs(mode, args, payload) for mode in args.modes]
     print("| mode | small p50 | small p99 | large p50 | large p99 | MB/s | cuzkd CPU s per GB |")
     print("|---|---:|---:|---:|---:|---:|---:|")
@@ -440,13 +475,13 @@ def main() -> None:
     if args.stops:
         runs = [measure_stops(mode, args, payload) for mode in args.modes]
         print("\n| mode | calls | completed | failed | gRPC errors | proofs lost | "
-              "cuzkd: jobs lost at stops | door retries | door refusals |")
-        print("|---|---:|---:|---:|---|---:|---:|---:|---|")
+              "cuzkd: jobs lost at stops | door retries | door refusals | door counted |")
+        print("|---|---:|---:|---:|---|---:|---:|---:|---|---|")
         for r in runs:
             errors = ", ".join(f"{code} {n}" for code, n in r.errors.most_common()) or "0"
             print(f"| {r.mode} | {r.calls} | {r.completed} | {r.failed} | {errors} | "
                   f"{r.calls - r.completed} | {r.jobs_lost:g} | {r.retries:g} | "
-                  f"{r.refusals or 0} |")
+                  f"{r.refusals or 0} | {dict(r.counted) or '-'} |")
     if args.shared:
         s = measure_shared(args, payload)
         errors = ", ".join(f"{code} {n}" for code, n in s.errors.most_common()) or "0"

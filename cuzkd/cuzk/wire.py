@@ -120,21 +120,26 @@ def _enum(value: int) -> int:
     return value - (1 << 32) if value >= 1 << 31 else value
 
 
+def _only_field(walk: _Walk) -> Iterator[tuple[int, int, int, int]]:
+    """The fields inside field 1 of the message (a ``ProveRequest``'s ``submit``, a
+    ``ProveResponse``'s ``result``: each the message's one field), of every occurrence in wire
+    order: protobuf merges them."""
+    for number, wire_type, a, b in walk.fields(0, len(walk.data)):
+        if number == 1 and wire_type == _LEN:
+            yield from walk.fields(a, b)
+
+
 def read_call(data: bytes) -> ProveCall | None:
     """The ``submit`` fields of a ``ProveRequest``; None when the bytes cannot be walked."""
     request_id, kind, priority = "", 0, 0
-    walk = _Walk(data)
     try:
-        for number, wire_type, a, b in walk.fields(0, len(data)):
-            if number != 1 or wire_type != _LEN:
-                continue
-            for inner, inner_type, value, stop in walk.fields(a, b):
-                if inner == 1 and inner_type == _LEN:
-                    request_id = data[value:stop].decode()
-                elif inner == 2 and inner_type == _VARINT:
-                    kind = _enum(value)
-                elif inner == 5 and inner_type == _VARINT:
-                    priority = _enum(value)
+        for number, wire_type, value, stop in _only_field(_Walk(data)):
+            if number == 1 and wire_type == _LEN:
+                request_id = data[value:stop].decode()
+            elif number == 2 and wire_type == _VARINT:
+                kind = _enum(value)
+            elif number == 5 and wire_type == _VARINT:
+                priority = _enum(value)
     except (_Malformed, UnicodeDecodeError):
         return None
     return ProveCall(request_id, kind, priority)
@@ -148,18 +153,14 @@ def read_result(data: bytes) -> ProveResult | None:
     """The ``result`` status and timings of a ``ProveResponse``; None when the bytes cannot
     be walked."""
     status, timings = 0, [0, 0, 0, 0, 0]
-    walk = _Walk(data)
     try:
-        for number, wire_type, a, b in walk.fields(0, len(data)):
-            if number != 1 or wire_type != _LEN:
+        for number, wire_type, value, _ in _only_field(_Walk(data)):
+            if wire_type != _VARINT:
                 continue
-            for inner, inner_type, value, _ in walk.fields(a, b):
-                if inner_type != _VARINT:
-                    continue
-                if inner == 2:
-                    status = _enum(value)
-                elif (slot := _TIMINGS.get(inner)) is not None:
-                    timings[slot] = value
+            if number == 2:
+                status = _enum(value)
+            elif (slot := _TIMINGS.get(number)) is not None:
+                timings[slot] = value
     except _Malformed:
         return None
     return ProveResult(status, *timings)

@@ -67,7 +67,8 @@ _ERRORS = {code.name: f"error:{code.name.lower()}" for code in grpc.StatusCode
            if code is not grpc.StatusCode.OK}
 _ERROR_UNKNOWN = _ERRORS[grpc.StatusCode.UNKNOWN.name]
 
-#: (family name, help, the reply's timing): each a histogram by door and kind
+#: (family name, help) of each timing of a reply, in :func:`_timings` order: histograms by door
+#: and kind
 _TIMINGS: tuple[tuple[str, str], ...] = (
     ("cuzkd_door_proof_duration_seconds", "total_ms: the proof from submit to result"),
     ("cuzkd_door_proof_queue_wait_seconds", "queue_wait_ms: waiting in cuzk's scheduler"),
@@ -166,11 +167,12 @@ class DoorMetrics:
         self._door(door).held = n
 
     def hold_ended(self, door: str, seconds: float, outcome: HoldEnd) -> None:
-        """A call held ``seconds`` left the hold, as ``outcome`` says."""
+        """A call held ``seconds`` left the hold, as ``outcome`` says (a negative or NaN
+        duration, a clock's mistake, is 0: it must not make the sum go down or NaN for good)."""
         holds = self._door(door).holds
         if (histogram := holds.get(outcome)) is None:
             histogram = holds[outcome] = _Histogram(HOLD_BUCKETS)
-        histogram.observe(seconds)
+        histogram.observe(max(0.0, seconds))
 
     def retried(self, door: str, reason: DoorRetry) -> None:
         self._door(door).retries[reason] += 1

@@ -4,33 +4,26 @@ writes and on odd bytes, and never copies a payload."""
 from __future__ import annotations
 
 import tracemalloc
+from typing import TypeVar
 
 from google.protobuf.message import DecodeError
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.protowire import length_delimited, tag, varint
 
 from cuzkd.cuzk import proving_pb2 as pb
 from cuzkd.cuzk.wire import MAX_FIELDS, ProveCall, ProveResult, read_call, read_result
 
+M = TypeVar("M", pb.ProveRequest, pb.ProveResponse)
 _U64 = st.integers(min_value=0, max_value=(1 << 64) - 1)
 _ENUM = st.integers(min_value=-(1 << 31), max_value=(1 << 31) - 1)
 
 
-def _tag(number: int, wire_type: int) -> bytes:
-    return _varint(number << 3 | wire_type)
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        out.append(value & 0x7F | (0x80 if value > 0x7F else 0))
-        value >>= 7
-        if not value:
-            return bytes(out)
-
-
-def _length_delimited(number: int, content: bytes) -> bytes:
-    return _tag(number, 2) + _varint(len(content)) + content
+def _parsed(message: type[M], data: bytes) -> M | None:
+    try:
+        return message.FromString(data)
+    except DecodeError:
+        return None
 
 
 def _call_of(message: pb.ProveRequest) -> ProveCall:
@@ -73,23 +66,23 @@ def test_a_reply_protobuf_writes_reads_as_protobuf_reads_it(
 # Fields as a caller other than protobuf may write them: each is a field of SubmitProofRequest
 # (inside a submit) or of ProveRequest, with the wire type it has or another.
 _SUBMIT_FIELDS = st.sampled_from([
-    _length_delimited(1, b"id-a"), _length_delimited(1, b"id-b"), _length_delimited(1, b""),
-    _tag(2, 0) + _varint(1), _tag(2, 0) + _varint(4), _tag(2, 0) + _varint(0),
-    _tag(2, 0) + _varint(99), _tag(2, 0) + _varint((1 << 64) - 1),
-    _tag(5, 0) + _varint(3), _tag(5, 0) + _varint(4), _tag(5, 0) + _varint(1 << 40),
-    _length_delimited(2, b"\x01"), _tag(5, 5) + b"\x01\x00\x00\x00",  # wrong wire types
-    _length_delimited(10, b"payload" * 20), _length_delimited(11, b"p"),
-    _tag(3, 0) + _varint(1 << 35), _tag(23, 1) + bytes(8), _length_delimited(999, b"x"),
+    length_delimited(1, b"id-a"), length_delimited(1, b"id-b"), length_delimited(1, b""),
+    tag(2, 0) + varint(1), tag(2, 0) + varint(4), tag(2, 0) + varint(0),
+    tag(2, 0) + varint(99), tag(2, 0) + varint((1 << 64) - 1),
+    tag(5, 0) + varint(3), tag(5, 0) + varint(4), tag(5, 0) + varint(1 << 40),
+    length_delimited(2, b"\x01"), tag(5, 5) + b"\x01\x00\x00\x00",  # wrong wire types
+    length_delimited(10, b"payload" * 20), length_delimited(11, b"p"),
+    tag(3, 0) + varint(1 << 35), tag(23, 1) + bytes(8), length_delimited(999, b"x"),
 ])
 
 
 @settings(max_examples=200, deadline=None)
 @given(submits=st.lists(st.lists(_SUBMIT_FIELDS, max_size=6), max_size=3),
-       outer=st.lists(st.sampled_from([_length_delimited(7, b"zz"), _tag(2, 0) + b"\x05",
-                                       _tag(1, 0) + b"\x01"]), max_size=2))
+       outer=st.lists(st.sampled_from([length_delimited(7, b"zz"), tag(2, 0) + b"\x05",
+                                       tag(1, 0) + b"\x01"]), max_size=2))
 def test_repeated_unknown_and_mistyped_fields_read_as_protobuf_reads_them(
         submits: list[list[bytes]], outer: list[bytes]) -> None:
-    data = b"".join(outer) + b"".join(_length_delimited(1, b"".join(fields))
+    data = b"".join(outer) + b"".join(length_delimited(1, b"".join(fields))
                                       for fields in submits)
     assert read_call(data) == _call_of(pb.ProveRequest.FromString(data))
 
@@ -98,33 +91,25 @@ def test_repeated_unknown_and_mistyped_fields_read_as_protobuf_reads_them(
 @given(st.binary(max_size=64))
 def test_any_bytes_protobuf_reads_are_read_alike_and_nothing_raises(data: bytes) -> None:
     call, result = read_call(data), read_result(data)
-    try:
-        request = pb.ProveRequest.FromString(data)
-    except DecodeError:
-        pass
-    else:
+    if (request := _parsed(pb.ProveRequest, data)) is not None:
         assert call is None or call == _call_of(request)
-    try:
-        reply = pb.ProveResponse.FromString(data)
-    except DecodeError:
-        pass
-    else:
+    if (reply := _parsed(pb.ProveResponse, data)) is not None:
         assert result is None or result == _result_of(reply)
 
 
 def test_bytes_that_cannot_be_walked_are_none() -> None:
-    submit = _length_delimited(1, b"id") + _tag(2, 0) + _varint(1)
+    submit = length_delimited(1, b"id") + tag(2, 0) + varint(1)
     for data in (
-        _tag(1, 2) + _varint(len(submit) + 5) + submit,  # runs past the end
-        _tag(1, 2) + _varint(3) + _tag(2, 0) + b"\xff\xff",  # truncated varint inside
+        tag(1, 2) + varint(len(submit) + 5) + submit,  # runs past the end
+        tag(1, 2) + varint(3) + tag(2, 0) + b"\xff\xff",  # truncated varint inside
         b"\x80" * 11,  # over-long varint
-        _tag(0, 0) + b"\x01",  # field number 0
-        _tag(3, 3) + _tag(3, 4),  # a group
-        _tag(4, 6),  # wire type 6
-        _length_delimited(1, _length_delimited(1, b"\xff\xfe")),  # request_id not UTF-8
+        tag(0, 0) + b"\x01",  # field number 0
+        tag(3, 3) + tag(3, 4),  # a group
+        tag(4, 6),  # wire type 6
+        length_delimited(1, length_delimited(1, b"\xff\xfe")),  # request_id not UTF-8
     ):
         assert read_call(data) is None, data
-    assert read_result(_tag(1, 2) + b"\x05\x10") is None
+    assert read_result(tag(1, 2) + b"\x05\x10") is None
 
 
 def test_a_51_mb_request_is_read_without_copying_its_payload() -> None:
@@ -151,7 +136,7 @@ def test_a_flood_of_fields_is_refused_after_max_fields_not_walked_to_its_end() -
         vanilla_proofs=proofs)).SerializeToString()
     assert read_call(post) == ProveCall("w", pb.WINDOW_POST_PARTITION, pb.HIGH)
     # 8 MB of two-byte fields: protobuf reads it, the walk stops at MAX_FIELDS
-    flood = _length_delimited(1, (_tag(3, 0) + b"\x01") * 4_000_000 + _tag(2, 0) + b"\x01")
+    flood = length_delimited(1, (tag(3, 0) + b"\x01") * 4_000_000 + tag(2, 0) + b"\x01")
     assert pb.ProveRequest.FromString(flood).submit.proof_kind == pb.POREP_SEAL_COMMIT
     assert read_call(flood) is None
-    assert read_result(_length_delimited(1, (_tag(10, 0) + b"\x01") * (MAX_FIELDS + 1))) is None
+    assert read_result(length_delimited(1, (tag(10, 0) + b"\x01") * (MAX_FIELDS + 1))) is None

@@ -118,6 +118,8 @@ def test_holds_retries_and_refusals() -> None:
     metrics.hold_ended("d", 42.0, HoldEnd.PLACED)
     metrics.hold_ended("d", 0.2, HoldEnd.PLACED)
     metrics.hold_ended("d", 600.0, HoldEnd.REFUSED)
+    metrics.hold_ended("d", float("nan"), HoldEnd.CANCELLED)  # a clock's mistake: 0
+    metrics.hold_ended("d", -5.0, HoldEnd.CANCELLED)
     metrics.held("d", 1)
     metrics.retried("d", DoorRetry.CRASH)
     metrics.refused("d", DoorRefusal.HOLD_TIMEOUT)
@@ -132,6 +134,10 @@ def test_holds_retries_and_refusals() -> None:
                    outcome="placed") == 1
     assert series[("cuzkd_door_hold_duration_seconds_count",
                    (("door", "d"), ("outcome", "refused")))] == 1
+    cancelled = _at(door="d", outcome="cancelled")
+    assert series[("cuzkd_door_hold_duration_seconds_sum", cancelled)] == 0
+    assert _bucket(series, "cuzkd_door_hold_duration_seconds", "0.001", door="d",
+                   outcome="cancelled") == 2
     # every reason of the vocabulary is there from the first scrape, at 0 until it happens
     assert _of(series, "cuzkd_door_retries_total") == {
         (("door", "d"), ("reason", str(r))): (1 if r is DoorRetry.CRASH else 0)
