@@ -7,68 +7,33 @@ from __future__ import annotations
 
 import os
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import grpc
 import pytest
 from support.activation import activated
+from support.cuzk_caller import Caller
 from support.cuzk_harness import cuzk_engine
-from support.cuzk_load import KINDS
 from support.supervisor_harness import RunningSupervisor, start_supervisor, write_config
 from support.waiting import wait_until
-
-from cuzkd.cuzk import proving_pb2 as pb
 
 #: a PoRep C2 job in 0.25 s
 KNOBS = {"CUZK_STANDIN_SYNTH_SECS": "0.2", "CUZK_STANDIN_GPU_SECS": "0.05"}
 
 
-class Caller(threading.Thread):
-    """Curio proving one job after another; every call's outcome kept."""
-
-    def __init__(self, address: str) -> None:
-        super().__init__(daemon=True)
-        self._address = address
-        self.outcomes: list[str] = []
-        #: when each call was sent and answered (monotonic)
-        self.spans: list[tuple[float, float]] = []
-        self.halt = threading.Event()
-
-    def run(self) -> None:
-        with grpc.insecure_channel(self._address) as channel:
-            prove = channel.unary_unary(
-                "/cuzk.v1.ProvingEngine/Prove",
-                request_serializer=pb.ProveRequest.SerializeToString,
-                response_deserializer=pb.ProveResponse.FromString)
-            n = 0
-            while not self.halt.is_set():
-                n += 1
-                request = pb.ProveRequest(submit=pb.SubmitProofRequest(
-                    request_id=f"porep-1000-{n}", proof_kind=KINDS["porep-c2"]))
-                sent = time.monotonic()
-                try:
-                    reply = prove(request, timeout=60)
-                    self.outcomes.append(pb.AwaitProofResponse.Status.Name(reply.result.status))
-                except grpc.RpcError as exc:
-                    self.outcomes.append(f"{exc.code().name}: {exc.details()}")
-                self.spans.append((sent, time.monotonic()))
-
-    def completed(self) -> int:
-        return self.outcomes.count("COMPLETED")
-
-
 @pytest.fixture
-def listener(tmp_path: Path) -> Iterator[tuple[socket.socket, str]]:
-    """The socket systemd's cuzkd.socket would hold, at the door's address."""
-    _, address = cuzk_engine(tmp_path, "cz")
+def door(tmp_path: Path) -> Iterator[tuple[socket.socket, Path, str]]:
+    """The socket systemd's cuzkd.socket would hold at the door's address, the config of a
+    cuzk engine behind that door, and the address."""
+    table, address = cuzk_engine(tmp_path, "cz", env=KNOBS, door="", stop_timeout="1s",
+                                 drain_timeout="5s")
+    config = write_config(tmp_path, [table], supervisor={"shutdown_grace": "10s"})
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.bind(address.removeprefix("unix://"))
     sock.listen(64)
     with sock:
-        yield sock, address
+        yield sock, config, address
 
 
 def _activated(config: Path, sock: socket.socket) -> RunningSupervisor:
@@ -82,11 +47,8 @@ def _engine_pid(sup: RunningSupervisor) -> int:
 
 
 def test_a_restart_on_a_passed_socket_fails_no_call_of_a_caller_proving(
-        tmp_path: Path, listener: tuple[socket.socket, str]) -> None:
-    sock, address = listener
-    table, _ = cuzk_engine(tmp_path, "cz", env=KNOBS, door="", stop_timeout="1s",
-                           drain_timeout="5s")
-    config = write_config(tmp_path, [table], supervisor={"shutdown_grace": "10s"})
+        tmp_path: Path, door: tuple[socket.socket, Path, str]) -> None:
+    sock, config, address = door
     first = _activated(config, sock)
     caller = Caller(address)
     try:
@@ -109,13 +71,11 @@ def test_a_restart_on_a_passed_socket_fails_no_call_of_a_caller_proving(
         try:
             wait_until(lambda: caller.completed() >= before + 3, 30, "proofs after it")
         finally:
-            caller.halt.set()
-            caller.join(60)
+            caller.finish()
             assert second.stop(timeout=30) == 0
     finally:
-        caller.halt.set()
+        caller.finish()
         first.close()
     assert set(caller.outcomes) == {"COMPLETED"}, caller.outcomes
-    assert any(sent < handover < ended for sent, ended in caller.spans), \
-        "no call waited through the handover"
+    assert caller.spanned(handover), "no call waited through the handover"
     assert Path(address.removeprefix("unix://")).exists(), "the socket file is systemd's"
