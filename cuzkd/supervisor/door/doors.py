@@ -70,6 +70,8 @@ class Doors:
         """Bind and start every door; DoorAddressError naming the address when one cannot
         (something answers there already, the bind fails)."""
         self._close_unused()
+        if self._matching.by_door and self._state_dir is not None:
+            PrivateSocket.remove_stale(self._state_dir)
         for door in self._doors:
             if door.plan.address in self._matching.by_door:
                 self._servers.append(await self._serve_passed(door))

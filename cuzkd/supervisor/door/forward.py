@@ -6,10 +6,13 @@ grpcio serves only on addresses it binds itself: the C core's systemd support an
 so a passed socket cannot be handed to grpc. The door's server therefore listens on a Unix
 socket in a fresh 0700 directory under the state dir, and this accept loop pipes each
 connection Curio makes on the passed socket to it byte for byte (HTTP/2 is not parsed: grpc
-still sees every frame). Reads are paused while the other side's buffer is full, so a slow
-reader holds at most one transport buffer per side; at most ``MAX_CONNECTIONS`` connections
-are piped at once, and further ones wait in the kernel's backlog, as they do while no cuzkd
-runs.
+still sees every frame). The bytes move in the kernel: ``splice(2)`` through a pipe, one
+thread per direction blocked in it, so no byte enters Python and the event loop does nothing
+per byte (an asyncio pipe, tried first, cost a 51 MB request ~140 ms and 2.5 CPU s per GB;
+this one nothing measurable, docs/benchmarks.md). A slow reader stops the splice feeding it,
+so it holds at most a pipe and two socket buffers; at most ``MAX_CONNECTIONS`` connections
+are piped at once (Curio keeps one or two), further ones wait in the kernel's backlog, as
+they do while no cuzkd runs.
 
 :meth:`SocketForward.stop_accepting` is the restart's handover: the connections not yet
 accepted stay in the backlog for the next cuzkd.
@@ -19,9 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
+import os
 import shutil
 import socket
 import tempfile
+import threading
 from pathlib import Path
 
 import structlog
@@ -32,56 +38,50 @@ from cuzkd.supervisor.tasks import TaskSet
 
 log = structlog.get_logger("cuzkd.supervisor")
 
-#: connections piped at once (3 descriptors each; the unit allows 65536)
-MAX_CONNECTIONS = 1024
+#: connections piped at once (two threads and five descriptors each)
+MAX_CONNECTIONS = 256
 #: a failed accept (descriptors exhausted) is tried again after this long
 ACCEPT_RETRY = 0.1
+#: bytes moved per splice, and the pipe between (1 MiB is the unprivileged maximum,
+#: /proc/sys/fs/pipe-max-size)
+PIPE_BYTES = 1 << 20
+#: the private sockets' directories (one per door; a killed cuzkd's are removed at start)
+PRIVATE_PREFIX = ".door-"
 
 
-class _Half(asyncio.Protocol):
-    """One side of a piped connection: what it reads is written to the other side."""
-
-    def __init__(self, ended: asyncio.Event) -> None:
-        self.transport: asyncio.Transport | None = None
-        self.peer: asyncio.Transport | None = None
-        self._ended = ended
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-
-    def data_received(self, data: bytes) -> None:
-        assert self.peer is not None
-        self.peer.write(data)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self.peer is not None:
-            self.peer.close()  # what it was sent still goes first
-        self._ended.set()
-
-    # Our transport's buffer (data for our side) is full: stop reading the other side.
-    def pause_writing(self) -> None:
-        if self.peer is not None:
-            self.peer.pause_reading()
-
-    def resume_writing(self) -> None:
-        if self.peer is not None and not self.peer.is_closing():
-            self.peer.resume_reading()
+def _splice(src: socket.socket, dst: socket.socket) -> None:
+    """Move bytes ``src`` -> ``dst`` until ``src`` ends, in the kernel (a pipe between: no
+    byte enters Python, the GIL is free meanwhile); then end ``dst``'s writing half."""
+    read_end, write_end = os.pipe()
+    try:
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+        while moved := os.splice(src.fileno(), write_end, PIPE_BYTES):
+            while moved:
+                moved -= os.splice(read_end, dst.fileno(), moved)
+    except OSError:
+        pass  # either side broke (or close() shut it): the other learns at once below
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+        with contextlib.suppress(OSError):
+            dst.shutdown(socket.SHUT_WR)
 
 
 class SocketForward:
     """Connections on ``listener`` (a passed listening socket), piped to ``target``."""
 
     def __init__(self, door: str, listener: socket.socket, target: Path,
-                 limited: LimitedLog) -> None:
+                 limited: LimitedLog, max_connections: int = MAX_CONNECTIONS) -> None:
         self.door = door
         self._listener, self._target, self._limited = listener, target, limited
         self._listener.setblocking(False)
-        self._slots = asyncio.Semaphore(MAX_CONNECTIONS)
+        self._slots = asyncio.Semaphore(max_connections)
         self._accepting = TaskSet()
         self._accept_task: asyncio.Task[None] | None = None
         self._pipes = TaskSet()
-        self._transports: set[asyncio.Transport] = set()
+        #: the sockets of the pipes under way (shut down at close)
+        self._sockets: set[socket.socket] = set()
 
     def start(self) -> None:
         self._accept_task = self._accepting.start(self._accept())
@@ -95,8 +95,9 @@ class SocketForward:
         """Stop accepting, end every pipe, close this process's copy of the socket (systemd
         keeps its own)."""
         await self._accepting.cancel_all()
-        for transport in list(self._transports):
-            transport.abort()
+        for sock in list(self._sockets):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
         await self._pipes.wait()
         self._listener.close()
 
@@ -119,35 +120,52 @@ class SocketForward:
 
     async def _pipe(self, conn: socket.socket) -> None:
         loop = asyncio.get_running_loop()
-        ended = asyncio.Event()
-        near, far = _Half(ended), _Half(ended)
+        up = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
+            up.setblocking(False)
             try:
-                up, _ = await loop.create_unix_connection(lambda: far, str(self._target))
+                await loop.sock_connect(up, str(self._target))
             except OSError as exc:
-                conn.close()
                 self._limited.log(log, "warning", "door_accept_failed", key=self.door,
                                   door=self.door, error=f"the door's server: {exc}")
                 return
-            up.pause_reading()  # grpc's first frames wait until the caller's side exists
+            up.setblocking(True)
+            conn.setblocking(True)
+            self._sockets |= {up, conn}
+            ended = [loop.create_future() for _ in range(2)]
             try:
-                down, _ = await loop.connect_accepted_socket(lambda: near, conn)
-            except OSError:
-                up.close()
-                return
-            near.peer, far.peer = up, down
-            self._transports |= {up, down}
-            up.resume_reading()
-            try:
-                await ended.wait()
+                for src, dst, done in ((conn, up, ended[0]), (up, conn, ended[1])):
+                    try:
+                        threading.Thread(target=self._run_splice, args=(loop, src, dst, done),
+                                         name=f"door-{self.door}", daemon=True).start()
+                    except RuntimeError as exc:  # no thread to be had: this connection goes
+                        done.set_result(None)
+                        self._limited.log(log, "warning", "door_accept_failed", key=self.door,
+                                          door=self.door, error=str(exc))
+                        raise
+                await asyncio.wait(ended)  # both directions over
+            except RuntimeError:
+                pass
             finally:
-                # the first side to end closes the other (after what it was sent), or both
-                # go at close()
-                up.close()
-                down.close()
-                self._transports -= {up, down}
+                # cancelled: end the splices before their sockets close (a descriptor closed
+                # under a thread could be another file by the time it runs again)
+                for sock in (up, conn):
+                    with contextlib.suppress(OSError):
+                        sock.shutdown(socket.SHUT_RDWR)
+                await asyncio.wait(ended)
         finally:
+            self._sockets -= {up, conn}
+            up.close()
+            conn.close()
             self._slots.release()
+
+    @staticmethod
+    def _run_splice(loop: asyncio.AbstractEventLoop, src: socket.socket, dst: socket.socket,
+                    done: asyncio.Future[None]) -> None:
+        try:
+            _splice(src, dst)
+        finally:
+            loop.call_soon_threadsafe(done.set_result, None)
 
 
 class PrivateSocket:
@@ -156,7 +174,7 @@ class PrivateSocket:
 
     def __init__(self, state_dir: Path) -> None:
         try:
-            self._dir = Path(tempfile.mkdtemp(prefix=".door-", dir=state_dir))
+            self._dir = Path(tempfile.mkdtemp(prefix=PRIVATE_PREFIX, dir=state_dir))
         except OSError as exc:
             raise DoorAddressError(f"front door: cannot create its private socket in "
                                    f"{state_dir}: {exc.strerror}") from None
@@ -169,3 +187,10 @@ class PrivateSocket:
     def remove(self) -> None:
         with contextlib.suppress(OSError):
             shutil.rmtree(self._dir)
+
+    @staticmethod
+    def remove_stale(state_dir: Path) -> None:
+        """The directories a killed cuzkd left (the state dir's lock is ours: no other
+        cuzkd uses them)."""
+        for stale in state_dir.glob(PRIVATE_PREFIX + "*"):
+            shutil.rmtree(stale, ignore_errors=True)
