@@ -57,6 +57,21 @@ async def _round_trip(path: str, data: bytes) -> bytes:
     return back
 
 
+async def _piped(path: str, data: bytes
+                 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection through the forwarder, ``data`` echoed once: the pipe is up."""
+    reader, writer = await asyncio.open_unix_connection(path)
+    writer.write(data)
+    assert await asyncio.wait_for(reader.readexactly(len(data)), TIMEOUT) == data
+    return reader, writer
+
+
+async def _still_waiting(read: asyncio.Future[bytes]) -> bool:
+    """Nothing has come back to ``read`` for a while (a bound on a negative)."""
+    done, _ = await asyncio.wait({read}, timeout=0.3)
+    return not done
+
+
 async def test_bytes_go_both_ways_unchanged_and_half_closes_pass(tmp_path: Path) -> None:
     async with forwarded(tmp_path) as (_, path):
         odd = os.urandom(8 << 20) + b"\0\xff" * 1000  # no framing of any kind
@@ -68,15 +83,12 @@ async def test_bytes_go_both_ways_unchanged_and_half_closes_pass(tmp_path: Path)
 
 async def test_connections_over_the_cap_wait_in_the_backlog(tmp_path: Path) -> None:
     async with forwarded(tmp_path, max_connections=1) as (_, path):
-        r1, w1 = await asyncio.open_unix_connection(path)
-        w1.write(b"one")
-        assert await asyncio.wait_for(r1.readexactly(3), TIMEOUT) == b"one"
+        _, w1 = await _piped(path, b"one")
         # connected (the kernel's backlog), not piped while the first holds the slot
         r2, w2 = await asyncio.open_unix_connection(path)
         w2.write(b"two")
         waiting = asyncio.ensure_future(r2.readexactly(3))
-        done, _ = await asyncio.wait({waiting}, timeout=0.3)  # a bound on a negative
-        assert not done, "a second connection was piped past the cap"
+        assert await _still_waiting(waiting), "a second connection was piped past the cap"
         w1.close()
         assert await asyncio.wait_for(waiting, TIMEOUT) == b"two"
         w2.close()
@@ -84,26 +96,23 @@ async def test_connections_over_the_cap_wait_in_the_backlog(tmp_path: Path) -> N
 
 async def test_stop_accepting_leaves_new_connections_to_the_next_process(tmp_path: Path) -> None:
     async with forwarded(tmp_path) as (forward, path):
-        r1, w1 = await asyncio.open_unix_connection(path)
-        w1.write(b"a")
-        assert await asyncio.wait_for(r1.readexactly(1), TIMEOUT) == b"a"
+        r1, w1 = await _piped(path, b"a")
         forward.stop_accepting()
         await asyncio.sleep(0)  # the accept task's cancellation lands
         r2, w2 = await asyncio.open_unix_connection(path)  # the kernel still takes it
         w2.write(b"b")
         w1.write(b"c")  # the pipe under way goes on
         assert await asyncio.wait_for(r1.readexactly(1), TIMEOUT) == b"c"
-        done, _ = await asyncio.wait({asyncio.ensure_future(r2.read(1))}, timeout=0.3)
-        assert not done, "accepted after stop_accepting"
+        waiting = asyncio.ensure_future(r2.read(1))
+        assert await _still_waiting(waiting), "accepted after stop_accepting"
+        waiting.cancel()
         w1.close()
         w2.close()
 
 
 async def test_close_ends_a_pipe_whose_caller_sends_nothing(tmp_path: Path) -> None:
     async with forwarded(tmp_path) as (forward, path):
-        reader, writer = await asyncio.open_unix_connection(path)
-        writer.write(b"z")
-        assert await asyncio.wait_for(reader.readexactly(1), TIMEOUT) == b"z"
+        reader, writer = await _piped(path, b"z")
         await asyncio.wait_for(forward.close(), TIMEOUT)  # a silent caller holds nothing
         assert await asyncio.wait_for(reader.read(), TIMEOUT) == b""
         writer.close()
