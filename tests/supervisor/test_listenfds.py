@@ -31,7 +31,8 @@ def test_fds_for_another_process_or_a_bad_count_are_not_taken() -> None:
     # a parent's variables leaked to us (its pid): the fds are not ours
     other = passed_fds({"LISTEN_PID": "1", "LISTEN_FDS": "1"}, PID)
     assert other.fds == () and "LISTEN_PID='1'" in other.ignored
-    for count in ("0", "-1", "two", ""):
+    # "٣" is a digit to Python's int(); a million fds would be a million warnings
+    for count in ("0", "-1", "two", "", "\u0663", "+1", " 1", "1000000"):
         bad = passed_fds({"LISTEN_PID": str(PID), "LISTEN_FDS": count}, PID)
         assert bad.fds == () and "LISTEN_FDS" in bad.ignored, count
 

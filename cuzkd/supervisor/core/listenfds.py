@@ -20,6 +20,8 @@ from pathlib import PurePosixPath
 LISTEN_FDS_START = 3
 #: the variables systemd sets; removed once read, so that no engine inherits them
 LISTEN_VARIABLES = ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES")
+#: more than this many is not systemd's doing (a unit passes one socket per ListenStream=)
+MAX_PASSED = 64
 #: the name sd_listen_fds_with_names(3) gives a descriptor that LISTEN_FDNAMES does not name
 UNKNOWN_NAME = "unknown"
 #: hosts that mean "every interface" (systemd's ``ListenStream=PORT`` binds ``[::]``)
@@ -45,11 +47,12 @@ def passed_fds(env: Mapping[str, str], pid: int) -> Passed:
     if "LISTEN_FDS" not in env:
         return Passed()
     if env.get("LISTEN_PID", "") != str(pid):
-        return Passed(ignored=f"LISTEN_PID={env.get('LISTEN_PID', '')!r} is not this "
+        return Passed(ignored=f"LISTEN_PID={env.get('LISTEN_PID', '')[:20]!r} is not this "
                               f"process ({pid})")
     count = env["LISTEN_FDS"]
-    if not count.isdigit() or int(count) == 0:
-        return Passed(ignored=f"LISTEN_FDS={count!r} is not a positive count")
+    if not (count.isascii() and count.isdigit()) or not 0 < int(count) <= MAX_PASSED:
+        return Passed(ignored=f"LISTEN_FDS={count[:20]!r} is not a count from 1 to "
+                              f"{MAX_PASSED}")
     fds = tuple(range(LISTEN_FDS_START, LISTEN_FDS_START + int(count)))
     names = env["LISTEN_FDNAMES"].split(":") if "LISTEN_FDNAMES" in env else []
     if len(names) != len(fds):
