@@ -132,32 +132,39 @@ class SocketForward:
             up.setblocking(True)
             conn.setblocking(True)
             self._sockets |= {up, conn}
-            ended = [loop.create_future() for _ in range(2)]
+            splicing = self._start_splices(loop, conn, up)
             try:
-                for src, dst, done in ((conn, up, ended[0]), (up, conn, ended[1])):
-                    try:
-                        threading.Thread(target=self._run_splice, args=(loop, src, dst, done),
-                                         name=f"door-{self.door}", daemon=True).start()
-                    except RuntimeError as exc:  # no thread to be had: this connection goes
-                        done.set_result(None)
-                        self._limited.log(log, "warning", "door_accept_failed", key=self.door,
-                                          door=self.door, error=str(exc))
-                        raise
-                await asyncio.wait(ended)  # both directions over
-            except RuntimeError:
-                pass
+                if len(splicing) == 2:
+                    await asyncio.wait(splicing)  # both directions over
             finally:
-                # cancelled: end the splices before their sockets close (a descriptor closed
-                # under a thread could be another file by the time it runs again)
+                # cancelled, or a thread missing: end the splices before their sockets close
+                # (a descriptor closed under a thread could be another file when it runs on)
                 for sock in (up, conn):
                     with contextlib.suppress(OSError):
                         sock.shutdown(socket.SHUT_RDWR)
-                await asyncio.wait(ended)
+                if splicing:
+                    await asyncio.wait(splicing)
         finally:
             self._sockets -= {up, conn}
             up.close()
             conn.close()
             self._slots.release()
+
+    def _start_splices(self, loop: asyncio.AbstractEventLoop, conn: socket.socket,
+                       up: socket.socket) -> list[asyncio.Future[None]]:
+        """A thread per direction; each one's end, for those that started."""
+        splicing: list[asyncio.Future[None]] = []
+        for src, dst in ((conn, up), (up, conn)):
+            done: asyncio.Future[None] = loop.create_future()
+            try:
+                threading.Thread(target=self._run_splice, args=(loop, src, dst, done),
+                                 name=f"door-{self.door}", daemon=True).start()
+            except RuntimeError as exc:  # no thread to be had: this connection goes
+                self._limited.log(log, "warning", "door_accept_failed", key=self.door,
+                                  door=self.door, error=str(exc))
+                break
+            splicing.append(done)
+        return splicing
 
     @staticmethod
     def _run_splice(loop: asyncio.AbstractEventLoop, src: socket.socket, dst: socket.socket,
