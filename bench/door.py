@@ -31,7 +31,11 @@ both modes.
 
 Prints Markdown tables (docs/benchmarks.md, *Front door*).
 
-    .venv/bin/python bench/door.py [--modes direct door] [--calls 200] [--stops] [--shared]
+    .venv/bin/python bench/door.py [--modes direct door passed] [--calls 200] [--stops]
+        [--shared]
+
+``passed``: the door on a socket passed as systemd's ``cuzkd.socket`` does (fd 3,
+``LISTEN_*``), so every byte also crosses the door's forwarder to its private socket.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ import functools
 import itertools
 import os
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -60,6 +65,7 @@ import grpc
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # support: the stand-in and the harness
 
+from support.activation import activated  # noqa: E402
 from support.cuzk_harness import cuzk_engine  # noqa: E402
 from support.cuzk_standin import SCRIPT  # noqa: E402
 from support.protowire import length_delimited, tag, varint  # noqa: E402
@@ -148,25 +154,35 @@ def release(tmp: Path, name: str, stall_flag: Path) -> Path:
 @contextmanager
 def supervised(mode: str, keep: bool, env: dict[str, str], **keys: Any) -> Iterator[
         tuple[RunningSupervisor, str, Path]]:
-    """cuzkd with the stand-in behind a door (``door``) or not (``direct``): (the supervisor,
-    the address callers dial, the stall flag of its releases). ``keep``: leave the run's
-    directory (configs, ``cuzkd.log``) in place."""
+    """cuzkd with the stand-in behind a door (``door``; ``passed``: on a socket passed as
+    systemd's cuzkd.socket does) or not (``direct``): (the supervisor, the address callers
+    dial, the stall flag of its releases). ``keep``: leave the run's directory (configs,
+    ``cuzkd.log``) in place."""
     tmp = Path(tempfile.mkdtemp(prefix="czd", dir="/tmp"))
     if keep:
         print(f"{mode}: {tmp}", file=sys.stderr)
     try:
-        engine, address = cuzk_engine(tmp, env=env, door="" if mode == "door" else "off",
-                                      **keys)
-        flag = tmp / "stall-once"
-        engine["command"][:2] = ["{binary}"]
-        supervisor = {"initial_binary": str(release(tmp, "cuzk-a", flag)),
-                      "release_settle": "1s", "shutdown_grace": "60s"}
-        sup = start_supervisor(write_config(tmp, [engine], supervisor=supervisor), timeout=60)
-        try:
-            sup.wait_engine("cuzk", lambda e: e["state"] == "running", timeout=60)
-            yield sup, address, flag
-        finally:
-            sup.stop(timeout=90)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as passed:
+            engine, address = cuzk_engine(tmp, env=env, door="off" if mode == "direct" else "",
+                                          **keys)
+            flag = tmp / "stall-once"
+            engine["command"][:2] = ["{binary}"]
+            supervisor = {"initial_binary": str(release(tmp, "cuzk-a", flag)),
+                          "release_settle": "1s", "shutdown_grace": "60s"}
+            activation: dict[str, Any] = {}
+            if mode == "passed":
+                passed.bind(address.removeprefix("unix://"))
+                passed.listen(256)
+                passed.set_inheritable(True)
+                activation = {"prefix": activated(passed.fileno()),
+                              "pass_fds": (passed.fileno(),)}
+            sup = start_supervisor(write_config(tmp, [engine], supervisor=supervisor),
+                                   timeout=60, **activation)
+            try:
+                sup.wait_engine("cuzk", lambda e: e["state"] == "running", timeout=60)
+                yield sup, address, flag
+            finally:
+                sup.stop(timeout=90)
     finally:
         if not keep:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -434,7 +450,7 @@ def measure_shared(args: argparse.Namespace, payload: bytes) -> SharedRun:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--modes", nargs="+", default=["direct", "door"],
-                        choices=["direct", "door"])
+                        choices=["direct", "door", "passed"])
     parser.add_argument("--payload-mb", type=float, default=51.0)
     parser.add_argument("--calls", type=int, default=200, help="small calls per latency run")
     parser.add_argument("--callers", type=int, default=4, help="concurrent throughput callers")

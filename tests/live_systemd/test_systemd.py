@@ -14,7 +14,15 @@ import time
 from pathlib import Path
 
 import pytest
-from support.cuzkd_machine import CONFIG_PATH, METRICS, engine_values, engines_config
+from support.cuzk_caller import Caller
+from support.cuzkd_machine import (
+    CONFIG_PATH,
+    DOOR_SOCKET,
+    METRICS,
+    cuzk_engine_table,
+    engine_values,
+    engines_config,
+)
 from support.systemd import Machine
 from support.waiting import wait_until
 
@@ -215,11 +223,43 @@ def test_sigkill_of_the_whole_unit_is_followed_by_a_clean_restart(machine: Machi
     assert code == 200
 
 
+def test_a_restart_keeps_the_doors_socket_and_fails_no_call_of_a_caller_proving(
+        machine: Machine) -> None:
+    """cuzkd.socket holds Curio's socket across ``systemctl restart cuzkd``: a caller proving
+    through the door without ``wait_for_ready`` has every call answered (held by the kernel,
+    then by the new door)."""
+    _ensure_active(machine)
+    # the cuzk engine stays for the next test (a door comes with a start, never a reload)
+    (machine.root / CONFIG_PATH.lstrip("/")).write_text(
+        engines_config("alpha") + cuzk_engine_table("cz"))
+    machine.systemctl("restart", UNIT)
+    _wait_engines_up(machine, {"alpha", "cz"})
+    socket_since = machine.show("cuzkd.socket", "ActiveEnterTimestampMonotonic")
+    caller = Caller(f"unix://{machine.root}{DOOR_SOCKET}")  # from the host, as root
+    caller.start()
+    try:
+        wait_until(lambda: caller.completed() >= 2, 30, "proofs through the door",
+                   interval=0.1)
+        pid = _main_pid(machine)
+        machine.systemctl("restart", UNIT)  # returns once the new cuzkd is ready
+        ready = time.monotonic()
+        assert _main_pid(machine) != pid
+        done = caller.completed()
+        wait_until(lambda: caller.completed() >= done + 3, 30, "proofs after it",
+                   interval=0.1)
+    finally:
+        caller.finish()
+    assert set(caller.outcomes) == {"COMPLETED"}, caller.outcomes
+    assert caller.spanned(ready), "no call waited through the restart"
+    assert machine.show("cuzkd.socket", "ActiveEnterTimestampMonotonic") == socket_since
+
+
 def test_stop_ends_every_process_of_the_unit_within_the_stop_timeout(machine: Machine) -> None:
     _ensure_active(machine)
+    # The cuzk engine of the test before stays (a reload never takes one out of its door).
     # A hostile engine as well: it ignores SIGTERM and leaves a child in a session of its own.
     (machine.root / CONFIG_PATH.lstrip("/")).write_text(
-        engines_config("alpha", "gamma") + STUBBORN_ENGINE)
+        engines_config("alpha", "gamma") + cuzk_engine_table("cz") + STUBBORN_ENGINE)
     machine.systemctl("reload", UNIT)
     wait_until(lambda: len([c for _p, c in machine.processes() if STUBBORN_MARK in c]) == 2,
                30, "the stubborn engine and its setsid child", interval=0.2)

@@ -23,6 +23,7 @@ from cuzkd.config import Config, load_config
 from cuzkd.units import parse_duration
 
 UNIT = ops.REPO / "systemd" / "cuzkd.service"
+SOCKET_UNIT = ops.REPO / "systemd" / "cuzkd.socket"
 UNIT_CONFIG = ops.REPO / "systemd" / "cuzkd.toml"
 CUZK_CONFIG = ops.REPO / "systemd" / "cuzk.toml"
 INSTALLED_CUZK = "/etc/cuzkd/cuzk.toml"
@@ -54,6 +55,7 @@ def _runnable_copy(tmp_path: Path, text: str | None = None) -> Path:
     assert SHIPPED_BINARY in text
     path = tmp_path / "cuzkd.service"
     path.write_text(text.replace(SHIPPED_BINARY, binary), encoding="utf-8")
+    shutil.copy(SOCKET_UNIT, tmp_path / SOCKET_UNIT.name)  # Requires= it: found beside it
     return path
 
 
@@ -65,9 +67,35 @@ def _systemd_analyze(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_verify_is_clean(tmp_path: Path) -> None:
-    result = _systemd_analyze("verify", str(_runnable_copy(tmp_path)))
+    service = _runnable_copy(tmp_path)
+    result = _systemd_analyze("verify", str(service), str(service.with_suffix(".socket")))
     assert result.returncode == 0, result.stderr
     assert result.stdout + result.stderr == "", "verify printed warnings"
+
+
+def test_verify_catches_a_broken_socket_unit(tmp_path: Path) -> None:
+    service = _runnable_copy(tmp_path)
+    socket_unit = service.with_suffix(".socket")
+    socket_unit.write_text(socket_unit.read_text().replace("SocketMode=", "SockMode="))
+    result = _systemd_analyze("verify", str(service), str(socket_unit))
+    assert "SockMode" in result.stdout + result.stderr
+
+
+def test_the_socket_unit_holds_the_doors_socket_for_the_service() -> None:
+    """cuzkd.socket binds Curio's address, which the shipped cuzk engine's door is, and the
+    service (of the same name: its fds are passed) takes it at each start without restarting
+    it (Wants=, not BindsTo=: a host without a door masks the socket)."""
+    sock = _directives(SOCKET_UNIT.read_text(encoding="utf-8"))
+    assert sock["Socket.ListenStream"] == ["/run/curio/cuzk.sock"]
+    assert sock["Socket.SocketMode"] == ["0660"] and sock["Socket.Accept"] == ["no"]
+    assert sock["Socket.FileDescriptorName"] == ["door"]
+    service = _directives(UNIT.read_text(encoding="utf-8"))
+    for key in ("Unit.Wants", "Unit.After"):
+        assert "cuzkd.socket" in " ".join(service[key]).split(), key
+    assert SOCKET_UNIT.stem == UNIT.stem, "systemd passes a socket unit's fds by name"
+    assert not {"Unit.BindsTo", "Unit.PartOf", "Unit.Requires"} & set(service)
+    # a RuntimeDirectory= is removed at every stop: /run/curio must not be one
+    assert "curio" not in service["Service.RuntimeDirectory"][0].split()
 
 
 def test_verify_catches_a_broken_unit(tmp_path: Path) -> None:
@@ -100,7 +128,7 @@ def test_unit_has_the_settings_cuzkd_relies_on() -> None:
     expected = {
         "Service.Type": "notify", "Service.NotifyAccess": "main",
         "Service.Restart": "on-failure", "Service.KillMode": "mixed",
-        "Service.StateDirectory": "cuzkd", "Service.RuntimeDirectory": "cuzkd curio",
+        "Service.StateDirectory": "cuzkd", "Service.RuntimeDirectory": "cuzkd",
         "Service.ConfigurationDirectory": "cuzkd", "Service.DevicePolicy": "closed",
         "Service.NoNewPrivileges": "yes", "Service.ProtectSystem": "strict",
         "Service.ProtectHome": "yes", "Service.PrivateTmp": "yes",
@@ -160,13 +188,10 @@ def test_the_shipped_cuzk_engine_runs_as_cuzk_takes_it_where_the_unit_lets_it(
     assert len(engine.command[1:]) == 2 * len(flags)
     assert engine.cuzk_file is not None and engine.cuzk_file.path == str(CUZK_CONFIG)
     assert Path(INSTALLED_CUZK).parent == Path("/etc/cuzkd"), "the ConfigurationDirectory"
-    # the door's socket, where Curio dials, lies in a directory the unit makes (and makes
-    # writable); cuzk's private one in the unit's state dir
-    d = _directives(UNIT.read_text(encoding="utf-8"))
-    door = config.door_address(engine)
-    assert door is not None and door.startswith("unix:///")
-    runtime = {f"/run/{name}" for name in d["Service.RuntimeDirectory"][0].split()}
-    assert str(Path(door.removeprefix("unix://")).parent) in runtime
+    # the door's socket, where Curio dials, is the one cuzkd.socket holds; cuzk's private
+    # one in the unit's state dir
+    sock = _directives(SOCKET_UNIT.read_text(encoding="utf-8"))
+    assert config.door_address(engine) == f"unix://{sock['Socket.ListenStream'][0]}"
     assert config.grpc_address(engine) == "unix:///var/lib/cuzkd/engines/cuzk0.grpc.sock"
     assert config.doors[0].socket_mode == 0o660  # group-writable: Curio's group connects
     # /status polled on loopback, and the engine's GPUs are cuzk's

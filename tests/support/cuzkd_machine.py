@@ -1,4 +1,5 @@
-"""What the live systemd tests install on the machine: cuzkd, its config and the shipped unit.
+"""What the live systemd tests install on the machine: cuzkd, its config and the shipped units
+(the service and its socket), and the cuzk stand-in for a cuzk engine behind the door.
 
 cuzkd goes where the unit expects it (/usr/local/bin/cuzkd), run by a virtual environment in
 /opt/cuzkd whose interpreter is the distribution's Python: the unit's dynamic user must be able
@@ -13,13 +14,19 @@ import sys
 import sysconfig
 from pathlib import Path
 
+from support.cuzk_standin import SCRIPT as STANDIN
 from support.live import parse_exposition
 from support.systemd import Payload, boot_payload
 
 REPO = Path(__file__).resolve().parents[2]
 UNIT = REPO / "systemd" / "cuzkd.service"
+SOCKET_UNIT = REPO / "systemd" / "cuzkd.socket"
 CONFIG_PATH = "/etc/cuzkd/cuzkd.toml"
 METRICS = "http://127.0.0.1:9822"
+#: Curio's address: cuzkd.socket's ListenStream=, the stand-in's [daemon] listen
+DOOR_SOCKET = "/run/curio/cuzk.sock"
+_STANDIN_PATH = "/opt/cuzkd-live/cuzk_standin.py"
+_CUZK_TOML = "/etc/cuzkd/cuzk.toml"
 _HIDDEN = ("/root", "/home", "/run/user")
 
 
@@ -28,6 +35,15 @@ def engines_config(*names: str) -> str:
     engines = "".join(f'\n[[engine]]\nname = "{name}"\n' for name in names)
     return ('[supervisor]\nstate_dir = "/var/lib/cuzkd"\nshutdown_grace = "30s"\n\n'
             f'[metrics]\nlisten = "127.0.0.1:9822"\n{engines}')
+
+
+def cuzk_engine_table(name: str) -> str:
+    """A cuzk engine (the stand-in, a PoRep C2 in 0.25 s) behind its door at Curio's
+    address, which cuzkd.socket holds."""
+    return (f'\n[[engine]]\nname = "{name}"\ntype = "cuzk"\n'
+            f'command = ["/opt/cuzkd/bin/python3", "{_STANDIN_PATH}", "-c", "{_CUZK_TOML}"]\n'
+            'env = { CUZK_STANDIN_SYNTH_SECS = "0.2", CUZK_STANDIN_GPU_SECS = "0.05" }\n'
+            'health_interval = "100ms"\nstop_timeout = "2s"\ndrain_timeout = "10s"\n')
 
 
 def machine_python() -> str:
@@ -48,6 +64,10 @@ def cuzkd_payload() -> Payload:
     payload = boot_payload()
     payload.files.update({
         "/etc/systemd/system/cuzkd.service": UNIT.read_bytes(),  # unmodified
+        "/etc/systemd/system/cuzkd.socket": SOCKET_UNIT.read_bytes(),  # unmodified
+        _STANDIN_PATH: STANDIN.read_bytes(),
+        _CUZK_TOML: (f'[daemon]\nlisten = "unix://{DOOR_SOCKET}"\n'
+                     'status_listen = "127.0.0.1:9821"\n[memory]\ntotal_budget = "140GiB"\n'),
         CONFIG_PATH: engines_config("alpha", "beta"),
         "/usr/local/bin/cuzkd": ("#!/opt/cuzkd/bin/python3\nimport sys\n\n"
                                  "from cuzkd.cli import main\n\nsys.exit(main())\n"),

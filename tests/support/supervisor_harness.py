@@ -181,7 +181,8 @@ class RunningSupervisor:
 def start_supervisor(config: Path, *, env: Mapping[str, str] | None = None,
                      extra_args: Sequence[str] = (), prefix: Sequence[str] = (),
                      wait: bool = True, timeout: float = 20.0,
-                     output: int | None = None) -> RunningSupervisor:
+                     output: int | None = None,
+                     pass_fds: Sequence[int] = ()) -> RunningSupervisor:
     """Start ``cuzkd run --config CONFIG`` (optionally under ``prefix``, e.g. unshare); its
     stdout and stderr go to its log file, or to the descriptor ``output`` (a pipe)."""
     import tomllib
@@ -195,7 +196,7 @@ def start_supervisor(config: Path, *, env: Mapping[str, str] | None = None,
         [*prefix, sys.executable, "-m", "cuzkd", "run", "--config", str(config), *extra_args],
         stdin=subprocess.DEVNULL, stdout=log_fh if output is None else output,
         stderr=subprocess.STDOUT,
-        env={**os.environ, **(env or {})},
+        env={**os.environ, **(env or {})}, pass_fds=pass_fds,
     )
     sup = RunningSupervisor(proc, config, state_dir, log_path, control, log_fh)
     if wait:

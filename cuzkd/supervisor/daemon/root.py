@@ -46,6 +46,7 @@ from cuzkd.supervisor.daemon.startup import startup_fields
 from cuzkd.supervisor.daemon.statedir import ControlSocketLock, StateDirLock, unusable_dir
 from cuzkd.supervisor.door.binding import DoorAddressError
 from cuzkd.supervisor.door.doors import Doors
+from cuzkd.supervisor.door.inherited import take_passed_sockets
 from cuzkd.supervisor.engines.binaries import EngineBinaries
 from cuzkd.supervisor.engines.engineset import EngineSet
 from cuzkd.supervisor.proc.children import ChildTable
@@ -90,7 +91,9 @@ class Supervisor:
         #: the front doors Curio dials (cuzk engines'), bound before the engines start and
         #: closed after they stopped; their counts (cuzkd_door_*) for the supervisor's life
         self.door_metrics = DoorMetrics()
-        self.doors = Doors(config.doors, time.monotonic, self.door_metrics)
+        #: a door on a socket systemd passed (cuzkd.socket) serves there instead of binding
+        self.doors = Doors(config.doors, time.monotonic, self.door_metrics,
+                           passed=take_passed_sockets(os.environ), state_dir=config.state_dir)
         #: gpu_view: NVML for the GPU memory gate and cuzkd_gpu_*; loaded by run() unless
         #: given (tests)
         self.engines = EngineSet(config, self.children, binaries=self.binaries,

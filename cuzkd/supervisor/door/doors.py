@@ -5,32 +5,59 @@ with one generic handler (:class:`~.relay.DoorHandler`) and cuzk's 128 MiB messa
 way. ``SO_REUSEPORT`` is off: a second process binding the same TCP port beside the door must
 fail, not share Curio's calls. The doors are built once, from the config the supervisor starts
 with (a reload changes engines, never the doors).
+
+Under systemd's socket activation (``cuzkd.socket``) a door whose address a passed socket
+listens on serves there (:mod:`.forward`) instead of binding: no address check (systemd's
+socket answers by design) and no socket file removed at close (systemd's). At shutdown such a
+door accepts nothing more and sends GOAWAY at once: Curio's next call goes on a new connection,
+which waits in the kernel's backlog for the next cuzkd, while the calls in flight finish.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import grpc
 import structlog
 
 from cuzkd.config.doors import DoorPlan
+from cuzkd.log.ratelimit import LimitedLog
 from cuzkd.metrics.door_metrics import DoorMetrics
+from cuzkd.supervisor.core.listenfds import match
 from cuzkd.supervisor.door.binding import DoorAddressError, UnixAddress, UnixBind, claim
+from cuzkd.supervisor.door.forward import PrivateSocket, SocketForward
+from cuzkd.supervisor.door.inherited import Inherited
 from cuzkd.supervisor.door.relay import Door, DoorHandler
 from cuzkd.supervisor.engines.seat import DoorSeat
+from cuzkd.supervisor.tasks import TaskSet
 
 log = structlog.get_logger("cuzkd.supervisor")
+
+#: The grace of the stop that only sends a passed door's GOAWAY at shutdown: longer than any
+#: shutdown, so that close()'s own (shorter) grace is the one that counts.
+GOAWAY_GRACE = 24 * 3600.0
 
 
 class Doors:
     def __init__(self, plans: Sequence[DoorPlan], clock: Callable[[], float],
-                 metrics: DoorMetrics) -> None:
-        """``metrics``: where every door's figures go (cuzkd_door_*)."""
+                 metrics: DoorMetrics, *, passed: Sequence[Inherited] = (),
+                 state_dir: Path | None = None) -> None:
+        """``metrics``: where every door's figures go (cuzkd_door_*); ``passed``: the
+        sockets systemd passed (taken by :func:`.inherited.take_passed_sockets`), served on
+        by the doors that listen there, their private sockets under ``state_dir``."""
         self._doors = [Door(plan, clock, metrics) for plan in plans]
         self._metrics = metrics
         self._servers: list[grpc.aio.Server] = []
         self._sockets: list[UnixBind] = []
+        self._matching = match([p.passed for p in passed], [plan.address for plan in plans])
+        self._passed = {p.passed: p.sock for p in passed}
+        self._state_dir = state_dir
+        self._forwards: list[SocketForward] = []
+        self._passed_servers: list[grpc.aio.Server] = []
+        self._private: list[PrivateSocket] = []
+        self._limited = LimitedLog()
+        self._goaway = TaskSet()
 
     def seat(self, engine: str) -> DoorSeat | None:
         """``engine``'s seat behind its door (None: no door in front of it)."""
@@ -42,17 +69,65 @@ class Doors:
     async def start(self) -> None:
         """Bind and start every door; DoorAddressError naming the address when one cannot
         (something answers there already, the bind fails)."""
+        self._close_unused()
+        if self._matching.by_door and self._state_dir is not None:
+            PrivateSocket.remove_stale(self._state_dir)
         for door in self._doors:
-            self._servers.append(await self._serve(door))
+            if door.plan.address in self._matching.by_door:
+                self._servers.append(await self._serve_passed(door))
+            else:
+                self._servers.append(await self._serve(door))
 
-    async def _serve(self, door: Door) -> grpc.aio.Server:
+    def _close_unused(self) -> None:
+        for passed in self._matching.unused:
+            log.warning("door_socket_unused", fd=passed.fd, fd_name=passed.name,
+                        listening_at=":".join(map(str, passed.key or ("-",))),
+                        detail="no door listens there: closed (systemd keeps it); the "
+                               "socket unit's ListenStream= must be the door's address")
+            self._passed[passed].close()
+        for address in self._matching.unpassed:
+            log.warning("door_socket_not_passed", address=address,
+                        detail="systemd passed sockets but none listens there: the door "
+                               "binds its own, which a restart of cuzkd closes")
+
+    def _server(self, door: Door) -> grpc.aio.Server:
         plan = door.plan
-        where = await claim(plan.address)
         server = grpc.aio.server(options=[
             ("grpc.max_receive_message_length", plan.max_message_bytes),
             ("grpc.max_send_message_length", plan.max_message_bytes),
             ("grpc.so_reuseport", 0)])
         server.add_generic_rpc_handlers((DoorHandler(door),))
+        return server
+
+    async def _serve_passed(self, door: Door) -> grpc.aio.Server:
+        """The door on the socket systemd passed for its address (see :mod:`.forward`)."""
+        plan = door.plan
+        passed = self._matching.by_door[plan.address]
+        if self._state_dir is None:
+            raise DoorAddressError(f"front door {plan.address}: no state dir for the "
+                                   "private socket of a passed socket")
+        private = PrivateSocket(self._state_dir)
+        self._private.append(private)
+        server = self._server(door)
+        try:
+            server.add_insecure_port(private.target)
+        except RuntimeError as exc:
+            raise DoorAddressError(f"front door {plan.address}: cannot bind its private "
+                                   f"socket {private.path}: {exc}") from None
+        await server.start()
+        forward = SocketForward(plan.name, self._passed[passed], private.path, self._limited)
+        forward.start()
+        self._forwards.append(forward)
+        self._passed_servers.append(server)
+        self._metrics.opened(plan.name, plan.engines)
+        log.info("door_listening", door=plan.name, address=plan.address,
+                 engines=list(plan.engines), passed_fd=passed.fd, fd_name=passed.name)
+        return server
+
+    async def _serve(self, door: Door) -> grpc.aio.Server:
+        plan = door.plan
+        where = await claim(plan.address)
+        server = self._server(door)
         unix: UnixBind | None = None
         if isinstance(where, UnixAddress):
             unix = UnixBind(where, plan.socket_mode, plan.socket_group)
@@ -83,7 +158,14 @@ class Doors:
         return server
 
     def refuse_new(self) -> None:
-        """The supervisor shuts down: every door refuses held and new calls at once."""
+        """The supervisor shuts down: every door refuses held and new calls at once; a door
+        on a passed socket first accepts nothing more and sends GOAWAY, so that its callers'
+        next calls wait in the kernel for the next cuzkd instead."""
+        for forward in self._forwards:
+            forward.stop_accepting()
+        for server in self._passed_servers:
+            # GOAWAY now; the calls in flight get what close() gives them
+            self._goaway.start(server.stop(GOAWAY_GRACE))
         for door in self._doors:
             door.refuse_new()
 
@@ -92,7 +174,12 @@ class Doors:
         stopped by now: they are answered or lost), then the sockets go."""
         for server in self._servers:
             await server.stop(grace)
+        await self._goaway.wait()
+        for forward in self._forwards:
+            await forward.close()
         for door in self._doors:
             await door.close()
         for unix in self._sockets:
             unix.remove()
+        for private in self._private:
+            private.remove()
