@@ -231,6 +231,8 @@ def _bound_addresses(config: Config, where: str) -> Iterator[_Bound]:
         cuzk = eng.cuzk_file
         if eng.bundled and eng.listen and (listen := _listen_address(eng.listen)):
             yield _Bound(f"{where}: key `engine[{i}].listen`", listen)
+        if eng.bundled and (door := config.door_address(eng)) is not None:
+            yield _Bound(f"{where}: key `engine[{i}].door`", parse_door_address(door), door=True)
         if cuzk is None:
             continue
         engine = f"{where}: engine[{i}]"
