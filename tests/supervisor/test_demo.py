@@ -9,11 +9,14 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import grpc
 import msgspec
 import pytest
+from support.live import scrape
 from support.supervisor_harness import start_supervisor, write_config
 
 from cuzkd.config import ConfigError, parse_config
+from cuzkd.cuzk import proving_pb2 as pb
 from cuzkd.status.document import PARTITIONS
 from cuzkd.supervisor.daemon.demo import (
     EXTRA_SECTOR_JOBS,
@@ -112,11 +115,30 @@ def _engine_status(status_url: str) -> dict[str, Any] | None:
     return status
 
 
+#: The priority label of each kind's Prove as Curio sets it (demo.PRIORITIES).
+CURIO_PRIORITIES = {"winning-post": "critical", "window-post": "high", "snap-update": "normal",
+                    "porep-c2": "normal"}
+
+
+def _prove(address: str, request_id: str) -> pb.ProveResponse:
+    """A WinningPoSt ``Prove`` as Curio sends it, through the door at ``address``."""
+    with grpc.insecure_channel(address) as channel:
+        prove = channel.unary_unary("/cuzk.v1.ProvingEngine/Prove",
+                                    request_serializer=pb.ProveRequest.SerializeToString,
+                                    response_deserializer=pb.ProveResponse.FromString)
+        reply: pb.ProveResponse = prove(pb.ProveRequest(submit=pb.SubmitProofRequest(
+            request_id=request_id, proof_kind=pb.WINNING_POST, priority=pb.CRITICAL)),
+            timeout=60)
+    return reply
+
+
 def test_demo_load_shape(tmp_path: Path) -> None:
     """One bundled engine under ``--demo``, sampled through the supervisor's /status until
     CYCLES bursts ended in a gap: bursts and idle gaps, every proof kind with its partition
     count, synthesis seen, each worker busy 20-80 % of the run, the budget (at most 2 GiB)
-    used over at least a quarter of its size."""
+    used over at least a quarter of its size. The load came through the engine's front door
+    as Curio's does (every kind relayed as a Prove, with Curio's priority), and the door
+    answers a caller's own Prove through the bundled engine."""
     sup = start_supervisor(write_config(tmp_path, [{"name": "b0"}]), extra_args=["--demo"],
                            timeout=60)
     try:
@@ -136,8 +158,17 @@ def test_demo_load_shape(tmp_path: Path) -> None:
                     gaps += 1
                 samples.append(doc)
             time.sleep(0.25)  # sampling period of a time series, not a synchronisation
+        reply = _prove(f"unix://{tmp_path}/state/b0.door.sock", "curio-1")
+        metrics = scrape(f"http://{sup.about()['metrics_listen']}/metrics")
     finally:
         sup.stop()
+
+    assert reply.result.status == pb.AwaitProofResponse.COMPLETED, reply
+    assert reply.result.job_id == "curio-1" and reply.result.total_ms > 0
+    for kind, priority in CURIO_PRIORITIES.items():
+        relayed = metrics.value("cuzkd_door_proofs_total", door="b0", proof_kind=kind,
+                                priority=priority, result="completed")
+        assert relayed is not None and relayed >= 1, (kind, priority)
 
     first, last = samples[0], samples[-1]
     wall = last["uptime_secs"] - first["uptime_secs"]

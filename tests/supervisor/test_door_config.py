@@ -178,12 +178,12 @@ def test_a_command_with_its_own_listen_is_refused_while_the_door_is_on(tmp_path:
 
 
 @pytest.mark.parametrize("engine", [
-    '[[engine]]\nname = "b"\ndoor = "off"\n',
+    '[[engine]]\nname = "p"\ncommand = ["prover"]\ndoor = "off"\n',
     '[[engine]]\nname = "p"\ncommand = ["prover"]\ndoor = "127.0.0.1:9820"\n'])
 def test_a_door_on_an_engine_that_is_not_cuzk_is_refused(tmp_path: Path, engine: str) -> None:
     path = _write(tmp_path, engine)
     with pytest.raises(ConfigError, match=rf"^{path}: key `engine\[0\]\.door`: only for type "
-                                          "\"cuzk\""):
+                                          "\"cuzk\" or \"bundled\""):
         load_config(path)
 
 
