@@ -6,13 +6,11 @@ door's count. Every mistake refused naming the file and the key."""
 from __future__ import annotations
 
 import re
-import stat
 from pathlib import Path
 
 import pytest
 
 from cuzkd.config import ConfigError, demo_config, load_config, parse_config
-from cuzkd.supervisor.engines.launch import EngineLaunch
 
 
 def _write(tmp_path: Path, text: str) -> Path:
@@ -43,21 +41,6 @@ def test_a_bundled_engine_behind_a_door_serves_grpc_on_its_private_socket(
     assert engine.drain_mode == "door"
     assert [(d.address, d.engines) for d in config.doors] == [
         (address.format(tmp=tmp_path), ("b",))]
-
-
-def test_a_bundled_engine_on_tcp_behind_a_door_gets_its_private_sockets_directory(
-        tmp_path: Path) -> None:
-    """Its HTTP API on a port, its gRPC still on a socket in engines/: each spawn makes that
-    directory (the engine binds there but makes none) and removes a stale socket."""
-    config = load_config(_write(tmp_path, '[[engine]]\nname = "b"\nlisten = "127.0.0.1:0"\n'
-                                          'door = ""\n'))
-    launch = EngineLaunch(config.engine[0], config, lambda: "unused", None)
-    launch.prepare()
-    engines = tmp_path / "state" / "engines"
-    assert stat.S_IMODE(engines.stat().st_mode) == 0o700
-    (engines / "b.grpc.sock").write_text("stale")
-    launch.prepare()
-    assert list(engines.iterdir()) == []
 
 
 def test_the_demo_puts_each_bundled_engine_behind_a_door_of_its_own(tmp_path: Path) -> None:

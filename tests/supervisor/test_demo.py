@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import time
@@ -26,6 +27,7 @@ from cuzkd.supervisor.daemon.demo import (
     POST_KINDS,
     SECTOR_KINDS,
     BurstShape,
+    DoorCaller,
 )
 
 
@@ -99,6 +101,51 @@ def test_demo_is_a_flag_not_a_config_key() -> None:
     for key in ("demo", "path"):
         with pytest.raises(ConfigError, match=f"key `{key}`: unknown key"):
             parse_config({key: True}, "x.toml")
+
+
+def test_the_demo_calls_a_door_as_curio_does(tmp_path: Path) -> None:
+    """One Prove per job, a burst's all at once (the door here answers none before it holds
+    them all), each with a fresh request id and Curio's priority; every call that returned
+    counts as finished, one the door refused too (else its burst would never end)."""
+    kinds = [*SECTOR_KINDS, *POST_KINDS]
+
+    async def main() -> tuple[list[pb.SubmitProofRequest], int]:
+        seen: list[pb.SubmitProofRequest] = []
+        all_in = asyncio.Event()
+
+        async def prove(request: pb.ProveRequest, context: grpc.aio.ServicerContext[
+                pb.ProveRequest, pb.ProveResponse]) -> pb.ProveResponse:
+            seen.append(request.submit)
+            if len(seen) == len(kinds):
+                all_in.set()
+            await all_in.wait()
+            if request.submit.proof_kind == pb.WINNING_POST:
+                await context.abort(grpc.StatusCode.UNAVAILABLE, "the door is shutting down")
+            return pb.ProveResponse(result=pb.AwaitProofResponse(
+                status=pb.AwaitProofResponse.COMPLETED))
+
+        server = grpc.aio.server()
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
+            "cuzk.v1.ProvingEngine", {"Prove": grpc.unary_unary_rpc_method_handler(
+                prove, request_deserializer=pb.ProveRequest.FromString,
+                response_serializer=pb.ProveResponse.SerializeToString)}),))
+        server.add_insecure_port(f"unix:{tmp_path}/door.sock")
+        await server.start()
+        caller = DoorCaller(f"unix://{tmp_path}/door.sock")
+        try:
+            await asyncio.wait_for(asyncio.gather(*caller.prove(kinds)), 30)
+            await asyncio.wait_for(asyncio.gather(*caller.prove(kinds[:1])), 30)
+        finally:
+            await caller.close()
+            await server.stop(None)
+        return seen, caller.finished
+
+    seen, finished = asyncio.run(main())
+    assert finished == len(kinds) + 1
+    assert sorted((r.proof_kind, r.priority) for r in seen[:len(kinds)]) == [
+        (pb.POREP_SEAL_COMMIT, pb.NORMAL), (pb.SNAP_DEALS_UPDATE, pb.NORMAL),
+        (pb.WINDOW_POST_PARTITION, pb.HIGH), (pb.WINNING_POST, pb.CRITICAL)]
+    assert len({r.request_id for r in seen}) == len(seen)  # never one id twice
 
 
 # --- a real demo run ------------------------------------------------------------------------

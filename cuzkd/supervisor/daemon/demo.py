@@ -131,13 +131,13 @@ class DoorCaller:
         self._ids = itertools.count()
         self._prefix = f"demo-{os.getpid()}-{id(self):x}"
 
-    def prove(self, kinds: Sequence[str]) -> int:
-        """Start one Prove per kind, all at once; how many were started (all of them)."""
-        for kind in kinds:
-            task = asyncio.create_task(self._call(kind))
+    def prove(self, kinds: Sequence[str]) -> list[asyncio.Task[None]]:
+        """Start one Prove per kind, all at once (each ends counted in :attr:`finished`)."""
+        started = [asyncio.create_task(self._call(kind)) for kind in kinds]
+        for task in started:
             self._calls.add(task)
             task.add_done_callback(self._calls.discard)
-        return len(kinds)
+        return started
 
     async def _call(self, kind: str) -> None:
         request = pb.ProveRequest(submit=pb.SubmitProofRequest(
@@ -193,7 +193,7 @@ async def drive(targets: Callable[[], Sequence[tuple[StatusSource, str | None]]]
                 if kinds is None:
                     continue
                 if caller is not None:
-                    shape.submitted(now, finished, caller.prove(kinds))
+                    shape.submitted(now, finished, len(caller.prove(kinds)))
                     continue
                 session = sessions.get(source.address)
                 if session is None:
