@@ -13,6 +13,7 @@ fields); a cuzk engine's own TOML has :mod:`.cuzkfile` (reading it as cuzk does)
 from cuzkd.config.doors import DoorPlan
 from cuzkd.config.loading import (
     control_socket_despite_errors,
+    demo_config,
     load_config,
     load_or_default,
     parse_config,
@@ -37,6 +38,7 @@ __all__ = [
     "SupervisorConfig",
     "control_socket_despite_errors",
     "default_config",
+    "demo_config",
     "load_config",
     "load_or_default",
     "parse_config",

@@ -185,9 +185,9 @@ def _check_budgets(config: Config, where: str) -> None:
 
 
 #: What a door may not share an address with but another cuzk engine's door: the gRPC listen
-#: of a cuzk engine with door = "off", a bundled engine's listen, a process or http engine's
-#: status_url.
-_ENGINE_ROLES = frozenset({"grpc", "engine", "served"})
+#: of a cuzk engine with door = "off", a bundled engine's listen or door (a bundled engine's
+#: door is its own), a process or http engine's status_url.
+_ENGINE_ROLES = frozenset({"grpc", "engine", "served", "bundled_door"})
 
 
 @dataclass(frozen=True)
@@ -198,6 +198,7 @@ class _Bound:
     address: ListenAddress
     #: "door": a front door (cuzk engines naming the very same one share it); "grpc": a cuzk
     #: engine's own gRPC listen (its door off); "engine": a bundled engine's listen;
+    #: "bundled_door": a bundled engine's door (never shared);
     #: "served": a process or http engine's status_url (cuzkd binds nothing there, but a door
     #: on it would take that engine's port); "": any other listener
     role: str = ""
@@ -255,6 +256,9 @@ def _bound_addresses(config: Config, where: str) -> Iterator[_Bound]:
             yield _Bound(f"{where}: key `engine[{i}].listen`", listen, "engine")
         if not eng.cuzk and not eng.bundled and (served := _served_address(eng.status_url)):
             yield _Bound(f"{where}: key `engine[{i}].status_url`", served, "served")
+        if eng.bundled and (door := config.door_address(eng)) is not None:
+            yield _Bound(f"{where}: key `engine[{i}].door`", parse_door_address(door),
+                         "bundled_door")
         if cuzk is None:
             continue
         engine = f"{where}: engine[{i}]"

@@ -73,13 +73,14 @@ def check_doors(config: Config, where: str) -> None:
 
 
 def _check_engine_door(config: Config, eng: EngineConfig, key: str, fail: Fail) -> None:
-    if eng.door is not None and not eng.cuzk:
-        raise fail(f"{key}.door", "only for type \"cuzk\" (the door relays cuzk's gRPC); "
-                                  "remove it (from [engine_defaults] too)")
+    if eng.door is not None and not (eng.cuzk or eng.bundled):
+        raise fail(f"{key}.door", "only for type \"cuzk\" or \"bundled\" (the door relays "
+                                  "cuzk's gRPC, which only they serve); remove it (from "
+                                  "[engine_defaults] too)")
     if eng.drain_mode == "door" and not eng.door_on:
         raise fail(f"{key}.drain", "'door' waits for the calls of the engine's front door: "
-                                   "only for a type \"cuzk\" engine whose door is on (use "
-                                   "\"cuzk\" with door = \"off\")")
+                                   "only for a type \"cuzk\" or \"bundled\" engine whose door "
+                                   "is on (use \"cuzk\" or \"http\" with its door off)")
     if not eng.door_on:
         return
     if eng.door not in (None, "", DOOR_OFF):

@@ -1,7 +1,8 @@
 """The front doors a config asks for: one :class:`DoorPlan` per address Curio dials.
 
 A cuzk engine's door (``[[engine]] door``) is cuzkd's gRPC server at the address Curio already
-dials, in front of the engine's private socket; ``[door]`` says how every door holds and
+dials, in front of the engine's private socket (a bundled engine's, which serves cuzk's gRPC
+too, when its ``door`` is set or under ``--demo``); ``[door]`` says how every door holds and
 retries calls. The door shell (``cuzkd.supervisor.door``) serves what this module plans; the
 rules a plan keeps are :mod:`cuzkd.config.doorchecks`'s, run at load, so a plan is built only
 from a config that holds them.

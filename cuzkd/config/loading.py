@@ -33,6 +33,7 @@ from cuzkd.config.cuzkfile import (
 )
 from cuzkd.config.doorchecks import check_door_groups, check_doors, door_notices
 from cuzkd.config.schema import (
+    DOOR_DEFAULT,
     TYPE_DEFAULTS,
     Bytes,
     Config,
@@ -205,6 +206,20 @@ def parse_config(raw: Mapping[str, Any], where: str) -> Config:
     check(config, where)
     notices += door_notices(config, where)
     return msgspec.structs.replace(config, notices=tuple(notices))
+
+
+def demo_config(config: Config) -> Config:
+    """``config`` as ``cuzkd run --demo`` runs it (at start and at each reload): its bundled
+    engines demo engines, each behind a front door of its own unless its ``door`` says
+    otherwise, so the demo's load comes through a door as Curio's calls would. The doors it
+    adds keep the door rules (checked here as at load: ConfigError naming the file and key)."""
+    engines = [msgspec.structs.replace(e, door=DOOR_DEFAULT) if e.bundled and e.door is None
+               else e for e in config.engine]
+    demo = msgspec.structs.replace(config, demo=True, engine=engines)
+    where = config.path or "the default config"
+    check_doors(demo, where)
+    check_cuzk_engines(demo, where)
+    return demo
 
 
 def _refuse_internal_engine_keys(defaults: dict[str, Any], engines: object, where: str) -> None:

@@ -33,8 +33,12 @@ BINARY_PLACEHOLDER = "{binary}"
 
 DEFAULT_METRICS_LISTEN = "127.0.0.1:9822"
 
-#: ``[[engine]] door`` turning a cuzk engine's front door off.
+#: ``[[engine]] door`` turning an engine's front door off.
 DOOR_OFF = "off"
+#: ``[[engine]] door`` turning it on where its type puts it (a cuzk engine's at its cuzk
+#: file's ``[daemon] listen``, a bundled engine's in the state dir). ``cuzkd run --demo`` sets
+#: it on each bundled engine that does not set ``door``.
+DOOR_DEFAULT = ""
 
 #: ``cuzkd start|restart`` wait this long beyond the engine's start_timeout for ``running``.
 START_WAIT_SLACK = 5.0
@@ -174,10 +178,13 @@ class EngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     #: type "cuzk": that file as read at load and on each reload (never set by a file). Part
     #: of the spec, so a reload that finds it changed restarts the engine (cuzk reads it once)
     cuzk_file: CuzkFile | None = None
-    #: type "cuzk": where cuzkd's front door takes Curio's gRPC for this engine (the engine
-    #: itself then listens on a private socket in the state dir): unset or "" = on, at the
-    #: cuzk file's ``[daemon] listen`` (the address Curio already dials); "off"; or an address
-    #: ``unix:///PATH`` or ``HOST:PORT``. Not ``listen``: that is the bundled engine's
+    #: types "cuzk" and "bundled": where cuzkd's front door takes Curio's gRPC for this engine
+    #: (the engine itself then serves it on a private socket in the state dir): "" = on, at
+    #: a cuzk engine's cuzk file ``[daemon] listen`` (the address Curio already dials), at a
+    #: bundled engine's ``unix://{state_dir}/{name}.door.sock``; "off"; or an address
+    #: ``unix:///PATH`` or ``HOST:PORT``. Unset: on for a cuzk engine, off for a bundled one
+    #: (no Curio dials it) but under ``cuzkd run --demo``. Not ``listen``: that is the
+    #: bundled engine's HTTP API
     door: str | None = None
     env: dict[str, str] = msgspec.field(default_factory=dict)
     status_url: str = ""
@@ -199,8 +206,8 @@ class EngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     unhealthy_after: Seconds = Seconds(15)
     stop_signal: str = "SIGTERM"
     stop_timeout: Seconds = Seconds(10)
-    #: unset: ``http`` for the bundled engine, ``door`` for a cuzk engine behind its door
-    #: (``cuzk`` with the door off), ``quiet`` with a status_url, else ``none``
+    #: unset: ``door`` for a cuzk or bundled engine behind its door, else ``http`` for the
+    #: bundled engine, ``cuzk`` for a cuzk one, ``quiet`` with a status_url, ``none``
     drain: DrainMode | None = None
     drain_timeout: Seconds = Seconds(20)
     #: stall watchdog: work and no progress for this long is a stall ("0s": off)
@@ -252,7 +259,9 @@ class EngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
 
     @property
     def door_on(self) -> bool:
-        """True for a cuzk engine whose gRPC goes through cuzkd's front door."""
+        """True for a cuzk or bundled engine whose gRPC goes through cuzkd's front door."""
+        if self.bundled:
+            return self.door not in (None, DOOR_OFF)
         return self.cuzk and self.door != DOOR_OFF
 
     @property
@@ -272,7 +281,7 @@ class EngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
         if self.drain is not None:
             return self.drain
         if self.bundled:
-            return "http"
+            return "door" if self.door_on else "http"
         if self.cuzk:
             return "door" if self.door_on else "cuzk"
         return "quiet" if self.status_url else "none"
@@ -324,12 +333,15 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
             return None
         if engine.door:
             return engine.door
+        if engine.bundled:
+            return f"unix://{self.state_dir / f'{engine.name}.door.sock'}"
         return engine.cuzk_file.daemon.listen if engine.cuzk_file is not None else None
 
     def engine_command(self, engine: EngineConfig) -> list[str]:
         """argv for ``engine`` (``{binary}`` left in place: resolved at spawn time). An engine
-        behind a door gets ``--listen`` with its private address (cuzk's flag overrides its
-        file's ``[daemon] listen``), before a ``--``, after which cuzk takes no options."""
+        behind a door gets its private address: a cuzk engine as ``--listen`` (cuzk's flag
+        overrides its file's ``[daemon] listen``), before a ``--``, after which cuzk takes no
+        options; a bundled one as ``--grpc-listen`` (its ``--listen`` is its HTTP API)."""
         if engine.command is not None:
             if self.door_address(engine) is None:
                 return list(engine.command)
@@ -337,7 +349,9 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
             head = engine.command[:end]
             return [*head, "--listen", self.private_grpc_address(engine),
                     *engine.command[len(head):]]
+        door = self.door_address(engine) is not None
         return [sys.executable, "-m", "cuzkd", "engine", "--listen", self._bundled_listen(engine),
+                *(["--grpc-listen", self.private_grpc_address(engine)] if door else []),
                 *(["--demo"] if self.demo else [])]
 
     def status_address(self, engine: EngineConfig) -> str | None:
@@ -355,13 +369,14 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
         return listen if listen.startswith("unix:") else f"http://{listen}/status"
 
     def grpc_address(self, engine: EngineConfig) -> str | None:
-        """A cuzk engine's gRPC address as cuzk binds it (``unix:///path`` or ``IP:PORT``):
-        behind a door its private socket in the state dir (passed as ``--listen``), else the
-        command's ``-l/--listen`` or ``[daemon] listen``; None for other engine types."""
-        if not engine.cuzk or engine.cuzk_file is None:
-            return None
+        """An engine's cuzk gRPC address as the engine binds it (``unix:///path`` or
+        ``IP:PORT``): behind a door its private socket in the state dir (passed as
+        ``--listen`` or ``--grpc-listen``), else a cuzk engine's ``-l/--listen`` or
+        ``[daemon] listen``; None for other engines (a bundled one serves no gRPC then)."""
         if self.door_address(engine) is not None:
             return self.private_grpc_address(engine)
+        if not engine.cuzk or engine.cuzk_file is None:
+            return None
         return engine.cuzk_file.grpc_listen
 
     def private_grpc_address(self, engine: EngineConfig) -> str:

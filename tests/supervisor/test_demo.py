@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import time
@@ -9,11 +10,14 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import grpc
 import msgspec
 import pytest
+from support.live import scrape
 from support.supervisor_harness import start_supervisor, write_config
 
 from cuzkd.config import ConfigError, parse_config
+from cuzkd.cuzk import proving_pb2 as pb
 from cuzkd.status.document import PARTITIONS
 from cuzkd.supervisor.daemon.demo import (
     EXTRA_SECTOR_JOBS,
@@ -23,6 +27,7 @@ from cuzkd.supervisor.daemon.demo import (
     POST_KINDS,
     SECTOR_KINDS,
     BurstShape,
+    DoorCaller,
 )
 
 
@@ -98,6 +103,51 @@ def test_demo_is_a_flag_not_a_config_key() -> None:
             parse_config({key: True}, "x.toml")
 
 
+def test_the_demo_calls_a_door_as_curio_does(tmp_path: Path) -> None:
+    """One Prove per job, a burst's all at once (the door here answers none before it holds
+    them all), each with a fresh request id and Curio's priority; every call that returned
+    counts as finished, one the door refused too (else its burst would never end)."""
+    kinds = [*SECTOR_KINDS, *POST_KINDS]
+
+    async def main() -> tuple[list[pb.SubmitProofRequest], int]:
+        seen: list[pb.SubmitProofRequest] = []
+        all_in = asyncio.Event()
+
+        async def prove(request: pb.ProveRequest, context: grpc.aio.ServicerContext[
+                pb.ProveRequest, pb.ProveResponse]) -> pb.ProveResponse:
+            seen.append(request.submit)
+            if len(seen) == len(kinds):
+                all_in.set()
+            await all_in.wait()
+            if request.submit.proof_kind == pb.WINNING_POST:
+                await context.abort(grpc.StatusCode.UNAVAILABLE, "the door is shutting down")
+            return pb.ProveResponse(result=pb.AwaitProofResponse(
+                status=pb.AwaitProofResponse.COMPLETED))
+
+        server = grpc.aio.server()
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
+            "cuzk.v1.ProvingEngine", {"Prove": grpc.unary_unary_rpc_method_handler(
+                prove, request_deserializer=pb.ProveRequest.FromString,
+                response_serializer=pb.ProveResponse.SerializeToString)}),))
+        server.add_insecure_port(f"unix:{tmp_path}/door.sock")
+        await server.start()
+        caller = DoorCaller(f"unix://{tmp_path}/door.sock")
+        try:
+            await asyncio.wait_for(asyncio.gather(*caller.prove(kinds)), 30)
+            await asyncio.wait_for(asyncio.gather(*caller.prove(kinds[:1])), 30)
+        finally:
+            await caller.close()
+            await server.stop(None)
+        return seen, caller.finished
+
+    seen, finished = asyncio.run(main())
+    assert finished == len(kinds) + 1
+    assert sorted((r.proof_kind, r.priority) for r in seen[:len(kinds)]) == [
+        (pb.POREP_SEAL_COMMIT, pb.NORMAL), (pb.SNAP_DEALS_UPDATE, pb.NORMAL),
+        (pb.WINDOW_POST_PARTITION, pb.HIGH), (pb.WINNING_POST, pb.CRITICAL)]
+    assert len({r.request_id for r in seen}) == len(seen)  # never one id twice
+
+
 # --- a real demo run ------------------------------------------------------------------------
 
 #: Gaps (jobs in flight back to 0 after work) to see before judging the shape.
@@ -112,11 +162,30 @@ def _engine_status(status_url: str) -> dict[str, Any] | None:
     return status
 
 
+#: The priority label of each kind's Prove as Curio sets it (demo.PRIORITIES).
+CURIO_PRIORITIES = {"winning-post": "critical", "window-post": "high", "snap-update": "normal",
+                    "porep-c2": "normal"}
+
+
+def _prove(address: str, request_id: str) -> pb.ProveResponse:
+    """A WinningPoSt ``Prove`` as Curio sends it, through the door at ``address``."""
+    with grpc.insecure_channel(address) as channel:
+        prove = channel.unary_unary("/cuzk.v1.ProvingEngine/Prove",
+                                    request_serializer=pb.ProveRequest.SerializeToString,
+                                    response_deserializer=pb.ProveResponse.FromString)
+        reply: pb.ProveResponse = prove(pb.ProveRequest(submit=pb.SubmitProofRequest(
+            request_id=request_id, proof_kind=pb.WINNING_POST, priority=pb.CRITICAL)),
+            timeout=60)
+    return reply
+
+
 def test_demo_load_shape(tmp_path: Path) -> None:
     """One bundled engine under ``--demo``, sampled through the supervisor's /status until
     CYCLES bursts ended in a gap: bursts and idle gaps, every proof kind with its partition
     count, synthesis seen, each worker busy 20-80 % of the run, the budget (at most 2 GiB)
-    used over at least a quarter of its size."""
+    used over at least a quarter of its size. The load came through the engine's front door
+    as Curio's does (every kind relayed as a Prove, with Curio's priority), and the door
+    answers a caller's own Prove through the bundled engine."""
     sup = start_supervisor(write_config(tmp_path, [{"name": "b0"}]), extra_args=["--demo"],
                            timeout=60)
     try:
@@ -136,8 +205,17 @@ def test_demo_load_shape(tmp_path: Path) -> None:
                     gaps += 1
                 samples.append(doc)
             time.sleep(0.25)  # sampling period of a time series, not a synchronisation
+        reply = _prove(f"unix://{tmp_path}/state/b0.door.sock", "curio-1")
+        metrics = scrape(f"http://{sup.about()['metrics_listen']}/metrics")
     finally:
         sup.stop()
+
+    assert reply.result.status == pb.AwaitProofResponse.COMPLETED, reply
+    assert reply.result.job_id == "curio-1" and reply.result.total_ms > 0
+    for kind, priority in CURIO_PRIORITIES.items():
+        relayed = metrics.value("cuzkd_door_proofs_total", door="b0", proof_kind=kind,
+                                priority=priority, result="completed")
+        assert relayed is not None and relayed >= 1, (kind, priority)
 
     first, last = samples[0], samples[-1]
     wall = last["uptime_secs"] - first["uptime_secs"]

@@ -64,16 +64,22 @@ def test_a_cuzk_engines_door_is_on_at_cuzks_listen_and_cuzk_moves_to_a_private_s
     assert config.notices == ()
 
 
-def test_a_spawn_behind_a_door_readies_the_private_sockets_directory(tmp_path: Path) -> None:
-    """cuzk binds its --listen socket but makes no directory for it: each spawn makes the
-    state dir's engines/ (private) and removes a stale socket."""
-    config = _load(tmp_path, _cuzk_engine(tmp_path))
+@pytest.mark.parametrize("bundled", [False, True])
+def test_a_spawn_behind_a_door_readies_the_private_sockets_directory(
+        tmp_path: Path, bundled: bool) -> None:
+    """cuzk binds its --listen socket but makes no directory for it, nor does a bundled
+    engine for its --grpc-listen one (its HTTP API on TCP here, so no status socket makes
+    it): each spawn makes the state dir's engines/ (private) and removes a stale socket."""
+    name = "b" if bundled else "c0"
+    engine = (f'[[engine]]\nname = "{name}"\nlisten = "127.0.0.1:0"\ndoor = ""\n' if bundled
+              else _cuzk_engine(tmp_path))
+    config = _load(tmp_path, engine)
     launch = EngineLaunch(config.engine[0], config, lambda: "cuzk-daemon", None)
     assert launch.argv == config.engine_command(config.engine[0])
     launch.prepare()
     engines = tmp_path / "state" / "engines"
     assert stat.S_IMODE(engines.stat().st_mode) == 0o700
-    (engines / "c0.grpc.sock").write_text("stale")
+    (engines / f"{name}.grpc.sock").write_text("stale")
     launch.prepare()
     assert list(engines.iterdir()) == []
 
@@ -179,12 +185,12 @@ def test_a_command_with_its_own_listen_is_refused_while_the_door_is_on(tmp_path:
 
 
 @pytest.mark.parametrize("engine", [
-    '[[engine]]\nname = "b"\ndoor = "off"\n',
+    '[[engine]]\nname = "p"\ncommand = ["prover"]\ndoor = "off"\n',
     '[[engine]]\nname = "p"\ncommand = ["prover"]\ndoor = "127.0.0.1:9820"\n'])
 def test_a_door_on_an_engine_that_is_not_cuzk_is_refused(tmp_path: Path, engine: str) -> None:
     path = _write(tmp_path, engine)
     with pytest.raises(ConfigError, match=rf"^{path}: key `engine\[0\]\.door`: only for type "
-                                          "\"cuzk\""):
+                                          "\"cuzk\" or \"bundled\""):
         load_config(path)
 
 

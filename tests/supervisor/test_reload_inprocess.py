@@ -20,7 +20,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from support.stand_ins import Script, StandInEngines, engine_set, running_phase
 from support.tlsfiles import write_web_config
 
-from cuzkd.config import load_config
+from cuzkd.config import demo_config, load_config
 from cuzkd.httperrors import json_errors
 from cuzkd.log.ratelimit import LimitedLog
 from cuzkd.states import Phase, State
@@ -55,6 +55,8 @@ class Rig:
 
     config_path: Path
     notifier: Notifier = field(default_factory=lambda: Notifier({}))
+    #: run as ``cuzkd run --demo`` does
+    demo: bool = False
     phase: SupervisorPhase = field(default_factory=running_phase)
     engines: StandInEngines = field(init=False)
     group: EngineSet = field(init=False)
@@ -63,8 +65,9 @@ class Rig:
 
     def __post_init__(self) -> None:
         self.engines = StandInEngines(Script())
-        self.group = engine_set(load_config(self.config_path), self.engines.table,
-                                phase=self.phase)
+        config = load_config(self.config_path)
+        self.group = engine_set(demo_config(config) if self.demo else config,
+                                self.engines.table, phase=self.phase)
         self.reloader = ConfigReloader(
             self.group, self.phase, self.notifier, status_line=lambda: "STATUS=test",
             on_applied=lambda: self.applied.append(self.group.names()))
@@ -255,3 +258,24 @@ def test_a_reload_that_would_move_an_engine_out_of_its_door_is_refused(tmp_path:
     assert bounds.error is None
     assert [e["detail"] for e in logs if e["event"] == "supervisor_reload_partial"] == [
         "the front doors' bounds ([door]) change at the next start"]
+
+
+def test_a_reload_under_demo_keeps_the_doors_the_demo_added(tmp_path: Path) -> None:
+    """``--demo`` puts each bundled engine behind a door the file does not name: a reload
+    reads the file as ``--demo`` does, so it finds the same doors and is applied (not refused
+    as moving the engine out of its door)."""
+    config_path = tmp_path / "cuzkd.toml"
+    config_path.write_text(f'[supervisor]\nstate_dir = "{tmp_path}/state"\n'
+                           '[[engine]]\nname = "b0"\n')
+
+    async def main() -> tuple[ReloadOutcome, Rig]:
+        rig = Rig(config_path, demo=True)
+        outcome = await rig.reloader.reload()
+        await rig.close()
+        return outcome, rig
+
+    outcome, rig = asyncio.run(main())
+    assert outcome.error is None and rig.applied == [["b0"]]
+    config = rig.group.config
+    assert config.demo and [(d.address, d.engines) for d in config.doors] == [
+        (f"unix://{tmp_path}/state/b0.door.sock", ("b0",))]

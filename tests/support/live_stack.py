@@ -57,6 +57,16 @@ BUNDLED = ("b0", "b1")
 BAD_DOCUMENTS = ("garbage", "badschema")
 CUZK = "cuzk"
 VICTIM_BACKOFF = 4.0
+#: Pipeline panels empty without a front door (so event-only) that this stack fills: under
+#: ``--demo`` the bundled engines' loads come through their doors as Prove calls, every kind
+#: completing. Held calls stay at 0 (data, but steady); hold times, retries and refusals are
+#: events (a healthy door has none).
+DEMO_DOOR_PANELS = frozenset({
+    "Front door: Prove calls by kind and result",
+    "Front door: proof duration p50 / p99 vs deadline (exact)",
+    "Front door: where a proof's time goes (p50)",
+    "Front door: held calls",
+})
 
 
 @dataclass

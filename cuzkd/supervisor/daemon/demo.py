@@ -18,19 +18,31 @@ job count, tested directly); :func:`drive` is the I/O loop. Engines that do not 
 (starting, restarting) are skipped until they do, a restarted engine ends its burst: the demo
 never fails the supervisor. The bundled engines run as ``cuzkd engine --demo``, whose small
 budget the bursts fill and whose synthesis costs as much as proving.
+
+An engine behind a front door (each bundled engine under ``--demo``, unless its ``door`` is
+"off") gets its jobs the way Curio sends them: one gRPC ``Prove`` per job through the door, all
+of a burst's at once, each with a fresh request id and Curio's priority (:data:`PRIORITIES`),
+so the door's metrics and panels move too. Its finished count is then the demo's own count of
+Prove calls that returned (a reply, a failure or an error): a call the door refused or held
+past its timeout still ends its part of the burst, where a /status counter would never move.
+An engine without a door gets ``POST /v1/jobs`` and is paced on its /status counters.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
+import os
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import aiohttp
+import grpc
 import structlog
 
-from cuzkd.kinds import ProofKind
+from cuzkd.cuzk import proving_pb2 as pb
+from cuzkd.kinds import ENUM_KINDS, ProofKind
 from cuzkd.status.client import StatusSource, split_address
 
 log = structlog.get_logger("cuzkd.demo")
@@ -46,6 +58,17 @@ MIN_GAP = 2.0
 MAX_GAP = 60.0
 #: Seconds between two looks at each engine.
 PERIOD = 0.5
+#: Curio's priority for each kind's Prove: a WinningPoSt missed loses a block reward, a
+#: WindowPoSt missed a sector's power; sector proofs wait.
+PRIORITIES: Mapping[str, pb.Priority] = {ProofKind.WINNING_POST: pb.CRITICAL,
+                                 ProofKind.WINDOW_POST: pb.HIGH,
+                                 ProofKind.SNAP_UPDATE: pb.NORMAL, ProofKind.POREP_C2: pb.NORMAL}
+#: The gRPC enum name of each kind a burst names (``POREP_SEAL_COMMIT``, ...).
+ENUMS: Mapping[str, str] = {kind: pb.ProofKind.Name(number)
+                            for number, kind in ENUM_KINDS.items()}
+#: Longest a demo Prove may take, seconds: far beyond a demo proof or a restart's hold, so it
+#: only ends a call that nothing will answer.
+PROVE_TIMEOUT = 600.0
 
 
 @dataclass
@@ -88,28 +111,86 @@ class BurstShape:
             self.idle_until = now + MIN_GAP
 
 
-async def drive(sources: Callable[[], Sequence[StatusSource]], *,
+class DoorCaller:
+    """Curio's way in to one engine: concurrent ``Prove`` calls through its front door."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self._channel = grpc.aio.insecure_channel(address)  # a demo proof's reply is small
+        self._prove = self._channel.unary_unary(
+            "/cuzk.v1.ProvingEngine/Prove",
+            request_serializer=pb.ProveRequest.SerializeToString,
+            response_deserializer=pb.ProveResponse.FromString)
+        #: Prove calls that returned, whatever their outcome: the burst's finished count
+        self.finished = 0
+        self._calls: set[asyncio.Task[None]] = set()
+        #: request ids unique to this caller, as Curio's are (a reused id joins a job)
+        self._ids = itertools.count()
+        self._prefix = f"demo-{os.getpid()}-{id(self):x}"
+
+    def prove(self, kinds: Sequence[str]) -> list[asyncio.Task[None]]:
+        """Start one Prove per kind, all at once (each ends counted in :attr:`finished`)."""
+        started = [asyncio.create_task(self._call(kind)) for kind in kinds]
+        for task in started:
+            self._calls.add(task)
+            task.add_done_callback(self._calls.discard)
+        return started
+
+    async def _call(self, kind: str) -> None:
+        request = pb.ProveRequest(submit=pb.SubmitProofRequest(
+            request_id=f"{self._prefix}-{next(self._ids)}", proof_kind=ENUMS[kind],
+            priority=PRIORITIES[kind]))
+        try:
+            reply = await self._prove(request, timeout=PROVE_TIMEOUT)
+            if reply.result.status != pb.AwaitProofResponse.COMPLETED:
+                log.debug("demo_job_refused", status=reply.result.status, url=self.address)
+        except grpc.aio.AioRpcError as exc:
+            log.debug("demo_job_failed", error=f"{exc.code().name}: {exc.details()}",
+                      url=self.address)
+        finally:
+            self.finished += 1
+
+    async def close(self) -> None:
+        for task in list(self._calls):
+            task.cancel()
+        await asyncio.gather(*self._calls, return_exceptions=True)
+        await self._channel.close()
+
+
+async def drive(targets: Callable[[], Sequence[tuple[StatusSource, str | None]]], *,
                 rng: random.Random | None = None) -> None:
-    """Run until cancelled."""
+    """Run until cancelled. ``targets``: each bundled engine's status source and its door's
+    address (None: no door, jobs go to its HTTP API)."""
     rng = rng or random.Random()
     shapes: dict[str, BurstShape] = {}
     sessions: dict[str, aiohttp.ClientSession] = {}
+    callers: dict[str, DoorCaller] = {}
     timeout = aiohttp.ClientTimeout(total=2)
     loop = asyncio.get_running_loop()
     try:
         while True:
-            for source in sources():
+            for source, door in targets():
                 doc = await source.fetch(max_age=PERIOD)
                 if doc is None:
                     continue
                 now = loop.time()
-                completed, failed = doc.counters.total_completed, doc.counters.total_failed
-                if completed is None or failed is None:
-                    continue  # bursts are paced on finished jobs: none without their count
-                finished = completed + failed
+                caller = None
+                if door is not None:
+                    caller = callers.get(door)
+                    if caller is None:
+                        caller = callers[door] = DoorCaller(door)
+                    finished = caller.finished
+                else:
+                    completed, failed = doc.counters.total_completed, doc.counters.total_failed
+                    if completed is None or failed is None:
+                        continue  # bursts are paced on finished jobs: none without their count
+                    finished = completed + failed
                 shape = shapes.setdefault(source.address, BurstShape(random.Random(rng.random())))
                 kinds = shape.next_burst(now, finished)
                 if kinds is None:
+                    continue
+                if caller is not None:
+                    shape.submitted(now, finished, len(caller.prove(kinds)))
                     continue
                 session = sessions.get(source.address)
                 if session is None:
@@ -118,6 +199,8 @@ async def drive(sources: Callable[[], Sequence[StatusSource]], *,
                 shape.submitted(now, finished, accepted)
             await asyncio.sleep(PERIOD)
     finally:
+        for caller in callers.values():
+            await caller.close()
         for session in sessions.values():
             await session.close()
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import structlog
 from aiohttp import web
 
-from cuzkd.config import Config, ConfigError, default_config
+from cuzkd.config import Config, ConfigError, default_config, demo_config
 from cuzkd.httperrors import error_response
 from cuzkd.supervisor.core.phase import SupervisorPhase
 from cuzkd.supervisor.daemon.configread import OffLoopReader, log_notices, reload_config
@@ -110,6 +110,8 @@ class ConfigReloader:
         path = self._engines.config.path
         try:
             new = await self._reader.read(path) if path else default_config()
+            if self._engines.config.demo:
+                new = demo_config(new)
             _same_doors(self._engines.config, new)
         except ConfigError as exc:
             phase.reload_read(False, time.time())

@@ -26,10 +26,9 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-import msgspec
 import structlog
 
-from cuzkd.config import Config
+from cuzkd.config import Config, demo_config
 from cuzkd.errors import CuzkdError
 from cuzkd.gpus import GpuView
 from cuzkd.log.ratelimit import LimitedLog, RateLimiter
@@ -80,8 +79,8 @@ class Supervisor:
         gpu_view: GpuView | None = None,
         log_drops: Callable[[], Mapping[str, int]] = dict,
     ) -> None:
-        # --demo: bundled engines start as demo engines (Config.engine_command), reloads too.
-        config = msgspec.structs.replace(config, demo=True) if demo else config
+        # --demo: bundled engines start as demo engines behind doors (demo_config), reloads too.
+        config = demo_config(config) if demo else config
         #: starting, running, reloading, stopping; the last reload's outcome
         self.phase = SupervisorPhase(started_at=time.time())
         #: every child's spawn and exit goes through here (see cuzkd.supervisor.proc.children)
@@ -174,7 +173,7 @@ class Supervisor:
             if self._notifier.watchdog_interval is not None:
                 self._tasks.start(self._watchdog(self._notifier.watchdog_interval))
             if self.config.demo:
-                self._tasks.start(demo.drive(self.engines.bundled_status_sources))
+                self._tasks.start(demo.drive(self.engines.demo_targets))
             await self._stop_event.wait()
             self._notifier.send("STOPPING=1", "STATUS=stopping engines")
             log.info("supervisor_stopping")

@@ -160,9 +160,10 @@ class EngineSet:
         except KeyError:
             raise KeyError(f"no engine named {name!r}") from None
 
-    def bundled_status_sources(self) -> list[StatusSource]:
-        """The bundled engines' status sources: the demo load's way to each engine."""
-        return [r.status_source for r in self._runners.values()
+    def demo_targets(self) -> list[tuple[StatusSource, str | None]]:
+        """The bundled engines' status sources and door addresses (None: no door): the demo
+        load's way to each engine."""
+        return [(r.status_source, self.config.door_address(r.spec)) for r in self._runners.values()
                 if r.spec.bundled and r.status_source is not None]
 
     async def apply(self, new: Config) -> ReloadPlan:

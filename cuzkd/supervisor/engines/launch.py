@@ -91,10 +91,10 @@ class EngineLaunch:
 
 def _own_socket(spec: EngineConfig, config: Config) -> Path | None:
     """The Unix socket cuzkd chose for the engine to bind: a bundled engine's status socket,
-    or the private gRPC socket of a cuzk engine behind a door (cuzk binds it, but does not
-    make its directory)."""
-    if spec.bundled:
-        address = config.status_address(spec) or ""
-        return Path(address.removeprefix("unix:")) if address.startswith("unix:") else None
+    else the private gRPC socket of an engine behind a door (the engine binds it, but does
+    not make its directory)."""
+    address = (config.status_address(spec) or "") if spec.bundled else ""
+    if address.startswith("unix:"):
+        return Path(address.removeprefix("unix:"))
     private = config.grpc_address(spec) if config.door_address(spec) is not None else None
     return Path(private.removeprefix("unix://")) if private is not None else None

@@ -135,8 +135,9 @@ class EngineRunner:
         self._log = log.bind(engine=spec.name)
         #: the label budgets of this engine's series and derived state, freed at each spawn
         self.labels = LabelBudgets(spec.name, spec.label_limits)
-        #: cuzk's gRPC address (a cuzk engine's ``[daemon] listen``, or its private address
-        #: behind a door), read by its drain and its telemetry, and given to its seat
+        #: cuzk's gRPC address (a cuzk engine's ``[daemon] listen``, or a cuzk or bundled
+        #: engine's private address behind a door), read by a cuzk engine's drain and
+        #: telemetry (a bundled engine's /status tells all of it), and given to its seat
         self._grpc_address = config.grpc_address(spec)
         self._seat = seat
         #: the current process was admitted by its seat (at its first answer)
@@ -183,7 +184,7 @@ class EngineRunner:
         self.telemetry = GrpcTelemetry(
             self._grpc_address, spec.status_timeout, spec.grpc_telemetry_interval,
             spec.start_timeout, self._clock, self._log, self._limited,
-        ) if self._grpc_address and spec.grpc_telemetry_interval else None
+        ) if spec.cuzk and self._grpc_address and spec.grpc_telemetry_interval else None
         #: why the next stop is made (None: a health kill, not counted)
         self._stop_reason: StopReason | None = None
         #: seconds the next stop may take in all (a shutdown's grace; None: its own budget)
