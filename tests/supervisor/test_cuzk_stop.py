@@ -193,7 +193,8 @@ def test_a_shutdown_drains_for_what_shutdown_grace_leaves(tmp_path: Path) -> Non
         assert time.monotonic() - began < 3 + 4.0  # the grace, then the exit (a loaded host)
         [drain] = sup.events("engine_drain_requested", pid=pid)
         [drained] = sup.events("engine_drained", pid=pid)
-        assert drain["timeout"] == 2.0 and drained["result"] == "timeout"
+        # the grace less stop_timeout, less the moments the shutdown already took
+        assert 1.5 <= drain["timeout"] <= 2.0 and drained["result"] == "timeout", drain
         assert sup.events("engine_stopping", pid=pid) and not sup.events("shutdown_grace_elapsed")
     finally:
         load.stop()

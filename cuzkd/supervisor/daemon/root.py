@@ -214,14 +214,16 @@ class Supervisor:
         self._stop_event.set()
 
     async def _start_servers(self) -> None:
-        host, port = await self._servers.start(
+        await self._servers.start(
             build_control_app(self.engines, self.readout.about, self.swaps.active_verdict,
                               self._control_routes),
             self.config.control_socket,
             build_metrics_app(self.readout, self._servers.outbox, self.access,
                               [self.door_metrics]),
             self.config.metrics.listen, lambda: connection_limit(len(self.engines)),
-            self.access.tls)
+            self.access.tls, self._metrics_listening)
+
+    def _metrics_listening(self, host: str, port: int) -> None:
         self._metrics_bound = (host, port)
         self.readout.metrics_address = f"{host}:{port}"
 

@@ -57,22 +57,20 @@ class Servers:
     async def start(self, control: web.Application, control_socket: Path,
                     metrics: web.Application, metrics_listen: str,
                     connection_limit: Callable[[], int],
-                    tls: Callable[[], ssl.SSLContext | None] = lambda: None) -> tuple[str, int]:
-        """Serve both apps; the metrics listener's bound (host, port). ``tls``: the context
-        each new metrics connection gets (:meth:`WebAccess.tls`), None for plain HTTP."""
+                    tls: Callable[[], ssl.SSLContext | None] = lambda: None,
+                    bound: Callable[[str, int], None] = lambda host, port: None) -> None:
+        """Serve both apps. ``tls``: the context each new metrics connection gets
+        (:meth:`WebAccess.tls`), None for plain HTTP. ``bound`` is told the metrics
+        listener's (host, port) before the control socket answers anything."""
         control_runner = JsonErrorsRunner(control, handle_signals=False, access_log=None)
         metrics_runner = JsonErrorsRunner(metrics, handle_signals=False, access_log=None,
                                           keepalive_timeout=IDLE_TIMEOUT)
         for runner in (control_runner, metrics_runner):
             await runner.setup()
             self._runners.append(runner)
-        try:
-            sock = bind_private_socket(control_socket, make_parent=True)
-        except OSError as exc:
-            raise StartupError(f"cannot bind control socket {control_socket}: "
-                               f"{exc.strerror}") from None
-        self._control_socket = control_socket
-        await web.SockSite(control_runner, sock).start()
+        # The metrics listener first, and its address told: once the control socket answers,
+        # /v1/supervisor names the bound metrics address, never null (a client that read it
+        # right after start found nothing to scrape).
         address = parse_listen(metrics_listen, allow_unix=False)
         assert metrics_runner.server is not None  # set up above
         self._listener = GatedListener(
@@ -84,7 +82,14 @@ class Servers:
         except OSError as exc:
             raise StartupError(f"cannot listen on metrics.listen {metrics_listen}: "
                                f"{exc.strerror}") from None
-        return str(host), int(port)
+        bound(str(host), int(port))
+        try:
+            sock = bind_private_socket(control_socket, make_parent=True)
+        except OSError as exc:
+            raise StartupError(f"cannot bind control socket {control_socket}: "
+                               f"{exc.strerror}") from None
+        self._control_socket = control_socket
+        await web.SockSite(control_runner, sock).start()
 
     async def close(self, within: float) -> None:
         """Stop listening, and end within about ``within`` seconds (at least
