@@ -93,7 +93,7 @@ def test_get_status_and_get_metrics_are_never_held_but_answered_from_the_cache()
 
 # -- several engines behind one door ----------------------------------------------------------
 
-def test_a_shared_door_asks_every_admitting_engine_for_status_metrics_and_srs() -> None:
+def test_a_common_door_asks_every_admitting_engine_for_status_metrics_and_srs() -> None:
     b = book(engines=("gpu1", "gpu0"))
     b.admitting("gpu0", 0.0)
     b.admitting("gpu1", 0.0)
@@ -114,7 +114,7 @@ def test_a_door_with_one_engine_sends_status_reads_to_it_as_before() -> None:
     assert b.arrived(Call(2, "PreloadSRS", 0), 0.0) == [Send(2, "a")]
 
 
-def test_a_rolling_restart_of_a_shared_door_holds_nothing_and_loses_nothing() -> None:
+def test_a_rolling_restart_of_a_common_door_holds_nothing_and_loses_nothing() -> None:
     """gpu0 stops (drained), its process ends, a new one starts; then gpu1 the same. Every
     call meanwhile goes at once to the engine that admits, the drained one's jobs finish."""
     b = book(engines=("gpu0", "gpu1"))
@@ -141,7 +141,7 @@ def test_a_rolling_restart_of_a_shared_door_holds_nothing_and_loses_nothing() ->
         on[stopping] = []
 
 
-def test_a_shared_door_with_every_engine_out_releases_critical_then_high_then_spreads(
+def test_a_common_door_with_every_engine_out_releases_critical_then_high_then_spreads(
         ) -> None:
     b = book(engines=("a", "b"))
     for engine in ("a", "b"):
@@ -159,7 +159,7 @@ def test_a_shared_door_with_every_engine_out_releases_critical_then_high_then_sp
     assert placed == ["a", "a", "a", "a", "a", "b", "a"]
 
 
-def test_a_shared_door_with_no_engine_up_caches_reads_and_holds_a_preload_for_every_engine(
+def test_a_common_door_with_no_engine_up_caches_reads_and_holds_a_preload_for_every_engine(
         ) -> None:
     b = book(engines=("a", "b"))
     assert b.arrived(Call(1, "GetStatus", 0), 0.0) == [FromCache(1)]
@@ -503,11 +503,12 @@ class Shell:
         return sorted(c for c, place in self.where.items() if place == engine)
 
 
-@pytest.mark.parametrize("shared", [(), ("a", "b")], ids=["two doors' worth", "one shared door"])
+@pytest.mark.parametrize("behind_one_door", [(), ("a", "b")],
+                         ids=["two doors' worth", "one door for both"])
 def test_ten_thousand_calls_through_two_crashing_engines_each_end_exactly_once(
-        shared: tuple[str, ...]) -> None:
+        behind_one_door: tuple[str, ...]) -> None:
     rng = random.Random(25)
-    b = book(hold_timeout=30.0, calls=40, nbytes=40_000, retry=30_000, engines=shared)
+    b = book(hold_timeout=30.0, calls=40, nbytes=40_000, retry=30_000, engines=behind_one_door)
     shell = Shell(b)
     engines = {"a": False, "b": False}  # admitting?
     calls: dict[int, Call] = {}

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import pytest
 from aiohttp import web
-from support.waiting import wait_until
+from support.waiting import until
 
 from cuzkd.log.ratelimit import LimitedLog
 from cuzkd.metrics.sample import EngineSample, SupervisorSample
@@ -113,7 +113,7 @@ async def _request(served: Served, path: str = "/status", *, method: str = "GET"
     await loop.sock_connect(sock, ("127.0.0.1", served.port))
     if server_sndbuf is not None:
         port = sock.getsockname()[1]
-        await _until(lambda: port in served.waiting(), "the server's side of the connection")
+        await until(lambda: port in served.waiting(), "the server's side of the connection")
         served.transport_of(port).get_extra_info("socket").setsockopt(
             socket.SOL_SOCKET, socket.SO_SNDBUF, server_sndbuf)
     request = f"{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
@@ -136,13 +136,9 @@ async def _read(sock: socket.socket, pace: float) -> bytes:
         await asyncio.sleep(pace)
 
 
-async def _until(predicate: object, what: str) -> None:
-    await asyncio.to_thread(wait_until, predicate, 20, what)
-
-
 async def _until_waiting(served: Served, client: socket.socket) -> None:
     port = client.getsockname()[1]
-    await _until(lambda: served.waiting().get(port), f"client {port}'s response waiting")
+    await until(lambda: served.waiting().get(port), f"client {port}'s response waiting")
 
 
 def _body_of(response: bytes) -> bytes:
@@ -156,7 +152,7 @@ async def test_a_reader_that_never_reads_holds_one_slice(served: Served) -> None
     took: 24 MiB here, 1.1 GB for 2,000 clients of 1 MB); a client that reads then gets it
     whole (and one that asks with HEAD, the headers alone)."""
     stalled = [await _request(served) for _ in range(6)]
-    await _until(lambda: len(w := served.waiting()) == 6 and all(w.values()),
+    await until(lambda: len(w := served.waiting()) == 6 and all(w.values()),
                  "six responses waiting on their readers")
     assert max(served.waiting().values()) <= SLICE_BYTES + HEADERS
     reader = await _request(served)
@@ -200,7 +196,7 @@ async def _stall_six(served: Served) -> int:
     evicted = served.outbox.closed_total[ConnectionClose.SEND_BUDGET]
     assert 1 <= evicted < 6
     ports = [sock.getsockname()[1] for sock in stalled]
-    await _until(lambda: set(served.waiting()) == set(ports[evicted:]),
+    await until(lambda: set(served.waiting()) == set(ports[evicted:]),
                  f"the {evicted} oldest closed")
     for sock in stalled:
         sock.close()
@@ -235,6 +231,6 @@ async def test_metrics_leaves_in_slices_too(served: Served) -> None:
     """/metrics goes out through the same outbox: a stalled scrape of a large exposition
     waits with at most a slice."""
     stalled = await _request(served, "/metrics", server_sndbuf=32768)
-    await _until(lambda: any(served.waiting().values()), "the stalled scrape waiting")
+    await until(lambda: any(served.waiting().values()), "the stalled scrape waiting")
     assert max(served.waiting().values()) <= SLICE_BYTES + HEADERS
     stalled.close()

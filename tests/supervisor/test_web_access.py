@@ -29,6 +29,7 @@ from support.tlsfiles import (
     make_tls_files,
     write_web_config,
 )
+from support.waiting import until
 
 from cuzkd.config import Config
 from cuzkd.config.webconfig import read_web_config
@@ -109,14 +110,6 @@ async def serve(tls: TlsFiles, tmp_path: Path) -> AsyncIterator[Callable[..., An
             await result
 
 
-async def _until(predicate: Callable[[], Any], what: str, timeout: float = 20) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
-
-
 async def test_every_route_but_healthz_asks_for_credentials(serve: Any, tls: TlsFiles) -> None:
     served: Served = await serve(write_web_config(Path(tls.dir / "h.yml"), tls).read_text()
                                  + "http_server_config:\n  headers:\n"
@@ -183,7 +176,7 @@ async def test_a_flood_of_wrong_passwords_is_bounded_and_never_logged(
         assert await get(PASSWORD) == 200
         with structlog.testing.capture_logs() as logs:
             flood = [asyncio.ensure_future(get(f"guess-{i}")) for i in range(200)]
-            await _until(lambda: auth.busy_refused > 0, "requests refused without a round")
+            await until(lambda: auth.busy_refused > 0, "requests refused without a round")
             assert await get(PASSWORD) == 200  # cached: no wait behind the flood's rounds
             assert set(await asyncio.gather(*flood)) == {401}
     assert auth.bcrypt_rounds < 100  # the rest were refused without a round
@@ -215,9 +208,9 @@ async def test_silent_and_garbage_handshakes_are_bounded_and_closed(serve: Any) 
     garbage = await connect()
     await loop.sock_sendall(garbage, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * 4)
     assert await closed(garbage)
-    await _until(lambda: served.listener.handshakes_failed_total == 1, "the garbage counted")
+    await until(lambda: served.listener.handshakes_failed_total == 1, "the garbage counted")
     silent = [await connect() for _ in range(4)]
-    await _until(lambda: served.listener.open == 4, "four handshakes pending")
+    await until(lambda: served.listener.open == 4, "four handshakes pending")
     extra = socket.socket()
     extra.setblocking(False)
     try:  # at the limit: reset at once (maybe before connect returns), not queued
@@ -227,7 +220,7 @@ async def test_silent_and_garbage_handshakes_are_bounded_and_closed(serve: Any) 
         pass
     assert served.listener.refused_total == 1
     assert all([await closed(sock) for sock in silent])
-    await _until(lambda: served.listener.open == 0, "the silent ones closed")
+    await until(lambda: served.listener.open == 0, "the silent ones closed")
     assert served.listener.handshakes_failed_total == 5
     for sock in (garbage, extra, *silent):
         sock.close()
