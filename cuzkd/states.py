@@ -173,9 +173,11 @@ class ConnectionClose(enum.StrEnum):
 
 class DoorRefusal(enum.StrEnum):
     """Why cuzkd's gRPC door (:mod:`cuzkd.supervisor.core.doorbook`) answered a call itself with
-    an error instead of relaying it: the ``reason`` label of the door's refusal counter. Every
-    reason is ``UNAVAILABLE`` on the wire (a caller may try again later) but ``unknown_job``,
-    which is ``NOT_FOUND``, as cuzk itself answers an ``AwaitProof`` of a job it does not hold."""
+    an error instead of relaying it: the ``reason`` label of the door's refusal counter. Each
+    reason has one gRPC code (the book's ``REFUSAL_CODES``): ``UNAVAILABLE`` (a caller may try
+    again) but ``unknown_job`` (``NOT_FOUND``, as cuzk answers an ``AwaitProof`` of a job it does
+    not hold), ``deadline`` (``DEADLINE_EXCEEDED``), ``quarantined`` (``FAILED_PRECONDITION``)
+    and ``already_exists`` (``ALREADY_EXISTS``)."""
 
     #: no engine could take it and the door already held ``hold_max_calls`` calls
     HOLD_FULL_CALLS = "hold_full_calls"
@@ -183,7 +185,8 @@ class DoorRefusal(enum.StrEnum):
     HOLD_FULL_BYTES = "hold_full_bytes"
     #: held for ``hold_timeout`` and still no engine could take it
     HOLD_TIMEOUT = "hold_timeout"
-    #: cuzkd is shutting down: held calls and new ones are refused at once
+    #: cuzkd stopped (a restart, a stop): the call was still held, or on an engine, when its
+    #: door closed
     SHUTTING_DOWN = "shutting_down"
     #: its engine ended (or its link broke) under it, and it cannot be sent again: not a
     #: ``Prove``/``SubmitProof``, or sent again once already
@@ -193,6 +196,14 @@ class DoorRefusal(enum.StrEnum):
     RETRY_FULL = "retry_full"
     #: an ``AwaitProof`` of a job no engine behind the door holds
     UNKNOWN_JOB = "unknown_job"
+    #: a deadline call (``[metrics] proof_deadlines``) that can no longer be proved in time:
+    #: its deadline less its kind's ``[door] proving_allowance`` passed before an engine took it
+    DEADLINE = "deadline"
+    #: its ``request_id`` is quarantined: an engine crashed twice with it in flight, the second
+    #: time with no other suspect beside it
+    QUARANTINED = "quarantined"
+    #: its ``request_id`` is in flight behind the door already, with other request bytes
+    ALREADY_EXISTS = "already_exists"
 
 
 class DoorRetry(enum.StrEnum):
@@ -205,6 +216,24 @@ class DoorRetry(enum.StrEnum):
     CRASH = "crash"
     #: its engine was stopped with the call still in flight (the drain ran out of time)
     STOP = "stop"
+
+
+class DoorAbandon(enum.StrEnum):
+    """Why a drain stopped waiting for a call or job its engine had: the engine shows it no
+    longer has it (cuzk dropped it, and will never answer): the ``reason`` label of
+    ``cuzkd_door_drain_abandoned_total``."""
+
+    #: a PoRep or SnapDeals call whose ``request_id`` two ``/status`` reads in a row did not
+    #: list, with nothing of its kind pending in ``GetStatus``
+    NOT_LISTED = "not_listed"
+    #: a PoSt call whose kind two ``GetStatus`` reads in a row showed nothing pending or in
+    #: progress for (an overwritten PoSt)
+    POST_QUEUE_EMPTY = "post_queue_empty"
+    #: a PoSt call past its deadline: its caller has given up on it
+    PAST_DEADLINE = "past_deadline"
+    #: a job a ``SubmitProof`` gave the engine, no longer shown, after a grace for its
+    #: ``AwaitProof`` (or an ``AwaitProof`` of such a job)
+    JOB_NOT_LISTED = "job_not_listed"
 
 
 class HoldEnd(enum.StrEnum):

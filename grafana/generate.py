@@ -85,9 +85,12 @@ def agg(by: str, inner: str, op: str = "sum") -> str:
     return f"{op} by ({by}) ({inner})"
 
 
-def quantile(q: float, histogram: str, by: str, engine: bool = True) -> str:
-    """``histogram_quantile(q, sum by (le, by) (rate(histogram_bucket[$__rate_interval])))``."""
-    return f"histogram_quantile({q}, {agg(f'le, {by}', rate(histogram + '_bucket', engine))})"
+def quantile(q: float, histogram: str, by: str, engine: bool = True,
+             kinds: str | None = None) -> str:
+    """``histogram_quantile(q, sum by (le, by) (rate(histogram_bucket[$__rate_interval])))``
+    (``kinds``: as :func:`sel`'s)."""
+    return ("histogram_quantile("
+            f"{q}, {agg(f'le, {by}', rate(histogram + '_bucket', engine, kinds=kinds))})")
 
 
 @dataclass(frozen=True)
@@ -669,7 +672,7 @@ def front_door() -> list[Json]:
                           op="max"), "{{instance}} {{door}}", event_only=True)], "short", w=8),
         timeseries("Front door: hold time p50 / p99", "How long held calls waited in the door, "
                    "by how it left the hold (placed on an engine, refused, cancelled by its "
-                   "caller). Bad: p99 near hold_timeout, or any refused.",
+                   "caller), every kind together. Bad: p99 near hold_timeout, or any refused.",
                    [Q(quantile(q, "cuzkd_door_hold_duration_seconds", "outcome",
                                engine=False),
                       f"{{{{outcome}}}} p{int(q * 100)}", event_only=True)
@@ -682,6 +685,39 @@ def front_door() -> list[Json]:
                                                fn="increase") + " > 0"),
                       f"{{{{door}}}} {what} {{{{reason}}}}", event_only=True)
                     for what in ("retries", "refusals")], "short", w=8, bars=True),
+        timeseries("Front door: a WinningPoSt's wait", "How long deadline calls waited in the "
+                   "door before an engine took them (p99 by kind: held while no engine could, "
+                   "and waiting for an engine's one PoSt slot), against a WinningPoSt's "
+                   "deadline. A WinningPoSt must be proved within ~20 s of its call. Bad: a "
+                   "winning-post wait of seconds (CuzkdWinningPostMissed fires when one is "
+                   "refused or answered late).",
+                   [Q(quantile(0.99, "cuzkd_door_hold_duration_seconds", "proof_kind",
+                               engine=False, kinds=POST_KINDS),
+                      "{{proof_kind}} held p99", event_only=True),
+                    Q(quantile(0.99, "cuzkd_door_post_wait_seconds", "proof_kind",
+                               engine=False, kinds=POST_KINDS),
+                      "{{proof_kind}} PoSt slot p99", event_only=True),
+                    Q(agg("proof_kind", sel("cuzkd_proof_deadline_seconds", engine=False,
+                                            kinds="winning-post"), op="max"),
+                      "{{proof_kind}} deadline", event_only=True)], "s", w=8),
+        timeseries("Front door: deadlines missed, drains cut short, quarantines", "Deadline "
+                   "calls refused because they could no longer be proved in time, or answered "
+                   "after their deadline, by kind; calls and jobs a drain stopped waiting for "
+                   "because the engine had dropped them, by reason; request ids quarantined "
+                   "after crashing an engine twice. Empty is good. Bad: any winning-post "
+                   "missed (a lost block), any quarantine (a poison request).",
+                   [Q(agg("door, proof_kind", rate("cuzkd_door_refusals_total", engine=False,
+                                                   fn="increase", reason="deadline") + " > 0"),
+                      "{{door}} refused late {{proof_kind}}", event_only=True),
+                    Q(agg("door, proof_kind", rate("cuzkd_door_late_answers_total",
+                                                   engine=False, fn="increase") + " > 0"),
+                      "{{door}} answered late {{proof_kind}}", event_only=True),
+                    Q(agg("door, reason", rate("cuzkd_door_drain_abandoned_total",
+                                               engine=False, fn="increase") + " > 0"),
+                      "{{door}} drain abandoned {{reason}}", event_only=True),
+                    Q(agg("door", sel("cuzkd_door_quarantined_requests", engine=False),
+                          op="max") + " > 0", "{{door}} quarantined", event_only=True)],
+                   "short", w=8, bars=True),
     ]
 
 

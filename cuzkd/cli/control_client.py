@@ -64,18 +64,21 @@ class _UnixConnection(http.client.HTTPConnection):
         self.sock = sock
 
 
-def _exchange(conn: http.client.HTTPConnection, method: str, path: str) -> tuple[int, bytes]:
+def _exchange(conn: http.client.HTTPConnection, method: str, path: str,
+              body: bytes | None = None) -> tuple[int, bytes]:
     """Send one request on ``conn`` and close it; (HTTP status, body)."""
     try:
-        conn.request(method, path)
+        conn.request(method, path, body,
+                     {} if body is None else {"Content-Type": "application/json"})
         resp = conn.getresponse()
         return resp.status, resp.read()
     finally:
         conn.close()
 
 
-def call(socket_path: Path, method: str, path: str, *, timeout: float = 120.0) -> Any:
-    """One request to the control API; the decoded JSON body.
+def call(socket_path: Path, method: str, path: str, *, timeout: float = 120.0,
+         body: Any = None) -> Any:
+    """One request to the control API (``body``: sent as JSON), the decoded JSON answer.
 
     Every way of not getting a sensible answer -- no socket, refused, permission denied, a
     dropped connection, a timeout, a body that is not JSON -- is one :class:`ControlUnavailable`
@@ -83,8 +86,9 @@ def call(socket_path: Path, method: str, path: str, *, timeout: float = 120.0) -
     :class:`ControlRequestFailed` with the supervisor's message (exit 1).
     """
     try:
-        status, raw = _exchange(_UnixConnection(str(socket_path), timeout), method, path)
-        body = json.loads(raw or b"null")
+        status, raw = _exchange(_UnixConnection(str(socket_path), timeout), method, path,
+                                None if body is None else json.dumps(body).encode())
+        answer = json.loads(raw or b"null")
     except (FileNotFoundError, ConnectionRefusedError, PermissionError) as exc:
         raise ControlUnavailable(f"cannot reach the supervisor at {socket_path}: "
                                  f"{exc.strerror} (is `cuzkd run` running with this config?)"
@@ -92,9 +96,9 @@ def call(socket_path: Path, method: str, path: str, *, timeout: float = 120.0) -
     except (OSError, http.client.HTTPException, ValueError) as exc:  # timeouts are OSErrors
         raise ControlUnavailable(f"control socket {socket_path}: {error_text(exc)}") from None
     if status >= 400:
-        error = body.get("error") if isinstance(body, dict) else None
+        error = answer.get("error") if isinstance(answer, dict) else None
         raise ControlRequestFailed(str(error or f"HTTP {status}"), status)
-    return body
+    return answer
 
 
 def get_status(address: str, *, timeout: float = STATUS_TIMEOUT) -> bytes:

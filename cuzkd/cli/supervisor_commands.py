@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import http.client
 import json
 import sys
@@ -25,6 +26,7 @@ from cuzkd.config import (
     START_WAIT_SLACK,
     ConfigError,
     control_socket_despite_errors,
+    describe_deadlines,
     load_config,
     load_or_default,
 )
@@ -82,6 +84,18 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         cmd.add_argument("--config", metavar="PATH", help="config naming the control socket")
         cmd.set_defaults(handler=_engine_action, verb=verb)
 
+    door = sub.add_parser("door", help="the front doors: their held calls and quarantined "
+                                       "request ids; release one")
+    door.add_argument("--config", metavar="PATH", help="config naming the control socket")
+    door.add_argument("--json", action="store_true", help="print the control API's JSON")
+    door_verbs = door.add_subparsers(dest="door_verb", metavar="VERB")
+    release = door_verbs.add_parser("release", help="end a request id's quarantine: the door "
+                                                    "relays it again")
+    release.add_argument("request_id", metavar="REQUEST_ID")
+    release.add_argument("--config", metavar="PATH", default=argparse.SUPPRESS,
+                         help="config naming the control socket")
+    door.set_defaults(handler=_door)
+
 
 def _run(args: argparse.Namespace) -> int:
     from cuzkd.log.configure import configure_queued_logging  # the daemon's imports: `run` only
@@ -105,13 +119,42 @@ def _check_config(args: argparse.Namespace) -> int:
     for door in config.doors:
         print(f"door {door.address} -> {', '.join(door.engines)} "
               f"(hold_timeout {door.hold_timeout:g}s)")
+        print(f"  deadlines ([metrics] proof_deadlines, [door] proving_allowance): "
+              f"{describe_deadlines(door)}")
+        if door.one_post:
+            print(f"  one PoSt at a time: {', '.join(sorted(door.one_post))}")
     return 0
 
 
 def _control(args: argparse.Namespace, method: str, path: str,
-             timeout: float = DEFAULT_TIMEOUT) -> Any:
+             timeout: float = DEFAULT_TIMEOUT, body: Any = None) -> Any:
     config = load_or_default(args.config, resolve_hosts=False)
-    return call(config.control_socket, method, path, timeout=timeout)
+    return call(config.control_socket, method, path, timeout=timeout, body=body)
+
+
+def _door(args: argparse.Namespace) -> int:
+    if getattr(args, "door_verb", None) == "release":
+        body = _control(args, "POST", "/v1/doors/release", body={"request_id": args.request_id})
+        print(f"released {body['released']!r} ({', '.join(body['doors'])})")
+        return 0
+    body = _control(args, "GET", "/v1/doors")
+    if args.json:
+        print(json.dumps(body, indent=2))
+        return 0
+    for door in body["doors"]:
+        print(f"door {door['address']} -> {', '.join(door['engines'])}: "
+              f"{door['held_calls']} held")
+    _print_quarantined(body["doors"])
+    return 0
+
+
+def _print_quarantined(doors: list[dict[str, Any]]) -> None:
+    """One line per quarantined request id: which door and engine, for how long yet."""
+    for door in doors:
+        for q in door["quarantined"]:
+            left = format_duration(max(0.0, q["until"] - time.time()))
+            print(f"quarantined: {q['request_id']!r} (door {door['name']}, crashed engine "
+                  f"{q['engine']}; {left} left; `cuzkd door release ID` ends it)")
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -130,6 +173,8 @@ def _status(args: argparse.Namespace) -> int:
     active = describe_active(body["release"]) if "release" in body else None
     if active is not None:
         print(active)
+    with contextlib.suppress(ControlRequestFailed):  # a supervisor without doors' routes
+        _print_quarantined(_control(args, "GET", "/v1/doors")["doors"])
     return 0
 
 

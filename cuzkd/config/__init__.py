@@ -10,7 +10,7 @@ fields); a cuzk engine's own TOML has :mod:`.cuzkfile` (reading it as cuzk does)
 :mod:`.doorchecks` (its rules). This front names what the rest of cuzkd uses.
 """
 
-from cuzkd.config.doors import DoorPlan
+from cuzkd.config.doors import DoorPlan, describe_deadlines
 from cuzkd.config.loading import (
     control_socket_despite_errors,
     demo_config,
@@ -39,6 +39,7 @@ __all__ = [
     "control_socket_despite_errors",
     "default_config",
     "demo_config",
+    "describe_deadlines",
     "load_config",
     "load_or_default",
     "parse_config",

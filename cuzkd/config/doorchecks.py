@@ -56,7 +56,8 @@ def check_doors(config: Config, where: str) -> None:
     if not mode & 0o220:
         raise fail("door.socket_mode", f"{table.socket_mode!r} lets neither the owner nor the "
                                        "group connect (a Unix socket needs write permission)")
-    for field in ("hold_max_bytes", "hold_timeout"):
+    _check_deadline_rules(config, fail)
+    for field in ("hold_max_bytes", "hold_timeout", "quarantine"):
         value = getattr(table, field)
         if value is not None and value <= 0:
             raise fail(f"door.{field}", "must be greater than zero")
@@ -72,7 +73,24 @@ def check_doors(config: Config, where: str) -> None:
                        f"backoff_max of its engines + {HOLD_SLACK:g}s), which {too_long}")
 
 
+def _check_deadline_rules(config: Config, fail: Fail) -> None:
+    """A proving allowance leaves its kind's deadline some time to be sent in: one as long as
+    the deadline would refuse every call of the kind on arrival."""
+    deadlines = config.metrics.deadlines()
+    for kind, allowance in config.door.allowances().items():
+        if allowance < 0:
+            raise fail(f"door.proving_allowance.{kind}", "must not be negative")
+        if kind in deadlines and allowance >= deadlines[kind]:
+            raise fail(f"door.proving_allowance.{kind}", (
+                f"{allowance:g}s is not below the kind's deadline ([metrics] proof_deadlines: "
+                f"{deadlines[kind]:g}s): the door would refuse every {kind} call on arrival"))
+
+
 def _check_engine_door(config: Config, eng: EngineConfig, key: str, fail: Fail) -> None:
+    if eng.one_post_at_a_time is not None and not (eng.cuzk or eng.bundled):
+        raise fail(f"{key}.one_post_at_a_time", "only for type \"cuzk\" or \"bundled\" (the "
+                                                "door's PoSt calls); remove it (from "
+                                                "[engine_defaults] too)")
     if eng.door is not None and not (eng.cuzk or eng.bundled):
         raise fail(f"{key}.door", "only for type \"cuzk\" or \"bundled\" (the door relays "
                                   "cuzk's gRPC, which only they serve); remove it (from "

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from cuzkd.units import ListenAddress, parse_listen
@@ -48,6 +49,14 @@ class DoorPlan:
     #: a Unix door's socket mode and group ("" = cuzkd's own)
     socket_mode: int
     socket_group: str
+    #: proof kind -> seconds from a call's arrival to its deadline ([metrics] proof_deadlines)
+    deadlines: Mapping[str, float] = field(default_factory=dict)
+    #: proof kind -> seconds its proof may take on an engine ([door] proving_allowance)
+    allowances: Mapping[str, float] = field(default_factory=dict)
+    #: seconds a poison request's id stays quarantined
+    quarantine: float = 3600.0
+    #: the engines sent one PoSt at a time (``one_post_at_a_time``)
+    one_post: frozenset[str] = frozenset()
     max_message_bytes: int = MAX_MESSAGE_BYTES
 
     @property
@@ -77,7 +86,20 @@ def plan_doors(config: Config) -> tuple[DoorPlan, ...]:
         retry_max_bytes=table.retry_max_bytes,
         socket_mode=parse_socket_mode(table.socket_mode),
         socket_group=table.socket_group,
+        deadlines=config.metrics.deadlines(),
+        allowances=table.allowances(),
+        quarantine=table.quarantine,
+        one_post=frozenset(e.name for e in engines if e.one_post),
     ) for address, engines in behind.values())
+
+
+def describe_deadlines(plan: DoorPlan) -> str:
+    """The door's deadline calls in words: ``winning-post within 20s (sent by 15s), ...``."""
+    if not plan.deadlines:
+        return "none: no call is refused for its deadline"
+    return ", ".join(
+        f"{kind} within {limit:g}s (sent by {limit - plan.allowances.get(kind, 0.0):g}s)"
+        for kind, limit in sorted(plan.deadlines.items(), key=lambda item: (item[1], item[0])))
 
 
 def _door_key(address: str) -> ListenAddress | str:

@@ -176,7 +176,7 @@ def _read_fifo(fd: int, wait: float) -> bytes:
 def parse_config(raw: Mapping[str, Any], where: str) -> Config:
     """Validate an already-parsed TOML document (``where`` names it in messages)."""
     data = dict(raw)
-    notices = _deadline_kinds(data, where)
+    notices = _kind_tables(data, where)
     for internal in ("path", "demo", "notices"):  # fields of Config no file sets
         if internal in data:
             raise ConfigError(f"{where}: key `{internal}`: unknown key")
@@ -268,23 +268,33 @@ def _duration_hook(typ: type, obj: Any) -> Any:
     raise NotImplementedError
 
 
-def _deadline_kinds(data: dict[str, Any], where: str) -> list[str]:
-    """Each ``[metrics] proof_deadlines`` value checked on its own (msgspec names a bad value
-    of a table of arbitrary keys only as ``proof_deadlines[...]``, this names its proof kind),
-    and its kinds by cuzk's names (in ``data``); returns the warnings for old names typed,
-    each naming the file and the key."""
-    metrics = data.get("metrics")
-    if not isinstance(metrics, dict) or not isinstance(metrics.get("proof_deadlines"), dict):
-        return []
-    prefix = "metrics.proof_deadlines"
-    for kind, value in metrics["proof_deadlines"].items():
-        _convert(value, Seconds, where, f"{prefix}.{kind}")
-    try:
-        deadlines, warnings = typed_table(metrics["proof_deadlines"])
-    except KindTwice as exc:
-        raise ConfigError(validation.key_error(where, f"{prefix}.{exc.key}", str(exc))) from None
-    data["metrics"] = {**metrics, "proof_deadlines": deadlines}
-    return [validation.key_error(where, f"{prefix}.{key}", text) for key, text in warnings.items()]
+#: The tables a person writes keyed by proof kind, each (table, key): their values are durations
+KIND_TABLES = (("metrics", "proof_deadlines"), ("door", "proving_allowance"))
+
+
+def _kind_tables(data: dict[str, Any], where: str) -> list[str]:
+    """Each value of a table keyed by proof kind (``[metrics] proof_deadlines``, ``[door]
+    proving_allowance``) checked on its own (msgspec names a bad value of a table of
+    arbitrary keys only as ``proof_deadlines[...]``, this names its proof kind), and its kinds
+    by cuzk's names (in ``data``); returns the warnings for old names typed, each naming the
+    file and the key."""
+    notices: list[str] = []
+    for section, table in KIND_TABLES:
+        outer = data.get(section)
+        if not isinstance(outer, dict) or not isinstance(outer.get(table), dict):
+            continue
+        prefix = f"{section}.{table}"
+        for kind, value in outer[table].items():
+            _convert(value, Seconds, where, f"{prefix}.{kind}")
+        try:
+            by_kind, warnings = typed_table(outer[table])
+        except KindTwice as exc:
+            raise ConfigError(validation.key_error(where, f"{prefix}.{exc.key}",
+                                                   str(exc))) from None
+        data[section] = {**outer, table: by_kind}
+        notices += [validation.key_error(where, f"{prefix}.{key}", text)
+                    for key, text in warnings.items()]
+    return notices
 
 
 def _convert(data: Any, typ: type[_T], where: str, prefix: str) -> _T:

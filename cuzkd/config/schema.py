@@ -143,6 +143,15 @@ class MetricsConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
         return {kind: float(limit) for kind, limit in merged.items() if limit > 0}
 
 
+#: Seconds a deadline call's proof may take once an engine has it, by kind: the door sends a
+#: call of a kind with a deadline (``[metrics] proof_deadlines``) no later than that deadline
+#: less this, and refuses it then (a WinningPoSt ~0.8 s on a warm cuzk, a WindowPoSt
+#: partition's synthesis and proof well within 2 minutes). ``[door] proving_allowance``
+#: overrides or adds kinds.
+DEFAULT_PROVING_ALLOWANCES: dict[str, float] = {ProofKind.WINNING_POST: 5.0,
+                                                ProofKind.WINDOW_POST: 120.0}
+
+
 class DoorConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """``[door]``: how every front door holds and retries Curio's calls (each door's values
     are its :class:`cuzkd.config.doors.DoorPlan`)."""
@@ -163,6 +172,18 @@ class DoorConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     socket_mode: str = "0660"
     #: a Unix door's socket group (Curio's user's); "" = cuzkd's own group
     socket_group: str = ""
+    #: proof kind -> seconds its proof may take on an engine: a call of a kind with a
+    #: deadline ([metrics] proof_deadlines) is sent by its deadline less this, or refused
+    #: DEADLINE_EXCEEDED while its caller can still act
+    proving_allowance: dict[_PROOF_KIND, Seconds] = msgspec.field(default_factory=dict)
+    #: how long a poison request's id is refused after it crashed an engine twice (the
+    #: second time alone among suspects); `cuzkd door release ID` ends it sooner
+    quarantine: Seconds = Seconds(3600)
+
+    def allowances(self) -> dict[str, float]:
+        """The default proving allowances with the file's overrides."""
+        merged = {**DEFAULT_PROVING_ALLOWANCES, **self.proving_allowance}
+        return {kind: float(allowance) for kind, allowance in merged.items()}
 
 
 class EngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -186,6 +207,12 @@ class EngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     #: (no Curio dials it) but under ``cuzkd run --demo``. Not ``listen``: that is the
     #: bundled engine's HTTP API
     door: str | None = None
+    #: types "cuzk" and "bundled" behind a door: the door sends the engine one PoSt at a
+    #: time, and none beside a fresh process's first partitioned job (cuzk queues every PoSt
+    #: for its GPUs under one key, and a second overwrites the first: its Prove never
+    #: returns). Unset: on for a cuzk engine, off for a bundled one; a cuzk without that
+    #: defect can turn it off
+    one_post_at_a_time: bool | None = None
     env: dict[str, str] = msgspec.field(default_factory=dict)
     status_url: str = ""
     listen: str = ""
@@ -263,6 +290,11 @@ class EngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
         if self.bundled:
             return self.door not in (None, DOOR_OFF)
         return self.cuzk and self.door != DOOR_OFF
+
+    @property
+    def one_post(self) -> bool:
+        """``one_post_at_a_time`` as configured, or its default: on for a cuzk engine."""
+        return self.cuzk if self.one_post_at_a_time is None else self.one_post_at_a_time
 
     @property
     def label_limits(self) -> dict[str, int]:

@@ -6,8 +6,10 @@ Curio asks for passes the door, and its reply carries cuzk's own timings of that
 (``queue_wait_ms``, ``srs_load_ms``, ``synthesis_ms``, ``gpu_compute_ms``, ``total_ms``), so the
 door measures each proof exactly: all four kinds, failures included, as histograms in seconds
 by kind, and a count by kind, priority and result. Beside them, what the door did itself: calls
-held while no engine could take one, how long each was held, calls sent again after their
-engine died, calls refused.
+held while no engine could take one, how long each was held (by kind: a WinningPoSt's wait is
+what decides a block), calls sent again after their engine died, calls refused, deadline calls
+answered past their deadline, PoSts that waited for their engine's one PoSt slot, work a
+drain stopped waiting for, request ids quarantined.
 
 Unlike the other families these are events, not readings of a document, so they are kept here
 for the supervisor's life (a door's first engine name is its ``door`` label: bounded by the
@@ -26,6 +28,7 @@ import bisect
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import grpc
 from prometheus_client.core import (
@@ -40,7 +43,7 @@ from cuzkd.cuzk import proving_pb2 as pb
 from cuzkd.cuzk.wire import ProveCall, ProveResult, read_call, read_result
 from cuzkd.kinds import enum_kind
 from cuzkd.metrics.tally import le_labels
-from cuzkd.states import DoorRefusal, DoorRetry, HoldEnd
+from cuzkd.states import DoorAbandon, DoorRefusal, DoorRetry, HoldEnd
 
 #: Seconds, for proofs from a 10 ms WinningPoSt on a warm engine to a 30 min PoRep on a small
 #: host; 20 s and 20 min (1200) are the default deadlines of winning-post and window-post.
@@ -66,6 +69,8 @@ _NO_CALL = ProveCall("", pb.PROOF_KIND_UNSPECIFIED, pb.PRIORITY_UNSPECIFIED)
 _ERRORS = {code.name: f"error:{code.name.lower()}" for code in grpc.StatusCode
            if code is not grpc.StatusCode.OK}
 _ERROR_UNKNOWN = _ERRORS[grpc.StatusCode.UNKNOWN.name]
+#: The ``proof_kind`` of a call that names none (a status read, an AwaitProof, an unknown kind)
+NO_KIND = "none"
 
 #: (family name, help) of each timing of a reply, in :func:`_timings` order: histograms by door
 #: and kind
@@ -114,9 +119,17 @@ class _Door:
     proofs: Counter[tuple[str, str, str]] = field(default_factory=Counter)
     #: kind -> one histogram per timing of :data:`_TIMINGS`
     timings: dict[str, tuple[_Histogram, ...]] = field(default_factory=dict)
-    holds: dict[HoldEnd, _Histogram] = field(default_factory=dict)
+    #: (kind, how the hold ended) -> seconds held
+    holds: dict[tuple[str, HoldEnd], _Histogram] = field(default_factory=dict)
     retries: Counter[DoorRetry] = field(default_factory=Counter)
-    refusals: Counter[DoorRefusal] = field(default_factory=Counter)
+    #: (reason, kind) -> calls refused
+    refusals: Counter[tuple[DoorRefusal, str]] = field(default_factory=Counter)
+    #: kind -> deadline calls answered past their deadline
+    late: Counter[str] = field(default_factory=Counter)
+    #: kind -> seconds PoSt calls waited for their engine's PoSt slot
+    post_waits: dict[str, _Histogram] = field(default_factory=dict)
+    abandoned: Counter[DoorAbandon] = field(default_factory=Counter)
+    quarantined: int = 0
 
 
 class DoorMetrics:
@@ -166,19 +179,32 @@ class DoorMetrics:
         """The door holds ``n`` calls now."""
         self._door(door).held = n
 
-    def hold_ended(self, door: str, seconds: float, outcome: HoldEnd) -> None:
-        """A call held ``seconds`` left the hold, as ``outcome`` says (a negative or NaN
-        duration, a clock's mistake, is 0: it must not make the sum go down or NaN for good)."""
-        holds = self._door(door).holds
-        if (histogram := holds.get(outcome)) is None:
-            histogram = holds[outcome] = _Histogram(HOLD_BUCKETS)
-        histogram.observe(max(0.0, seconds))
+    def hold_ended(self, door: str, seconds: float, outcome: HoldEnd, kind: str = "") -> None:
+        """A call (of proof kind ``kind``, "" none) held ``seconds`` left the hold, as
+        ``outcome`` says (a negative or NaN duration, a clock's mistake, is 0: it must not make
+        the sum go down or NaN for good)."""
+        _observe(self._door(door).holds, (kind or NO_KIND, outcome), HOLD_BUCKETS, seconds)
 
     def retried(self, door: str, reason: DoorRetry) -> None:
         self._door(door).retries[reason] += 1
 
-    def refused(self, door: str, reason: DoorRefusal) -> None:
-        self._door(door).refusals[reason] += 1
+    def refused(self, door: str, reason: DoorRefusal, kind: str = "") -> None:
+        self._door(door).refusals[reason, kind or NO_KIND] += 1
+
+    def answered_late(self, door: str, kind: str) -> None:
+        """A deadline call was answered (proved or failed) after its deadline."""
+        self._door(door).late[kind or NO_KIND] += 1
+
+    def post_serialized(self, door: str, kind: str, seconds: float) -> None:
+        """A PoSt call waited ``seconds`` for its engine's one PoSt slot."""
+        _observe(self._door(door).post_waits, kind or NO_KIND, HOLD_BUCKETS, seconds)
+
+    def abandoned(self, door: str, reason: DoorAbandon) -> None:
+        self._door(door).abandoned[reason] += 1
+
+    def quarantined(self, door: str, n: int) -> None:
+        """The door refuses ``n`` request ids now."""
+        self._door(door).quarantined = n
 
     def collect(self) -> Iterator[Metric]:
         """Every door's families (none without a door)."""
@@ -200,15 +226,30 @@ class DoorMetrics:
                  "Calls the door holds now: no engine behind it can take them yet.", labels=d)
         holds = HistogramMetricFamily(
             "cuzkd_door_hold_duration_seconds",
-            "Seconds calls were held in the door, by how the hold ended.",
-            labels=["door", "outcome"])
+            "Seconds calls were held in the door, by proof kind (none: not a proof call) and "
+            "how the hold ended.", labels=["door", "proof_kind", "outcome"])
         retries = c("cuzkd_door_retries",
                     "Calls the door sent again (same request, same request_id) because the "
                     "engine they went to died or was taken out of rotation, by reason.",
                     labels=["door", "reason"])
         refusals = c("cuzkd_door_refusals",
-                     "Calls the door answered with an error itself, by reason.",
-                     labels=["door", "reason"])
+                     "Calls the door answered with an error itself, by reason and proof kind "
+                     "(none: not a proof call).", labels=["door", "reason", "proof_kind"])
+        late = c("cuzkd_door_late_answers",
+                 "Deadline calls ([metrics] proof_deadlines) the door relayed an answer to "
+                 "after their deadline, by proof kind: a WinningPoSt proved late is a lost "
+                 "block.", labels=["door", "proof_kind"])
+        post_waits = HistogramMetricFamily(
+            "cuzkd_door_post_wait_seconds",
+            "Seconds PoSt calls waited for their engine's one PoSt slot (cuzk overwrites a "
+            "PoSt queued beside another), by proof kind.", labels=["door", "proof_kind"])
+        abandoned = c("cuzkd_door_drain_abandoned",
+                      "Calls and jobs a drain stopped waiting for because the engine showed it "
+                      "no longer had them (cuzk dropped them), by reason.",
+                      labels=["door", "reason"])
+        quarantined = g("cuzkd_door_quarantined_requests",
+                        "Request ids the door refuses now: each crashed an engine twice, the "
+                        "second time alone among suspects.", labels=d)
         for door, state in sorted(self._doors.items()):
             for engine in state.engines:
                 info.add_metric([door, engine], {})
@@ -218,13 +259,35 @@ class DoorMetrics:
                 for timing, histogram in zip(timings, histograms, strict=True):
                     histogram.add_to(timing, [door, kind])
             held.add_metric([door], state.held)
-            for outcome in HoldEnd:
-                if (hold := state.holds.get(outcome)) is not None:
-                    hold.add_to(holds, [door, outcome])
+            for (kind, outcome), hold in sorted(state.holds.items()):
+                hold.add_to(holds, [door, kind, outcome])
             for reason in DoorRetry:
                 retries.add_metric([door, reason], state.retries[reason])
-            for refusal in DoorRefusal:
-                refusals.add_metric([door, refusal], state.refusals[refusal])
-        for family in (info, proofs, *timings, held, holds, retries, refusals):
+            for refusal in DoorRefusal:  # every reason present, as "none"'s
+                refusals.add_metric([door, refusal, NO_KIND], state.refusals[refusal, NO_KIND])
+            for (refusal, kind), n in sorted(state.refusals.items()):
+                if kind != NO_KIND:
+                    refusals.add_metric([door, refusal, kind], n)
+            for kind, n in sorted(state.late.items()):
+                late.add_metric([door, kind], n)
+            for kind, wait in sorted(state.post_waits.items()):
+                wait.add_to(post_waits, [door, kind])
+            for why in DoorAbandon:
+                abandoned.add_metric([door, why], state.abandoned[why])
+            quarantined.add_metric([door], state.quarantined)
+        for family in (info, proofs, *timings, held, holds, retries, refusals, late,
+                       post_waits, abandoned, quarantined):
             if family.samples:
                 yield family
+
+
+_K = TypeVar("_K")
+
+
+def _observe(histograms: dict[_K, _Histogram], key: _K, bounds: tuple[float, ...],
+             seconds: float) -> None:
+    """Observe ``seconds`` in ``histograms[key]`` (made on first use); a negative or NaN
+    duration, a clock's mistake, is 0."""
+    if (histogram := histograms.get(key)) is None:
+        histogram = histograms[key] = _Histogram(bounds)
+    histogram.observe(seconds if seconds > 0 else 0.0)

@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from cuzkd.cuzk import proving_pb2 as pb
 from cuzkd.metrics.door_metrics import DoorMetrics
 from cuzkd.metrics.exposition import encode_text
-from cuzkd.states import DoorRefusal, DoorRetry, HoldEnd
+from cuzkd.states import DoorAbandon, DoorRefusal, DoorRetry, HoldEnd
 
 Labels = tuple[tuple[str, str], ...]
 DURATION = "cuzkd_door_proof_duration_seconds"
@@ -111,40 +111,71 @@ def test_errors_odd_numbers_and_garbage_count_with_bounded_labels_and_no_timings
     assert not _of(series, "cuzkd_door_proof_duration_seconds_count")
 
 
-def test_holds_retries_and_refusals() -> None:
+def test_holds_by_kind_retries_and_refusals() -> None:
     metrics = DoorMetrics()
     metrics.opened("d", ["d"])
     metrics.held("d", 3)
-    metrics.hold_ended("d", 42.0, HoldEnd.PLACED)
-    metrics.hold_ended("d", 0.2, HoldEnd.PLACED)
-    metrics.hold_ended("d", 600.0, HoldEnd.REFUSED)
+    metrics.hold_ended("d", 42.0, HoldEnd.PLACED, "porep-c2")
+    metrics.hold_ended("d", 0.2, HoldEnd.PLACED, "porep-c2")
+    metrics.hold_ended("d", 600.0, HoldEnd.REFUSED, "porep-c2")
     metrics.hold_ended("d", float("nan"), HoldEnd.CANCELLED)  # a clock's mistake: 0
     metrics.hold_ended("d", -5.0, HoldEnd.CANCELLED)
+    metrics.hold_ended("d", 1.5, HoldEnd.PLACED, "winning-post")
     metrics.held("d", 1)
     metrics.retried("d", DoorRetry.CRASH)
-    metrics.refused("d", DoorRefusal.HOLD_TIMEOUT)
-    metrics.refused("d", DoorRefusal.HOLD_TIMEOUT)
+    metrics.refused("d", DoorRefusal.HOLD_TIMEOUT, "porep-c2")
+    metrics.refused("d", DoorRefusal.HOLD_TIMEOUT, "porep-c2")
+    metrics.refused("d", DoorRefusal.DEADLINE, "winning-post")
+    metrics.refused("d", DoorRefusal.UNKNOWN_JOB)
     series = _series(metrics)
 
     assert _of(series, "cuzkd_door_held_calls") == {(("door", "d"),): 1}
-    placed = _at(door="d", outcome="placed")
+    placed = _at(door="d", outcome="placed", proof_kind="porep-c2")
     assert series[("cuzkd_door_hold_duration_seconds_count", placed)] == 2
     assert series[("cuzkd_door_hold_duration_seconds_sum", placed)] == 42.2
     assert _bucket(series, "cuzkd_door_hold_duration_seconds", "30.0", door="d",
-                   outcome="placed") == 1
+                   outcome="placed", proof_kind="porep-c2") == 1
     assert series[("cuzkd_door_hold_duration_seconds_count",
-                   (("door", "d"), ("outcome", "refused")))] == 1
-    cancelled = _at(door="d", outcome="cancelled")
+                   _at(door="d", outcome="refused", proof_kind="porep-c2"))] == 1
+    assert series[("cuzkd_door_hold_duration_seconds_sum",
+                   _at(door="d", outcome="placed", proof_kind="winning-post"))] == 1.5
+    cancelled = _at(door="d", outcome="cancelled", proof_kind="none")
     assert series[("cuzkd_door_hold_duration_seconds_sum", cancelled)] == 0
     assert _bucket(series, "cuzkd_door_hold_duration_seconds", "0.001", door="d",
-                   outcome="cancelled") == 2
+                   outcome="cancelled", proof_kind="none") == 2
     # every reason of the vocabulary is there from the first scrape, at 0 until it happens
     assert _of(series, "cuzkd_door_retries_total") == {
         (("door", "d"), ("reason", str(r))): (1 if r is DoorRetry.CRASH else 0)
         for r in DoorRetry}
-    assert _of(series, "cuzkd_door_refusals_total") == {
-        (("door", "d"), ("reason", str(r))): (2 if r is DoorRefusal.HOLD_TIMEOUT else 0)
-        for r in DoorRefusal}
+    refusals = _of(series, "cuzkd_door_refusals_total")
+    assert refusals == {
+        **{_at(door="d", proof_kind="none", reason=str(r)): (
+            1 if r is DoorRefusal.UNKNOWN_JOB else 0) for r in DoorRefusal},
+        _at(door="d", proof_kind="porep-c2", reason="hold_timeout"): 2,
+        _at(door="d", proof_kind="winning-post", reason="deadline"): 1}
+
+
+def test_late_answers_post_waits_abandoned_work_and_quarantined_ids() -> None:
+    metrics = DoorMetrics()
+    metrics.opened("d", ["d"])
+    metrics.answered_late("d", "winning-post")
+    metrics.post_serialized("d", "winning-post", 0.7)
+    metrics.post_serialized("d", "window-post", 12.0)
+    metrics.abandoned("d", DoorAbandon.POST_QUEUE_EMPTY)
+    metrics.quarantined("d", 2)
+    series = _series(metrics)
+    assert _of(series, "cuzkd_door_late_answers_total") == {
+        _at(door="d", proof_kind="winning-post"): 1}
+    assert series[("cuzkd_door_post_wait_seconds_count",
+                   _at(door="d", proof_kind="winning-post"))] == 1
+    assert _bucket(series, "cuzkd_door_post_wait_seconds", "1.0", door="d",
+                   proof_kind="winning-post") == 1
+    assert series[("cuzkd_door_post_wait_seconds_sum",
+                   _at(door="d", proof_kind="window-post"))] == 12.0
+    assert _of(series, "cuzkd_door_drain_abandoned_total") == {
+        _at(door="d", reason=str(r)): (1 if r is DoorAbandon.POST_QUEUE_EMPTY else 0)
+        for r in DoorAbandon}
+    assert _of(series, "cuzkd_door_quarantined_requests") == {_at(door="d"): 2}
 
 
 def test_promtool_check_metrics_is_silent_on_the_door_families() -> None:
@@ -156,7 +187,12 @@ def test_promtool_check_metrics_is_silent_on_the_door_families() -> None:
     metrics.proved("gpu0", _request(pb.POREP_SEAL_COMMIT, pb.NORMAL),
                    _reply(pb.AwaitProofResponse.COMPLETED, 38_000), "OK")
     metrics.proved("gpu0", _request(pb.WINNING_POST, pb.CRITICAL), None, "DEADLINE_EXCEEDED")
-    metrics.hold_ended("gpu0", 3.0, HoldEnd.PLACED)
+    metrics.hold_ended("gpu0", 3.0, HoldEnd.PLACED, "winning-post")
+    metrics.refused("gpu0", DoorRefusal.QUARANTINED, "porep-c2")
+    metrics.answered_late("gpu0", "winning-post")
+    metrics.post_serialized("gpu0", "window-post", 3.0)
+    metrics.abandoned("gpu0", DoorAbandon.NOT_LISTED)
+    metrics.quarantined("gpu0", 1)
     result = subprocess.run([promtool, "check", "metrics"], input=encode_text(metrics.collect()),
                             capture_output=True, timeout=30, check=False)
     output = (result.stdout + result.stderr).decode()

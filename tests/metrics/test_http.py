@@ -88,5 +88,6 @@ async def test_the_supervisors_own_collectors_are_rendered_with_each_scrape(make
         assert "cuzkd_door_" not in await (await c.get("/metrics")).text()
         doors.refused("e0", DoorRefusal.SHUTTING_DOWN)  # counted between two scrapes: in the next
         text = await (await c.get("/metrics")).text()
-    assert 'cuzkd_door_refusals_total{door="e0",reason="shutting_down"} 1.0' in text
+    assert ('cuzkd_door_refusals_total{door="e0",proof_kind="none",reason="shutting_down"} 1.0'
+            in text)
     assert 'cuzkd_engine_up{engine="e0"}' in text

@@ -8,6 +8,7 @@ supervisor runs one cuzk per test (each loaded only by its own test); the shutdo
 
 from __future__ import annotations
 
+import asyncio
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -18,6 +19,8 @@ import pytest
 from support.cuzk_harness import LoadThread, cuzk_engine
 from support.supervisor_harness import RunningSupervisor, start_supervisor, write_config
 from support.waiting import wait_until
+
+from cuzkd.cuzk.client import read_queues
 
 #: one PoRep C2 job: 10 partitions x 0.2 s synthesis (all at once), then 10 x 0.05 s on 2 GPUs
 FAST_JOBS = {"CUZK_STANDIN_SYNTH_SECS": "0.2", "CUZK_STANDIN_GPU_SECS": "0.05"}
@@ -149,11 +152,18 @@ def test_a_gpu_proving_post_shows_busy_in_the_grpc_telemetry_alone(fleet: Fleet)
 
 
 def test_post_only_in_grpc_queues_holds_the_stop(fleet: Fleet) -> None:
-    """WindowPoSt never shows in /status: only GetStatus says it is in progress."""
+    """WindowPoSt never shows in /status: only GetStatus says it is in progress, while a GPU
+    worker proves it (as it synthesizes, nothing shows it: the restart waits for the GPU)."""
     sup, pid = fleet.sup, fleet.running("post")
     load = LoadThread(fleet.grpc["post"], ["window-post"], lambda load: load.light(gap=30))
     try:
-        wait_until(lambda: load.sent, 10, "a WindowPoSt sent")
+        [sent] = wait_until(lambda: load.sent, 10, "a WindowPoSt sent")
+
+        def on_gpu() -> bool:
+            reading = asyncio.run(read_queues(fleet.grpc["post"], timeout=5))
+            return sent.job_id in reading.current_jobs
+
+        wait_until(on_gpu, 10, "the WindowPoSt on a GPU worker")
         fleet.restart("post")
         [drained] = sup.events("engine_drained", pid=pid)
         assert drained["result"] == "clean" and drained["seconds"] >= 0.5

@@ -18,6 +18,8 @@ from support.cuzk_harness import cuzk_engine
 from support.supervisor_harness import RunningSupervisor, start_supervisor, write_config
 from support.waiting import wait_until
 
+#: What a call held by the old cuzkd's door when it exits is told (docs/door.md)
+RESTART_REFUSAL = "UNAVAILABLE: Prove: cuzkd stopped (a restart or a stop) while the call was"
 #: a PoRep C2 job in 0.25 s
 KNOBS = {"CUZK_STANDIN_SYNTH_SECS": "0.2", "CUZK_STANDIN_GPU_SECS": "0.05"}
 
@@ -46,7 +48,7 @@ def _engine_pid(sup: RunningSupervisor) -> int:
     return int(sup.wait_engine("cz", lambda e: e["state"] == "running", timeout=30)["pid"])
 
 
-def test_a_restart_on_a_passed_socket_fails_no_call_of_a_caller_proving(
+def test_a_restart_on_a_passed_socket_answers_every_call_of_a_caller_proving(
         tmp_path: Path, door: tuple[socket.socket, Path, str]) -> None:
     sock, config, address = door
     first = _activated(config, sock)
@@ -76,6 +78,11 @@ def test_a_restart_on_a_passed_socket_fails_no_call_of_a_caller_proving(
     finally:
         caller.finish()
         first.close()
-    assert set(caller.outcomes) == {"COMPLETED"}, caller.outcomes
+    # proved, or held by the old door through its drain and refused when it exited; no call
+    # failed for want of a connection or a handshake
+    failed = [o for o in caller.outcomes if o != "COMPLETED"]
+    assert all(o.startswith(RESTART_REFUSAL) for o in failed), caller.outcomes
+    assert len(failed) <= 1, "one call at a time: at most the one sent during the drain"
+    assert caller.completed() >= before + 3
     assert caller.spanned(handover), "no call waited through the handover"
     assert Path(address.removeprefix("unix://")).exists(), "the socket file is systemd's"

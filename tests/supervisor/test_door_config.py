@@ -59,7 +59,10 @@ def test_a_cuzk_engines_door_is_on_at_cuzks_listen_and_cuzk_moves_to_a_private_s
     assert config.doors == (DoorPlan(
         address=f"unix://{tmp_path}/c0.sock", engines=("c0",), hold_timeout=300.0,
         hold_max_calls=1024, hold_max_bytes=2 << 30, retry_max_bytes=1 << 30,
-        socket_mode=0o660, socket_group="", max_message_bytes=128 * MIB),)
+        socket_mode=0o660, socket_group="",
+        deadlines={"winning-post": 20.0, "window-post": 1200.0},
+        allowances={"winning-post": 5.0, "window-post": 120.0}, quarantine=3600.0,
+        one_post=frozenset({"c0"}), max_message_bytes=128 * MIB),)
     assert config.doors[0].name == "c0"
     assert config.notices == ()
 
@@ -309,6 +312,11 @@ def test_what_a_door_is_accepted_with_is_noticed(tmp_path: Path, extra: str, tab
     assert off.notices == ()
 
 
+#: what check-config says of each door's deadline calls by default
+DEADLINES = ("  deadlines ([metrics] proof_deadlines, [door] proving_allowance): winning-post "
+             "within 20s (sent by 15s), window-post within 1200s (sent by 1080s)")
+
+
 def test_check_config_shows_each_door_and_its_notices(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = _write(tmp_path, _cuzk_engine(tmp_path, 'door = "0.0.0.0:9820"')
@@ -318,7 +326,11 @@ def test_check_config_shows_each_door_and_its_notices(
     assert out.splitlines() == [
         f"{path}: OK (2 engine(s): c0, c1)",
         "door 0.0.0.0:9820 -> c0 (hold_timeout 300s)",
-        f"door unix://{tmp_path}/c1.sock -> c1 (hold_timeout 300s)"]
+        DEADLINES,
+        "  one PoSt at a time: c0",
+        f"door unix://{tmp_path}/c1.sock -> c1 (hold_timeout 300s)",
+        DEADLINES,
+        "  one PoSt at a time: c1"]
     assert f"warning: {path}: key `engine[0].door`: " in err
     path.write_text(path.read_text() + '[door]\nsocket_mode = "0666"\n')
     assert dispatch_main(["check-config", str(path)]) == 78

@@ -67,8 +67,11 @@ class Door:
 def door(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Door]:
     tmp = tmp_path_factory.mktemp("door")
     table, address = cuzk_engine(tmp, "cz", env=KNOBS, door="", backoff_initial="100ms",
-                                 stop_timeout="1s", drain_timeout="3s")
-    sup = start_supervisor(write_config(tmp, [table], supervisor={"shutdown_grace": "5s"}))
+                                 stop_timeout="1s", drain_timeout="8s")
+    # a PoSt of the stand-in is proved in 1.5 s: 2 s of allowance fit a drain
+    sup = start_supervisor(write_config(tmp, [table], supervisor={"shutdown_grace": "10s"},
+                                        door={"proving_allowance": {"winning-post": "2s",
+                                                                    "window-post": "2s"}}))
     try:
         yield Door(tmp, sup, address)
     finally:
@@ -189,25 +192,28 @@ def test_a_door_whose_address_already_answers_refuses_to_start(door: Door) -> No
     assert not second.events("engine_spawned")
 
 
-def test_at_shutdown_new_calls_are_refused_at_once_and_calls_in_flight_finish(
+def test_at_shutdown_the_door_serves_on_deadline_calls_go_to_the_draining_engine(
         door: Door) -> None:
-    """Last: it ends the module's supervisor. A PoSt is on the GPU when SIGTERM comes; a call
-    sent after the shutdown began gets UNAVAILABLE at once, the PoSt's caller its proof."""
+    """Last: it ends the module's supervisor. A WindowPoSt is on the GPU when SIGTERM comes:
+    the engine drains for it. Meanwhile a WinningPoSt is sent to the draining engine and
+    proved, a PoRep is held, and when cuzkd exits the PoRep is refused UNAVAILABLE naming the
+    restart; the WindowPoSt's caller gets its proof."""
     door.running()
     with door.channel() as channel:
         in_flight = prove_later(channel, "window-post", "wdpost-1000-[1 0] dl 3")
         wait_until(lambda: engine_holds(channel, "wdpost-1000-[1 0] dl 3"), 20, "the PoSt")
         door.sup.proc.send_signal(signal.SIGTERM)
         wait_until(lambda: door.sup.events("supervisor_stopping"), 20, "the shutdown")
-        late = prove_later(channel, "porep-c2", "porep-1000-2000")
-        error = late.exception(20)
-        assert not in_flight.done()  # refused while the drain still waits: never held
-        assert isinstance(error, grpc.RpcError)
-        assert error.code() is grpc.StatusCode.UNAVAILABLE
-        assert "shutting down" in error.details()
+        held = prove_later(channel, "porep-c2", "porep-1000-2000")
+        winning = prove_later(channel, "winning-post", "winpost-1000-beef")
+        assert winning.result(20).result.status == pb.AwaitProofResponse.COMPLETED
+        assert not held.done()
         done = in_flight.result(20)
+        error = held.exception(20)
     assert done.result.status == pb.AwaitProofResponse.COMPLETED
+    assert isinstance(error, grpc.RpcError)
+    assert error.code() is grpc.StatusCode.UNAVAILABLE
+    assert "cuzkd stopped (a restart or a stop) while the call was held" in error.details()
     assert door.sup.proc.wait(20) == 0
     drained = door.sup.events("engine_drained", engine="cz")
     assert drained[-1]["result"] == "clean"
-

@@ -20,6 +20,7 @@ from support.cuzk_grpc import method, serve
 from cuzkd.config.doors import DoorPlan
 from cuzkd.cuzk import proving_pb2 as pb
 from cuzkd.metrics.door_metrics import DoorMetrics
+from cuzkd.supervisor.core.doorbook import EngineEnd
 from cuzkd.supervisor.door.doors import Doors
 
 SERVICE = "/cuzk.v1.ProvingEngine/"
@@ -57,9 +58,9 @@ def test_get_status_answers_from_the_last_good_reply_while_no_engine_can(
             never = await call(door_address, "GetStatus", request)
             seat.admit(engine_address, lambda error: None)
             live = await call(door_address, "GetStatus", request)
-            seat.stop_admitting()
+            seat.stop_admitting(None)
             await engine.stop(0)
-            seat.gone(crashed=False)
+            seat.gone(EngineEnd.DRAINED)
             kept = await call(door_address, "GetStatus", request)
             metrics = await call(door_address, "GetMetrics", b"")
             return [never, live, kept, metrics]
@@ -203,9 +204,9 @@ def test_a_shared_door_spreads_calls_and_merges_what_every_engine_reports(
                 got[what] = await call(door_address, what, b"")
             e1 = seats["e1"]
             assert e1 is not None
-            e1.stop_admitting()
+            e1.stop_admitting(None)
             await engines["e1"][0].stop(0)
-            e1.gone(crashed=False)
+            e1.gone(EngineEnd.DRAINED)
             got["status_after"] = await call(door_address, "GetStatus", b"")
             got["prove_after"] = await call(door_address, "Prove", pb.ProveRequest(
                 submit=pb.SubmitProofRequest(request_id="porep-1-9")).SerializeToString())

@@ -15,10 +15,14 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import grpc
+import pytest
 from support.cuzk_harness import LoadThread, cuzk_engine
 from support.cuzk_standin import SCRIPT
 from support.supervisor_harness import start_supervisor, write_config
 from support.waiting import wait_until
+
+from cuzkd.cuzk import proving_pb2 as pb
 
 #: a PoRep C2 job in about 0.12 s
 KNOBS = {"CUZK_STANDIN_SYNTH_SECS": "0.1", "CUZK_STANDIN_GPU_SECS": "0.02"}
@@ -73,5 +77,40 @@ def test_a_rolling_swap_behind_a_shared_door_fails_nothing_and_holds_nothing(
         # each engine went back into rotation, and no call had to wait for one
         assert [e["engine"] for e in sup.events("door_engine_admitted")].count("c0") == 2
         assert all(e["held"] == 0 for e in sup.events("door_engine_admitted"))
+    finally:
+        sup.stop()
+
+
+def test_one_request_id_sent_twice_at_once_is_proved_once_behind_a_shared_door(
+        tmp_path: Path) -> None:
+    """Curio's retry of a call still in flight (the same request_id, the same bytes) goes to
+    no second engine: both callers get the one proof. The same id with other bytes is refused
+    ALREADY_EXISTS."""
+    address = f"unix://{tmp_path}/curio.sock"
+    slow = {**KNOBS, "CUZK_STANDIN_SYNTH_SECS": "1"}
+    tables = [cuzk_engine(tmp_path, name, env=slow, door=address)[0] for name in ("c0", "c1")]
+    sup = start_supervisor(write_config(tmp_path, tables))
+    try:
+        for name in ("c0", "c1"):
+            sup.wait_engine(name, lambda e: e["state"] == "running", timeout=30)
+        with grpc.insecure_channel(address) as channel:
+            prove = channel.unary_unary("/cuzk.v1.ProvingEngine/Prove",
+                                        request_serializer=pb.ProveRequest.SerializeToString,
+                                        response_deserializer=pb.ProveResponse.FromString)
+            request = pb.ProveRequest(submit=pb.SubmitProofRequest(
+                request_id="porep-1000-77", proof_kind=pb.POREP_SEAL_COMMIT))
+            first, second = (prove.future(request, timeout=60) for _ in range(2))
+            wait_until(lambda: sup.events("proof request queued", job_id="porep-1000-77"), 30,
+                       "the first on an engine")
+            other = pb.ProveRequest(submit=pb.SubmitProofRequest(
+                request_id="porep-1000-77", proof_kind=pb.SNAP_DEALS_UPDATE))
+            with pytest.raises(grpc.RpcError) as exists:
+                prove(other, timeout=30)
+            replies = [first.result(60), second.result(60)]
+        assert exists.value.code() is grpc.StatusCode.ALREADY_EXISTS
+        assert [r.result.status for r in replies] == [pb.AwaitProofResponse.COMPLETED] * 2
+        assert replies[0] == replies[1]
+        queued = sup.events("proof request queued", job_id="porep-1000-77")
+        assert len(queued) == 1, queued  # one engine, once
     finally:
         sup.stop()

@@ -25,18 +25,42 @@ What it does as the real one does:
   where they are, dispatched partitions finish), logs ``received SIGINT, shutting down`` and
   never exits; later SIGINTs are ignored. SIGTERM and SIGHUP have no handler: death at once.
 - **Work**: PoRep C2 jobs have 10 partitions, SnapDeals 16; each partition synthesizes (at most
-  max(2, min(budget / 14 GiB, max_parallel_synthesis)) at once), then waits for one of the GPU
-  workers. WindowPoSt and WinningPoSt are proved whole on a GPU worker and never appear in
-  ``/status`` (the worker shows ``idle`` there; ``GetStatus`` names the job).
+  max(2, min(budget / 14 GiB, max_parallel_synthesis)) at once), then is pushed to the GPU work
+  queue. WindowPoSt and WinningPoSt are synthesized whole, then pushed to that queue too; they
+  are proved whole on a GPU worker and never appear in ``/status`` (the worker shows ``idle``
+  there; ``GetStatus`` names the job).
+- **GetStatus counts what cuzk's service counts** (``cuzk-server/src/service.rs``): per kind,
+  ``pending`` is the jobs waiting in the scheduler's queue (not yet dispatched) and
+  ``in_progress`` the GPU workers whose current job is of that kind; each GPU entry names the
+  job its worker is proving, if any. A worker has a current job only while it proves an item,
+  and loses it when that GPU run ends, failed or not. So a job whose pipeline has started but
+  that is synthesizing, or waits in the GPU work queue, or was lost there (below), or was
+  stranded by SIGINT, is counted in neither: ``GetStatus`` shows nothing of it (``/status``
+  still lists a partitioned one). ``GetMetrics``' ``cuzk_running_jobs`` is the number of GPU
+  workers with a current job (the sum of the ``in_progress`` counts), ``cuzk_queue_depth`` the
+  scheduler's queue.
+- **The GPU work queue loses work**: it is cuzk's ``PriorityWorkQueue``, a map keyed
+  ``(job_seq, partition_idx)``; each GPU worker, when free, pops the lowest key. A partitioned
+  job's ``job_seq`` comes from a per-process counter starting at 0, taken when its pipeline
+  starts; a PoSt is always pushed under ``(0, 0)``. ``push`` is a map insert, so an item pushed
+  under a key that still waits in the queue replaces the one there, silently: a second PoSt, or
+  partition 0 of the process's first partitioned job, pushed while a PoSt waits (no worker free)
+  loses that PoSt, and a PoSt pushed while that partition 0 waits loses the partition. The lost
+  item's job never completes nor fails: its ``Prove``/``AwaitProof`` never returns. It is in
+  neither of ``GetStatus``'s counts and on no GPU worker there, so ``GetStatus`` shows nothing
+  of it; ``/status`` lists a lost partition's job in ``pipelines`` for good (a PoSt is never
+  there). Nothing is logged. An item a worker has popped is safe.
 - **Failed work is left behind**: a failed synthesis leaves the partition ``failed``, the job in
   ``pipelines`` for good and ``synthesis.active`` one too high; a failed GPU run leaves the
-  partition ``done`` and its worker ``proving`` until it starts another partition; neither
-  counts in ``total_failed``. The job's ``Prove`` answers FAILED.
+  partition ``done`` and its worker ``proving`` in ``/status`` until it starts another
+  partition (``GetStatus`` shows that worker free); neither counts in ``total_failed``. The
+  job's ``Prove`` answers FAILED.
 - **/status**: a raw responder (one ``read()`` of at most 4096 bytes; a first line starting
   ``GET /status`` matches, anything else is a 404 ``text/plain``), compact JSON in cuzk's field
   order, completed jobs pruned 30 s after they finished when someone asks.
 - **gRPC** ``cuzk.v1.ProvingEngine``: ``SubmitProof``, ``AwaitProof``, ``Prove``, ``GetStatus``
-  (one entry per GPU worker, per-kind queues spelled ``porep_c2`` ..., totals of every kind),
+  (one entry per GPU worker, per-kind queues spelled ``porep_c2`` ... counted as above, totals
+  of every kind),
   ``GetMetrics`` (Prometheus text), ``PreloadSRS``; ``CancelProof`` and ``EvictSRS`` answer
   ``false`` as the real ones do.
 
@@ -44,12 +68,13 @@ Stand-in-only knobs (environment variables; seconds may be fractions):
 
 - ``CUZK_STANDIN_SYNTH_SECS`` (0.3): synthesis time of one partition;
   ``CUZK_STANDIN_GPU_SECS`` (0.05): GPU time of one partition;
-  ``CUZK_STANDIN_POST_SECS`` (0.2): a whole WindowPoSt or WinningPoSt proof.
+  ``CUZK_STANDIN_POST_SYNTH_SECS`` (0.05): synthesis of a whole WindowPoSt or WinningPoSt,
+  before it is pushed to the GPU work queue; ``CUZK_STANDIN_POST_SECS`` (0.2): its GPU time.
 - ``CUZK_STANDIN_NVIDIA_SMI_SECS`` (0.03): CPU seconds each ``GetStatus`` burns, as the real
   one's ``nvidia-smi`` run does.
 - ``CUZK_STANDIN_GPU_SECS_MAX`` (unset): each GPU run lasts a random time between
-  ``GPU_SECS`` and this; ``CUZK_STANDIN_GPU_REST_MAX`` (0): after each GPU run its worker rests
-  (idle) a random 0 to this many seconds before it takes the next partition;
+  ``GPU_SECS`` and this; ``CUZK_STANDIN_GPU_REST_MAX`` (0): after each GPU run of a partition
+  its worker rests (idle) a random 0 to this many seconds before it pops the next item;
   ``CUZK_STANDIN_SEED``: the seed of both (default: random).
 - ``CUZK_STANDIN_SPANS`` (unset): a file to which each GPU run of a partition is appended as it
   ends, one JSON line ``{"worker": ID, "start": S, "end": E}`` in ``CLOCK_MONOTONIC`` seconds
@@ -61,6 +86,19 @@ Stand-in-only knobs (environment variables; seconds may be fractions):
   panic ``thread 'main' panicked at ...`` with its location).
 - ``CUZK_STANDIN_FAIL``: comma-separated ``JOB_ID:PARTITION`` (fails its synthesis) or
   ``JOB_ID:PARTITION:gpu`` (fails its GPU run).
+- ``CUZK_STANDIN_CRASH_ON``: comma-separated request ids of poison requests: when such a job
+  starts being proved (a PoSt's synthesis begins; a partitioned job's partition 0 begins
+  synthesizing), the process dies by SIGSEGV, with no message and no core file, every time it
+  is sent; ``CUZK_STANDIN_CRASH_AFTER`` (0) seconds after that start. A job only queued (not
+  dispatched) does not crash it.
+- ``CUZK_STANDIN_UNAVAILABLE``: comma-separated request ids whose ``Prove`` and ``SubmitProof``
+  the engine itself answers with status UNAVAILABLE (``proving engine busy``), recording nothing
+  and staying up and healthy. (cuzk's own service has no such answer today: this is for tests of
+  what a caller does with one.)
+- ``CUZK_STANDIN_NEVER_ANSWER``: comma-separated request ids that are accepted and dropped at
+  once: ``SubmitProof`` answers as usual, but the job is never queued nor dispatched, never in
+  ``/status`` nor in ``GetStatus``'s queues, and its ``Prove``/``AwaitProof`` never returns: a
+  deterministic form of work cuzk will never answer.
 - ``CUZK_STANDIN_IGNORE_SIGNALS=1``: ignore SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1/2 (only
   SIGKILL ends it: the engine of the issue's "Bad input").
 - ``CUZK_STANDIN_MEMTOTAL``: MemTotal in bytes for ``total_budget = "auto"`` (default: the
@@ -75,11 +113,13 @@ import json
 import os
 import random
 import re
+import resource
 import signal
 import sys
 import time
 import tomllib
 import uuid
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -259,6 +299,9 @@ class Job:
     next_partition: int = 0
     synth_ms: int = 0
     gpu_ms: int = 0
+    #: a partitioned job's ``job_seq`` (its partitions' keys in the GPU work queue are
+    #: ``(job_seq, index)``), taken when its pipeline starts
+    job_seq: int | None = None
 
     @property
     def partitioned(self) -> bool:
@@ -273,6 +316,14 @@ class Job:
 
 
 @dataclass
+class GpuWork:
+    """One item of the GPU work queue: a synthesized partition, or a whole PoSt (no partition)."""
+
+    job: Job
+    partition: Partition | None = None
+
+
+@dataclass
 class Worker:
     worker_id: int
     gpu_ordinal: int
@@ -280,8 +331,10 @@ class Worker:
     current_job: str | None = None
     current_partition: int | None = None
     busy_since: float | None = None
-    #: a PoSt proof this worker runs: GetStatus names it, /status does not
-    post_job: Job | None = None
+    #: the job cuzk's job tracker has on this worker, partitioned or PoSt: GetStatus names it
+    #: and counts it ``in_progress`` (/status names only a partition, in the fields above). Set
+    #: for the length of one GPU run and cleared when it ends, whatever the outcome.
+    running: Job | None = None
 
 
 class Engine:
@@ -302,12 +355,19 @@ class Engine:
         self.synth_cap = max(2, min(self.budget // (14 * GIB), parallel))
         self.synth_secs = knob("SYNTH_SECS", 0.3)
         self.gpu_secs = knob("GPU_SECS", 0.05)
+        self.post_synth_secs = knob("POST_SYNTH_SECS", 0.05)
         self.post_secs = knob("POST_SECS", 0.2)
         self.gpu_secs_max = knob("GPU_SECS_MAX", self.gpu_secs)
         self.gpu_rest_max = knob("GPU_REST_MAX", 0)
         self.random = random.Random(os.environ.get("CUZK_STANDIN_SEED"))
         self.spans_path = os.environ.get("CUZK_STANDIN_SPANS", "")
         self.failures = parse_failures(os.environ.get("CUZK_STANDIN_FAIL", ""))
+        self.crash_on = request_ids("CRASH_ON")
+        self.crash_after = knob("CRASH_AFTER", 0)
+        self.unavailable = request_ids("UNAVAILABLE")
+        self.never_answer = request_ids("NEVER_ANSWER")
+        #: jobs accepted and dropped at once (NEVER_ANSWER): AwaitProof finds them, nothing else
+        self.dropped: dict[str, Job] = {}
         self.jobs: dict[str, Job] = {}
         self.queue: list[Job] = []
         self.dispatched: list[Job] = []
@@ -316,11 +376,14 @@ class Engine:
         self.in_gpu = 0
         self.aux_in_flight = 0
         self.shells_in_flight = 0
-        self.free_workers: asyncio.Queue[Worker] = asyncio.Queue()
-        for worker in self.workers:
-            self.free_workers.put_nowait(worker)
+        #: cuzk's GPU work queue: (job_seq, partition_idx) -> item; workers pop the lowest key
+        self.gpu_queue: dict[tuple[int, int], GpuWork] = {}
+        #: the free GPU workers, longest free first, each waiting for its next item
+        self.free_workers: deque[asyncio.Future[GpuWork]] = deque()
         self.dispatching = True
         self.seq = 0
+        #: the next partitioned job's job_seq (per process, from 0, as cuzk's ``next_job_seq``)
+        self.next_job_seq = 0
         self.total_completed = 0
         self.total_failed = 0
         self.completed_by_kind: dict[str, int] = {}
@@ -344,6 +407,11 @@ class Engine:
         self.seq += 1
         job = Job(job_id, kind, grpc_kind, request.priority, self.seq, self.now(),
                   [Partition(i) for i in range(partitions)])
+        if job_id in self.never_answer:  # accepted, then dropped: nothing will ever answer it
+            self.dropped[job_id] = job
+            self.log("INFO", "cuzk_core::engine", "proof request queued", job_id=job_id,
+                     proof_kind=kind, queue_depth=len(self.queue))
+            return job
         self.jobs[job_id] = job  # a retry reuses the id: the new job replaces the old entry
         self.queue.append(job)
         self.queue.sort(key=lambda j: (-j.priority, j.seq))
@@ -362,10 +430,11 @@ class Engine:
 
     def dispatch(self) -> None:
         for job in [j for j in self.queue if not j.partitioned]:
-            if self.free_workers.empty():
-                break
             self.queue.remove(job)
-            self.spawn(self.prove_whole(job, self.free_workers.get_nowait()))
+            job.started = self.now()
+            self.log("INFO", "cuzk_core::engine", "proof job started", job_id=job.job_id,
+                     proof_kind=job.kind)
+            self.spawn(self.prove_whole(job))
         while self.synth_active < self.synth_cap:
             job = next((j for j in self.dispatched
                         if not j.failed and j.next_partition < len(j.partitions)), None)
@@ -376,6 +445,7 @@ class Engine:
                 self.queue.remove(job)
                 self.dispatched.append(job)
                 job.started = self.now()
+                job.job_seq, self.next_job_seq = self.next_job_seq, self.next_job_seq + 1
                 self.log("INFO", "cuzk_core::engine", "proof job started", job_id=job.job_id,
                          proof_kind=job.kind, partitions=len(job.partitions))
             partition = job.partitions[job.next_partition]
@@ -391,6 +461,9 @@ class Engine:
         task.add_done_callback(self.tasks.discard)
 
     async def prove_partition(self, job: Job, partition: Partition) -> None:
+        """Synthesis of one partition, then its push to the GPU work queue."""
+        if partition.index == 0:
+            self.crash_if_poison(job)
         self.srs_used[job.kind] = self.now()
         partition.state, partition.synth_start = "synthesizing", self.now()
         await asyncio.sleep(self.synth_secs)
@@ -406,30 +479,83 @@ class Engine:
         partition.state = "synth_done"
         self.synth_active -= 1
         self.wake.set()
-        worker = await self.free_workers.get()
+        assert job.job_seq is not None
+        self.push((job.job_seq, partition.index), GpuWork(job, partition))
+
+    async def prove_whole(self, job: Job) -> None:
+        """A PoSt: synthesized whole, then pushed under cuzk's fixed monolithic key ``(0, 0)``."""
+        self.crash_if_poison(job)
+        self.srs_used[job.kind] = self.now()
+        await asyncio.sleep(self.post_synth_secs)
+        job.synth_ms = int(self.post_synth_secs * 1000)
+        self.push((0, 0), GpuWork(job))
+
+    def push(self, key: tuple[int, int], work: GpuWork) -> None:
+        """cuzk's ``PriorityWorkQueue::push`` is a map insert: an item still waiting under
+        ``key`` is replaced and gone, without a word. Its job never finishes (see the module's
+        docstring): the overwrite is the real engine's, so the stand-in has no way round it.
+
+        A free worker pops at once, here, rather than when the loop next runs it: in cuzk the
+        window between a push and a free worker's pop is a thread wake-up, and two pushes in
+        one turn of this loop (timers that came due together) must not lose work that cuzk's
+        free workers would have taken."""
+        self.gpu_queue[key] = work
+        while self.gpu_queue and self.free_workers:
+            waiting = self.free_workers.popleft()
+            if not waiting.done():
+                waiting.set_result(self.gpu_queue.pop(min(self.gpu_queue)))
+
+    async def next_work(self) -> GpuWork:
+        """A free worker's pop: the lowest key, or the next item pushed."""
+        if self.gpu_queue:
+            return self.gpu_queue.pop(min(self.gpu_queue))
+        waiting: asyncio.Future[GpuWork] = asyncio.get_running_loop().create_future()
+        self.free_workers.append(waiting)
+        return await waiting
+
+    async def gpu_worker(self, worker: Worker) -> None:
+        """One GPU worker's loop: when free, it pops the lowest key and proves that item."""
+        while True:
+            work = await self.next_work()
+            if work.partition is None:
+                await self.prove_post_gpu(worker, work.job)
+            else:
+                await self.prove_partition_gpu(worker, work.job, work.partition)
+                rest = self.random.uniform(0, self.gpu_rest_max)
+                if rest > 0:
+                    await asyncio.sleep(rest)
+
+    async def prove_partition_gpu(self, worker: Worker, job: Job, partition: Partition) -> None:
         self.in_gpu += 1
         picked_up = self.now()
         partition.state, partition.gpu_start = "gpu", picked_up
         worker.busy, worker.busy_since = True, picked_up
         worker.current_job, worker.current_partition = job.job_id, partition.index
+        worker.running = job
         gpu_secs = self.random.uniform(self.gpu_secs, self.gpu_secs_max)
         await asyncio.sleep(gpu_secs)
+        worker.running = None  # the job tracker's worker is freed even when the run failed
         self.in_gpu -= 1
         partition.gpu_end = self.now()
         partition.state = "done"
         job.gpu_ms += int(gpu_secs * 1000)
         self.record_span(worker, picked_up, partition.gpu_end)
         if self.failures.get((job.job_id, partition.index)) == "gpu":
-            self.release(worker)  # left showing `proving` this partition
+            # the worker is left showing `proving` this partition until it starts another
             self.finish(job, f"GPU proving of partition {partition.index} failed")
             return
         if worker.current_job == job.job_id and worker.current_partition == partition.index:
             worker.busy, worker.current_job, worker.current_partition = False, None, None
             worker.busy_since = None
-        self.release(worker)
-        self.wake.set()
         if not job.failed and all(p.state == "done" for p in job.partitions):
             self.finish(job, "")
+
+    async def prove_post_gpu(self, worker: Worker, job: Job) -> None:
+        worker.running = job
+        await asyncio.sleep(self.post_secs)
+        worker.running = None
+        job.gpu_ms = int(self.post_secs * 1000)
+        self.finish(job, "")
 
     def record_span(self, worker: Worker, start: float, end: float) -> None:
         if self.spans_path:
@@ -437,26 +563,13 @@ class Engine:
                 spans.write(json.dumps({"worker": worker.worker_id, "start": start,
                                         "end": end}) + "\n")
 
-    def release(self, worker: Worker) -> None:
-        """The worker takes the next partition now, or after its rest."""
-        rest = self.random.uniform(0, self.gpu_rest_max)
-        if rest <= 0:
-            self.free_workers.put_nowait(worker)
+    def crash_if_poison(self, job: Job) -> None:
+        """A poison request (``CRASH_ON``) kills the engine each time it starts being proved."""
+        if job.job_id not in self.crash_on:
             return
-        loop = asyncio.get_running_loop()
-        loop.call_later(rest, self.free_workers.put_nowait, worker)
-
-    async def prove_whole(self, job: Job, worker: Worker) -> None:
-        job.started = self.now()
-        self.srs_used[job.kind] = self.now()
-        worker.post_job = job
-        self.log("INFO", "cuzk_core::engine", "proof job started", job_id=job.job_id,
-                 proof_kind=job.kind)
-        await asyncio.sleep(self.post_secs)
-        worker.post_job = None
-        self.free_workers.put_nowait(worker)
-        self.wake.set()
-        self.finish(job, "")
+        if self.crash_after <= 0:
+            segfault()
+        asyncio.get_running_loop().call_later(self.crash_after, segfault)
 
     def finish(self, job: Job, error: str) -> None:
         job.finished = self.now()
@@ -478,9 +591,6 @@ class Engine:
         if job in self.dispatched and job.next_partition == len(job.partitions):
             self.dispatched.remove(job)
         job.done.set()
-
-    def in_progress(self, job: Job) -> bool:
-        return job.started is not None and job.finished is None and job not in self.queue
 
     # --- /status ----------------------------------------------------------------------------
     def status_document(self) -> dict[str, Any]:
@@ -529,19 +639,21 @@ class Engine:
         reply = pb.GetStatusResponse(
             total_proofs_completed=self.all_completed, total_proofs_failed=self.all_failed,
             uptime_seconds=int(self.now() - self.start))
+        running: dict[str, int] = {}
         for w in self.workers:
-            current = w.post_job.job_id if w.post_job else (w.current_job or "")
-            kind = w.post_job.grpc_kind if w.post_job else (
-                self.jobs[w.current_job].grpc_kind if w.current_job in self.jobs else "")
+            current, kind = (w.running.job_id, w.running.grpc_kind) if w.running else ("", "")
             reply.gpus.add(ordinal=w.gpu_ordinal, name="NVIDIA Stand-in GPU",
                            vram_total_bytes=24 * GIB, vram_free_bytes=20 * GIB,
                            current_job_id=current, current_proof_kind=kind)
+            if kind:
+                running[kind] = running.get(kind, 0) + 1
+        # as cuzk's service counts them: pending is the scheduler's queue, in_progress the GPU
+        # workers on a job of the kind -- a job synthesizing, or waiting in the GPU work queue
+        # (or lost there), is neither
         for kind, grpc_kind, _ in KINDS.values():
-            reply.queues.add(
-                proof_kind=grpc_kind,
-                pending=sum(j.kind == kind for j in self.queue),
-                in_progress=sum(j.kind == kind and self.in_progress(j)
-                                for j in self.jobs.values()))
+            reply.queues.add(proof_kind=grpc_kind,
+                             pending=sum(j.kind == kind for j in self.queue),
+                             in_progress=running.get(grpc_kind, 0))
         for kind in self.srs_used:
             reply.loaded_srs.add(circuit_id=SRS[kind][0], tier=pb.SRSStatus.HOT,
                                  size_bytes=SRS[kind][1])
@@ -557,8 +669,8 @@ class Engine:
             f"cuzk_uptime_seconds {int(self.now() - self.start)}",
             "# TYPE cuzk_queue_depth gauge",
             f"cuzk_queue_depth {len(self.queue)}",
-            "# TYPE cuzk_running_jobs gauge",
-            f"cuzk_running_jobs {sum(self.in_progress(j) for j in self.jobs.values())}",
+            "# TYPE cuzk_running_jobs gauge",  # cuzk: its job tracker's workers with a job
+            f"cuzk_running_jobs {sum(w.running is not None for w in self.workers)}",
             "# TYPE cuzk_gpu_workers gauge",
             f"cuzk_gpu_workers {len(self.workers)}",
             "# TYPE cuzk_proof_duration_seconds summary",
@@ -582,6 +694,23 @@ def nvidia_smi(cpu_seconds: float) -> None:
     until = time.process_time() + cpu_seconds
     while time.process_time() < until:
         pass
+
+
+def request_ids(name: str) -> frozenset[str]:
+    """A knob naming request ids, comma-separated (Curio's ids have spaces, never commas)."""
+    spec = os.environ.get(f"CUZK_STANDIN_{name}", "")
+    return frozenset(filter(None, (s.strip() for s in spec.split(","))))
+
+
+def segfault() -> None:
+    """Die as a crash in cuzk's native code does: killed by SIGSEGV, nothing on stderr. The
+    default action is restored first (a faulthandler, PYTHONFAULTHANDLER, would print a Python
+    traceback), and core dumps are off so that no core file lands in the working directory."""
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    signal.signal(signal.SIGSEGV, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGSEGV)
+    while True:  # the signal may be taken by another thread: the process is going all the same
+        signal.pause()
 
 
 def parse_failures(spec: str) -> dict[tuple[str, int], str]:
@@ -626,12 +755,13 @@ class ProvingEngine:
                           context: grpc.aio.ServicerContext) -> pb.SubmitProofResponse:
         if request.proof_kind not in KINDS:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "unknown proof kind")
+        await self.refuse_if_unavailable(request, context)
         job = self.engine.submit(request)
         return pb.SubmitProofResponse(job_id=job.job_id, queue_position=len(self.engine.queue))
 
     async def AwaitProof(self, request: pb.AwaitProofRequest,
                          context: grpc.aio.ServicerContext) -> pb.AwaitProofResponse:
-        job = self.engine.jobs.get(request.job_id)
+        job = self.engine.jobs.get(request.job_id) or self.engine.dropped.get(request.job_id)
         if job is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"job {request.job_id} not found")
         assert job is not None
@@ -642,9 +772,16 @@ class ProvingEngine:
                     context: grpc.aio.ServicerContext) -> pb.ProveResponse:
         if request.submit.proof_kind not in KINDS:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "unknown proof kind")
+        await self.refuse_if_unavailable(request.submit, context)
         job = self.engine.submit(request.submit)
         await job.done.wait()
         return pb.ProveResponse(result=result_of(job))
+
+    async def refuse_if_unavailable(self, request: pb.SubmitProofRequest,
+                                    context: grpc.aio.ServicerContext) -> None:
+        """``UNAVAILABLE`` ids: the engine's own refusal, the process up and well."""
+        if request.request_id in self.engine.unavailable:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "proving engine busy")
 
     async def CancelProof(self, request: pb.CancelProofRequest,
                           context: grpc.aio.ServicerContext) -> pb.CancelProofResponse:
@@ -802,6 +939,8 @@ async def main(argv: list[str]) -> None:
             log("ERROR", "cuzk_daemon", "failed to bind status listener", addr=status_listen,
                 error=str(exc))
     engine.spawn(engine.dispatcher())
+    for worker in engine.workers:
+        engine.spawn(engine.gpu_worker(worker))
     await server.wait_for_termination()
 
 

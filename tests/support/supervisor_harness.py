@@ -75,11 +75,14 @@ def fake_engine(tmp: Path, name: str, mode: str = "serve", *, args: Sequence[str
 def write_config(tmp: Path, engines: list[dict[str, Any]], *,
                  supervisor: Mapping[str, Any] | None = None,
                  defaults: Mapping[str, Any] | None = None,
-                 metrics: Mapping[str, Any] | None = None) -> Path:
+                 metrics: Mapping[str, Any] | None = None,
+                 door: Mapping[str, Any] | None = None) -> Path:
     tables: dict[str, Any] = {
         "supervisor": {"state_dir": str(tmp / "state"), **(supervisor or {})},
         "metrics": {"listen": "127.0.0.1:0", **(metrics or {})},
     }
+    if door:
+        tables["door"] = dict(door)
     if defaults:
         tables["engine_defaults"] = dict(defaults)
     tables["engine"] = engines

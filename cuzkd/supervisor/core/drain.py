@@ -17,6 +17,10 @@ from dataclasses import dataclass
 from cuzkd.cuzk.reading import QueueReading
 from cuzkd.kinds import reported_kind
 from cuzkd.status.document import BUSY_STATES, PartitionState, StatusDocument
+from cuzkd.supervisor.core.doorbook import EngineReading
+
+#: A partition's states once it has left cuzk's GPU queue: on a GPU, or finished either way.
+PAST_GPU_QUEUE: frozenset[PartitionState] = frozenset({"gpu", "done", "failed"})
 
 
 def count_partitions(doc: StatusDocument | None, states: frozenset[PartitionState]) -> int:
@@ -48,6 +52,17 @@ def cuzk_idle(doc: StatusDocument, queues: QueueReading) -> bool:
     nothing pending or in progress for any kind (which covers WindowPoSt and WinningPoSt,
     absent from ``/status``). A stop now throws no job away."""
     return not jobs_in_flight(doc) and not queues.holds_work
+
+
+def door_reading(doc: StatusDocument | None, queues: QueueReading | None) -> EngineReading:
+    """What the door's book reads of an engine: the jobs ``/status`` lists, those whose
+    partition 0 left cuzk's GPU queue, and the ``GetStatus`` queues (None: not read)."""
+    if doc is None:
+        return EngineReading(None, queues=queues)
+    jobs = frozenset(pipe.job_id for pipe in doc.pipelines)
+    past = frozenset(pipe.job_id for pipe in doc.pipelines
+                     if any(p.index == 0 and p.state in PAST_GPU_QUEUE for p in pipe.partitions))
+    return EngineReading(jobs, past, queues)
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from itertools import takewhile
 
 from cuzkd.states import ExitCause
+from cuzkd.supervisor.core.doorbook import EngineEnd
 
 #: What a ``daemonized`` exit tells the operator (the log event, ``last_error``).
 DAEMONIZED_ERROR = ("the engine's process exited 0 while its descendants ran on -- engines "
@@ -90,6 +91,19 @@ _PANIC = re.compile(r"thread '(?P<thread>[^']*)'(?: \(\d+\))? panicked at (?P<re
 _PANIC_END = ("note: ", "stack backtrace:")
 #: One cause of several in anyhow's ``Caused by:`` list (``    0: failed to bind``).
 _NUMBERED_CAUSE = re.compile(r"\s+\d+: (?P<text>.*)")
+
+
+def door_end(cause: str, *, drained: bool, stopped: bool) -> EngineEnd:
+    """How the door sees a process's end: after a stop that drained it, after another stop of
+    the supervisor's (``stopped``: it sent the stop signal or SIGKILL), an OOM kill, or a
+    crash -- the only end that makes the calls it had suspects (:mod:`.doorbook`)."""
+    if drained:
+        return EngineEnd.DRAINED
+    if stopped:
+        return EngineEnd.STOPPED
+    if cause == ExitCause.OOM_KILLED:
+        return EngineEnd.OOM_KILLED
+    return EngineEnd.CRASHED
 
 
 def exit_message(cause: str | None, lines: Sequence[str]) -> str | None:

@@ -21,7 +21,12 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from cuzkd.states import DrainResult
+from cuzkd.states import DrainResult, StopReason
+
+#: The stops an operator asked for (a restart, a reload, a swap or rollback, the shutdown):
+#: their drains take deadline calls.
+OPERATOR_STOPS = frozenset({StopReason.OPERATOR, StopReason.RELOAD, StopReason.SWAP,
+                            StopReason.SHUTDOWN})
 
 #: Longest pause between two status reads while a drain waits (the health interval, if shorter).
 DRAIN_POLL = 0.5
@@ -146,6 +151,15 @@ class StopSequence:
     @property
     def draining(self) -> bool:
         return self.phase is Phase.DRAINING
+
+    def deadline_work_window(self, now: float, reason: StopReason | None) -> float | None:
+        """Seconds this stop's drain leaves for deadline calls (a WinningPoSt no other engine
+        can take goes to the draining engine rather than wait behind the drain): the drain's
+        rest, for an operator's stop that drains; None for a stop closed to them -- a health
+        or stall kill, broken answers -- whose engine is not to be trusted with them."""
+        if not self.draining or reason not in OPERATOR_STOPS:
+            return None
+        return max(0.0, self.deadline - now)
 
     def drain_answered(self, accepted: bool) -> None:
         """The drain request's answer: one refused ends the drain (no result is counted) and

@@ -44,6 +44,7 @@ from cuzkd.supervisor.daemon.signalinstall import LoopSignals
 from cuzkd.supervisor.daemon.startup import startup_fields
 from cuzkd.supervisor.daemon.statedir import ControlSocketLock, StateDirLock, unusable_dir
 from cuzkd.supervisor.door.binding import DoorAddressError
+from cuzkd.supervisor.door.control import door_routes
 from cuzkd.supervisor.door.doors import Doors
 from cuzkd.supervisor.door.inherited import take_passed_sockets
 from cuzkd.supervisor.engines.binaries import EngineBinaries
@@ -124,7 +125,8 @@ class Supervisor:
                                         status_line=self.readout.status_line,
                                         on_applied=self._notify_status)
         self._control_routes = [*control_routes, swap_routes(self.swaps),
-                                self._reloader.routes()]
+                                self._reloader.routes(),
+                                door_routes(lambda: self.doors.doors, time.monotonic)]
 
     @property
     def config(self) -> Config:
@@ -210,7 +212,6 @@ class Supervisor:
                                    + self.config.supervisor.shutdown_grace)
         self.phase.stop()
         self.swaps.close(SHUTDOWN_REASON)
-        self.doors.refuse_new()
         self._stop_event.set()
 
     async def _start_servers(self) -> None:

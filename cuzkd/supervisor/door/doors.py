@@ -8,9 +8,14 @@ with (a reload changes engines, never the doors).
 
 Under systemd's socket activation (``cuzkd.socket``) a door whose address a passed socket
 listens on serves there (:mod:`.forward`) instead of binding: no address check (systemd's
-socket answers by design) and no socket file removed at close (systemd's). At shutdown such a
-door accepts nothing more and sends GOAWAY at once: Curio's next call goes on a new connection,
-which waits in the kernel's backlog for the next cuzkd, while the calls in flight finish.
+socket answers by design) and no socket file removed at close (systemd's).
+
+A door serves until its process exits: through cuzkd's shutdown it accepts and answers every
+connection (grpc gives up on a connection without the server's SETTINGS after 20 s, so one
+left in the kernel's backlog through a whole drain fails), sends deadline calls to the draining
+engines and holds the rest; at the end it refuses what it still has, naming the restart, and
+only then stops accepting, so the next connections wait in the kernel for the next cuzkd (a
+passed socket stays open) for no longer than cuzkd's start.
 """
 
 from __future__ import annotations
@@ -34,9 +39,13 @@ from cuzkd.supervisor.tasks import TaskSet
 
 log = structlog.get_logger("cuzkd.supervisor")
 
-#: The grace of the stop that only sends a passed door's GOAWAY at shutdown: longer than any
-#: shutdown, so that close()'s own (shorter) grace is the one that counts.
+#: The grace of the stop that only sends a door's GOAWAY when it closes: longer than any
+#: shutdown, so that the close's own (shorter) grace is the one that counts.
 GOAWAY_GRACE = 24 * 3600.0
+#: The least time the refusals of a closing door get to reach their callers, however little is
+#: left of shutdown_grace: each is one small HTTP/2 frame, and without it the caller would see
+#: its call cancelled rather than why.
+REFUSALS_GRACE = 1.0
 
 
 class Doors:
@@ -54,10 +63,12 @@ class Doors:
         self._passed = {p.passed: p.sock for p in passed}
         self._state_dir = state_dir
         self._forwards: list[SocketForward] = []
-        self._passed_servers: list[grpc.aio.Server] = []
         self._private: list[PrivateSocket] = []
         self._limited = LimitedLog()
-        self._goaway = TaskSet()
+
+    @property
+    def doors(self) -> list[Door]:
+        return list(self._doors)
 
     def seat(self, engine: str) -> DoorSeat | None:
         """``engine``'s seat behind its door (None: no door in front of it)."""
@@ -118,7 +129,6 @@ class Doors:
         forward = SocketForward(plan.name, self._passed[passed], private.path, self._limited)
         forward.start()
         self._forwards.append(forward)
-        self._passed_servers.append(server)
         self._metrics.opened(plan.name, plan.engines)
         log.info("door_listening", door=plan.name, address=plan.address,
                  engines=list(plan.engines), passed_fd=passed.fd, fd_name=passed.name)
@@ -157,24 +167,22 @@ class Doors:
                  engines=list(plan.engines), **({} if unix is not None else {"port": bound}))
         return server
 
-    def refuse_new(self) -> None:
-        """The supervisor shuts down: every door refuses held and new calls at once; a door
-        on a passed socket first accepts nothing more and sends GOAWAY, so that its callers'
-        next calls wait in the kernel for the next cuzkd instead."""
+    async def close(self, grace: float) -> None:
+        """Stop serving (the engines have stopped by now): a passed socket accepts nothing
+        more (its next connections wait for the next cuzkd); every call still held or on an
+        engine, and every call that comes now, is refused naming the restart, and gets
+        ``grace`` seconds (at least :data:`REFUSALS_GRACE`) to leave; then the servers stop
+        and the sockets go."""
         for forward in self._forwards:
             forward.stop_accepting()
-        for server in self._passed_servers:
-            # GOAWAY now; the calls in flight get what close() gives them
-            self._goaway.start(server.stop(GOAWAY_GRACE))
+        goaway = TaskSet()
+        for server in self._servers:  # GOAWAY first: callers open their next call elsewhere
+            goaway.start(server.stop(GOAWAY_GRACE))
         for door in self._doors:
-            door.refuse_new()
-
-    async def close(self, grace: float) -> None:
-        """Stop serving: calls still in flight get ``grace`` seconds (the engines have
-        stopped by now: they are answered or lost), then the sockets go."""
+            await door.closing(max(grace, REFUSALS_GRACE))
         for server in self._servers:
             await server.stop(grace)
-        await self._goaway.wait()
+        await goaway.wait()
         for forward in self._forwards:
             await forward.close()
         for door in self._doors:

@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import itertools
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import NoReturn
 
 import grpc
@@ -37,13 +38,22 @@ from cuzkd.metrics.door_metrics import DoorMetrics
 from cuzkd.states import HoldEnd
 from cuzkd.supervisor.core.doorbook import (
     FROM_CACHE,
+    QUOTED_ID,
+    RETRIABLE,
+    Abandoned,
     Broadcast,
     Call,
     Decision,
     DoorBook,
+    DoorRules,
+    Echo,
+    EngineEnd,
+    EngineReading,
     FromCache,
     Hold,
     Outcome,
+    Quarantine,
+    Quarantined,
     Refuse,
     Send,
     Withdrawn,
@@ -68,9 +78,31 @@ READING_TIMEOUT = 5.0
 
 #: Where a call goes: an engine's process, by its generation when the book decided.
 Target = tuple[str, int]
+#: How an engine answered a call: its reply's bytes, or its gRPC error.
+Answer = bytes | grpc.aio.AioRpcError
+
+
+@dataclass(frozen=True)
+class Echoed:
+    """The answer of the call this one joined (the same request, sent once)."""
+
+    answer: Answer
+
+
 #: What a waiting call is told next: send it (to one process, or to each of a list and merge
-#: their replies), refuse it, or answer it from the last good reply.
-Placement = Target | list[Target] | Refuse | FromCache
+#: their replies), refuse it, answer it from the last good reply, or with the answer of the
+#: call it joined.
+Placement = Target | list[Target] | Refuse | FromCache | Echoed
+
+
+@dataclass
+class _Caller:
+    """A call whose caller waits: what the book knows of it, and its mailbox."""
+
+    call: Call
+    #: when it came (the door's clock)
+    arrived: float
+    mailbox: asyncio.Queue[Placement] = field(default_factory=asyncio.Queue)
 
 
 class Door:
@@ -86,12 +118,21 @@ class Door:
                               hold_max_calls=plan.hold_max_calls,
                               hold_max_bytes=plan.hold_max_bytes,
                               retry_max_bytes=plan.retry_max_bytes,
-                              engines=plan.engines)
+                              engines=plan.engines,
+                              rules=DoorRules(plan.deadlines, plan.allowances, plan.quarantine,
+                                              plan.one_post))
         self.seats = {name: EngineSeat(name, plan.max_message_bytes, self)
                       for name in plan.engines}
         self._ids = itertools.count(1)
-        #: call id -> its mailbox while its caller waits (see :data:`Placement`)
-        self._mail: dict[int, asyncio.Queue[Placement]] = {}
+        #: call id -> the call and its mailbox while its caller waits (see :data:`Placement`)
+        self._callers: dict[int, _Caller] = {}
+        #: call id -> its engine's answer, while the calls that joined it are told
+        self._answers: dict[int, Answer] = {}
+        #: set while no caller waits (the door's close waits for its refusals to leave)
+        self._quiet = asyncio.Event()
+        self._quiet.set()
+        #: the door is closing: cuzkd exits, no engine will take a call
+        self._closed = False
         #: (method, engine) -> that engine's last good reply's bytes (GetStatus, GetMetrics)
         self._last_reading: dict[tuple[str, str], bytes] = {}
         self._timer: asyncio.TimerHandle | None = None
@@ -109,16 +150,25 @@ class Door:
         with self._guarded("admitting", engine):
             self._carry_out(self._book.admitting(engine, self._clock()))
 
-    def stopped_admitting(self, engine: str) -> None:
+    def stopped_admitting(self, engine: str, drain_left: float | None) -> None:
+        now = self._clock()
+        drain_until = None if drain_left is None else now + drain_left
         with self._guarded("stop_admitting", engine):
-            self._book.stop_admitting(engine)
+            self._carry_out(self._book.stop_admitting(engine, now, drain_until))
 
     def in_flight(self, engine: str) -> int:
         return self._book.in_flight(engine)
 
-    def left(self, engine: str, crashed: bool) -> None:
+    def wants_reading(self, engine: str) -> bool:
+        return self._book.wants_reading(engine)
+
+    def read(self, engine: str, reading: EngineReading) -> None:
+        with self._guarded("reading", engine):
+            self._carry_out(self._book.reading(engine, self._clock(), reading))
+
+    def left(self, engine: str, end: EngineEnd) -> None:
         with self._guarded("gone", engine):
-            self._carry_out(self._book.gone(engine, self._clock(), crashed=crashed))
+            self._carry_out(self._book.gone(engine, self._clock(), end))
 
     @contextlib.contextmanager
     def _guarded(self, event: str, engine: str) -> Iterator[None]:
@@ -128,20 +178,32 @@ class Door:
             self._log.error("door_book_failed", engine=engine, on=event,
                             error=error_text(exc), exc_info=exc)
 
-    def refuse_new(self) -> None:
-        """cuzkd shuts down: held and new calls are refused at once (calls in flight go on
-        until their engines stop)."""
-        self._carry_out(self._book.shutting_down(self._clock()))
+    @property
+    def held_calls(self) -> int:
+        return self._book.held_calls
+
+    def quarantined(self) -> list[Quarantine]:
+        """The request ids this door refuses now (poison requests)."""
+        return self._book.quarantined(self._clock())
+
+    def release(self, job: str) -> bool:
+        """End ``job``'s quarantine (an operator's word); False if it was not quarantined."""
+        released = self._book.release_quarantine(job)
+        if released:
+            self._log.info("door_request_released", request_id=job[:QUOTED_ID])
+        self._metrics.quarantined(self.plan.name, len(self._book.quarantined(self._clock())))
+        return released
 
     # -- the book's decisions --------------------------------------------------------------
 
     def _carry_out(self, decisions: list[Decision]) -> None:
         """Hand each decision to its call's mailbox. A Hold needs nothing (the call waits on
-        its mailbox; an attempt under way for it was lost already), nor a Withdrawn (its
-        caller left)."""
+        its mailbox; an attempt under way for it was lost already), nor a Join (it waits for
+        its leader's Echo), nor a Withdrawn (its caller left)."""
         for decision in decisions:
-            mailbox = self._mail.get(decision.call)
-            self._count(decision)
+            caller = self._callers.get(decision.call) if decision.call is not None else None
+            self._count(decision, caller)
+            mailbox = caller.mailbox if caller is not None else None
             match decision:
                 case Send(engine=engine) if mailbox is not None:
                     mailbox.put_nowait((engine, self.seats[engine].generation))
@@ -157,28 +219,45 @@ class Door:
                     mailbox.put_nowait(decision)
                 case Broadcast(engines=engines) if mailbox is not None:
                     mailbox.put_nowait([(e, self.seats[e].generation) for e in engines])
+                case Echo(leader=leader) if mailbox is not None:
+                    mailbox.put_nowait(Echoed(self._answers[leader]))
                 case Hold(retry=retry) if retry is not None:
                     self._log.info("door_retry_deferred", call=decision.call,
                                    reason=str(retry))
+                case Abandoned(engine=engine, reason=reason, job=job):
+                    self._log.info("door_drain_abandoned", engine=engine, call=decision.call,
+                                   reason=str(reason), request_id=job[:QUOTED_ID])
+                case Quarantined(job=job, engine=engine, until=until):
+                    self._log.warning("door_request_quarantined", engine=engine,
+                                      call=decision.call, request_id=job[:QUOTED_ID],
+                                      seconds=round(until - self._clock()))
+        now = self._clock()
         self._metrics.held(self.plan.name, self._book.held_calls)
+        self._metrics.quarantined(self.plan.name, len(self._book.quarantined(now)))
         self._arm_timer()
 
-    def _count(self, decision: Decision) -> None:
-        """The door's own figures of a decision: hold times, retries, refusals. A retry is
-        counted where it is decided: sent at once, or held for the engine's next process."""
+    def _count(self, decision: Decision, caller: _Caller | None) -> None:
+        """The door's own figures of a decision: hold times by kind, PoSts serialized,
+        retries, refusals, drains' abandoned work. A retry is counted where it is decided:
+        sent at once, or held for the engine's next process."""
         door, metrics = self.plan.name, self._metrics
+        kind = caller.call.kind if caller is not None else ""
         match decision:
             case Send(held_for=held_for) | Broadcast(held_for=held_for) if held_for is not None:
-                metrics.hold_ended(door, held_for, HoldEnd.PLACED)
+                metrics.hold_ended(door, held_for, HoldEnd.PLACED, kind)
             case Refuse(held_for=held_for) if held_for is not None:
-                metrics.hold_ended(door, held_for, HoldEnd.REFUSED)
+                metrics.hold_ended(door, held_for, HoldEnd.REFUSED, kind)
             case Withdrawn(held_for=held_for):
-                metrics.hold_ended(door, held_for, HoldEnd.CANCELLED)
+                metrics.hold_ended(door, held_for, HoldEnd.CANCELLED, kind)
         match decision:
             case Send(retry=retry) | Hold(retry=retry) if retry is not None:
                 metrics.retried(door, retry)
             case Refuse(reason=reason):
-                metrics.refused(door, reason)
+                metrics.refused(door, reason, kind)
+            case Abandoned(reason=reason):
+                metrics.abandoned(door, reason)
+        if isinstance(decision, Send) and decision.serialized:
+            metrics.post_serialized(door, kind, decision.held_for or 0.0)
 
     def _arm_timer(self) -> None:
         """Wake up at the book's next deadline (a held call's hold_timeout)."""
@@ -195,8 +274,16 @@ class Door:
         self._timer = None
         self._carry_out(self._book.expired(self._clock()))
 
-    def _returned(self, call: Call, outcome: Outcome, job: str = "") -> None:
-        self._carry_out(self._book.returned(call.id, self._clock(), outcome, job))
+    def _returned(self, call: Call, outcome: Outcome, job: str = "",
+                  answer: Answer | None = None) -> None:
+        """Tell the book how the call ended; ``answer``: the engine's, for the calls that
+        joined it."""
+        if answer is not None:
+            self._answers[call.id] = answer
+        try:
+            self._carry_out(self._book.returned(call.id, self._clock(), outcome, job))
+        finally:
+            self._answers.pop(call.id, None)
 
     # -- the calls -------------------------------------------------------------------------
 
@@ -209,16 +296,17 @@ class Door:
                          f"unknown method {path[:200]}: cuzkd's door serves {SERVICE} "
                          f"({', '.join(REQUESTS)})")
         try:
-            call = read_call(next(self._ids), method, request)
+            call = read_call(next(self._ids), method, request, context.time_remaining())
         except BadRequest as exc:
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"{method}: {exc}")
-        mailbox: asyncio.Queue[Placement] = asyncio.Queue()
-        self._mail[call.id] = mailbox
+        caller = self._callers[call.id] = _Caller(call, self._clock())
+        self._quiet.clear()
         ended = False
         try:
-            self._carry_out(self._book.arrived(call, self._clock()))
+            arrived = self._book.arrived(call, self._clock())
+            self._carry_out(self._book.closed(self._clock()) if self._closed else arrived)
             while True:
-                placement = await mailbox.get()
+                placement = await caller.mailbox.get()
                 if isinstance(placement, Refuse):
                     ended = True
                     self._proved(call, request, None, placement.code)
@@ -227,6 +315,9 @@ class Door:
                 if isinstance(placement, FromCache):
                     ended = True
                     return await self._from_cache(method, context)
+                if isinstance(placement, Echoed):
+                    ended = True
+                    return await self._echo(caller, request, placement.answer, context)
                 if isinstance(placement, list):
                     ended = True
                     return await self._to_every(call, path, request, placement, context)
@@ -239,12 +330,14 @@ class Door:
                 if outcome in (LOST, BROKEN):
                     continue  # its engine died under it: the book's next decision places it
                 ended = True
-                return await self._answer(call, request, placement[0], outcome, context)
+                return await self._answer(caller, request, placement[0], outcome, context)
         finally:
-            del self._mail[call.id]
+            del self._callers[call.id]
             if not ended:  # its caller went away (cancelled, deadline): the book forgets it
                 self._returned(call, Outcome.CANCELLED)
                 self._proved(call, request, None, grpc.StatusCode.CANCELLED.name)
+            if not self._callers:
+                self._quiet.set()
 
     def _broken_answer(self, call: Call, placement: Placement, why: str) -> None:
         """An engine answered ``call`` with garbage: the engine's fault, never the caller's.
@@ -262,6 +355,20 @@ class Door:
         if call.method == "Prove":
             self._metrics.proved(self.plan.name, request, reply, code)
 
+    def _answered(self, caller: _Caller, request: bytes, reply: bytes | None,
+                  code: str) -> None:
+        """An engine's answer is relayed: measured, and counted late when it comes after a
+        deadline call's deadline (its kind's, or its caller's if earlier)."""
+        call = caller.call
+        self._proved(call, request, reply, code)
+        limit = self.plan.deadlines.get(call.kind)
+        if limit is None or call.method not in RETRIABLE:
+            return
+        if call.timeout is not None:
+            limit = min(limit, call.timeout)
+        if self._clock() - caller.arrived > limit:
+            self._metrics.answered_late(self.plan.name, call.kind)
+
     async def _send(self, call: Call, path: str, request: bytes, placement: Target,
                     context: grpc.aio.ServicerContext[bytes, bytes]) -> object:
         engine, generation = placement
@@ -270,23 +377,34 @@ class Door:
             timeout = min(timeout or READING_TIMEOUT, READING_TIMEOUT)
         return await self.seats[engine].send(path, request, generation, timeout)
 
-    async def _answer(self, call: Call, request: bytes, engine: str, outcome: object,
+    async def _answer(self, caller: _Caller, request: bytes, engine: str, outcome: object,
                       context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
         """Report how the engine answered, then pass its answer on: the reply's bytes, its
         gRPC error, or (GetStatus/GetMetrics) the last good reply instead of an error."""
+        call = caller.call
         if isinstance(outcome, bytes):
             job = submitted_job(outcome) if call.method == "SubmitProof" and not call.job else ""
-            self._returned(call, Outcome.OK, job)
-            self._proved(call, request, outcome, grpc.StatusCode.OK.name)
+            self._returned(call, Outcome.OK, job, outcome)
+            self._answered(caller, request, outcome, grpc.StatusCode.OK.name)
             if call.method in FROM_CACHE:
                 self._last_reading[call.method, engine] = outcome
             return outcome
         assert isinstance(outcome, grpc.aio.AioRpcError)
-        self._returned(call, Outcome.ERROR)
-        self._proved(call, request, None, outcome.code().name)
+        self._returned(call, Outcome.ERROR, answer=outcome)
+        self._answered(caller, request, None, outcome.code().name)
         if call.method in FROM_CACHE and (last := self._reading(call.method)) is not None:
             return last
         await _abort(context, outcome.code(), outcome.details() or "")
+
+    async def _echo(self, caller: _Caller, request: bytes, answer: Answer,
+                    context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+        """Answer a call that joined another with that one's answer (the same request: the
+        same proof)."""
+        if isinstance(answer, bytes):
+            self._answered(caller, request, answer, grpc.StatusCode.OK.name)
+            return answer
+        self._answered(caller, request, None, answer.code().name)
+        await _abort(context, answer.code(), answer.details() or "")
 
     async def _to_every(self, call: Call, path: str, request: bytes, targets: list[Target],
                         context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
@@ -338,6 +456,15 @@ class Door:
                          f"has answered it yet ({', '.join(self.plan.engines)} starting or "
                          "stopped)")
         return last
+
+    async def closing(self, timeout: float) -> None:
+        """cuzkd's process is about to exit: every call still held or on an engine is refused
+        now, naming the restart (the engines have stopped), and so is every call that comes
+        from now on; returns once every caller has its answer, or after ``timeout`` seconds."""
+        self._closed = True
+        self._carry_out(self._book.closed(self._clock()))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._quiet.wait(), timeout)
 
     async def close(self) -> None:
         if self._timer is not None:

@@ -14,6 +14,7 @@ from google.protobuf.message import DecodeError, Message
 
 from cuzkd.cuzk import proving_pb2 as pb
 from cuzkd.cuzk.wire import read_call as read_prove
+from cuzkd.kinds import ENUM_KINDS
 from cuzkd.supervisor.core.doorbook import Call
 
 SERVICE = "cuzk.v1.ProvingEngine"
@@ -45,15 +46,17 @@ def method_name(path: str) -> str | None:
     return name if service == SERVICE and name in REQUESTS else None
 
 
-def read_call(call_id: int, method: str, request: bytes) -> Call:
+def read_call(call_id: int, method: str, request: bytes, timeout: float | None) -> Call:
     """Call ``call_id`` as the book sees it, read from ``request`` (bytes of ``method``'s
-    request); BadRequest if they do not decode as that message. A ``Prove`` is walked on the
-    wire, never copied (its payload is tens of MB)."""
+    request; ``timeout``: what its caller's gRPC deadline leaves); BadRequest if they do not
+    decode as that message. A ``Prove`` is walked on the wire, never copied (its payload is
+    tens of MB)."""
     if method == "Prove":
         prove = read_prove(request)
         if prove is None:
             raise BadRequest(f"the request is not a {pb.ProveRequest.DESCRIPTOR.full_name}")
-        return Call(call_id, method, len(request), prove.priority, prove.request_id)
+        return Call(call_id, method, len(request), prove.priority, prove.request_id,
+                    _kind(prove.proof_kind), timeout, request)
     message = REQUESTS[method]()
     try:
         message.ParseFromString(request)
@@ -61,10 +64,17 @@ def read_call(call_id: int, method: str, request: bytes) -> Call:
         raise BadRequest(f"the request is not a {message.DESCRIPTOR.full_name}: {exc}") from None
     size = len(request)
     if isinstance(message, pb.SubmitProofRequest):
-        return Call(call_id, method, size, message.priority, message.request_id)
+        return Call(call_id, method, size, message.priority, message.request_id,
+                    _kind(message.proof_kind), timeout, request)
     if isinstance(message, pb.AwaitProofRequest | pb.CancelProofRequest):
-        return Call(call_id, method, size, job=message.job_id)
-    return Call(call_id, method, size)
+        return Call(call_id, method, size, job=message.job_id, timeout=timeout)
+    return Call(call_id, method, size, timeout=timeout)
+
+
+def _kind(number: int) -> str:
+    """cuzk's name of a ``ProofKind`` number ("" for none of cuzk's: no deadline, no PoSt)."""
+    kind = ENUM_KINDS.get(number)
+    return "" if kind is None else str(kind)
 
 
 def broken_reply(method: str, reply: bytes) -> str | None:

@@ -1,21 +1,27 @@
 """One engine's seat behind a door: the raw channel to its private address, the calls on it.
 
 It implements the engines layer's :class:`~cuzkd.supervisor.engines.seat.DoorSeat` for the
-runner (admit, stop admitting, in flight, gone) and carries the door's relayed calls to the
-engine as raw bytes (``channel.unary_unary(method)`` with no serializers: nothing is decoded
-or encoded again). Which call goes where is the door's book's decision; the seat only sends,
-and knows which process a call went to: a call sent to a process that is gone is *lost*
-(:data:`LOST`), never an error for the caller, so the book can place it again.
+runner (admit, stop admitting, in flight, readings, gone) and carries the door's relayed calls
+to the engine as raw bytes (``channel.unary_unary(method)`` with no serializers: nothing is
+decoded or encoded again). Which call goes where is the door's book's decision; the seat only
+sends, and knows which process a call went to: a call sent to a process that is gone is
+*lost* (:data:`LOST`), never an error for the caller, so the book can place it again.
+
+grpc reports an engine's own ``UNAVAILABLE`` answer and a dead engine alike, so the seat
+decides by the process: a call that failed ``UNAVAILABLE``/``CANCELLED`` is the engine's answer
+if its process lives and its channel is ready again within :data:`OWN_ANSWER_WAIT`; only an
+exit the reaper saw (:data:`LOST`) or a channel that does not come back (:data:`BROKEN`) is
+a failure of the link.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from typing import Protocol
+from typing import Any, Protocol
 
 import grpc
 
+from cuzkd.supervisor.core.doorbook import EngineEnd, EngineReading
 from cuzkd.supervisor.engines.seat import BrokenAnswers
 from cuzkd.supervisor.tasks import TaskSet
 
@@ -24,8 +30,16 @@ from cuzkd.supervisor.tasks import TaskSet
 LOST = object()
 #: ... when the call's link broke and the process lives on: the book is to be told.
 BROKEN = object()
-#: How long a call whose link broke waits for the runner to see the process end (the reaper
-#: sees an exit within milliseconds; a process that lives on after dropping a call is broken).
+#: How long a call that failed as a broken link would watches its engine's connection: one
+#: that stays up this long was the engine's own answer (a dying process's connection drops
+#: within milliseconds, and its channel shows it a moment after the call's failure).
+SETTLE = 0.2
+#: How long after that failure a connection that dropped may come back, the process alive:
+#: then too the failure was the engine's own.
+OWN_ANSWER_WAIT = 1.0
+#: How long it waits in all for the process's end when the connection does not come back (the
+#: reaper sees an exit within milliseconds; a loaded host, later): then the call is lost with
+#: the process, and the book learns how the process ended before placing it again.
 LOSS_WAIT = 5.0
 #: The codes grpc gives a call whose link failed (no answer of the engine's).
 LINK_FAILED = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED})
@@ -38,11 +52,15 @@ class SeatOwner(Protocol):
 
     def admitted(self, engine: str) -> None: ...
 
-    def stopped_admitting(self, engine: str) -> None: ...
+    def stopped_admitting(self, engine: str, drain_left: float | None) -> None: ...
 
     def in_flight(self, engine: str) -> int: ...
 
-    def left(self, engine: str, crashed: bool) -> None: ...
+    def wants_reading(self, engine: str) -> bool: ...
+
+    def read(self, engine: str, reading: EngineReading) -> None: ...
+
+    def left(self, engine: str, end: EngineEnd) -> None: ...
 
 
 class EngineSeat:
@@ -71,19 +89,25 @@ class EngineSeat:
         self._broken = broken
         self._owner.admitted(self.name)
 
-    def stop_admitting(self) -> None:
-        self._owner.stopped_admitting(self.name)
+    def stop_admitting(self, drain_left: float | None) -> None:
+        self._owner.stopped_admitting(self.name, drain_left)
 
     def in_flight(self) -> int:
         return self._owner.in_flight(self.name)
 
-    def gone(self, crashed: bool) -> None:
+    def wants_reading(self) -> bool:
+        return self._owner.wants_reading(self.name)
+
+    def reading(self, reading: EngineReading) -> None:
+        self._owner.read(self.name, reading)
+
+    def gone(self, end: EngineEnd) -> None:
         """The process ended: every call on it is lost (the book places them again), the
         channel closed."""
         self.generation += 1
         channel, self._channel = self._channel, None
         self._ended.set()
-        self._owner.left(self.name, crashed)
+        self._owner.left(self.name, end)
         for call in list(self._calls):
             call.cancel()
         if channel is not None:
@@ -112,12 +136,52 @@ class EngineSeat:
         except grpc.aio.AioRpcError as exc:
             if exc.code() not in LINK_FAILED:
                 return exc
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._ended.wait(), LOSS_WAIT)
-            return LOST if generation != self.generation else BROKEN
+            serves_on = await self._serves_on(channel, generation)
+            if generation != self.generation:
+                return LOST
+            return exc if serves_on else BROKEN
         finally:
             self._calls.discard(call)
             call.cancel()
+
+    async def _serves_on(self, channel: grpc.aio.Channel, generation: int) -> bool:
+        """Whether the process of ``generation`` serves on after a call's UNAVAILABLE or
+        CANCELLED -- its own answer: its connection stayed up for :data:`SETTLE`, or dropped
+        and came back within :data:`OWN_ANSWER_WAIT`, and the reaper saw no exit. Otherwise it
+        waits, :data:`LOSS_WAIT` in all, for the process's end, and returns False (at once when
+        the process ends)."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        ended = asyncio.ensure_future(self._ended.wait())
+        try:
+            state = channel.get_state(try_to_connect=True)
+            if (state is grpc.ChannelConnectivity.READY
+                    and not await self._changes(channel, state, ended, SETTLE)):
+                return generation == self.generation  # up throughout: its own answer
+            while generation == self.generation:
+                state = channel.get_state(try_to_connect=True)
+                left = started + OWN_ANSWER_WAIT - loop.time()
+                if state is grpc.ChannelConnectivity.READY or left <= 0:
+                    break
+                await self._changes(channel, state, ended, left)
+            if state is grpc.ChannelConnectivity.READY and generation == self.generation:
+                return True  # back: the engine lives and serves
+            await asyncio.wait({ended}, timeout=max(0.0, started + LOSS_WAIT - loop.time()))
+            return False
+        finally:
+            ended.cancel()
+
+    @staticmethod
+    async def _changes(channel: grpc.aio.Channel, state: grpc.ChannelConnectivity,
+                       ended: asyncio.Future[Any], within: float) -> bool:
+        """Whether the channel leaves ``state`` (or the process ends) within ``within`` s."""
+        changed = asyncio.ensure_future(channel.wait_for_state_change(state))
+        try:
+            done, _ = await asyncio.wait({changed, ended}, timeout=within,
+                                         return_when=asyncio.FIRST_COMPLETED)
+            return bool(done)
+        finally:
+            changed.cancel()
 
     def answered_garbage(self, generation: int, why: str) -> None:
         """The process of ``generation`` answered a call with bytes that are not cuzk's
@@ -126,7 +190,7 @@ class EngineSeat:
         if generation != self.generation or self._broken is None:
             return
         broken, self._broken = self._broken, None
-        self._owner.stopped_admitting(self.name)
+        self._owner.stopped_admitting(self.name, None)
         broken(why)
 
     async def close(self) -> None:

@@ -49,8 +49,19 @@ from cuzkd.status.derive import ExtensionDeriver
 from cuzkd.status.document import IN_FLIGHT_STATES
 from cuzkd.supervisor.core.backoff import Backoff
 from cuzkd.supervisor.core.cadence import HealthCadence
-from cuzkd.supervisor.core.drain import count_partitions, cuzk_idle, is_quiet, lost_jobs
-from cuzkd.supervisor.core.exitcause import DAEMONIZED_ERROR, exit_message, process_cause
+from cuzkd.supervisor.core.drain import (
+    count_partitions,
+    cuzk_idle,
+    door_reading,
+    is_quiet,
+    lost_jobs,
+)
+from cuzkd.supervisor.core.exitcause import (
+    DAEMONIZED_ERROR,
+    door_end,
+    exit_message,
+    process_cause,
+)
 from cuzkd.supervisor.core.freezes import said_nothing
 from cuzkd.supervisor.core.lifecycle import (
     Action,
@@ -91,6 +102,9 @@ from cuzkd.supervisor.tasks import TaskSet
 
 log = structlog.get_logger("cuzkd.supervisor")
 
+#: Reads an engine's GetStatus queues: (its gRPC address, a timeout) -> the reading.
+QueueReader = Callable[[str, float], Coroutine[Any, Any, QueueReading]]
+
 #: Job ids named in one ``engine_jobs_lost`` event: an engine listing thousands of jobs
 #: must not make one log line of megabytes (the counts stay exact).
 LOGGED_JOB_IDS = 100
@@ -111,13 +125,16 @@ class EngineRunner:
         clock: RunClock | None = None,
         inherited_kills: int = 0,
         seat: DoorSeat | None = None,
+        queue_reader: QueueReader = read_queues,
     ) -> None:
         """``clock``: the supervisor's clock every deadline is read from, blind to its own
         freezes (one for the whole supervisor); tests run the runner on an event loop with
         virtual time and pass a ``RunClock(loop.time)``. ``inherited_kills``: leftovers of
         the previous supervisor's process of this engine, stopped at start-up (counted as
         descendants killed). ``seat``: the engine's place behind a front door (None: Curio
-        dials the engine itself), told when it can take calls and when not."""
+        dials the engine itself), told when it can take calls and when not. ``queue_reader``:
+        how a drain reads the engine's GetStatus queues (the gRPC transport's seam: tests on
+        virtual time give a reader of their own)."""
         self.spec = spec
         self._run_clock = clock if clock is not None else RunClock()
         self._clock = self._run_clock.now
@@ -140,6 +157,7 @@ class EngineRunner:
         #: telemetry (a bundled engine's /status tells all of it), and given to its seat
         self._grpc_address = config.grpc_address(spec)
         self._seat = seat
+        self._read_engine_queues = queue_reader
         #: the current process was admitted by its seat (at its first answer)
         self._admitted = False
         #: the current process's stop drained it through the door: nothing was in flight
@@ -368,18 +386,19 @@ class EngineRunner:
         self._process = None
         self.started_at = None
         self._exited.set()
+        oom_moved = self._oom is not None and self._oom.moved()
+        cause, clean = process_cause(ended(wait_status), supervisor_killed=self._killed,
+                                     oom_kills_moved=oom_moved, cuzk=self.spec.cuzk,
+                                     descendants_left=group_left or bool(leftovers))
         if self._seat is not None:
-            self._seat.gone(crashed=not self._drained_clean)
+            self._seat.gone(door_end(cause, drained=self._drained_clean,
+                                     stopped=self._killed or self._stop_signalled))
         if self._health_task is not None:
             self._health_task.cancel()
         if self._telemetry_task is not None:
             self._telemetry_task.cancel()
         if self.telemetry is not None:
             self.telemetry.forget()
-        oom_moved = self._oom is not None and self._oom.moved()
-        cause, clean = process_cause(ended(wait_status), supervisor_killed=self._killed,
-                                     oom_kills_moved=oom_moved, cuzk=self.spec.cuzk,
-                                     descendants_left=group_left or bool(leftovers))
         if cause == ExitCause.DAEMONIZED:
             self._log.warning("engine_daemonized", pid=proc.pid, error=DAEMONIZED_ERROR,
                               pids=sorted(p.pid for p in leftovers))
@@ -543,13 +562,13 @@ class EngineRunner:
             return
         exited, spec = self._exited, self.spec
         self._queues = None
-        if self._seat is not None:  # every stop, drained or not: no new call goes to it
-            self._seat.stop_admitting()
         sequence = StopSequence.begin(
             self._clock(), drain_mode=spec.drain_mode if drain else "none",
             drain_timeout=spec.drain_timeout, stop_timeout=spec.stop_timeout,
             health_interval=spec.health_interval, kill_reason=why if kill else None,
             within=within)
+        if self._seat is not None:  # every stop, drained or not: no new call goes to it
+            self._seat.stop_admitting(sequence.deadline_work_window(self._clock(), reason))
         if sequence.draining:
             self._log.info("engine_drain_requested", pid=proc.pid, mode=spec.drain_mode,
                            timeout=round(sequence.deadline - sequence.started, 3))
@@ -603,7 +622,7 @@ class EngineRunner:
         True when it shows a quiet moment -- for a ``cuzk`` drain, ``GetStatus`` too; for a
         ``door`` drain, the door's count alone (it sees every call: no status is read)."""
         if self.spec.drain_mode == "door":
-            return self._seat is not None and self._seat.in_flight() == 0
+            return await self._read_door_drain()
         if self.status_source is None or not await self.status_source.poll():
             return False
         doc = self.status_source.latest()
@@ -611,11 +630,30 @@ class EngineRunner:
             return False
         if self.spec.drain_mode != "cuzk" or self._grpc_address is None:
             return is_quiet(doc)
-        self._queues = await read_queues(self._grpc_address, self.spec.status_timeout)
+        return cuzk_idle(doc, await self._read_queues())
+
+    async def _read_door_drain(self) -> bool:
+        """A ``door`` drain's read: the door's count, and while it is not 0, what the engine
+        shows of the work it holds (its ``/status`` and ``GetStatus``), which ends the wait
+        for calls it dropped."""
+        seat = self._seat
+        if seat is None:
+            return False
+        if seat.in_flight() and self.status_source is not None:
+            doc = self.status_source.latest() if await self.status_source.poll() else None
+            queues = await self._read_queues() if self._grpc_address is not None else None
+            seat.reading(door_reading(doc, queues))
+        return seat.in_flight() == 0
+
+    async def _read_queues(self) -> QueueReading:
+        """The engine's GetStatus queues (kept for the stop's count of lost jobs)."""
+        assert self._grpc_address is not None
+        self._queues = await self._read_engine_queues(self._grpc_address,
+                                                      self.spec.status_timeout)
         if not self._queues.known:
             self._limited.log(self._log, "warning", "engine_grpc_status_failed",
                               key="GetStatus", error=self._queues.error)
-        return cuzk_idle(doc, self._queues)
+        return self._queues
 
     def _count_inflight(self, reason: StopReason | None) -> None:
         """Count the partitions and jobs in flight, by the last status read (and, for a cuzk
@@ -686,6 +724,8 @@ class EngineRunner:
                                   key=self.status_source.last_error_kind,
                                   state=str(self.lifecycle.state), error=error)
             self._apply(self.lifecycle.poll(now, ok, error, fresh=fresh))
+            if ok and self._seat is not None and self._seat.wants_reading():
+                self._seat.reading(door_reading(self.status_source.latest(), None))
             if ok and self.lifecycle.state is State.RUNNING:
                 if self._oom is not None:
                     self._oom.refresh()
