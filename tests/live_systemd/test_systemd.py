@@ -223,34 +223,52 @@ def test_sigkill_of_the_whole_unit_is_followed_by_a_clean_restart(machine: Machi
     assert code == 200
 
 
-def test_a_restart_keeps_the_doors_socket_and_fails_no_call_of_a_caller_proving(
+#: What a call the old cuzkd's door still had when it exited is told (docs/door.md)
+RESTART_REFUSAL = "UNAVAILABLE: Prove: cuzkd stopped (a restart or a stop)"
+
+
+def test_a_restart_proves_winning_posts_on_the_draining_engine_and_fails_no_handshake(
         machine: Machine) -> None:
-    """cuzkd.socket holds Curio's socket across ``systemctl restart cuzkd``: a caller proving
-    through the door without ``wait_for_ready`` has every call answered (held by the kernel,
-    then by the new door)."""
+    """``systemctl restart cuzkd`` (shutdown_grace 5 s, ~1 s proofs) under a PoRep and a
+    WinningPoSt caller, both without ``wait_for_ready``: cuzkd.socket stays open, the old door
+    serves every connection until the old cuzkd exits, so a WinningPoSt sent while it drains is
+    proved by the draining engine at once, a PoRep it cannot finish fails UNAVAILABLE naming
+    the restart, and no call fails for want of a connection or a handshake; then the new
+    cuzkd's door (the socket held meanwhile) proves on."""
     _ensure_active(machine)
     # the cuzk engine stays for the next test (a door comes with a start, never a reload)
     (machine.root / CONFIG_PATH.lstrip("/")).write_text(
-        engines_config("alpha") + cuzk_engine_table("cz"))
+        engines_config(grace="5s", door='proving_allowance = { winning-post = "1s" }')
+        + cuzk_engine_table("cz", synth_secs=1.0))
     machine.systemctl("restart", UNIT)
-    _wait_engines_up(machine, {"alpha", "cz"})
+    _wait_engines_up(machine, {"cz"})
     socket_since = machine.show("cuzkd.socket", "ActiveEnterTimestampMonotonic")
-    caller = Caller(f"unix://{machine.root}{DOOR_SOCKET}")  # from the host, as root
-    caller.start()
+    address = f"unix://{machine.root}{DOOR_SOCKET}"  # from the host, as root
+    porep, winning = Caller(address), Caller(address, "winning-post", every=0.3)
+    porep.start()
+    winning.start()
     try:
-        wait_until(lambda: caller.completed() >= 2, 30, "proofs through the door",
-                   interval=0.1)
+        wait_until(lambda: porep.completed() >= 2 and winning.completed() >= 2, 30,
+                   "proofs through the door", interval=0.1)
         pid = _main_pid(machine)
+        asked = time.monotonic()
         machine.systemctl("restart", UNIT)  # returns once the new cuzkd is ready
         ready = time.monotonic()
         assert _main_pid(machine) != pid
-        done = caller.completed()
-        wait_until(lambda: caller.completed() >= done + 3, 30, "proofs after it",
-                   interval=0.1)
+        done = porep.completed()
+        wait_until(lambda: porep.completed() >= done + 2, 30, "proofs after it", interval=0.1)
     finally:
-        caller.finish()
-    assert set(caller.outcomes) == {"COMPLETED"}, caller.outcomes
-    assert caller.spanned(ready), "no call waited through the restart"
+        porep.finish()
+        winning.finish()
+    failed = [o for o in porep.outcomes + winning.outcomes if o != "COMPLETED"]
+    assert all(o.startswith(RESTART_REFUSAL) for o in failed), failed
+    assert not [o for o in winning.outcomes if o != "COMPLETED"], winning.outcomes
+    drained = [end - sent for (sent, end), outcome in zip(winning.spans, winning.outcomes,
+                                                          strict=True)
+               if asked < sent and end < ready]
+    assert drained, "no WinningPoSt was proved while the old cuzkd drained"
+    assert max(drained) < 1.5, drained
+    assert porep.spanned(ready) or winning.spanned(ready), "no call waited through the restart"
     assert machine.show("cuzkd.socket", "ActiveEnterTimestampMonotonic") == socket_since
 
 

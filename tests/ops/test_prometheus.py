@@ -28,6 +28,7 @@ ALERTS = {
     "CuzkdProofSlowerThanDeadline", "CuzkdDeadlineProofFailed", "CuzkdRollbackFailed",
     "CuzkdEngineDrainTimedOut", "CuzkdLabelValuesDropped", "CuzkdStaleJobsAccumulating",
     "CuzkdPartitionsFailing", "CuzkdWebConfigReloadFailed", "CuzkdHostStoppedPushing",
+    "CuzkdWinningPostMissed",
 }
 
 

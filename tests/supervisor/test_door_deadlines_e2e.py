@@ -11,19 +11,15 @@ sleep.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import grpc
 import pytest
 from support.cuzk_harness import cuzk_engine
-from support.cuzk_load import KINDS, PRIORITIES
-from support.supervisor_harness import RunningSupervisor, start_supervisor, write_config
+from support.door_under_test import Door, prove_later
+from support.supervisor_harness import start_supervisor, write_config
 from support.waiting import wait_until
 
 from cuzkd.cuzk import proving_pb2 as pb
@@ -33,31 +29,7 @@ KNOBS = {"CUZK_STANDIN_SYNTH_SECS": "2", "CUZK_STANDIN_GPU_SECS": "0.05",
          "CUZK_STANDIN_POST_SECS": "0.3", "CUZK_STANDIN_NVIDIA_SMI_SECS": "0",
          "CUZK_STANDIN_CRASH_ON": "porep-poison", "CUZK_STANDIN_UNAVAILABLE": "porep-busy",
          "CUZK_STANDIN_NEVER_ANSWER": "porep-never"}
-SERVICE = "/cuzk.v1.ProvingEngine/"
 COMPLETED = pb.AwaitProofResponse.COMPLETED
-
-
-@dataclass
-class Door:
-    tmp: Path
-    sup: RunningSupervisor
-    address: str
-
-    def running(self) -> int:
-        return int(self.sup.wait_engine("cz", lambda e: e["state"] == "running",
-                                        timeout=30)["pid"])
-
-    def channel(self) -> grpc.Channel:
-        return grpc.insecure_channel(self.address)
-
-    def said(self, what: str, job_id: str) -> bool:
-        """The engine logged ``what`` (cuzk's event: ``proof job started``) of ``job_id``."""
-        return bool(self.sup.events(what, engine="cz", job_id=job_id))
-
-    def cli(self, *args: str) -> str:
-        return subprocess.run([sys.executable, "-m", "cuzkd", *args, "--config",
-                               str(self.sup.config)], capture_output=True, text=True,
-                              check=True, timeout=30).stdout
 
 
 @pytest.fixture(scope="module")
@@ -73,16 +45,6 @@ def door(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Door]:
         yield Door(tmp, sup, address)
     finally:
         sup.stop()
-
-
-def prove_later(channel: grpc.Channel, kind: str, job_id: str,
-                timeout: float = 60) -> grpc.Future:
-    call = channel.unary_unary(SERVICE + "Prove",
-                               request_serializer=pb.ProveRequest.SerializeToString,
-                               response_deserializer=pb.ProveResponse.FromString)
-    return call.future(pb.ProveRequest(submit=pb.SubmitProofRequest(
-        request_id=job_id, proof_kind=KINDS[kind],
-        priority=PRIORITIES.get(kind, pb.NORMAL))), timeout=timeout)
 
 
 class Restart(threading.Thread):

@@ -11,17 +11,14 @@ from __future__ import annotations
 import os
 import signal
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import grpc
 import pytest
 from support.cuzk_harness import LoadThread, cuzk_engine
-from support.cuzk_load import KINDS, PRIORITIES
-from support.supervisor_harness import RunningSupervisor, start_supervisor, write_config
+from support.door_under_test import MIB, SERVICE, Door, prove_later, prove_request
+from support.supervisor_harness import start_supervisor, write_config
 from support.waiting import wait_until
 
 from cuzkd.cuzk import proving_pb2 as pb
@@ -29,40 +26,6 @@ from cuzkd.cuzk import proving_pb2 as pb
 #: a PoRep C2 job in 0.45 s, a PoSt in 1.5 s (long enough to be caught in flight)
 KNOBS = {"CUZK_STANDIN_SYNTH_SECS": "0.2", "CUZK_STANDIN_GPU_SECS": "0.05",
          "CUZK_STANDIN_POST_SECS": "1.5"}
-SERVICE = "/cuzk.v1.ProvingEngine/"
-MIB = 1 << 20
-
-
-@dataclass
-class Door:
-    tmp: Path
-    sup: RunningSupervisor
-    #: the door's address: the stand-in TOML's [daemon] listen, as Curio dials it
-    address: str
-
-    def running(self) -> int:
-        return int(self.sup.wait_engine("cz", lambda e: e["state"] == "running",
-                                        timeout=30)["pid"])
-
-    def metric(self, name: str, **labels: str) -> float:
-        """The sum of the series of ``name`` with ``labels`` in a scrape of cuzkd now."""
-        with urllib.request.urlopen(f"http://{self.sup.about()['metrics_listen']}/metrics",
-                                    timeout=10) as resp:
-            text = resp.read().decode()
-        total = 0.0
-        for line in text.splitlines():
-            series, _, value = line.rpartition(" ")
-            if series.startswith(name + "{") and all(f'{k}="{v}"' in series
-                                                     for k, v in labels.items()):
-                total += float(value)
-        return total
-
-    def channel(self) -> grpc.Channel:
-        return grpc.insecure_channel(self.address, options=[
-            ("grpc.max_send_message_length", 256 * MIB),
-            ("grpc.max_receive_message_length", 256 * MIB)])
-
-
 @pytest.fixture(scope="module")
 def door(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Door]:
     tmp = tmp_path_factory.mktemp("door")
@@ -76,19 +39,6 @@ def door(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Door]:
         yield Door(tmp, sup, address)
     finally:
         sup.stop()
-
-
-def prove_request(kind: str, job_id: str) -> pb.ProveRequest:
-    return pb.ProveRequest(submit=pb.SubmitProofRequest(
-        request_id=job_id, proof_kind=KINDS[kind], priority=PRIORITIES.get(kind, pb.NORMAL)))
-
-
-def prove_later(channel: grpc.Channel, kind: str, job_id: str) -> grpc.Future:
-    """A ``Prove`` under way (sync grpc's future): its result or its RpcError later."""
-    call = channel.unary_unary(SERVICE + "Prove",
-                               request_serializer=pb.ProveRequest.SerializeToString,
-                               response_deserializer=pb.ProveResponse.FromString)
-    return call.future(prove_request(kind, job_id), timeout=60)
 
 
 def engine_holds(channel: grpc.Channel, job_id: str) -> bool:

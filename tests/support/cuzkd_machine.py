@@ -30,20 +30,22 @@ _CUZK_TOML = "/etc/cuzkd/cuzk.toml"
 _HIDDEN = ("/root", "/home", "/run/user")
 
 
-def engines_config(*names: str) -> str:
-    """The unit's config with bundled (CPU) engines ``names``."""
+def engines_config(*names: str, grace: str = "30s", door: str = "") -> str:
+    """The unit's config with bundled (CPU) engines ``names``; ``grace``: its shutdown_grace;
+    ``door``: lines of a ``[door]`` table."""
     engines = "".join(f'\n[[engine]]\nname = "{name}"\n' for name in names)
-    return ('[supervisor]\nstate_dir = "/var/lib/cuzkd"\nshutdown_grace = "30s"\n\n'
-            f'[metrics]\nlisten = "127.0.0.1:9822"\n{engines}')
+    doors = f"\n[door]\n{door}\n" if door else ""
+    return (f'[supervisor]\nstate_dir = "/var/lib/cuzkd"\nshutdown_grace = "{grace}"\n\n'
+            f'[metrics]\nlisten = "127.0.0.1:9822"\n{doors}{engines}')
 
 
-def cuzk_engine_table(name: str) -> str:
-    """A cuzk engine (the stand-in, a PoRep C2 in 0.25 s) behind its door at Curio's
-    address, which cuzkd.socket holds."""
+def cuzk_engine_table(name: str, synth_secs: float = 0.2) -> str:
+    """A cuzk engine (the stand-in, a PoRep C2 in ``synth_secs`` + 0.05 s, a PoSt in 0.2 s)
+    behind its door at Curio's address, which cuzkd.socket holds."""
     return (f'\n[[engine]]\nname = "{name}"\ntype = "cuzk"\n'
             f'command = ["/opt/cuzkd/bin/python3", "{_STANDIN_PATH}", "-c", "{_CUZK_TOML}"]\n'
-            'env = { CUZK_STANDIN_SYNTH_SECS = "0.2", CUZK_STANDIN_GPU_SECS = "0.05" }\n'
-            'health_interval = "100ms"\nstop_timeout = "2s"\ndrain_timeout = "10s"\n')
+            f'env = {{ CUZK_STANDIN_SYNTH_SECS = "{synth_secs}", CUZK_STANDIN_GPU_SECS = '
+            '"0.05" }\nhealth_interval = "100ms"\nstop_timeout = "2s"\ndrain_timeout = "10s"\n')
 
 
 def machine_python() -> str:
