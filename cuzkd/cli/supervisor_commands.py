@@ -35,7 +35,7 @@ from cuzkd.log.configure import LOG_FORMATS
 from cuzkd.states import ALIVE
 from cuzkd.status.document import StatusDecoder, StatusDocument
 from cuzkd.supervisor.engines.info import EngineInfo
-from cuzkd.units import format_duration
+from cuzkd.units import format_bytes, format_duration
 
 #: Seconds a control request may take (start/stop/restart: more, from the engine's timeouts).
 DEFAULT_TIMEOUT = 120.0
@@ -144,13 +144,24 @@ def _door(args: argparse.Namespace) -> int:
     for door in body["doors"]:
         print(f"door {door['address']} -> {', '.join(door['engines'])}: "
               f"{door['held_calls']} held")
-    _print_quarantined(body["doors"])
+    _print_doors(body)
     return 0
 
 
-def _print_quarantined(doors: list[dict[str, Any]]) -> None:
-    """One line per quarantined request id: which door and engine, for how long yet."""
-    for door in doors:
+def _print_doors(body: dict[str, Any]) -> None:
+    """The door process in one line, then one line per quarantined request id: which door
+    and engine, for how long yet."""
+    process = body.get("process")
+    if process is not None:
+        pid = process["pid"] if process["pid"] is not None else "-"
+        rss = process["resident_memory_bytes"]
+        memory = f", RSS {format_bytes(rss)}" if rss is not None else ""
+        exits = ", ".join(f"{cause} {n}" for cause, n in sorted(process["exits"].items()))
+        bounds = ", ".join(f"{bound} {n}" for bound, n in process["bounds_hit"].items())
+        print(f"door process: pid {pid}{memory}, restarts {process['restarts']}"
+              f"{'; exits: ' + exits if exits else ''}"
+              f"{'; bounds hit: ' + bounds if bounds else ''}")
+    for door in body["doors"]:
         for q in door["quarantined"]:
             left = format_duration(max(0.0, q["until"] - time.time()))
             print(f"quarantined: {q['request_id']!r} (door {door['name']}, crashed engine "
@@ -173,8 +184,8 @@ def _status(args: argparse.Namespace) -> int:
     active = describe_active(body["release"]) if "release" in body else None
     if active is not None:
         print(active)
-    with contextlib.suppress(ControlRequestFailed):  # a supervisor without doors' routes
-        _print_quarantined(_control(args, "GET", "/v1/doors")["doors"])
+    with contextlib.suppress(ControlRequestFailed):  # no door process answering now
+        _print_doors(_control(args, "GET", "/v1/doors"))
     return 0
 
 

@@ -179,6 +179,23 @@ class DoorConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     #: how long a poison request's id is refused after it crashed an engine twice (the
     #: second time alone among suspects); `cuzkd door release ID` ends it sooner
     quarantine: Seconds = Seconds(3600)
+    #: bounds on what callers may take of the door process, per door (docs/door.md): client
+    #: connections at once (at the bound the one idle longest makes room; one that sends no
+    #: HTTP/2 preface within 10 s is closed), streams per connection (Curio's MaxPending is
+    #: 10), metadata per call
+    max_connections: _POSITIVE_INT = 512
+    max_streams: Annotated[int, msgspec.Meta(ge=16, le=4096)] = 128
+    max_metadata: Bytes = Bytes(16 << 10)
+    #: request bytes being received (HTTP/2 flow control holds a caller past it), in all and
+    #: per connection; reply bytes callers have not read yet, in all
+    request_memory: Bytes = Bytes(1 << 30)
+    connection_request_memory: Bytes = Bytes(256 << 20)
+    reply_memory: Bytes = Bytes(1 << 30)
+    #: a connection with no call this long gets GOAWAY (its next call opens another)
+    idle_timeout: Seconds = Seconds(300)
+    #: the door process's data memory at most (RLIMIT_DATA): past it the door process dies and
+    #: is started again, costing only the calls on its connections
+    memory_max: Bytes = Bytes(4 << 30)
 
     def allowances(self) -> dict[str, float]:
         """The default proving allowances with the file's overrides."""

@@ -21,7 +21,7 @@ it jumps over is not looked at.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 _VARINT, _FIXED64, _LEN, _FIXED32 = 0, 1, 2, 5
@@ -131,9 +131,20 @@ def _only_field(walk: _Walk) -> Iterator[tuple[int, int, int, int]]:
 
 def read_call(data: bytes) -> ProveCall | None:
     """The ``submit`` fields of a ``ProveRequest``; None when the bytes cannot be walked."""
+    return _read_submit(data, _only_field)
+
+
+def read_submit(data: bytes) -> ProveCall | None:
+    """The same fields of a ``SubmitProofRequest`` (``Prove``'s ``submit`` on its own);
+    None when the bytes cannot be walked. Its ``vanilla_proof`` is as large as a Prove's."""
+    return _read_submit(data, lambda walk: walk.fields(0, len(walk.data)))
+
+
+def _read_submit(data: bytes, fields: Callable[[_Walk], Iterator[tuple[int, int, int, int]]]
+                 ) -> ProveCall | None:
     request_id, kind, priority = "", 0, 0
     try:
-        for number, wire_type, value, stop in _only_field(_Walk(data)):
+        for number, wire_type, value, stop in fields(_Walk(data)):
             if number == 1 and wire_type == _LEN:
                 request_id = data[value:stop].decode()
             elif number == 2 and wire_type == _VARINT:

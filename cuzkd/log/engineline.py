@@ -37,6 +37,12 @@ RESERVED = frozenset({
     "exc_info", "stack_info", "line", "render_error", "target", "spans", "repeated", "truncated",
     "engine_level", "engine_timestamp",
 })
+#: Fields the output reader sets on every line it re-logs (and the logging method's own
+#: parameter names): a line of cuzkd's own (:func:`own_line`) keeps every other name.
+READER_FIELDS = frozenset({
+    "event", "level", "logger", "timestamp", "stream", "pid", "line", "render_error",
+    "truncated", "exc_info", "stack_info",
+})
 #: Deepest nesting of objects and arrays in an engine's line re-logged as fields (the line
 #: itself is level 1); engines log flat records, and far below the recursion limit of the
 #: parser and the renderers (about 990 levels once the supervisor's own frames are counted).
@@ -69,6 +75,20 @@ def _json_record(text: str) -> EngineRecord | None:
     line's escape codes are gone before it is parsed, but JSON can spell them (``\\u001b``):
     its keys and strings are stripped too. A line without ``event`` is an ``engine_output``.
     """
+    record = _json_object(text)
+    if record is None:
+        return None
+    level = str(record.pop("level", "info"))
+    event = str(record.pop("event", "engine_output"))
+    own: dict[str, Any] = {}
+    if "timestamp" in record:
+        own["engine_timestamp"] = record.pop("timestamp")
+    return _record(level, event, own, record)
+
+
+def _json_object(text: str) -> dict[str, Any] | None:
+    """The JSON object ``text`` holds, its strings stripped of controls; None if it holds
+    none our renderers could write (:func:`_json_record`)."""
     stripped = text.strip()
     if not stripped.startswith("{"):
         return None
@@ -78,13 +98,33 @@ def _json_record(text: str) -> EngineRecord | None:
         return None
     if not isinstance(record, dict) or not _nested_at_most(record, MAX_FIELD_DEPTH):
         return None
-    record = _stripped(record)
-    level = str(record.pop("level", "info"))
-    event = str(record.pop("event", "engine_output"))
-    own: dict[str, Any] = {}
-    if "timestamp" in record:
-        own["engine_timestamp"] = record.pop("timestamp")
-    return _record(level, event, own, record)
+    stripped_record: dict[str, Any] = _stripped(record)
+    return stripped_record
+
+
+def own_line(line: str) -> EngineRecord | str:
+    """A line of a process that is part of cuzkd (the door process), as a record or text.
+
+    Its JSON record is ours, so it is logged as cuzkd logged it: its fields keep their names
+    (its ``engine`` is the engine it speaks of, not a claim to be one) and its level is not
+    capped. Only its ``logger`` and ``timestamp`` go (the supervisor's logger and clock write
+    the line), and a field named like one the output reader sets (:data:`READER_FIELDS`) is
+    kept as ``own_<name>``."""
+    text = strip_controls(line)
+    record = _json_object(text)
+    if record is None or not isinstance(record.get("event"), str):
+        return text
+    level = str(record.pop("level", "info")).lower()
+    event = record.pop("event")
+    record.pop("logger", None)
+    record.pop("timestamp", None)
+    fields: dict[str, Any] = {}
+    for key, value in record.items():
+        name = key
+        while name in READER_FIELDS or name in fields:
+            name = f"own_{name}"
+        fields[name] = value
+    return EngineRecord(level if level in (*_LEVELS, "critical") else "info", event, fields)
 
 
 def _tracing_record(text: str) -> EngineRecord | None:

@@ -25,12 +25,10 @@ scrape share it), so nothing here locks.
 from __future__ import annotations
 
 import bisect
-from collections import Counter
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import TypeVar
+from collections.abc import Iterator, Mapping, Sequence
 
 import grpc
+import msgspec
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -69,6 +67,13 @@ _NO_CALL = ProveCall("", pb.PROOF_KIND_UNSPECIFIED, pb.PRIORITY_UNSPECIFIED)
 _ERRORS = {code.name: f"error:{code.name.lower()}" for code in grpc.StatusCode
            if code is not grpc.StatusCode.OK}
 _ERROR_UNKNOWN = _ERRORS[grpc.StatusCode.UNKNOWN.name]
+#: The bounds a door's server holds against its callers (the ``bound`` label of
+#: ``cuzkd_door_bounds_hit_total``): the server's
+#: (:data:`cuzkd.supervisor.door.server.BOUNDS`), and the relay's ``request_id`` (an id too
+#: long to be cuzk's)
+SERVER_BOUNDS = ("connections", "streams", "header_list", "message_size", "request_bytes",
+                 "request_stall", "reply_bytes", "preface_timeout", "idle", "rapid_reset",
+                 "reply_stall", "request_id")
 #: The ``proof_kind`` of a call that names none (a status read, an AwaitProof, an unknown kind)
 NO_KIND = "none"
 
@@ -89,71 +94,118 @@ def _timings(result: ProveResult) -> tuple[int, ...]:
             result.gpu_compute_ms)
 
 
-class _Histogram:
-    """Bucket counts and the sum of the values observed (seconds)."""
+class Histogram(msgspec.Struct):
+    """Bucket counts and the sum of the values observed (seconds); ``counts[-1]`` counts the
+    values above every bound (+Inf only)."""
 
-    def __init__(self, bounds: tuple[float, ...]) -> None:
-        self._bounds = bounds
-        self._counts = [0] * (len(bounds) + 1)  # the last: above every bound (+Inf only)
-        self._sum = 0.0
+    counts: list[int]
+    sum: float = 0.0
 
-    def observe(self, value: float) -> None:
-        self._counts[bisect.bisect_left(self._bounds, value)] += 1
-        self._sum += value
+    @classmethod
+    def of(cls, bounds: tuple[float, ...]) -> Histogram:
+        return cls([0] * (len(bounds) + 1))
 
-    def add_to(self, family: HistogramMetricFamily, labels: list[str]) -> None:
+    def observe(self, bounds: tuple[float, ...], value: float) -> None:
+        self.counts[bisect.bisect_left(bounds, value)] += 1
+        self.sum += value
+
+    def add(self, other: Histogram) -> None:
+        if len(other.counts) == len(self.counts):  # figures of another bucket layout: skipped
+            self.counts = [a + b for a, b in zip(self.counts, other.counts, strict=True)]
+            self.sum += other.sum
+
+    def add_to(self, family: HistogramMetricFamily, bounds: tuple[float, ...],
+               labels: list[str]) -> None:
         cumulative, buckets = 0, []
-        for le, count in zip((*le_labels(self._bounds), "+Inf"), self._counts, strict=True):
+        for le, count in zip((*le_labels(bounds), "+Inf"), self.counts, strict=True):
             cumulative += count
             buckets.append((le, float(cumulative)))
-        family.add_metric(labels, buckets, self._sum)
+        family.add_metric(labels, buckets, self.sum)
 
 
-@dataclass
-class _Door:
-    """What one door counted."""
+#: Joins the label values of a counter's key (no label value of these families holds a tab).
+_SEP = "\t"
 
-    engines: tuple[str, ...] = ()
+
+class DoorFigures(msgspec.Struct):
+    """What one door counted, in a form that crosses the door process's channel: counters are
+    keyed by their label values joined with :data:`_SEP`."""
+
+    engines: list[str] = msgspec.field(default_factory=list)
     held: int = 0
-    #: (kind, priority, result) -> Prove calls
-    proofs: Counter[tuple[str, str, str]] = field(default_factory=Counter)
-    #: kind -> one histogram per timing of :data:`_TIMINGS`
-    timings: dict[str, tuple[_Histogram, ...]] = field(default_factory=dict)
-    #: (kind, how the hold ended) -> seconds held
-    holds: dict[tuple[str, HoldEnd], _Histogram] = field(default_factory=dict)
-    retries: Counter[DoorRetry] = field(default_factory=Counter)
-    #: (reason, kind) -> calls refused
-    refusals: Counter[tuple[DoorRefusal, str]] = field(default_factory=Counter)
-    #: kind -> deadline calls answered past their deadline
-    late: Counter[str] = field(default_factory=Counter)
-    #: kind -> seconds PoSt calls waited for their engine's PoSt slot
-    post_waits: dict[str, _Histogram] = field(default_factory=dict)
-    abandoned: Counter[DoorAbandon] = field(default_factory=Counter)
     quarantined: int = 0
+    connections: int = 0
+    #: kind, priority, result -> Prove calls
+    proofs: dict[str, int] = msgspec.field(default_factory=dict)
+    #: kind -> one histogram per timing of :data:`_TIMINGS`
+    timings: dict[str, list[Histogram]] = msgspec.field(default_factory=dict)
+    #: kind, how the hold ended -> seconds held
+    holds: dict[str, Histogram] = msgspec.field(default_factory=dict)
+    retries: dict[str, int] = msgspec.field(default_factory=dict)
+    #: reason, kind -> calls refused
+    refusals: dict[str, int] = msgspec.field(default_factory=dict)
+    #: kind -> deadline calls answered past their deadline
+    late: dict[str, int] = msgspec.field(default_factory=dict)
+    #: kind -> seconds PoSt calls waited for their engine's PoSt slot
+    post_waits: dict[str, Histogram] = msgspec.field(default_factory=dict)
+    abandoned: dict[str, int] = msgspec.field(default_factory=dict)
+    #: bound -> times the door's server held it against a caller
+    bounds: dict[str, int] = msgspec.field(default_factory=dict)
+
+    def add(self, other: DoorFigures) -> None:
+        """Add ``other``'s counts (not its gauges: they are a moment's, of one process)."""
+        self.engines = other.engines or self.engines
+        for mine, theirs in ((self.proofs, other.proofs), (self.retries, other.retries),
+                             (self.refusals, other.refusals), (self.late, other.late),
+                             (self.abandoned, other.abandoned), (self.bounds, other.bounds)):
+            for key, n in theirs.items():
+                mine[key] = mine.get(key, 0) + n
+        for kind, histograms in other.timings.items():
+            if (have := self.timings.get(kind)) is None:
+                self.timings[kind] = [Histogram(list(h.counts), h.sum) for h in histograms]
+            else:
+                for histogram, other_histogram in zip(have, histograms, strict=False):
+                    histogram.add(other_histogram)
+        for mine_h, theirs_h in ((self.holds, other.holds), (self.post_waits, other.post_waits)):
+            for key, hist in theirs_h.items():
+                mine_h.setdefault(key, Histogram([0] * len(hist.counts))).add(hist)
+
+
+def _key(*labels: str) -> str:
+    return _SEP.join(labels)
+
+
+def _labels(key: str) -> list[str]:
+    return key.split(_SEP)
 
 
 class DoorMetrics:
-    """The front doors' counts, for the supervisor's life; a collector for its scrapes.
+    """The front doors' counts; a collector for the supervisor's scrapes.
 
     The door shell calls :meth:`opened` when a door starts serving and the rest as calls pass:
     :meth:`proved` after each relayed ``Prove``, :meth:`held` whenever its count of held calls
-    changes, :meth:`hold_ended` as each held call leaves the hold, :meth:`retried` and
-    :meth:`refused` for each call sent again or refused. ``door`` is the label value, the name
-    of the door's first engine.
+    changes, :meth:`hold_ended` as each held call leaves the hold, :meth:`retried`,
+    :meth:`refused`, :meth:`answered_late`, :meth:`post_serialized`, :meth:`abandoned`,
+    :meth:`quarantined`, :meth:`bound_hit` and :meth:`connections` as they happen. ``door``
+    is the label value, the name of the door's first engine.
+
+    The doors run in a process of their own: its counts cross to the supervisor as
+    :meth:`snapshot`\\ s, and the supervisor's instance keeps the counts of every door process
+    it ran (:meth:`absorb`), so no counter goes down when a door process is replaced.
     """
 
     def __init__(self) -> None:
-        self._doors: dict[str, _Door] = {}
+        self._doors: dict[str, DoorFigures] = {}
 
-    def _door(self, door: str) -> _Door:
+    def _door(self, door: str) -> DoorFigures:
         if (state := self._doors.get(door)) is None:
-            state = self._doors[door] = _Door()
+            state = self._doors[door] = DoorFigures()
         return state
 
     def opened(self, door: str, engines: Sequence[str]) -> None:
         """``door`` serves, in front of ``engines`` (``cuzkd_door_engine_info``: which engines
         the door's histograms are of, so the proof-latency alert reads them for those)."""
-        self._door(door).engines = tuple(engines)
+        self._door(door).engines = list(engines)
 
     def proved(self, door: str, request: bytes, reply: bytes | None, code: str) -> None:
         """A ``Prove`` relayed: its request's bytes, its reply's (None when the call ended in
@@ -167,13 +219,13 @@ class DoorMetrics:
             result = _ERRORS.get(code, _ERROR_UNKNOWN)
         else:  # a reply that cannot be read says nothing of the proof: unknown
             result = _UNKNOWN if outcome is None else _STATUSES.get(outcome.status, _UNKNOWN)
-        state.proofs[kind, priority, result] += 1
+        _count(state.proofs, _key(kind, priority, result))
         if outcome is None or result == _UNKNOWN:
             return  # no proof was made or failed: no timings of one
         if (histograms := state.timings.get(kind)) is None:
-            histograms = state.timings[kind] = tuple(_Histogram(PROOF_BUCKETS) for _ in _TIMINGS)
+            histograms = state.timings[kind] = [Histogram.of(PROOF_BUCKETS) for _ in _TIMINGS]
         for histogram, ms in zip(histograms, _timings(outcome), strict=True):
-            histogram.observe(ms / 1000)
+            histogram.observe(PROOF_BUCKETS, ms / 1000)
 
     def held(self, door: str, n: int) -> None:
         """The door holds ``n`` calls now."""
@@ -183,28 +235,50 @@ class DoorMetrics:
         """A call (of proof kind ``kind``, "" none) held ``seconds`` left the hold, as
         ``outcome`` says (a negative or NaN duration, a clock's mistake, is 0: it must not make
         the sum go down or NaN for good)."""
-        _observe(self._door(door).holds, (kind or NO_KIND, outcome), HOLD_BUCKETS, seconds)
+        _observe(self._door(door).holds, _key(kind or NO_KIND, outcome), seconds)
 
     def retried(self, door: str, reason: DoorRetry) -> None:
-        self._door(door).retries[reason] += 1
+        _count(self._door(door).retries, reason)
 
     def refused(self, door: str, reason: DoorRefusal, kind: str = "") -> None:
-        self._door(door).refusals[reason, kind or NO_KIND] += 1
+        _count(self._door(door).refusals, _key(reason, kind or NO_KIND))
 
     def answered_late(self, door: str, kind: str) -> None:
         """A deadline call was answered (proved or failed) after its deadline."""
-        self._door(door).late[kind or NO_KIND] += 1
+        _count(self._door(door).late, kind or NO_KIND)
 
     def post_serialized(self, door: str, kind: str, seconds: float) -> None:
         """A PoSt call waited ``seconds`` for its engine's one PoSt slot."""
-        _observe(self._door(door).post_waits, kind or NO_KIND, HOLD_BUCKETS, seconds)
+        _observe(self._door(door).post_waits, kind or NO_KIND, seconds)
 
     def abandoned(self, door: str, reason: DoorAbandon) -> None:
-        self._door(door).abandoned[reason] += 1
+        _count(self._door(door).abandoned, reason)
 
     def quarantined(self, door: str, n: int) -> None:
         """The door refuses ``n`` request ids now."""
         self._door(door).quarantined = n
+
+    def bound_hit(self, door: str, bound: str, n: int = 1) -> None:
+        """The door's server held ``bound`` against a caller ``n`` times more."""
+        _count(self._door(door).bounds, bound, n)
+
+    def connections(self, door: str, n: int) -> None:
+        """The door has ``n`` client connections open now."""
+        self._door(door).connections = n
+
+    def snapshot(self) -> dict[str, DoorFigures]:
+        """Every door's figures now (the door process sends them to the supervisor)."""
+        return self._doors
+
+    def absorb(self, figures: Mapping[str, DoorFigures], *, gauges: bool) -> None:
+        """Add another's counts (a door process's); ``gauges``: take its gauges too (the
+        door process serving now), else leave them (one that ended holds nothing)."""
+        for door, theirs in figures.items():
+            mine = self._door(door)
+            mine.add(theirs)
+            if gauges:
+                mine.held, mine.quarantined = theirs.held, theirs.quarantined
+                mine.connections = theirs.connections
 
     def collect(self) -> Iterator[Metric]:
         """Every door's families (none without a door)."""
@@ -250,44 +324,54 @@ class DoorMetrics:
         quarantined = g("cuzkd_door_quarantined_requests",
                         "Request ids the door refuses now: each crashed an engine twice, the "
                         "second time alone among suspects.", labels=d)
+        bounds = c("cuzkd_door_bounds_hit",
+                   "Times the door held a bound against a caller (its connection, streams, "
+                   "metadata, memory, an idle or silent connection, a flood of resets), by "
+                   "bound.", labels=["door", "bound"])
+        connections = g("cuzkd_door_connections",
+                        "Client connections the door has open now.", labels=d)
         for door, state in sorted(self._doors.items()):
             for engine in state.engines:
                 info.add_metric([door, engine], {})
-            for (kind, priority, result), n in sorted(state.proofs.items()):
-                proofs.add_metric([door, kind, priority, result], n)
+            for key, n in sorted(state.proofs.items()):
+                proofs.add_metric([door, *_labels(key)], n)
             for kind, histograms in sorted(state.timings.items()):
                 for timing, histogram in zip(timings, histograms, strict=True):
-                    histogram.add_to(timing, [door, kind])
+                    histogram.add_to(timing, PROOF_BUCKETS, [door, kind])
             held.add_metric([door], state.held)
-            for (kind, outcome), hold in sorted(state.holds.items()):
-                hold.add_to(holds, [door, kind, outcome])
+            for key, hold in sorted(state.holds.items()):
+                hold.add_to(holds, HOLD_BUCKETS, [door, *_labels(key)])
             for reason in DoorRetry:
-                retries.add_metric([door, reason], state.retries[reason])
+                retries.add_metric([door, reason], state.retries.get(reason, 0))
             for refusal in DoorRefusal:  # every reason present, as "none"'s
-                refusals.add_metric([door, refusal, NO_KIND], state.refusals[refusal, NO_KIND])
-            for (refusal, kind), n in sorted(state.refusals.items()):
-                if kind != NO_KIND:
-                    refusals.add_metric([door, refusal, kind], n)
+                refusals.add_metric([door, refusal, NO_KIND],
+                                    state.refusals.get(_key(refusal, NO_KIND), 0))
+            for key, n in sorted(state.refusals.items()):
+                if _labels(key)[1] != NO_KIND:
+                    refusals.add_metric([door, *_labels(key)], n)
             for kind, n in sorted(state.late.items()):
                 late.add_metric([door, kind], n)
             for kind, wait in sorted(state.post_waits.items()):
-                wait.add_to(post_waits, [door, kind])
+                wait.add_to(post_waits, HOLD_BUCKETS, [door, kind])
             for why in DoorAbandon:
-                abandoned.add_metric([door, why], state.abandoned[why])
+                abandoned.add_metric([door, why], state.abandoned.get(why, 0))
             quarantined.add_metric([door], state.quarantined)
+            for bound in SERVER_BOUNDS:
+                bounds.add_metric([door, bound], state.bounds.get(bound, 0))
+            connections.add_metric([door], state.connections)
         for family in (info, proofs, *timings, held, holds, retries, refusals, late,
-                       post_waits, abandoned, quarantined):
+                       post_waits, abandoned, quarantined, bounds, connections):
             if family.samples:
                 yield family
 
 
-_K = TypeVar("_K")
+def _count(counter: dict[str, int], key: str, n: int = 1) -> None:
+    counter[key] = counter.get(key, 0) + n
 
 
-def _observe(histograms: dict[_K, _Histogram], key: _K, bounds: tuple[float, ...],
-             seconds: float) -> None:
+def _observe(histograms: dict[str, Histogram], key: str, seconds: float) -> None:
     """Observe ``seconds`` in ``histograms[key]`` (made on first use); a negative or NaN
     duration, a clock's mistake, is 0."""
     if (histogram := histograms.get(key)) is None:
-        histogram = histograms[key] = _Histogram(bounds)
-    histogram.observe(seconds if seconds > 0 else 0.0)
+        histogram = histograms[key] = Histogram.of(HOLD_BUCKETS)
+    histogram.observe(HOLD_BUCKETS, seconds if seconds > 0 else 0.0)

@@ -86,7 +86,7 @@ class StatusFetchError(CuzkdError):
         """The engine answered, wrongly (an HTTP error, no status document, too large): a
         fault even while it starts. Otherwise nothing answered (refused, no socket, timed out,
         the connection dropped): while it starts, its listener is not up yet."""
-        return self.kind.startswith("http_") or self.kind in ("invalid", "too_large")
+        return self.kind.startswith("http_") or self.kind in ("invalid", TOO_LARGE)
 
 
 class Body:
@@ -147,8 +147,13 @@ async def read_body(resp: aiohttp.ClientResponse, limit: int) -> Body:
     return Body(chunks)
 
 
+#: The kind of a status answer larger than cuzkd reads: the engine answered (alive), the
+#: document is not taken.
+TOO_LARGE = "too_large"
+
+
 def too_large(limit: int) -> StatusFetchError:
-    return StatusFetchError("too_large", f"status document larger than {limit} bytes")
+    return StatusFetchError(TOO_LARGE, f"status document larger than {limit} bytes")
 
 
 def excerpt(body: bytes) -> str:

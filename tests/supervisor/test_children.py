@@ -43,7 +43,8 @@ class StandIn:
 def stand_in_spawner(pids: Iterator[int]) -> tuple[list[StandIn], object]:
     spawned: list[StandIn] = []
 
-    def spawn(argv: Sequence[str], env: Mapping[str, str]) -> ChildProcess:
+    def spawn(argv: Sequence[str], env: Mapping[str, str],
+              pass_fds: Sequence[int] = ()) -> ChildProcess:
         if argv[0] == "missing":
             raise FileNotFoundError(2, "No such file or directory", argv[0])
         spawned.append(StandIn(next(pids)))
@@ -105,8 +106,9 @@ async def test_cancelled_oneshot_kills_its_group_and_stops_reading(tmp_path: Pat
     script = f'setsid sh -c "echo \\$\\$ > {pidfile}; exec sleep 30" & exec sleep 30'
     spawned: list[EngineProcess] = []
 
-    def spawner(argv: Sequence[str], env: Mapping[str, str]) -> ChildProcess:
-        spawned.append(EngineProcess(argv, env))
+    def spawner(argv: Sequence[str], env: Mapping[str, str],
+                pass_fds: Sequence[int] = ()) -> ChildProcess:
+        spawned.append(EngineProcess(argv, env, pass_fds))
         return spawned[-1]
 
     table = ChildTable(spawner)

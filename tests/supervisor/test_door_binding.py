@@ -12,18 +12,10 @@ from pathlib import Path
 
 import pytest
 import structlog
+from support.door_process import door_plan, running_doors
 from support.ports import free_port
 
-from cuzkd.config.doors import DoorPlan
-from cuzkd.metrics.door_metrics import DoorMetrics
 from cuzkd.supervisor.door.binding import DoorAddressError, UnixAddress, UnixBind, claim
-from cuzkd.supervisor.door.doors import Doors
-
-
-def plan(address: str, *, mode: int = 0o660, group: str = "") -> DoorPlan:
-    return DoorPlan(address=address, engines=("cz",), hold_timeout=60.0, hold_max_calls=8,
-                    hold_max_bytes=1 << 20, retry_max_bytes=1 << 20, socket_mode=mode,
-                    socket_group=group)
 
 
 def test_an_address_something_answers_on_is_refused_naming_it(tmp_path: Path) -> None:
@@ -59,43 +51,52 @@ def test_a_stale_socket_file_is_removed_and_anything_else_is_refused(tmp_path: P
 
 def test_a_unix_door_has_its_mode_and_group_from_the_first_connect(tmp_path: Path) -> None:
     """Bound in a private directory, given mode and group, then renamed into place: the
-    final path never names a socket with other permissions."""
+    final path never names a socket with other permissions, and nothing is left beside it."""
     final = tmp_path / "cuzk.sock"
     bind = UnixBind(UnixAddress(final), 0o640, str(os.getgid()))
-    staged = bind.staged
-    assert stat.S_IMODE(staged.parent.stat().st_mode) == 0o700
-    listener = socket.socket(socket.AF_UNIX)
-    listener.bind(str(staged))
-    listener.listen()
+    listener = bind.listen()
     try:
-        bind.publish()
         info = final.lstat()
         assert stat.S_ISSOCK(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o640
         assert info.st_gid == os.getgid()
-        assert not staged.parent.exists()
+        assert os.listdir(tmp_path) == ["cuzk.sock"], "the private directory went"
         with socket.socket(socket.AF_UNIX) as client:
-            client.connect(str(final))  # the same listening socket, at its final path
+            client.connect(str(final))  # the listening socket, at its final path
         bind.remove()
         assert not final.exists()
     finally:
         listener.close()
 
 
+def test_a_socket_file_a_successor_bound_is_not_removed(tmp_path: Path) -> None:
+    final = tmp_path / "cuzk.sock"
+    bind = UnixBind(UnixAddress(final), 0o660, "")
+    listener = bind.listen()
+    final.unlink()
+    successor = socket.socket(socket.AF_UNIX)
+    successor.bind(str(final))
+    try:
+        bind.remove()
+        assert final.exists(), "the successor's socket stays"
+    finally:
+        listener.close()
+        successor.close()
+
+
 def test_an_unknown_group_or_a_missing_directory_is_refused_naming_it(tmp_path: Path) -> None:
     with pytest.raises(DoorAddressError, match="no-such-group-here"):
         UnixBind(UnixAddress(tmp_path / "s"), 0o660, "no-such-group-here")
     with pytest.raises(DoorAddressError, match=f"cannot create its socket in {tmp_path}/run"):
-        UnixBind(UnixAddress(tmp_path / "run" / "cuzk.sock"), 0o660, "")
+        UnixBind(UnixAddress(tmp_path / "run" / "cuzk.sock"), 0o660, "").listen()
 
 
 def test_a_tcp_door_on_every_interface_is_warned_about() -> None:
     port = free_port()
 
     async def main() -> list[dict[str, object]]:
-        doors = Doors([plan(f"0.0.0.0:{port}")], asyncio.get_running_loop().time, DoorMetrics())
         with structlog.testing.capture_logs() as logs:
-            await doors.start()
-            await doors.close(0)
+            async with running_doors([door_plan(f"0.0.0.0:{port}")]):
+                pass
         return logs
 
     events = {e["event"]: e for e in asyncio.run(main())}

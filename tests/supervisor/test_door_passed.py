@@ -1,6 +1,6 @@
 """Sockets systemd passed, taken by cuzkd (door/inherited.py) and handed to the doors
-(door/doors.py), with real sockets in-process: the variables go, each descriptor is
-close-on-exec, a socket no door listens on is closed, a door with none binds its own, and a
+(door/doors.py), with real sockets and a real door process: the variables go, each descriptor
+is close-on-exec, a socket no door listens on is closed, a door with none binds its own, and a
 TCP socket is matched by its address."""
 
 from __future__ import annotations
@@ -11,22 +11,11 @@ import socket
 from pathlib import Path
 
 import structlog
+from support.door_process import door_plan, running_doors
 from support.ports import free_port
 
-from cuzkd.config.doors import DoorPlan
-from cuzkd.metrics.door_metrics import DoorMetrics
 from cuzkd.supervisor.core.listenfds import PassedSocket, tcp_key
-from cuzkd.supervisor.door.doors import Doors
 from cuzkd.supervisor.door.inherited import Inherited, take_passed_sockets
-
-
-def _doors(address: str, passed: Inherited, state_dir: Path) -> Doors:
-    """One door at ``address``, with ``passed`` as what systemd passed."""
-    door = DoorPlan(address=address, engines=("cz",), hold_timeout=60.0, hold_max_calls=8,
-                    hold_max_bytes=1 << 20, retry_max_bytes=1 << 20, socket_mode=0o660,
-                    socket_group="")
-    return Doors([door], asyncio.get_running_loop().time, DoorMetrics(), passed=[passed],
-                 state_dir=state_dir)
 
 
 def _tcp_passed(sock: socket.socket, fd: int) -> Inherited:
@@ -60,17 +49,16 @@ def test_taking_the_sockets_removes_the_variables_and_sets_close_on_exec(
         os.close(saved)
 
 
-def test_a_socket_no_door_listens_on_is_closed_and_a_door_without_one_binds_its_own(
-        tmp_path: Path) -> None:
+def test_a_socket_no_door_listens_on_is_closed_and_a_door_without_one_binds_its_own() -> None:
     stray = socket.create_server(("127.0.0.1", 0))
     stray_port = stray.getsockname()[1]
     door_port = free_port()
 
     async def main() -> list[dict[str, object]]:
-        doors = _doors(f"127.0.0.1:{door_port}", _tcp_passed(stray, 7), tmp_path)
         with structlog.testing.capture_logs() as logs:
-            await doors.start()
-            await doors.close(0)
+            async with running_doors([door_plan(f"127.0.0.1:{door_port}")],
+                                     passed=[_tcp_passed(stray, 7)]):
+                pass
         return logs
 
     events = {e["event"]: e for e in asyncio.run(main())}
@@ -80,22 +68,21 @@ def test_a_socket_no_door_listens_on_is_closed_and_a_door_without_one_binds_its_
     assert events["door_listening"]["port"] == door_port  # bound by the door itself
 
 
-def test_a_tcp_door_serves_on_the_passed_socket_at_its_address(tmp_path: Path) -> None:
+def test_a_tcp_door_serves_on_the_passed_socket_at_its_address() -> None:
     passed = socket.create_server(("127.0.0.1", 0))
     port = passed.getsockname()[1]
 
     async def main() -> list[dict[str, object]]:
-        doors = _doors(f"127.0.0.1:{port}", _tcp_passed(passed, 3), tmp_path)
         with structlog.testing.capture_logs() as logs:
-            await doors.start()  # no "already answers": the socket is the door's own
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.write(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")  # grpc answers with SETTINGS
-            assert await asyncio.wait_for(reader.read(9), 20)
-            writer.close()
-            await doors.close(0)
+            # no "already answers": the socket is the door's own
+            async with running_doors([door_plan(f"127.0.0.1:{port}")],
+                                     passed=[_tcp_passed(passed, 3)]):
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.write(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")  # answered with SETTINGS
+                assert await asyncio.wait_for(reader.read(9), 20)
+                writer.close()
         return logs
 
     events = {e["event"]: e for e in asyncio.run(main())}
     assert events["door_listening"]["passed_fd"] == 3
-    assert not list(tmp_path.glob(".door-*")), "the private socket's directory went"
 

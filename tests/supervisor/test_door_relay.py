@@ -1,10 +1,12 @@
-"""A front door in-process, with a real gRPC engine of the test's own behind it
-(``support.cuzk_grpc``): what a caller gets while no engine can answer.
+"""A front door -- the supervisor's :class:`Doors` and a real door process -- with a real gRPC
+engine of the test's own behind it (``support.cuzk_grpc``): what a caller gets while no engine
+can answer.
 
 ``GetStatus`` and ``GetMetrics`` never wait for an engine: the last good reply is given again
 (the same bytes), or a clear ``UNAVAILABLE`` when there never was one; a held call that no
 engine takes within ``hold_timeout`` is refused saying so. The seat is driven as the runner
-drives it (admit, stop admitting, gone).
+drives it (admit, stop admitting, gone); ``settled`` waits until the door process has carried
+out what its seats were told (a question over the same channel, answered after them).
 """
 
 from __future__ import annotations
@@ -16,10 +18,10 @@ from typing import Any
 
 import grpc
 from support.cuzk_grpc import method, serve
+from support.door_process import door_plan, running_doors
 
 from cuzkd.config.doors import DoorPlan
 from cuzkd.cuzk import proving_pb2 as pb
-from cuzkd.metrics.door_metrics import DoorMetrics
 from cuzkd.supervisor.core.doorbook import EngineEnd
 from cuzkd.supervisor.door.doors import Doors
 
@@ -27,9 +29,13 @@ SERVICE = "/cuzk.v1.ProvingEngine/"
 
 
 def plan(address: str, hold_timeout: float = 60.0) -> DoorPlan:
-    return DoorPlan(address=address, engines=("cz",), hold_timeout=hold_timeout,
-                    hold_max_calls=8, hold_max_bytes=1 << 20, retry_max_bytes=1 << 20,
-                    socket_mode=0o600, socket_group="")
+    return dataclasses.replace(door_plan(address), hold_timeout=hold_timeout)
+
+
+async def settled(doors: Doors) -> None:
+    """The door process has carried out every message sent to it so far, and the supervisor
+    has heard everything it said before answering."""
+    await doors.ask("doors")
 
 
 async def call(address: str, method: str, request: bytes) -> bytes | grpc.aio.AioRpcError:
@@ -49,23 +55,21 @@ def test_get_status_answers_from_the_last_good_reply_while_no_engine_can(
     async def main() -> list[bytes | grpc.aio.AioRpcError]:
         engine, engine_address = await serve(tmp_path, answer)
         door_address = f"unix://{tmp_path}/door.sock"
-        doors = Doors([plan(door_address)], asyncio.get_running_loop().time, DoorMetrics())
-        await doors.start()
-        seat = doors.seat("cz")
-        assert seat is not None
-        request = pb.GetStatusRequest().SerializeToString()
-        try:
+        async with running_doors([plan(door_address)]) as doors:
+            seat = doors.seat("cz")
+            assert seat is not None
+            request = pb.GetStatusRequest().SerializeToString()
             never = await call(door_address, "GetStatus", request)
             seat.admit(engine_address, lambda error: None)
+            await settled(doors)
             live = await call(door_address, "GetStatus", request)
             seat.stop_admitting(None)
             await engine.stop(0)
             seat.gone(EngineEnd.DRAINED)
+            await settled(doors)
             kept = await call(door_address, "GetStatus", request)
             metrics = await call(door_address, "GetMetrics", b"")
             return [never, live, kept, metrics]
-        finally:
-            await doors.close(0)
 
     never, live, kept, metrics = asyncio.run(main())
     assert isinstance(never, grpc.aio.AioRpcError)
@@ -82,15 +86,10 @@ def test_a_call_no_engine_takes_within_hold_timeout_is_refused_saying_so(
         tmp_path: Path) -> None:
     async def main() -> bytes | grpc.aio.AioRpcError:
         door_address = f"unix://{tmp_path}/door.sock"
-        doors = Doors([plan(door_address, hold_timeout=0.3)], asyncio.get_running_loop().time,
-                      DoorMetrics())
-        await doors.start()
         request = pb.ProveRequest(submit=pb.SubmitProofRequest(
             request_id="porep-1-1", proof_kind=pb.POREP_SEAL_COMMIT))
-        try:
+        async with running_doors([plan(door_address, hold_timeout=0.3)]):
             return await call(door_address, "Prove", request.SerializeToString())
-        finally:
-            await doors.close(0)
 
     refused = asyncio.run(main())
     assert isinstance(refused, grpc.aio.AioRpcError)
@@ -112,18 +111,18 @@ def test_an_engine_answering_garbage_is_taken_out_of_rotation_and_reported(
         engine, engine_address = await serve(tmp_path, answer,
                                              serializer=lambda m: b"\xff\xff\xff\xff")
         door_address = f"unix://{tmp_path}/door.sock"
-        doors = Doors([plan(door_address)], asyncio.get_running_loop().time, DoorMetrics())
-        await doors.start()
-        seat = doors.seat("cz")
-        assert seat is not None
-        told: list[str] = []
-        seat.admit(engine_address, told.append)
-        request = pb.GetStatusRequest().SerializeToString()
         try:
-            replies = [await call(door_address, "GetStatus", request) for _ in range(2)]
-            return replies, told
+            async with running_doors([plan(door_address)]) as doors:
+                seat = doors.seat("cz")
+                assert seat is not None
+                told: list[str] = []
+                seat.admit(engine_address, told.append)
+                await settled(doors)
+                request = pb.GetStatusRequest().SerializeToString()
+                replies = [await call(door_address, "GetStatus", request) for _ in range(2)]
+                await settled(doors)
+                return replies, told
         finally:
-            await doors.close(0)
             await engine.stop(0)
 
     replies, told = asyncio.run(main())
@@ -184,15 +183,14 @@ def test_a_shared_door_spreads_calls_and_merges_what_every_engine_reports(
                                      more=engine_methods(name)) for name in ordinal}
         door_address = f"unix://{tmp_path}/door.sock"
         shared = dataclasses.replace(plan(door_address), engines=("e0", "e1"))
-        doors = Doors([shared], asyncio.get_running_loop().time, DoorMetrics())
-        await doors.start()
-        seats = {name: doors.seat(name) for name in ordinal}
-        for name, (_, address) in engines.items():
-            seat = seats[name]
-            assert seat is not None
-            seat.admit(address, lambda error: None)
         got: dict[str, Any] = {}
-        try:
+        async with running_doors([shared]) as doors:
+            seats = {name: doors.seat(name) for name in ordinal}
+            for name, (_, address) in engines.items():
+                seat = seats[name]
+                assert seat is not None
+                seat.admit(address, lambda error: None)
+            await settled(doors)
             proves = [asyncio.create_task(call(door_address, "Prove", pb.ProveRequest(
                 submit=pb.SubmitProofRequest(request_id=f"porep-1-{i}")).SerializeToString()))
                 for i in range(4)]
@@ -207,13 +205,12 @@ def test_a_shared_door_spreads_calls_and_merges_what_every_engine_reports(
             e1.stop_admitting(None)
             await engines["e1"][0].stop(0)
             e1.gone(EngineEnd.DRAINED)
+            await settled(doors)
             got["status_after"] = await call(door_address, "GetStatus", b"")
             got["prove_after"] = await call(door_address, "Prove", pb.ProveRequest(
                 submit=pb.SubmitProofRequest(request_id="porep-1-9")).SerializeToString())
-            return got
-        finally:
-            await doors.close(0)
-            await engines["e0"][0].stop(0)
+        await engines["e0"][0].stop(0)
+        return got
 
     got = asyncio.run(main())
     assert got["spread"] == ["e0", "e0", "e1", "e1"]  # the fewest in flight, in turn
@@ -245,18 +242,18 @@ def test_a_shared_door_leaves_out_an_engine_answering_garbage_and_reports_it(
         bad = await serve(tmp_path, answer, name="bad", serializer=lambda m: b"\xff\xff")
         door_address = f"unix://{tmp_path}/door.sock"
         shared = dataclasses.replace(plan(door_address), engines=("bad", "good"))
-        doors = Doors([shared], asyncio.get_running_loop().time, DoorMetrics())
-        await doors.start()
         told: list[str] = []
-        for name, (_, address) in (("bad", bad), ("good", good)):
-            seat = doors.seat(name)
-            assert seat is not None
-            seat.admit(address, told.append)
         try:
-            replies = [await call(door_address, "GetStatus", b"") for _ in range(2)]
-            return replies, told
+            async with running_doors([shared]) as doors:
+                for name, (_, address) in (("bad", bad), ("good", good)):
+                    seat = doors.seat(name)
+                    assert seat is not None
+                    seat.admit(address, told.append)
+                await settled(doors)
+                replies = [await call(door_address, "GetStatus", b"") for _ in range(2)]
+                await settled(doors)
+                return replies, told
         finally:
-            await doors.close(0)
             for server, _ in (good, bad):
                 await server.stop(0)
 

@@ -88,6 +88,24 @@ def test_silent_status_while_running_kills_and_counts_unhealthy() -> None:
     assert actions in ([Spawn()], [ScheduleStart(1.0)])
 
 
+def test_a_document_too_large_to_take_is_reported_but_the_engine_is_not_unhealthy() -> None:
+    """A cuzk keeps failed jobs in /status for good, so its document can grow past what cuzkd
+    reads while the engine serves on: an answer, reported as the engine's last error, never a
+    kill; a usable document clears the error."""
+    m = running(machine(), now=0.0)
+    too_large = "status document larger than 16777216 bytes"
+    for at in (1.0, 6.0, 60.0):
+        assert m.poll(at, ok=False, error=too_large, answered=True) == []
+    assert m.state is State.RUNNING and m.last_error == too_large
+    m.poll(61.0, ok=True)
+    assert m.last_error is None
+    fresh = machine()
+    fresh.start_requested(0.0)
+    fresh.spawned(5, 0.0)
+    fresh.poll(1.0, ok=False, error=too_large, answered=True)  # its first answer
+    assert fresh.state is State.RUNNING
+
+
 def test_never_answering_is_killed_after_start_timeout() -> None:
     m = machine()
     m.start_requested(0.0)

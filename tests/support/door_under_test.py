@@ -45,7 +45,7 @@ class Door:
         total = 0.0
         for line in text.splitlines():
             series, _, value = line.rpartition(" ")
-            if series.startswith(name + "{") and all(f'{k}="{v}"' in series
+            if (series == name or series.startswith(name + "{")) and all(f'{k}="{v}"' in series
                                                      for k, v in labels.items()):
                 total += float(value)
         return total

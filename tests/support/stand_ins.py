@@ -102,7 +102,8 @@ class StandInEngines:
         self.failures: list[OSError] = []
         self.spawn_event = asyncio.Event()
 
-    def __call__(self, argv: Sequence[str], env: Mapping[str, str]) -> ChildProcess:
+    def __call__(self, argv: Sequence[str], env: Mapping[str, str],
+                 pass_fds: Sequence[int] = ()) -> ChildProcess:
         if self.failures:
             raise self.failures.pop(0)
         loop = asyncio.get_running_loop()

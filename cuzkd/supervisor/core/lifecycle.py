@@ -175,21 +175,24 @@ class Lifecycle:
         return [ScheduleStart(delay)]
 
     def poll(self, now: float, ok: bool, error: str | None = None, *,
-             fresh: bool = True) -> list[Action]:
+             fresh: bool = True, answered: bool = False) -> list[Action]:
         """A status poll finished (``ok``: a valid document came back; else ``error`` says
         why). The error is kept as ``last_error`` until a poll succeeds or the next spawn, and a
         kill for silence names it: an engine killed for its status never reports only "silent".
         A failed poll that is not ``fresh`` -- the supervisor was frozen for much of it (see
         :mod:`~cuzkd.supervisor.engines.runclock`): its timeout ran out while nothing read the
         reply -- says nothing about the engine and never leads to a kill; polls made after the
-        supervisor runs again do."""
+        supervisor runs again do. ``answered``: the engine answered with a document cuzkd does
+        not take whole (larger than it reads: a cuzk whose failed jobs stay listed for good
+        grows one): it is alive and serving, so not unhealthy -- the error is reported, never
+        a kill."""
         if self.state not in ALIVE:
             return []
         if not ok and not fresh:
             return []
-        if ok:
+        if ok or answered:
             self.last_ok = now
-            self.last_error = None
+            self.last_error = None if ok else error
             if self.state is State.STARTING:
                 self.healthy_since = now
                 if self.spawned_at is not None:

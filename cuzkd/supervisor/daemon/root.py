@@ -32,7 +32,6 @@ from cuzkd.config import Config, demo_config
 from cuzkd.errors import CuzkdError
 from cuzkd.gpus import GpuView
 from cuzkd.log.ratelimit import LimitedLog, RateLimiter
-from cuzkd.metrics.door_metrics import DoorMetrics
 from cuzkd.metrics.sample import ListenerAccess
 from cuzkd.supervisor.core import signals
 from cuzkd.supervisor.core.phase import SupervisorPhase
@@ -45,7 +44,7 @@ from cuzkd.supervisor.daemon.startup import startup_fields
 from cuzkd.supervisor.daemon.statedir import ControlSocketLock, StateDirLock, unusable_dir
 from cuzkd.supervisor.door.binding import DoorAddressError
 from cuzkd.supervisor.door.control import door_routes
-from cuzkd.supervisor.door.doors import Doors
+from cuzkd.supervisor.door.doors import Doors, server_limits
 from cuzkd.supervisor.door.inherited import take_passed_sockets
 from cuzkd.supervisor.engines.binaries import EngineBinaries
 from cuzkd.supervisor.engines.engineset import EngineSet
@@ -88,12 +87,11 @@ class Supervisor:
         self.children = ChildTable()
         # Built once, from the config at start: a reload keeps the store and the coordinator.
         self.binaries = EngineBinaries(config.supervisor, config.state_dir)
-        #: the front doors Curio dials (cuzk engines'), bound before the engines start and
-        #: closed after they stopped; their counts (cuzkd_door_*) for the supervisor's life
-        self.door_metrics = DoorMetrics()
-        #: a door on a socket systemd passed (cuzkd.socket) serves there instead of binding
-        self.doors = Doors(config.doors, time.monotonic, self.door_metrics,
-                           passed=take_passed_sockets(os.environ), state_dir=config.state_dir)
+        #: the front doors Curio dials (cuzk engines'): their sockets bound (or taken from
+        #: systemd: cuzkd.socket) before the engines start and closed after they stopped,
+        #: served by the door process; their counts (cuzkd_door_*) for the supervisor's life
+        self.doors = Doors(config.doors, time.monotonic, server_limits(config.door),
+                           children=self.children, passed=take_passed_sockets(os.environ))
         #: gpu_view: NVML for the GPU memory gate and cuzkd_gpu_*; loaded by run() unless
         #: given (tests)
         self.engines = EngineSet(config, self.children, binaries=self.binaries,
@@ -120,13 +118,13 @@ class Supervisor:
         self.readout = SupervisorReadout(self.engines, self.children, self.phase, self.swaps,
                                          self._limited, log_drops,
                                          self._servers.connections_closed,
-                                         self._listener_access)
+                                         self._listener_access, self.doors.refresh_figures)
         self._reloader = ConfigReloader(self.engines, self.phase, self._notifier,
                                         status_line=self.readout.status_line,
                                         on_applied=self._notify_status)
         self._control_routes = [*control_routes, swap_routes(self.swaps),
                                 self._reloader.routes(),
-                                door_routes(lambda: self.doors.doors, time.monotonic)]
+                                door_routes(self.doors)]
 
     @property
     def config(self) -> Config:
@@ -220,7 +218,7 @@ class Supervisor:
                               self._control_routes),
             self.config.control_socket,
             build_metrics_app(self.readout, self._servers.outbox, self.access,
-                              [self.door_metrics]),
+                              [self.doors]),
             self.config.metrics.listen, lambda: connection_limit(len(self.engines)),
             self.access.tls, self._metrics_listening)
 

@@ -7,11 +7,12 @@ unlinked and bound again) would split Curio's calls between the two, and those r
 old cuzk would bypass every guarantee of the door: the start is refused, naming the address.
 A socket file nobody answers on is a leftover of an earlier run and is removed.
 
-grpc binds a Unix socket where it is told and gives no way to set its mode first, so the door
-binds it inside a fresh 0700 directory beside the final path, sets mode and group there, and
-renames it into place: from the first moment Curio can reach the socket it has its final
-permissions (no process-wide umask is touched: grpc's threads and the reaper create files
-too).
+A Unix socket's mode cannot be given at bind, so the supervisor binds it inside a fresh 0700
+directory beside the final path, sets mode and group there, and renames it into place: from the
+first moment Curio can reach the socket it has its final permissions (no process-wide umask is
+touched: other threads and the reaper create files too). The supervisor binds each door's
+socket and hands it to the door process, so it stays bound and listening while a door process
+is replaced.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import contextlib
 import grp
 import os
 import shutil
+import socket
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,39 +121,38 @@ def group_id(group: str) -> int | None:
 
 
 class UnixBind:
-    """A Unix socket bound by grpc in a private directory, then given its mode and group and
-    renamed to its final path (see the module's docstring)."""
+    """A Unix socket bound in a private directory, given its mode and group there and renamed
+    to its final path (see the module's docstring)."""
 
     def __init__(self, where: UnixAddress, mode: int, group: str) -> None:
         self.final = where.path
         self._mode, self._gid = mode, group_id(group)
+        self._inode: int | None = None
+
+    def listen(self) -> socket.socket:
+        """The listening socket at the final path, with its mode and group from the first
+        moment Curio can reach it; DoorAddressError naming the address when that fails."""
         try:
-            self._dir = Path(tempfile.mkdtemp(prefix=".door-", dir=self.final.parent))
+            staging = Path(tempfile.mkdtemp(prefix=".door-", dir=self.final.parent))
         except OSError as exc:  # no such directory, not ours to write: the unit's to make
             raise DoorAddressError(f"front door unix://{self.final}: cannot create its "
                                    f"socket in {self.final.parent}: {exc.strerror}") from None
-        self.staged = self._dir / "s"
-        self._inode: int | None = None
-
-    @property
-    def target(self) -> str:
-        """Where grpc binds it first."""
-        return f"unix:{self.staged}"
-
-    def publish(self) -> None:
-        """Mode, group, then the rename that lets Curio reach it; the private directory
-        goes."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            self.staged.chmod(self._mode)
+            staged = staging / "s"
+            sock.bind(os.fspath(staged))
+            staged.chmod(self._mode)
             if self._gid is not None:
-                os.chown(self.staged, -1, self._gid)
-            self.staged.rename(self.final)
+                os.chown(staged, -1, self._gid)
+            staged.rename(self.final)
             self._inode = self.final.lstat().st_ino
+            sock.listen(socket.SOMAXCONN)
+        except OSError as exc:
+            sock.close()
+            raise DoorAddressError(f"front door unix://{self.final}: {exc}") from None
         finally:
-            self.discard()
-
-    def discard(self) -> None:
-        shutil.rmtree(self._dir, ignore_errors=True)
+            shutil.rmtree(staging, ignore_errors=True)
+        return sock
 
     def remove(self) -> None:
         """Unlink the socket at close, if the file there is still the one published (a
@@ -159,3 +160,15 @@ class UnixBind:
         with contextlib.suppress(OSError):
             if self._inode is not None and self.final.lstat().st_ino == self._inode:
                 self.final.unlink()
+
+
+def listen_tcp(where: TcpAddress) -> socket.socket:
+    """A listening TCP socket at ``where``, without ``SO_REUSEPORT`` (a second process bound
+    to the port beside the door must fail, not share Curio's calls); DoorAddressError naming
+    the address when the bind fails."""
+    family = socket.AF_INET6 if ":" in where.host else socket.AF_INET
+    try:
+        return socket.create_server((where.host, where.port), family=family,
+                                    backlog=socket.SOMAXCONN, reuse_port=False)
+    except OSError as exc:
+        raise DoorAddressError(f"front door {where.target}: cannot bind: {exc}") from None

@@ -1,55 +1,64 @@
-"""The doors on the supervisor's control socket: ``GET /v1/doors`` (each door, its engines,
-its held calls and the request ids it has quarantined) and ``POST /v1/doors/release``
-(``{"request_id": "..."}``: end a quarantine, as ``cuzkd door release ID`` does).
+"""The doors on the supervisor's control socket: ``GET /v1/doors`` (the door process -- pid,
+memory, restarts, exits, bounds hit -- and each door, its engines, its held calls and the
+request ids it has quarantined) and ``POST /v1/doors/release`` (``{"request_id": "..."}``: end
+a quarantine, as ``cuzkd door release ID`` does).
 
 A quarantined id is a request that crashed an engine twice, the second time with no other
 suspect beside it (docs/door.md): the door refuses it ``FAILED_PRECONDITION`` until its
 ``[door] quarantine`` ends. An operator who has fixed the engine, or believes the crashes were
 chance, releases it here. Request ids are the caller's text (brackets and spaces in
-WindowPoSt ids), so the id travels in a JSON body, never in the path.
+WindowPoSt ids), so the id travels in a JSON body, never in the path. The doors' state is the
+door process's: while none serves (it is being started again) the answer is 503.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
 from aiohttp import web
 
 from cuzkd.httperrors import error_response, read_body
-from cuzkd.supervisor.door.relay import Door
+from cuzkd.supervisor.door.channel import ChannelClosed
+from cuzkd.supervisor.door.doors import Doors
 
 
 class ReleaseRequest(msgspec.Struct, forbid_unknown_fields=True):
     request_id: str
 
 
-def door_routes(doors: Callable[[], Sequence[Door]],
-                clock: Callable[[], float]) -> Callable[[web.Application], None]:
-    """The routes' hook: ``doors`` gives the supervisor's doors, ``clock`` the doors' clock
-    (quarantines end on it; the answer gives wall times)."""
+def door_routes(doors: Doors) -> Callable[[web.Application], None]:
+    """The routes' hook."""
 
-    def described(door: Door) -> dict[str, Any]:
-        now, wall = clock(), time.time()
-        return {"name": door.plan.name, "address": door.plan.address,
-                "engines": list(door.plan.engines), "held_calls": door.held_calls,
-                "quarantined": [{"request_id": q.job, "engine": q.engine,
-                                 "since": wall - (now - q.since),
-                                 "until": wall + (q.until - now)}
-                                for q in door.quarantined()]}
+    def described(door: dict[str, Any]) -> dict[str, Any]:
+        wall = time.time()
+        return {**door, "quarantined": [
+            {"request_id": q["request_id"], "engine": q["engine"],
+             "since": wall - q["since_seconds_ago"], "until": wall + q["seconds_left"]}
+            for q in door["quarantined"]]}
 
     async def listing(request: web.Request) -> web.Response:
         del request
-        return web.json_response({"doors": [described(door) for door in doors()]})
+        if not doors.planned:
+            return web.json_response({"process": None, "doors": []})
+        try:
+            answer = await doors.ask("doors")
+        except ChannelClosed as exc:
+            return error_response(503, f"the door process cannot answer: {exc}")
+        return web.json_response({"process": doors.process_info(),
+                                  "doors": [described(door) for door in answer]})
 
     async def release(request: web.Request) -> web.Response:
         try:
             asked = msgspec.json.decode(await read_body(request), type=ReleaseRequest)
         except msgspec.DecodeError as exc:
             return error_response(400, f"expected {{\"request_id\": \"...\"}}: {exc}")
-        released = [door.plan.name for door in doors() if door.release(asked.request_id)]
+        try:
+            released = await doors.ask("release", asked.request_id)
+        except ChannelClosed as exc:
+            return error_response(503, f"the door process cannot answer: {exc}")
         if not released:
             return error_response(404, f"request_id {asked.request_id[:120]!r} is not "
                                        "quarantined by any door")

@@ -1,93 +1,187 @@
-"""Every front door of the supervisor: bound before the engines start, closed after they stop.
+"""Every front door of the supervisor: its listening socket held here, its calls served by the
+door process (:mod:`.process`), which this keeps running.
 
-One grpc.aio server per :class:`~cuzkd.config.doors.DoorPlan`, on the daemon's event loop,
-with one generic handler (:class:`~.relay.DoorHandler`) and cuzk's 128 MiB message limit each
-way. ``SO_REUSEPORT`` is off: a second process binding the same TCP port beside the door must
-fail, not share Curio's calls. The doors are built once, from the config the supervisor starts
-with (a reload changes engines, never the doors).
+The supervisor binds each door's socket (or takes the one systemd passed) before the engines
+start and holds it until it exits, so a connection made while the door process is replaced
+waits in the kernel's backlog: none is refused. The door process gets the sockets and one end
+of a private socketpair (:mod:`.channel`) as inherited descriptors, at a spawn on the main
+thread like an engine's (the exec shim, ``PR_SET_PDEATHSIG``: it dies with the supervisor). It
+is started before the engines and again at once when it dies (after a backoff if it keeps
+dying), its exits counted and explained; a killed door process costs only the calls on its
+connections. The supervisor relays no call's bytes and holds no caller's connection: what
+crosses is each engine's state one way (:class:`~.remote.RemoteSeat`, the runners' seats) and
+calls in flight, figures and answers the other.
 
-Under systemd's socket activation (``cuzkd.socket``) a door whose address a passed socket
-listens on serves there (:mod:`.forward`) instead of binding: no address check (systemd's
-socket answers by design) and no socket file removed at close (systemd's).
-
-A door serves until its process exits: through cuzkd's shutdown it accepts and answers every
-connection (grpc gives up on a connection without the server's SETTINGS after 20 s, so one
-left in the kernel's backlog through a whole drain fails), sends deadline calls to the draining
-engines and holds the rest; at the end it refuses what it still has, naming the restart, and
-only then stops accepting, so the next connections wait in the kernel for the next cuzkd (a
-passed socket stays open) for no longer than cuzkd's start.
+Its figures are the door process's, kept here across its restarts (no counter goes down), with
+the door process's own: ``cuzkd_door_process_up``, ``..._restarts_total``,
+``..._exits_total{cause}``, ``..._resident_memory_bytes``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import asyncio
+import contextlib
+import itertools
+import os
+import signal
+import socket
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
-import grpc
 import structlog
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
 
 from cuzkd.config.doors import DoorPlan
+from cuzkd.config.schema import DoorConfig
+from cuzkd.log.engineline import own_line
 from cuzkd.log.ratelimit import LimitedLog
-from cuzkd.metrics.door_metrics import DoorMetrics
+from cuzkd.metrics.door_metrics import DoorFigures, DoorMetrics
+from cuzkd.supervisor.core.backoff import Backoff
 from cuzkd.supervisor.core.listenfds import match
-from cuzkd.supervisor.door.binding import DoorAddressError, UnixAddress, UnixBind, claim
-from cuzkd.supervisor.door.forward import PrivateSocket, SocketForward
+from cuzkd.supervisor.door.binding import (
+    UnixAddress,
+    UnixBind,
+    claim,
+    listen_tcp,
+)
+from cuzkd.supervisor.door.channel import (
+    VERSION,
+    Answer,
+    Ask,
+    Broken,
+    ChannelClosed,
+    Close,
+    DoorSetup,
+    EngineState,
+    Figures,
+    Hello,
+    Ready,
+    ServerLimits,
+    Setup,
+    ToDoor,
+    frame,
+    read_from_door,
+)
 from cuzkd.supervisor.door.inherited import Inherited
-from cuzkd.supervisor.door.relay import Door, DoorHandler
+from cuzkd.supervisor.door.remote import RemoteSeat
 from cuzkd.supervisor.engines.seat import DoorSeat
+from cuzkd.supervisor.proc.children import SPAWN_ERRORS, ChildProcess, ChildTable
+from cuzkd.supervisor.proc.output import OutputLog, log_lines
+from cuzkd.supervisor.proc.spawn import exit_cause
 from cuzkd.supervisor.tasks import TaskSet
 
 log = structlog.get_logger("cuzkd.supervisor")
 
-#: The grace of the stop that only sends a door's GOAWAY when it closes: longer than any
-#: shutdown, so that the close's own (shorter) grace is the one that counts.
-GOAWAY_GRACE = 24 * 3600.0
 #: The least time the refusals of a closing door get to reach their callers, however little is
 #: left of shutdown_grace: each is one small HTTP/2 frame, and without it the caller would see
 #: its call cancelled rather than why.
 REFUSALS_GRACE = 1.0
+#: How long an answer of the door process (the control API's questions) may take.
+ASK_TIMEOUT = 5.0
+#: Longest the start waits for the first door process to serve (it imports in about 0.3 s);
+#: past it cuzkd starts anyway and the door serves once its process does.
+READY_WAIT = 10.0
+#: Longest a scrape waits for the door process's counts (a door process that is busy with a
+#: flood answers late; the scrape then shows counts up to a second old).
+FIGURES_WAIT = 0.5
+#: A door process that ran this long before it ended is started again at once; one that dies
+#: sooner, after a backoff (a door process that cannot start must not be spawned flat out).
+STEADY_AFTER = 10.0
+#: The door process's command: this Python, this cuzkd.
+DOOR_MODULE = "cuzkd.supervisor.door.process"
+#: How long a new connection may take to send the HTTP/2 preface (grpc clients send it at
+#: once; a silent connection must not hold a slot).
+PREFACE_TIMEOUT = 10.0
+
+
+def server_limits(door: DoorConfig) -> ServerLimits:
+    """The door process's bounds, from ``[door]``."""
+    return ServerLimits(
+        max_connections=door.max_connections, max_streams=door.max_streams,
+        max_header_list_bytes=int(door.max_metadata), request_bytes=int(door.request_memory),
+        connection_request_bytes=int(door.connection_request_memory),
+        reply_bytes=int(door.reply_memory), preface_timeout=PREFACE_TIMEOUT,
+        idle_timeout=float(door.idle_timeout), memory_max=int(door.memory_max))
 
 
 class Doors:
+    """The doors' sockets, the door process and the engines' seats behind it."""
+
     def __init__(self, plans: Sequence[DoorPlan], clock: Callable[[], float],
-                 metrics: DoorMetrics, *, passed: Sequence[Inherited] = (),
-                 state_dir: Path | None = None) -> None:
-        """``metrics``: where every door's figures go (cuzkd_door_*); ``passed``: the
-        sockets systemd passed (taken by :func:`.inherited.take_passed_sockets`), served on
-        by the doors that listen there, their private sockets under ``state_dir``."""
-        self._doors = [Door(plan, clock, metrics) for plan in plans]
-        self._metrics = metrics
-        self._servers: list[grpc.aio.Server] = []
-        self._sockets: list[UnixBind] = []
+                 limits: ServerLimits, *, children: ChildTable,
+                 passed: Sequence[Inherited] = ()) -> None:
+        """``limits``: the door process's bounds; ``children``: the table it is spawned
+        through; ``passed``: the sockets systemd passed (:func:`.inherited.take_passed_sockets`),
+        each the socket of the door that listens there."""
+        self._plans = tuple(plans)
+        self._clock = clock
+        self._limits = limits
+        self._children = children
         self._matching = match([p.passed for p in passed], [plan.address for plan in plans])
         self._passed = {p.passed: p.sock for p in passed}
-        self._state_dir = state_dir
-        self._forwards: list[SocketForward] = []
-        self._private: list[PrivateSocket] = []
+        self._sockets: dict[str, socket.socket] = {}
+        self._unix: list[UnixBind] = []
+        self.seats = {engine: RemoteSeat(engine, self._send, clock)
+                      for plan in plans for engine in plan.engines}
+        #: the counts of every door process that ended, and the one serving now
+        self._base = DoorMetrics()
+        for plan in plans:
+            self._base.opened(plan.name, plan.engines)
+        self._current: dict[str, DoorFigures] = {}
+        self._process: ChildProcess | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._ready = False
+        #: set at the first Ready: the start waits for it (at most READY_WAIT)
+        self._first_ready = asyncio.Event()
+        self._closing = False
+        self._started_at = 0.0
+        self.restarts = 0
+        self.exits: Counter[str] = Counter()
+        self._backoff = Backoff(0.1, 10.0, 2.0, STEADY_AFTER)
+        self._tasks = TaskSet()
+        self._asks: dict[int, asyncio.Future[Any]] = {}
+        self._ask_ids = itertools.count(1)
+        self._exited = asyncio.Event()
         self._limited = LimitedLog()
 
     @property
-    def doors(self) -> list[Door]:
-        return list(self._doors)
+    def planned(self) -> bool:
+        """Whether the config has any door (none: no door process either)."""
+        return bool(self._plans)
 
     def seat(self, engine: str) -> DoorSeat | None:
         """``engine``'s seat behind its door (None: no door in front of it)."""
-        for door in self._doors:
-            if engine in door.seats:
-                return door.seats[engine]
-        return None
+        return self.seats.get(engine)
+
+    # -- start and close -------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Bind and start every door; DoorAddressError naming the address when one cannot
-        (something answers there already, the bind fails)."""
+        """Take or bind every door's socket, then start the door process and wait for it to
+        serve; DoorAddressError naming the address when a door cannot listen."""
+        if not self._plans:
+            return
         self._close_unused()
-        if self._matching.by_door and self._state_dir is not None:
-            PrivateSocket.remove_stale(self._state_dir)
-        for door in self._doors:
-            if door.plan.address in self._matching.by_door:
-                self._servers.append(await self._serve_passed(door))
-            else:
-                self._servers.append(await self._serve(door))
+        for plan in self._plans:
+            sock = self._sockets[plan.address] = await self._listen(plan)
+            log.info("door_listening", door=plan.name, address=plan.address,
+                     engines=list(plan.engines), **self._where(plan, sock))
+        self._spawn()
+        with contextlib.suppress(TimeoutError):  # calls wait in the backlog until it serves
+            await asyncio.wait_for(self._first_ready.wait(), READY_WAIT)
+
+    def _where(self, plan: DoorPlan, sock: socket.socket) -> dict[str, Any]:
+        """What ``door_listening`` says of the socket: the descriptor systemd passed, or the
+        port a TCP door bound."""
+        if (passed := self._matching.by_door.get(plan.address)) is not None:
+            return {"passed_fd": passed.fd, "fd_name": passed.name}
+        if sock.family != socket.AF_UNIX:
+            return {"port": sock.getsockname()[1]}
+        return {}
 
     def _close_unused(self) -> None:
         for passed in self._matching.unused:
@@ -101,93 +195,232 @@ class Doors:
                         detail="systemd passed sockets but none listens there: the door "
                                "binds its own, which a restart of cuzkd closes")
 
-    def _server(self, door: Door) -> grpc.aio.Server:
-        plan = door.plan
-        server = grpc.aio.server(options=[
-            ("grpc.max_receive_message_length", plan.max_message_bytes),
-            ("grpc.max_send_message_length", plan.max_message_bytes),
-            ("grpc.so_reuseport", 0)])
-        server.add_generic_rpc_handlers((DoorHandler(door),))
-        return server
-
-    async def _serve_passed(self, door: Door) -> grpc.aio.Server:
-        """The door on the socket systemd passed for its address (see :mod:`.forward`)."""
-        plan = door.plan
-        passed = self._matching.by_door[plan.address]
-        if self._state_dir is None:
-            raise DoorAddressError(f"front door {plan.address}: no state dir for the "
-                                   "private socket of a passed socket")
-        private = PrivateSocket(self._state_dir)
-        self._private.append(private)
-        server = self._server(door)
-        try:
-            server.add_insecure_port(private.target)
-        except RuntimeError as exc:
-            raise DoorAddressError(f"front door {plan.address}: cannot bind its private "
-                                   f"socket {private.path}: {exc}") from None
-        await server.start()
-        forward = SocketForward(plan.name, self._passed[passed], private.path, self._limited)
-        forward.start()
-        self._forwards.append(forward)
-        self._metrics.opened(plan.name, plan.engines)
-        log.info("door_listening", door=plan.name, address=plan.address,
-                 engines=list(plan.engines), passed_fd=passed.fd, fd_name=passed.name)
-        return server
-
-    async def _serve(self, door: Door) -> grpc.aio.Server:
-        plan = door.plan
+    async def _listen(self, plan: DoorPlan) -> socket.socket:
+        if (passed := self._matching.by_door.get(plan.address)) is not None:
+            return self._passed[passed]
         where = await claim(plan.address)
-        server = self._server(door)
-        unix: UnixBind | None = None
-        if isinstance(where, UnixAddress):
-            unix = UnixBind(where, plan.socket_mode, plan.socket_group)
-            target = unix.target
-        else:
-            target = where.target
+        if not isinstance(where, UnixAddress):
             if where.wildcard:
                 log.warning("door_exposed", door=plan.name, address=plan.address,
                             detail="a door on every interface takes an unauthenticated Prove "
                                    "from any host that reaches this one: bind it to loopback "
                                    "or a private address, or use a unix:// door")
-        try:
-            bound = server.add_insecure_port(target)
-        except RuntimeError as exc:
-            if unix is not None:
-                unix.discard()
-            raise DoorAddressError(f"front door {plan.address}: cannot bind: {exc}") from None
-        if unix is not None:
-            try:
-                unix.publish()
-            except OSError as exc:
-                raise DoorAddressError(f"front door {plan.address}: {exc}") from None
-            self._sockets.append(unix)
-        await server.start()
-        self._metrics.opened(plan.name, plan.engines)
-        log.info("door_listening", door=plan.name, address=plan.address,
-                 engines=list(plan.engines), **({} if unix is not None else {"port": bound}))
-        return server
+            return listen_tcp(where)
+        unix = UnixBind(where, plan.socket_mode, plan.socket_group)
+        sock = unix.listen()
+        self._unix.append(unix)
+        return sock
 
     async def close(self, grace: float) -> None:
-        """Stop serving (the engines have stopped by now): a passed socket accepts nothing
-        more (its next connections wait for the next cuzkd); every call still held or on an
-        engine, and every call that comes now, is refused naming the restart, and gets
-        ``grace`` seconds (at least :data:`REFUSALS_GRACE`) to leave; then the servers stop
-        and the sockets go."""
-        for forward in self._forwards:
-            forward.stop_accepting()
-        goaway = TaskSet()
-        for server in self._servers:  # GOAWAY first: callers open their next call elsewhere
-            goaway.start(server.stop(GOAWAY_GRACE))
-        for door in self._doors:
-            await door.closing(max(grace, REFUSALS_GRACE))
-        for server in self._servers:
-            await server.stop(grace)
-        await goaway.wait()
-        for forward in self._forwards:
-            await forward.close()
-        for door in self._doors:
-            await door.close()
-        for unix in self._sockets:
+        """cuzkd exits (the engines have stopped): the door process refuses what it still has
+        (at least :data:`REFUSALS_GRACE` for that), ends, and the sockets go."""
+        self._closing = True
+        if self._process is not None:
+            self._send(Close(max(grace, REFUSALS_GRACE)))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._exited.wait(), max(grace, REFUSALS_GRACE) + 2.0)
+            if self._process is not None:
+                self._process.signal_group(signal.SIGKILL)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._exited.wait(), 5.0)
+        await self._tasks.cancel_all()
+        for sock in self._sockets.values():
+            sock.close()
+        for unix in self._unix:
             unix.remove()
-        for private in self._private:
-            private.remove()
+
+    # -- the door process ------------------------------------------------------------------
+
+    def _spawn(self) -> None:
+        """Start the door process with the doors' sockets and a fresh channel."""
+        if self._closing:
+            return
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        fds = [theirs.fileno(), *(s.fileno() for s in self._sockets.values())]
+        setup = Setup([self._setup_of(plan) for plan in self._plans], self._limits)
+        try:
+            proc = self._children.spawn([sys.executable, "-m", DOOR_MODULE, str(fds[0])],
+                                        dict(os.environ), self._on_exit, pass_fds=fds)
+        except SPAWN_ERRORS as exc:
+            ours.close()
+            self._limited.log(log, "error", "door_process_spawn_failed", key=type(exc).__name__,
+                              error=str(exc))
+            self._restart_later()
+            return
+        finally:
+            theirs.close()
+        self._process, self._started_at = proc, self._clock()
+        self._exited = asyncio.Event()
+        log.info("door_process_spawned", pid=proc.pid)
+        notes = OutputLog(lines=structlog.get_logger("cuzkd.door"), notes=log, record=own_line)
+        self._tasks.start(log_lines(proc.stderr, notes, "stderr", proc.pid))
+        self._tasks.start(log_lines(proc.stdout, notes, "stdout", proc.pid))
+        self._tasks.start(self._talk(ours, setup))
+
+    def _setup_of(self, plan: DoorPlan) -> DoorSetup:
+        """The plan as plain numbers: the configuration's sizes and durations are int and float
+        subclasses the channel's encoder does not take."""
+        return DoorSetup(
+            address=plan.address, engines=plan.engines, fd=self._sockets[plan.address].fileno(),
+            hold_timeout=float(plan.hold_timeout), hold_max_calls=int(plan.hold_max_calls),
+            hold_max_bytes=int(plan.hold_max_bytes), retry_max_bytes=int(plan.retry_max_bytes),
+            deadlines={k: float(v) for k, v in plan.deadlines.items()},
+            allowances={k: float(v) for k, v in plan.allowances.items()},
+            quarantine=float(plan.quarantine), one_post=tuple(sorted(plan.one_post)),
+            max_message_bytes=int(plan.max_message_bytes))
+
+    async def _talk(self, sock: socket.socket, setup: Setup) -> None:
+        """The channel to one door process: hello, setup, the engines' state, then what it
+        tells, until it ends."""
+        reader, writer = await asyncio.open_unix_connection(sock=sock)
+        try:
+            writer.write(frame(Hello(VERSION, os.getpid())))
+            hello = await read_from_door(reader)
+            if not isinstance(hello, Hello) or hello.version != VERSION:
+                raise ChannelClosed(f"the door process speaks {hello!r}, not version {VERSION}")
+            writer.write(frame(setup))
+            for seat in self.seats.values():
+                for message in seat.replay():
+                    writer.write(frame(message))
+            self._writer = writer
+            while True:
+                self._heard(await read_from_door(reader))
+        except ChannelClosed as exc:
+            if not self._closing:
+                self._limited.log(log, "warning", "door_channel_closed", key="closed",
+                                  error=str(exc))
+                if self._process is not None:  # a door process that broke the protocol
+                    self._process.signal_group(signal.SIGKILL)
+        finally:
+            self._writer = None
+            writer.close()
+
+    def _heard(self, message: object) -> None:
+        match message:
+            case EngineState(engine=engine):
+                if (seat := self.seats.get(engine)) is not None:
+                    seat.told(message)
+            case Broken(engine=engine):
+                if (seat := self.seats.get(engine)) is not None:
+                    seat.broke(message)
+            case Figures(doors=doors):
+                self._current = doors
+            case Answer(id=ask_id, body=body):
+                if (future := self._asks.pop(ask_id, None)) is not None and not future.done():
+                    future.set_result(body)
+            case Ready():
+                self._ready = True
+                self._first_ready.set()
+                log.info("door_process_ready", pid=self._process.pid if self._process else None)
+            case _:
+                raise ChannelClosed(f"unexpected {type(message).__name__}")
+
+    def _send(self, message: ToDoor) -> None:
+        """To the door process; dropped while none serves (a new one is told the state)."""
+        if self._writer is not None and not self._writer.is_closing():
+            self._writer.write(frame(message))
+
+    def _on_exit(self, wait_status: int) -> None:
+        proc = self._process
+        cause, _ = exit_cause(wait_status)
+        self._process, self._ready, self._writer = None, False, None
+        self._exited.set()
+        self.exits[cause] += 1
+        self._base.absorb(self._current, gauges=False)
+        self._current = {}
+        for seat in self.seats.values():
+            seat.door_lost()
+        for future in self._asks.values():
+            if not future.done():
+                future.set_exception(ChannelClosed("the door process ended"))
+        self._asks.clear()
+        if self._closing:
+            log.info("door_process_exited", pid=proc.pid if proc else None, cause=cause)
+            return
+        log.warning("door_process_exited", pid=proc.pid if proc else None, cause=cause,
+                    detail="the calls on its connections failed; a new one takes the "
+                           "sockets at once")
+        self.restarts += 1
+        self._restart_later()
+
+    def _restart_later(self) -> None:
+        ran = self._clock() - self._started_at
+        delay = self._backoff.next_delay(ran)
+        asyncio.get_running_loop().call_later(delay, self._spawn)
+
+    # -- what the control API and the scrape read ------------------------------------------
+
+    async def ask(self, what: str, request_id: str = "") -> Any:
+        """A question for the door process (``doors``, ``release``); ChannelClosed when none
+        answers."""
+        if self._writer is None:
+            raise ChannelClosed("no door process serves now (it is being started again)")
+        ask_id = next(self._ask_ids)
+        future = self._asks[ask_id] = asyncio.get_running_loop().create_future()
+        self._send(Ask(ask_id, what, request_id))
+        try:
+            return await asyncio.wait_for(future, ASK_TIMEOUT)
+        except TimeoutError:
+            raise ChannelClosed(f"the door process did not answer within {ASK_TIMEOUT:g} s")\
+                from None
+        finally:
+            self._asks.pop(ask_id, None)
+
+    async def refresh_figures(self) -> None:
+        """The door process's counts as they are now (it sends them every
+        :data:`~cuzkd.supervisor.door.process.FIGURES_EVERY` too): a scrape waits for them at
+        most :data:`FIGURES_WAIT`, then renders the last ones it has."""
+        if self._writer is None:
+            return
+        with contextlib.suppress(ChannelClosed, TimeoutError):
+            await asyncio.wait_for(self.ask("figures"), FIGURES_WAIT)
+
+    def process_info(self) -> dict[str, Any]:
+        """The door process for ``cuzkd status``: pid, memory, restarts, exits, bounds hit."""
+        proc = self._process
+        bounds: Counter[str] = Counter()
+        for figures in (self._base.snapshot(), self._current):
+            for door in figures.values():
+                bounds.update(door.bounds)
+        return {"pid": proc.pid if proc is not None else None, "ready": self._ready,
+                "started_at": (time.time() - (self._clock() - self._started_at)
+                               if proc is not None else None),
+                "resident_memory_bytes": _rss(proc.pid) if proc is not None else None,
+                "restarts": self.restarts, "exits": dict(self.exits),
+                "bounds_hit": {k: v for k, v in sorted(bounds.items()) if v}}
+
+    def collect(self) -> Iterator[Metric]:
+        """The doors' families (every door process's counts), and the door process's own."""
+        if not self._plans:
+            return
+        merged = DoorMetrics()
+        merged.absorb(self._base.snapshot(), gauges=False)
+        merged.absorb(self._current, gauges=True)
+        yield from merged.collect()
+        up = GaugeMetricFamily("cuzkd_door_process_up",
+                               "1 while the door process serves every door, else 0.")
+        up.add_metric([], 1.0 if self._ready else 0.0)
+        restarts = CounterMetricFamily(
+            "cuzkd_door_process_restarts",
+            "Times the door process was started again after it ended (its calls failed).")
+        restarts.add_metric([], self.restarts)
+        exits = CounterMetricFamily("cuzkd_door_process_exits",
+                                    "Door process exits, by cause (exit_N, signal_NAME).",
+                                    labels=["cause"])
+        for cause, n in sorted(self.exits.items()):
+            exits.add_metric([cause], n)
+        yield from (up, restarts, exits)
+        if self._process is not None and (rss := _rss(self._process.pid)) is not None:
+            memory = GaugeMetricFamily("cuzkd_door_process_resident_memory_bytes",
+                                       "The door process's resident memory.")
+            memory.add_metric([], rss)
+            yield memory
+
+
+def _rss(pid: int) -> int | None:
+    """The resident memory of ``pid`` (None when it is gone)."""
+    try:
+        pages = Path(f"/proc/{pid}/statm").read_text().split()[1]
+    except (OSError, IndexError):
+        return None
+    return int(pages) * os.sysconf("SC_PAGE_SIZE")

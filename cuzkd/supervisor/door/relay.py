@@ -26,7 +26,6 @@ import contextlib
 import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import NoReturn
 
 import grpc
 import structlog
@@ -63,18 +62,22 @@ from cuzkd.supervisor.door.requests import (
     REQUESTS,
     SERVICE,
     BadRequest,
+    RequestIdTooLong,
     broken_reply,
     method_name,
     read_call,
     submitted_job,
 )
 from cuzkd.supervisor.door.seat import BROKEN, LOST, EngineSeat
+from cuzkd.supervisor.door.server import CallContext, GrpcError
 
 log = structlog.get_logger("cuzkd.supervisor")
 
 #: How long ``GetStatus``/``GetMetrics`` wait for an engine before the last good reply is
-#: given instead (cuzk's GetStatus runs nvidia-smi: tens of milliseconds).
-READING_TIMEOUT = 5.0
+#: given instead (cuzk's GetStatus runs nvidia-smi: tens of milliseconds; Curio gives its own
+#: GetStatus 5 s): a shared door answers by then from the engines that answered and the last
+#: good reply of the others, never at the slowest engine's pace.
+READING_TIMEOUT = 2.0
 
 #: Where a call goes: an engine's process, by its generation when the book decided.
 Target = tuple[str, int]
@@ -110,10 +113,13 @@ class Door:
     :class:`~.doors.Doors`')."""
 
     def __init__(self, plan: DoorPlan, clock: Callable[[], float],
-                 metrics: DoorMetrics) -> None:
+                 metrics: DoorMetrics, on_change: Callable[[], None] = lambda: None) -> None:
+        """``on_change``: told after each decision (what an engine has in flight may have
+        changed)."""
         self.plan = plan
         self._clock = clock
         self._metrics = metrics
+        self._on_change = on_change
         self._book = DoorBook(hold_timeout=plan.hold_timeout,
                               hold_max_calls=plan.hold_max_calls,
                               hold_max_bytes=plan.hold_max_bytes,
@@ -160,6 +166,8 @@ class Door:
         return self._book.in_flight(engine)
 
     def wants_reading(self, engine: str) -> bool:
+        """Whether the book waits on a reading of ``engine`` (its fresh process's first
+        partitioned job keeps PoSts away until one shows partition 0 past cuzk's GPU queue)."""
         return self._book.wants_reading(engine)
 
     def read(self, engine: str, reading: EngineReading) -> None:
@@ -235,6 +243,7 @@ class Door:
         self._metrics.held(self.plan.name, self._book.held_calls)
         self._metrics.quarantined(self.plan.name, len(self._book.quarantined(now)))
         self._arm_timer()
+        self._on_change()
 
     def _count(self, decision: Decision, caller: _Caller | None) -> None:
         """The door's own figures of a decision: hold times by kind, PoSts serialized,
@@ -288,17 +297,19 @@ class Door:
     # -- the calls -------------------------------------------------------------------------
 
     async def relay(self, path: str, request: bytes,
-                    context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+                    context: CallContext) -> bytes:
         """One call from Curio: its reply's bytes, or an abort with a gRPC status."""
         method = method_name(path)
         if method is None:
-            await _abort(context, grpc.StatusCode.UNIMPLEMENTED,
+            raise GrpcError(grpc.StatusCode.UNIMPLEMENTED,
                          f"unknown method {path[:200]}: cuzkd's door serves {SERVICE} "
                          f"({', '.join(REQUESTS)})")
         try:
             call = read_call(next(self._ids), method, request, context.time_remaining())
         except BadRequest as exc:
-            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"{method}: {exc}")
+            if isinstance(exc, RequestIdTooLong):
+                self._metrics.bound_hit(self.plan.name, "request_id")
+            raise GrpcError(grpc.StatusCode.INVALID_ARGUMENT, f"{method}: {exc}") from None
         caller = self._callers[call.id] = _Caller(call, self._clock())
         self._quiet.clear()
         ended = False
@@ -310,7 +321,7 @@ class Door:
                 if isinstance(placement, Refuse):
                     ended = True
                     self._proved(call, request, None, placement.code)
-                    await _abort(context, grpc.StatusCode[placement.code],
+                    raise GrpcError(grpc.StatusCode[placement.code],
                                  f"{method}: {placement.message}")
                 if isinstance(placement, FromCache):
                     ended = True
@@ -370,7 +381,7 @@ class Door:
             self._metrics.answered_late(self.plan.name, call.kind)
 
     async def _send(self, call: Call, path: str, request: bytes, placement: Target,
-                    context: grpc.aio.ServicerContext[bytes, bytes]) -> object:
+                    context: CallContext) -> object:
         engine, generation = placement
         timeout = context.time_remaining()
         if call.method in FROM_CACHE:
@@ -378,7 +389,7 @@ class Door:
         return await self.seats[engine].send(path, request, generation, timeout)
 
     async def _answer(self, caller: _Caller, request: bytes, engine: str, outcome: object,
-                      context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+                      context: CallContext) -> bytes:
         """Report how the engine answered, then pass its answer on: the reply's bytes, its
         gRPC error, or (GetStatus/GetMetrics) the last good reply instead of an error."""
         call = caller.call
@@ -394,20 +405,20 @@ class Door:
         self._answered(caller, request, None, outcome.code().name)
         if call.method in FROM_CACHE and (last := self._reading(call.method)) is not None:
             return last
-        await _abort(context, outcome.code(), outcome.details() or "")
+        raise GrpcError(outcome.code(), outcome.details() or "")
 
     async def _echo(self, caller: _Caller, request: bytes, answer: Answer,
-                    context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+                    context: CallContext) -> bytes:
         """Answer a call that joined another with that one's answer (the same request: the
         same proof)."""
         if isinstance(answer, bytes):
             self._answered(caller, request, answer, grpc.StatusCode.OK.name)
             return answer
         self._answered(caller, request, None, answer.code().name)
-        await _abort(context, answer.code(), answer.details() or "")
+        raise GrpcError(answer.code(), answer.details() or "")
 
     async def _to_every(self, call: Call, path: str, request: bytes, targets: list[Target],
-                        context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+                        context: CallContext) -> bytes:
         """A shared door's status read or preload: sent to each engine at once, answered
         with the good replies merged (a status read also with the last good reply of each
         engine that gave none now). An engine answering garbage is restarted, as for any
@@ -432,8 +443,8 @@ class Door:
             if (merged := self._reading(call.method)) is not None:
                 return merged
         if errors:
-            await _abort(context, errors[0].code(), errors[0].details() or "")
-        await _abort(context, grpc.StatusCode.UNAVAILABLE,
+            raise GrpcError(errors[0].code(), errors[0].details() or "")
+        raise GrpcError(grpc.StatusCode.UNAVAILABLE,
                      f"{call.method}: every engine behind cuzkd's door ended under the call")
 
     def _reading(self, method: str) -> bytes | None:
@@ -448,10 +459,10 @@ class Door:
         return merge_status([reply for _, reply in replies])
 
     async def _from_cache(self, method: str,
-                          context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+                          context: CallContext) -> bytes:
         last = self._reading(method)
         if last is None:
-            await _abort(context, grpc.StatusCode.UNAVAILABLE,
+            raise GrpcError(grpc.StatusCode.UNAVAILABLE,
                          f"{method}: no engine behind cuzkd's door can answer now, and none "
                          f"has answered it yet ({', '.join(self.plan.engines)} starting or "
                          "stopped)")
@@ -471,27 +482,3 @@ class Door:
             self._timer.cancel()
         for seat in self.seats.values():
             await seat.close()
-
-
-async def _abort(context: grpc.aio.ServicerContext[bytes, bytes], code: grpc.StatusCode,
-                 message: str) -> NoReturn:
-    await context.abort(code, message)
-    raise AssertionError("abort returned")  # grpc raises; for the type checker
-
-
-class DoorHandler(grpc.GenericRpcHandler):
-    """Every method path, relayed by the door as raw bytes (no (de)serializers)."""
-
-    def __init__(self, door: Door) -> None:
-        self._door = door
-
-    def service(self, handler_call_details: grpc.HandlerCallDetails
-                ) -> grpc.RpcMethodHandler[bytes, bytes]:
-        path = handler_call_details.method
-
-        async def behaviour(request: bytes,
-                            context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
-            return await self._door.relay(path, request, context)
-
-        return grpc.unary_unary_rpc_method_handler(behaviour)
-

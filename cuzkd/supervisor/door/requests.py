@@ -14,6 +14,7 @@ from google.protobuf.message import DecodeError, Message
 
 from cuzkd.cuzk import proving_pb2 as pb
 from cuzkd.cuzk.wire import read_call as read_prove
+from cuzkd.cuzk.wire import read_submit
 from cuzkd.kinds import ENUM_KINDS
 from cuzkd.supervisor.core.doorbook import Call
 
@@ -36,8 +37,18 @@ REPLIES: dict[str, type[Message]] = {
 }
 
 
+#: The longest ``request_id`` (or ``job_id``) a call may name, in bytes: cuzk's are well under
+#: 256 (``wdpost-<miner>-[<partition> ...]`` the longest), and cuzk puts each in its ``/status``,
+#: where ids of megabytes would grow the document past what cuzkd reads.
+MAX_REQUEST_ID_BYTES = 1024
+
+
 class BadRequest(ValueError):
     """The bytes are not the method's request message (the message says which it expected)."""
+
+
+class RequestIdTooLong(BadRequest):
+    """The request names a ``request_id`` or ``job_id`` over :data:`MAX_REQUEST_ID_BYTES`."""
 
 
 def method_name(path: str) -> str | None:
@@ -49,26 +60,29 @@ def method_name(path: str) -> str | None:
 def read_call(call_id: int, method: str, request: bytes, timeout: float | None) -> Call:
     """Call ``call_id`` as the book sees it, read from ``request`` (bytes of ``method``'s
     request; ``timeout``: what its caller's gRPC deadline leaves); BadRequest if they do not
-    decode as that message. A ``Prove`` is walked on the wire, never copied (its payload is
-    tens of MB)."""
-    if method == "Prove":
-        prove = read_prove(request)
-        if prove is None:
-            raise BadRequest(f"the request is not a {pb.ProveRequest.DESCRIPTOR.full_name}")
-        return Call(call_id, method, len(request), prove.priority, prove.request_id,
-                    _kind(prove.proof_kind), timeout, request)
+    decode as that message, or name a ``request_id`` longer than :data:`MAX_REQUEST_ID_BYTES`.
+    A ``Prove`` and a ``SubmitProof`` are walked on the wire, never copied (their payload is
+    tens of MB); the small requests are parsed."""
+    if method in ("Prove", "SubmitProof"):
+        submit = read_prove(request) if method == "Prove" else read_submit(request)
+        if submit is None:
+            raise BadRequest(f"the request is not a {REQUESTS[method].DESCRIPTOR.full_name}")
+        id_bytes = len(submit.request_id.encode())
+        if id_bytes > MAX_REQUEST_ID_BYTES:
+            raise RequestIdTooLong(f"its request_id is {id_bytes} bytes long, over"
+                                   f" {MAX_REQUEST_ID_BYTES} (cuzk's ids are well under 256)")
+        return Call(call_id, method, len(request), submit.priority, submit.request_id,
+                    _kind(submit.proof_kind), timeout, request)
     message = REQUESTS[method]()
     try:
         message.ParseFromString(request)
     except DecodeError as exc:
         raise BadRequest(f"the request is not a {message.DESCRIPTOR.full_name}: {exc}") from None
-    size = len(request)
-    if isinstance(message, pb.SubmitProofRequest):
-        return Call(call_id, method, size, message.priority, message.request_id,
-                    _kind(message.proof_kind), timeout, request)
     if isinstance(message, pb.AwaitProofRequest | pb.CancelProofRequest):
-        return Call(call_id, method, size, job=message.job_id, timeout=timeout)
-    return Call(call_id, method, size, timeout=timeout)
+        if len(message.job_id.encode()) > MAX_REQUEST_ID_BYTES:
+            raise RequestIdTooLong(f"its job_id is over {MAX_REQUEST_ID_BYTES} bytes long")
+        return Call(call_id, method, len(request), job=message.job_id, timeout=timeout)
+    return Call(call_id, method, len(request), timeout=timeout)
 
 
 def _kind(number: int) -> str:

@@ -41,6 +41,10 @@ OWN_ANSWER_WAIT = 1.0
 #: reaper sees an exit within milliseconds; a loaded host, later): then the call is lost with
 #: the process, and the book learns how the process ended before placing it again.
 LOSS_WAIT = 5.0
+#: The reads whose empty request asks the engine the same whoever sends it: callers at once
+#: share one.
+SHARED_READS = frozenset({"/cuzk.v1.ProvingEngine/GetStatus",
+                          "/cuzk.v1.ProvingEngine/GetMetrics"})
 #: The codes grpc gives a call whose link failed (no answer of the engine's).
 LINK_FAILED = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED})
 
@@ -76,6 +80,8 @@ class EngineSeat:
         self.generation = 0
         self._ended = asyncio.Event()
         self._calls: set[grpc.aio.UnaryUnaryCall[bytes, bytes]] = set()
+        #: (method, process) -> the status read under way that callers share
+        self._reads: dict[tuple[str, int], asyncio.Future[Outcome]] = {}
         self._tasks = TaskSet()
         #: the runner's hook for this process's broken answers; None once called (or before
         #: the first admit): one restart per process, however many calls saw it
@@ -119,7 +125,20 @@ class EngineSeat:
                    timeout: float | None) -> Outcome:
         """Relay one call to the process of ``generation`` (the one the book placed it on):
         its reply's bytes, its gRPC error, :data:`LOST` when that process is gone, or
-        :data:`BROKEN` when no answer came from it."""
+        :data:`BROKEN` when no answer came from it. Callers asking the same status read at
+        once share one call to the engine (:data:`SHARED_READS`): a flood of them costs the
+        engine one ``nvidia-smi`` at a time."""
+        if method not in SHARED_READS or request:
+            return await self._relay(method, request, generation, timeout)
+        key = (method, generation)
+        if (read := self._reads.get(key)) is None:
+            read = self._reads[key] = asyncio.ensure_future(
+                self._relay(method, request, generation, timeout))
+            read.add_done_callback(lambda _: self._reads.pop(key, None))
+        return await asyncio.shield(read)
+
+    async def _relay(self, method: str, request: bytes, generation: int,
+                     timeout: float | None) -> Outcome:
         channel = self._channel
         if channel is None or generation != self.generation:
             return LOST

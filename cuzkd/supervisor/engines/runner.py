@@ -44,7 +44,7 @@ from cuzkd.states import (
     State,
     StopReason,
 )
-from cuzkd.status.client import StatusSource
+from cuzkd.status.client import TOO_LARGE, StatusSource
 from cuzkd.status.derive import ExtensionDeriver
 from cuzkd.status.document import IN_FLIGHT_STATES
 from cuzkd.supervisor.core.backoff import Backoff
@@ -723,7 +723,9 @@ class EngineRunner:
                 self._limited.log(self._log, "warning", "engine_status_failed",
                                   key=self.status_source.last_error_kind,
                                   state=str(self.lifecycle.state), error=error)
-            self._apply(self.lifecycle.poll(now, ok, error, fresh=fresh))
+            self._apply(self.lifecycle.poll(
+                now, ok, error, fresh=fresh,
+                answered=self.status_source.last_error_kind == TOO_LARGE))
             if ok and self._seat is not None and self._seat.wants_reading():
                 self._seat.reading(door_reading(self.status_source.latest(), None))
             if ok and self.lifecycle.state is State.RUNNING:

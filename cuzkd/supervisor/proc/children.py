@@ -55,10 +55,14 @@ class ChildProcess(Protocol):
     def signal_group(self, signum: int) -> bool: ...
 
 
-#: Forks and execs ``argv`` with exactly ``env``; raises OSError, ValueError (a NUL byte, an
-#: empty command) or SubprocessError when it cannot. Called on the main thread only: the real
-#: one (:class:`EngineProcess`) refuses any other, PDEATHSIG being tied to the forking thread.
-Spawner = Callable[[Sequence[str], Mapping[str, str]], ChildProcess]
+class Spawner(Protocol):
+    """Forks and execs ``argv`` with exactly ``env`` (and the descriptors ``pass_fds`` open
+    under their numbers); raises OSError, ValueError (a NUL byte, an empty command) or
+    SubprocessError when it cannot. Called on the main thread only: the real one
+    (:class:`EngineProcess`) refuses any other, PDEATHSIG being tied to the forking thread."""
+
+    def __call__(self, argv: Sequence[str], env: Mapping[str, str],
+                 pass_fds: Sequence[int] = ()) -> ChildProcess: ...
 
 #: What a child's exit is handed to: its raw wait status.
 OnExit = Callable[[int], None]
@@ -102,13 +106,15 @@ class ChildTable:
 
     # -- spawning --------------------------------------------------------------------------
 
-    def spawn(self, argv: Sequence[str], env: Mapping[str, str], on_exit: OnExit) -> ChildProcess:
-        """Spawn ``argv`` and register it, ``on_exit`` to receive its wait status.
+    def spawn(self, argv: Sequence[str], env: Mapping[str, str], on_exit: OnExit,
+              pass_fds: Sequence[int] = ()) -> ChildProcess:
+        """Spawn ``argv`` and register it, ``on_exit`` to receive its wait status; the child
+        inherits ``pass_fds`` (the door process's sockets), and no other descriptor.
 
         Synchronous on purpose: see the module's invariant. Raises what the spawner raises
         (:data:`SPAWN_ERRORS`); nothing is registered then.
         """
-        proc = self._spawner(argv, env)
+        proc = self._spawner(argv, env, pass_fds)
         self._children[proc.pid] = (proc, on_exit)
         return proc
 

@@ -57,6 +57,9 @@ class OutputLog:
     notes: Any
     budget: OutputBudget | None = None
     clock: Callable[[], float] = time.monotonic
+    #: what a line is: an engine's (:func:`~cuzkd.log.engineline.engine_line`) or, for the
+    #: door process, cuzkd's own (:func:`~cuzkd.log.engineline.own_line`)
+    record: Callable[[str], EngineRecord | str] = engine_line
 
 
 async def log_lines(pipe: IO[bytes], out: OutputLog, stream: str, pid: int, *,
@@ -198,7 +201,7 @@ class _LineReader(asyncio.Protocol):
 def relog_line(out: OutputLog, text: str, stream: str, pid: int, *,
                truncated: bool = False) -> None:
     """Log one line of a child's on ``out.lines``; never raises. A record
-    (:func:`~cuzkd.log.engineline.engine_line`) as its own event, level and fields; any other
+    (``out.record``) as its own event, level and fields; any other
     line as ``engine_output`` with ``line``; ``truncated``: the head of a line that was cut.
 
     If this raised, the reader would end, the pipe close, and the child's next write get
@@ -212,7 +215,7 @@ def relog_line(out: OutputLog, text: str, stream: str, pid: int, *,
     cut = {"truncated": True} if truncated else {}
     text = strip_controls(text)
     try:
-        parsed = engine_line(text)
+        parsed = out.record(text)
         if isinstance(parsed, EngineRecord):
             getattr(logger, parsed.level)(parsed.event, stream=stream, pid=pid, **cut,
                                           **parsed.fields)

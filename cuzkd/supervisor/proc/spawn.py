@@ -119,9 +119,10 @@ def _report_pipe() -> tuple[int, int]:
         raise
 
 
-def _start_shim(argv: Sequence[str], env: Mapping[str, str]
+def _start_shim(argv: Sequence[str], env: Mapping[str, str], pass_fds: Sequence[int]
                 ) -> tuple[subprocess.Popen[bytes], int]:
-    """Popen of the shim for ``argv``/``env``, and the read end of its report pipe.
+    """Popen of the shim for ``argv``/``env`` (``pass_fds`` inherited under their numbers:
+    they stay open through the shim's exec), and the read end of its report pipe.
 
     Raises ValueError (a NUL byte ...) before anything is forked, OSError if the pipes, the
     memfd or the shim's own exec fail.
@@ -140,7 +141,7 @@ def _start_shim(argv: Sequence[str], env: Mapping[str, str]
                 stderr=subprocess.PIPE,
                 start_new_session=True,
                 close_fds=True,
-                pass_fds=(spec_fd, report_w),
+                pass_fds=(spec_fd, report_w, *pass_fds),
             )
         except BaseException:
             os.close(report_r)
@@ -162,15 +163,17 @@ def _read_report(report_r: int) -> bytes:
 class EngineProcess:
     """A running engine process; ``pid`` is also its process group id."""
 
-    def __init__(self, argv: Sequence[str], env: Mapping[str, str]) -> None:
-        """Spawn ``argv`` with exactly ``env``; returns once it is exec'd.
+    def __init__(self, argv: Sequence[str], env: Mapping[str, str],
+                 pass_fds: Sequence[int] = ()) -> None:
+        """Spawn ``argv`` with exactly ``env`` (and ``pass_fds`` open); returns once it is
+        exec'd.
 
         Raises ValueError (a NUL byte, an empty command) before anything is forked, OSError
         with Popen's errno and file name when the exec fails, SubprocessError when the shim
         could not run at all, RuntimeError off the main thread.
         """
         _check_forking_thread()
-        self._popen, report_r = _start_shim(argv, env)
+        self._popen, report_r = _start_shim(argv, env, pass_fds)
         assert self._popen.stdout is not None and self._popen.stderr is not None
         self.pid = self._popen.pid
         self.stdout: IO[bytes] = self._popen.stdout

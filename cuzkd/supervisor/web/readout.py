@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import msgspec
@@ -40,7 +40,10 @@ class SupervisorReadout:
                  swaps: SwapCoordinator, limited: LimitedLog,
                  log_drops: Callable[[], Mapping[str, int]] = dict,
                  connections_closed: Callable[[], Mapping[str, int]] = dict,
-                 listener_access: Callable[[], ListenerAccess] = ListenerAccess) -> None:
+                 listener_access: Callable[[], ListenerAccess] = ListenerAccess,
+                 door_figures: Callable[[], Awaitable[None]] | None = None) -> None:
+        """``door_figures``: brings the door process's counts up to date before a scrape
+        renders them (what a caller was just answered is counted in the next scrape)."""
         self._engines = engines
         self._children = children
         self._phase = phase
@@ -49,6 +52,7 @@ class SupervisorReadout:
         self._log_drops = log_drops
         self._connections_closed = connections_closed
         self._listener_access = listener_access
+        self._door_figures = door_figures
         self.started_at = time.time()
         #: the metrics listener's bound HOST:PORT, once bound
         self.metrics_address: str | None = None
@@ -56,6 +60,8 @@ class SupervisorReadout:
         self._status: tuple[StatusParts, bytes] | None = None
 
     async def sample(self, max_age: float = 1.0) -> SupervisorSample:
+        if self._door_figures is not None:
+            await self._door_figures()
         engines, swaps = self._engines, self._swaps
         return SupervisorSample(
             engines=[view.sample for view in await engines.readings(max_age)],

@@ -1,0 +1,251 @@
+"""The door process: every front door of a supervisor, in a process of its own.
+
+    python -m cuzkd.supervisor.door.process CHANNEL_FD
+
+The supervisor spawns it (:mod:`.doors`) on its main thread, as it spawns an engine -- through
+the exec shim, with ``PR_SET_PDEATHSIG`` -- and hands it, as inherited descriptors, one end of
+a private socketpair (:mod:`.channel`) and the listening socket of each door (bound by cuzkd or
+passed by systemd: they stay the supervisor's, so connections wait in the kernel's backlog
+while a door process is replaced). Here each door is a :class:`~.relay.Door` -- its book, its
+seats, its relay -- served by an HTTP/2 server of cuzkd's own (:mod:`.server`), which holds
+the bounds no caller may pass. The supervisor tells it how the engines stand; it tells the
+supervisor each engine's calls in flight and its figures. One process for every door: a host
+has one door in the common case (several GPUs' engines behind one address), and one process
+is one channel, one set of bounds, one memory cap to reason about.
+
+Whatever a caller sends costs this process, never the supervisor: it caps its own memory
+(``[door] memory_max``, as ``RLIMIT_DATA``: beyond it allocations fail and it dies, to be
+started again at once) and raises its ``oom_score_adj`` so the kernel's OOM killer takes it
+before a cuzk holding tens of GiB of parameters. Its log lines (JSON on stderr) are re-logged by
+the supervisor under ``cuzkd.door``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import resource
+import socket
+import sys
+import time
+from collections.abc import Callable
+
+import structlog
+
+from cuzkd.config.doors import DoorPlan
+from cuzkd.log.configure import configure_logging
+from cuzkd.metrics.door_metrics import DoorMetrics
+from cuzkd.supervisor.core.doorbook import EngineEnd
+from cuzkd.supervisor.door.channel import (
+    VERSION,
+    Admit,
+    Answer,
+    Ask,
+    Broken,
+    ChannelClosed,
+    Close,
+    DoorSetup,
+    EngineState,
+    Figures,
+    FromDoor,
+    Gone,
+    Hello,
+    Reading,
+    Ready,
+    Setup,
+    StopAdmitting,
+    frame,
+    read_to_door,
+)
+from cuzkd.supervisor.door.relay import Door
+from cuzkd.supervisor.door.server import GrpcServer, ServerBounds
+
+log = structlog.get_logger("cuzkd.door")
+
+#: How often the door process sends its figures to the supervisor.
+FIGURES_EVERY = 1.0
+#: The OOM killer's score the door process gives itself (-1000 .. 1000; an engine keeps 0): a
+#: flood that grows it is the first thing the kernel ends, never a cuzk.
+OOM_SCORE_ADJ = 800
+#: Past this much unsent to the supervisor (a supervisor frozen for long), figures are not
+#: queued: the next ones carry the same counts.
+CHANNEL_BACKLOG = 8 << 20
+
+
+def protect_the_host(memory_max: int) -> None:
+    """Cap this process's data memory and make it the OOM killer's first choice."""
+    with contextlib.suppress(OSError, ValueError):
+        _, hard = resource.getrlimit(resource.RLIMIT_DATA)
+        cap = memory_max if hard == resource.RLIM_INFINITY else min(memory_max, hard)
+        resource.setrlimit(resource.RLIMIT_DATA, (cap, hard))
+    with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as adj:
+        adj.write(str(OOM_SCORE_ADJ))
+
+
+def plan_of(setup: DoorSetup) -> DoorPlan:
+    return DoorPlan(address=setup.address, engines=setup.engines,
+                    hold_timeout=setup.hold_timeout,
+                    hold_max_calls=setup.hold_max_calls, hold_max_bytes=setup.hold_max_bytes,
+                    retry_max_bytes=setup.retry_max_bytes, socket_mode=0, socket_group="",
+                    deadlines=setup.deadlines, allowances=setup.allowances,
+                    quarantine=setup.quarantine, one_post=frozenset(setup.one_post),
+                    max_message_bytes=setup.max_message_bytes)
+
+
+class DoorProcess:
+    """The door process's loop: the channel's messages carried out on the doors."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._reader, self._writer = reader, writer
+        self.metrics = DoorMetrics()
+        self._doors: dict[str, Door] = {}  # engine -> its door
+        self._servers: list[tuple[Door, GrpcServer]] = []
+        #: engine -> (in flight, wants a reading) last told the supervisor
+        self._told: dict[str, tuple[int, bool]] = {}
+        self._flush: asyncio.Handle | None = None
+        self.closed = asyncio.Event()
+
+    def send(self, message: FromDoor) -> None:
+        if self._writer.is_closing():
+            return
+        self._writer.write(frame(message))
+
+    async def run(self) -> None:
+        self.send(Hello(VERSION, os.getpid()))
+        hello = await read_to_door(self._reader)
+        if not isinstance(hello, Hello) or hello.version != VERSION:
+            raise ChannelClosed(f"the supervisor speaks {hello!r}, not version {VERSION}")
+        setup = await read_to_door(self._reader)
+        if not isinstance(setup, Setup):
+            raise ChannelClosed(f"expected the Setup, got {type(setup).__name__}")
+        await self._serve(setup)
+        self.send(Ready())
+        figures = asyncio.get_running_loop().create_task(self._figures())
+        try:
+            while not self.closed.is_set():
+                await self._carry_out(await read_to_door(self._reader))
+        finally:
+            figures.cancel()
+
+    async def _serve(self, setup: Setup) -> None:
+        limits = setup.limits
+        protect_the_host(limits.memory_max)
+        bounds = ServerBounds(
+            max_connections=limits.max_connections, max_streams=limits.max_streams,
+            max_header_list_bytes=limits.max_header_list_bytes,
+            request_bytes=limits.request_bytes,
+            connection_request_bytes=limits.connection_request_bytes,
+            reply_bytes=limits.reply_bytes, preface_timeout=limits.preface_timeout,
+            idle_timeout=limits.idle_timeout)
+        for door_setup in setup.doors:
+            plan = plan_of(door_setup)
+            door = Door(plan, time.monotonic, self.metrics, on_change=self._changed)
+            for engine in plan.engines:
+                self._doors[engine] = door
+            self.metrics.opened(plan.name, plan.engines)
+            server = GrpcServer(door.relay, bounds, on_bound=self._bound_hit(plan.name))
+            await server.serve(socket.socket(fileno=door_setup.fd))
+            self._servers.append((door, server))
+            log.info("door_serving", door=plan.name, address=plan.address,
+                     engines=list(plan.engines))
+
+    def _bound_hit(self, door: str) -> Callable[[str], None]:
+        return lambda bound: self.metrics.bound_hit(door, bound)
+
+    async def _carry_out(self, message: object) -> None:
+        match message:
+            case Admit(engine=engine, address=address, serial=serial):
+                seat = self._doors[engine].seats[engine]
+                seat.admit(address, lambda why: self.send(Broken(engine, serial, why)))
+            case StopAdmitting(engine=engine, drain_left=drain_left):
+                self._doors[engine].seats[engine].stop_admitting(drain_left)
+            case Gone(engine=engine, end=end):
+                self._doors[engine].seats[engine].gone(EngineEnd(end))
+            case Reading():
+                self._doors[message.engine].seats[message.engine].reading(message.reading())
+            case Ask(id=ask_id, what="doors"):
+                self.send(Answer(ask_id, [self._describe(door) for door in self._each_door()]))
+            case Ask(id=ask_id, what="figures"):
+                self._send_figures(always=True)
+                self.send(Answer(ask_id, None))
+            case Ask(id=ask_id, what="release", request_id=job):
+                released = [door.plan.name for door in self._each_door() if door.release(job)]
+                self.send(Answer(ask_id, released))
+            case Close(grace=grace):
+                await self._close(grace)
+            case _:
+                raise ChannelClosed(f"unexpected {type(message).__name__}")
+
+    def _each_door(self) -> list[Door]:
+        return [door for door, _ in self._servers]
+
+    def _describe(self, door: Door) -> dict[str, object]:
+        now = time.monotonic()
+        return {"name": door.plan.name, "address": door.plan.address,
+                "engines": list(door.plan.engines), "held_calls": door.held_calls,
+                "quarantined": [{"request_id": q.job, "engine": q.engine,
+                                 "since_seconds_ago": now - q.since,
+                                 "seconds_left": q.until - now} for q in door.quarantined()]}
+
+    def _changed(self) -> None:
+        """A door's decisions changed what an engine has in flight: tell the supervisor once
+        this turn of the loop is over (a burst of calls is one message per engine)."""
+        if self._flush is None:
+            self._flush = asyncio.get_running_loop().call_soon(self._tell_states)
+
+    def _tell_states(self) -> None:
+        self._flush = None
+        for engine, door in self._doors.items():
+            state = (door.in_flight(engine), door.wants_reading(engine))
+            if self._told.get(engine) != state:
+                self._told[engine] = state
+                self.send(EngineState(engine, *state))
+
+    async def _figures(self) -> None:
+        while True:
+            await asyncio.sleep(FIGURES_EVERY)
+            self._send_figures()
+
+    def _send_figures(self, *, always: bool = False) -> None:
+        """The counts to the supervisor; the periodic ones skipped while the channel is
+        backed up (``always``: a scrape asked)."""
+        for door, server in self._servers:
+            self.metrics.connections(door.plan.name, server.connections)
+        if always or self._writer.transport.get_write_buffer_size() < CHANNEL_BACKLOG:
+            self.send(Figures(self.metrics.snapshot()))
+
+    async def _close(self, grace: float) -> None:
+        """cuzkd exits: each door refuses what it has (its GOAWAY first), its server ends."""
+        for door, server in self._servers:
+            server.goaway()
+            await door.closing(grace)
+        for _, server in self._servers:
+            await server.close(grace)
+        for door in self._each_door():
+            await door.close()
+        self._send_figures()
+        await self._writer.drain()
+        self.closed.set()
+
+
+async def _main(channel_fd: int) -> int:
+    sock = socket.socket(fileno=channel_fd)
+    reader, writer = await asyncio.open_unix_connection(sock=sock)
+    process = DoorProcess(reader, writer)
+    try:
+        await process.run()
+    except ChannelClosed as exc:
+        if not process.closed.is_set():
+            log.warning("door_channel_closed", error=str(exc))
+            return 1
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    configure_logging(log_format="json")
+    return asyncio.run(_main(int(argv[0])))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,683 @@
+"""The door process's gRPC server: unary calls over cleartext HTTP/2 (prior knowledge, as
+grpc-go and grpc's C core dial ``unix://`` and ``host:port`` insecure), on the ``h2`` library.
+
+Why not grpcio's server: it lets Python set no resource quota and cannot tell connections apart
+in a handler, so it cannot hold a caller to its share. A hostile local client speaking raw
+HTTP/2 took everything from grpcio's door: streams reset flat out, thousands of calls on one
+connection, 127 MiB requests announced and never sent, replies never read, connections that
+never say a word. Here each bound is held where the bytes arrive, counted by name when hit
+(:data:`BOUNDS`), and never costs a call already admitted:
+
+- ``connections``: at most :attr:`ServerBounds.max_connections` (less a descriptor reserve);
+  at the bound the connection idle longest gets GOAWAY to make room, else the next waits in the
+  kernel's backlog (the listening socket is the supervisor's; nothing is refused);
+- ``preface_timeout``: a connection that has not sent HTTP/2's preface in time is closed;
+- ``streams``: calls at once on a connection, advertised in ``SETTINGS_MAX_CONCURRENT_STREAMS``
+  (grpc's clients keep their further calls until a stream is free); a client that opens more
+  breaks HTTP/2 -- h2 holds the bound from the first frame -- and its connection is cut;
+- ``header_list``: a call's metadata; ``message_size``: a request's declared length;
+- ``request_bytes``: bytes of requests being received, per connection and in all: past either,
+  their DATA is not acknowledged, so HTTP/2 flow control holds the sender;
+- ``request_stall``: a request whose sender, its window open, delivers less than
+  :attr:`ServerBounds.min_request_rate` over :attr:`ServerBounds.request_stall_timeout` is
+  reset (a client announcing 127 MiB and going silent, or trickling, gives its bytes back);
+- ``reply_bytes``, ``reply_stall``: reply bytes a caller has not read (its window shut); the
+  stalest is reset past the budget, any that has not moved for :attr:`ServerBounds.
+  reply_stall_timeout`;
+- ``rapid_reset``: a connection resetting streams faster than :attr:`ServerBounds.
+  resets_per_second` gets GOAWAY ``ENHANCE_YOUR_CALM`` and is closed; a stream reset before its
+  request completed costs no handler;
+- ``idle``: a connection without a call for :attr:`ServerBounds.idle_timeout` gets GOAWAY
+  (``NO_ERROR``: its next call opens another), never a plain close with a call open.
+
+Each connection is read in chunks of at most :attr:`ServerBounds.read_chunk` bytes, so one
+flooding connection holds the loop for one chunk's frames at a time. A call's handler runs
+once its request has ended, as a task cancelled when the client resets the stream, its
+``grpc-timeout`` passes or the connection drops -- as grpc.aio cancels a handler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import resource
+import socket
+import struct
+from collections import Counter, deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import grpc
+import h2.config
+import h2.connection
+import h2.errors
+import h2.events
+import h2.exceptions
+import h2.settings
+import hyperframe.frame
+import structlog
+
+from cuzkd.log.ratelimit import LimitedLog
+
+log = structlog.get_logger("cuzkd.door")
+
+#: The bounds' names, as counted (``cuzkd_door_bounds_hit_total{bound}``).
+BOUNDS = ("connections", "streams", "header_list", "message_size", "request_bytes",
+          "request_stall", "reply_bytes", "preface_timeout", "idle", "rapid_reset",
+          "reply_stall")
+_PREFIX = struct.Struct("!BI")
+_TIMEOUT = re.compile(rb"^(\d{1,8})([HMSmun])$")
+#: How long a connection being closed may take to send what it was last told.
+CLOSE_WAIT = 1.0
+_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
+
+
+class CallContext(Protocol):
+    """What a handler may ask of its call."""
+
+    def time_remaining(self) -> float | None:
+        """Seconds left of the caller's ``grpc-timeout`` (None: it set none)."""
+        ...
+
+
+class GrpcError(Exception):
+    """Raised by a handler: the call ends with ``code`` and ``message``."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+#: A call's handler: (its path, its request message's bytes, its context) -> the reply's bytes.
+Handler = Callable[[str, bytes, CallContext], Awaitable[bytes]]
+
+
+@dataclass(frozen=True)
+class ServerBounds:
+    """What a caller may take (see the module's docstring); the defaults are far above
+    anything an honest Curio does."""
+
+    max_connections: int = 512
+    max_streams: int = 128
+    max_header_list_bytes: int = 16 << 10
+    max_message_bytes: int = 128 << 20
+    request_bytes: int = 1 << 30
+    connection_request_bytes: int = 256 << 20
+    reply_bytes: int = 1 << 30
+    preface_timeout: float = 10.0
+    idle_timeout: float = 300.0
+    reply_stall_timeout: float = 60.0
+    #: a request being received must move this fast (bytes/s, while its window is open)
+    #: over this long, or it is reset
+    min_request_rate: int = 16 << 10
+    request_stall_timeout: float = 10.0
+    #: stream resets a client may send per second (over a one-second window) on a connection
+    resets_per_second: int = 200
+    read_chunk: int = 64 << 10
+    #: descriptors kept free of connections (the door's engines' channels, its log)
+    fd_reserve: int = 64
+
+
+def connection_limit(bounds: ServerBounds) -> int:
+    """The connections a server takes at once: its bound, within the descriptors this process
+    may open less its reserve (the soft limit raised to the hard one first)."""
+    with contextlib.suppress(OSError, ValueError):
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft < hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return max(1, min(bounds.max_connections, soft - bounds.fd_reserve))
+
+
+def percent_encoded(message: str) -> str:
+    """``grpc-message`` as gRPC spells it: UTF-8, every byte outside printable ASCII and
+    ``%`` itself as ``%XX``."""
+    return "".join(chr(b) if 0x20 <= b <= 0x7E and b != 0x25 else f"%{b:02X}"
+                   for b in message.encode())
+
+
+def parse_timeout(value: bytes) -> float | None:
+    """``grpc-timeout`` in seconds (None when absent or not gRPC's spelling)."""
+    match = _TIMEOUT.match(value)
+    return None if match is None else int(match.group(1)) * _UNITS[match.group(2)]
+
+
+class _Budget:
+    """Bytes taken of a shared bound, and who waits for some to be given back."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self.waiting: deque[_Connection] = deque()
+
+    def fits(self, n: int) -> bool:
+        return self.used + n <= self.limit
+
+
+@dataclass
+class _Stream:
+    """One call on a connection."""
+
+    id: int
+    path: str
+    deadline: float | None
+    received: bytearray = field(default_factory=bytearray)
+    #: bytes received but not yet acknowledged (held by flow control)
+    unacked: int = 0
+    ended: bool = False
+    task: asyncio.Task[None] | None = None
+    #: the reply's bytes not yet sent, and when any last moved
+    outbox: memoryview | None = None
+    trailers: list[tuple[str, str]] | None = None
+    moved: float = 0.0
+    #: while its request is received: when, and at how many bytes, its progress was last
+    #: checked
+    mark: tuple[float, int] = (0.0, 0)
+
+
+class _Context:
+    def __init__(self, deadline: float | None) -> None:
+        self._deadline = deadline
+
+    def time_remaining(self) -> float | None:
+        if self._deadline is None:
+            return None
+        return max(0.0, self._deadline - asyncio.get_running_loop().time())
+
+
+class GrpcServer:
+    """Serves ``handler`` on the listening sockets it is given (:meth:`serve`)."""
+
+    def __init__(self, handler: Handler, bounds: ServerBounds = ServerBounds(), *,
+                 on_bound: Callable[[str], None] = lambda bound: None) -> None:
+        """``on_bound``: told the name of a bound each time one is held against a caller."""
+        self.handler = handler
+        self.bounds = bounds
+        self._on_bound = on_bound
+        self.bounds_hit: Counter[str] = Counter()
+        self._limit = connection_limit(bounds)
+        self._connections: set[_Connection] = set()
+        self._slot = asyncio.Event()
+        self.request_budget = _Budget(bounds.request_bytes)
+        self.reply_budget = _Budget(bounds.reply_bytes)
+        self._accepting: list[asyncio.Task[None]] = []
+        self._limited = LimitedLog()
+        self._stall_watch: asyncio.Task[None] | None = None
+
+    @property
+    def connections(self) -> int:
+        return len(self._connections)
+
+    @property
+    def open_streams(self) -> int:
+        return sum(len(c.streams) for c in self._connections)
+
+    def hit(self, bound: str, **fields: Any) -> None:
+        """A bound was held against a caller: counted, told, logged (once per 10 s each)."""
+        self.bounds_hit[bound] += 1
+        self._on_bound(bound)
+        self._limited.log(log, "warning", "door_bound_hit", key=bound, bound=bound, **fields)
+
+    async def serve(self, sock: socket.socket) -> None:
+        """Accept connections on the listening ``sock`` from now on."""
+        sock.setblocking(False)
+        self._accepting.append(asyncio.get_running_loop().create_task(self._accept(sock)))
+        if self._stall_watch is None:
+            self._stall_watch = asyncio.get_running_loop().create_task(self._watch_stalls())
+
+    async def _accept(self, sock: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            while len(self._connections) >= self._limit:
+                if not self._evict_idlest():
+                    self._slot.clear()
+                    await self._slot.wait()
+            try:
+                conn, _ = await loop.sock_accept(sock)
+            except OSError as exc:  # EMFILE and the like: the backlog keeps the caller
+                self._limited.log(log, "error", "door_accept_failed", key=exc.errno,
+                                  error=str(exc))
+                await asyncio.sleep(0.1)
+                continue
+            with contextlib.suppress(OSError):
+                await loop.connect_accepted_socket(lambda: _Connection(self), conn)
+
+    def _evict_idlest(self) -> bool:
+        """Make room at the connection bound: GOAWAY to the connection idle longest."""
+        idle = [c for c in self._connections if not c.streams and not c.going_away]
+        if not idle:
+            return False
+        self.hit("connections", connections=len(self._connections))
+        min(idle, key=lambda c: c.idle_since).go_away(h2.errors.ErrorCodes.NO_ERROR)
+        return True
+
+    def added(self, conn: _Connection) -> None:
+        self._connections.add(conn)
+
+    def removed(self, conn: _Connection) -> None:
+        self._connections.discard(conn)
+        self._slot.set()
+
+    async def _watch_stalls(self) -> None:
+        """Once a second: requests their senders stopped sending and replies their callers do
+        not read are reset (while unread replies exceed their budget, the stalest first)."""
+        while True:
+            await asyncio.sleep(1.0)
+            now = asyncio.get_running_loop().time()
+            for conn in list(self._connections):
+                conn.check_requests(now)
+            stalled = sorted(((s.moved, c, s) for c in self._connections
+                              for s in c.streams.values() if s.outbox is not None),
+                             key=lambda item: item[0])
+            for moved, conn, stream in stalled:
+                if now - moved >= self.bounds.reply_stall_timeout:
+                    self.hit("reply_stall")
+                elif self.reply_budget.used > self.reply_budget.limit:
+                    self.hit("reply_bytes", pending=self.reply_budget.used)
+                else:
+                    break
+                conn.reset(stream.id, h2.errors.ErrorCodes.CANCEL)
+
+    def goaway(self) -> None:
+        """Accept nothing more; every connection is told GOAWAY (its calls go on)."""
+        for task in self._accepting:
+            task.cancel()
+        self._accepting.clear()
+        for conn in list(self._connections):
+            conn.go_away(h2.errors.ErrorCodes.NO_ERROR)
+
+    async def close(self, grace: float) -> None:
+        """GOAWAY, then the calls in flight get ``grace`` seconds to be answered and their
+        connections to close (each closes once its last answer is written); then the rest are
+        cut."""
+        self.goaway()
+        loop = asyncio.get_running_loop()
+        until = loop.time() + grace
+        while self._connections and (left := until - loop.time()) > 0:
+            self._slot.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._slot.wait(), left)
+        for conn in list(self._connections):
+            conn.abort()
+        if self._stall_watch is not None:
+            self._stall_watch.cancel()
+
+
+class _Connection(asyncio.BufferedProtocol):
+    """One client connection: its h2 state machine, its calls, its share of the budgets."""
+
+    def __init__(self, server: GrpcServer) -> None:
+        self.server = server
+        self.bounds = server.bounds
+        self.h2 = h2.connection.H2Connection(h2.config.H2Configuration(
+            client_side=False, header_encoding=None, validate_inbound_headers=True))
+        self.streams: dict[int, _Stream] = {}
+        self._buffer = bytearray(self.bounds.read_chunk)
+        self._transport: asyncio.Transport | None = None
+        self._loop = asyncio.get_running_loop()
+        self.idle_since = self._loop.time()
+        self.going_away = False
+        self._preface_seen = False
+        self._paused = False
+        self._received_bytes = 0  # request bytes held by this connection's calls
+        self._held_back = False  # its senders wait for the budgets (counted once a time)
+        self._resets: deque[float] = deque()
+        self._last_stream = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._closing: asyncio.TimerHandle | None = None
+
+    # -- asyncio ---------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        self.server.added(self)
+        settings = h2.settings.SettingCodes
+        self.h2.local_settings = h2.settings.Settings(client=False, initial_values={
+            settings.MAX_CONCURRENT_STREAMS: self.bounds.max_streams,
+            settings.MAX_HEADER_LIST_SIZE: self.bounds.max_header_list_bytes,
+        })
+        self.h2.initiate_connection()
+        self._flush()
+        self._timer = self._loop.call_later(self.bounds.preface_timeout, self._preface_late)
+
+    def get_buffer(self, sizehint: int) -> bytearray:
+        return self._buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        try:
+            events = self.h2.receive_data(bytes(self._buffer[:nbytes]))
+        except h2.exceptions.ProtocolError as exc:  # h2 has queued its GOAWAY
+            if isinstance(exc, h2.exceptions.TooManyStreamsError):  # past the bound it was told
+                self.server.hit("streams", open=len(self.streams))
+            self._flush()
+            self._close_broken(f"HTTP/2 protocol error: {exc}")
+            return
+        for event in events:
+            self._event(event)
+        self._flush()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        for stream in list(self.streams.values()):
+            self._drop(stream)
+        for timer in (self._timer, self._closing):
+            if timer is not None:
+                timer.cancel()
+        with contextlib.suppress(ValueError):
+            self.server.request_budget.waiting.remove(self)
+        self.server.removed(self)
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        self._send_pending()
+        self._flush()
+
+    # -- h2's events -----------------------------------------------------------------------
+
+    def _event(self, event: h2.events.Event) -> None:
+        if not self._preface_seen and isinstance(event, h2.events.RemoteSettingsChanged):
+            self._preface_seen = True
+            self._rearm_idle()
+        match event:
+            case h2.events.RequestReceived():
+                self._request(event)
+            case h2.events.DataReceived():
+                self._data(event)
+            case h2.events.StreamEnded() if (stream := self.streams.get(event.stream_id)):
+                self._ended(stream)
+            case h2.events.StreamReset():
+                self._reset_by_client(event.stream_id)
+            case h2.events.WindowUpdated():
+                self._send_pending()
+            case h2.events.ConnectionTerminated():
+                self.going_away = True
+                if not self.streams:
+                    self.abort()
+
+    def _request(self, event: h2.events.RequestReceived) -> None:
+        stream_id = event.stream_id
+        self._last_stream = max(self._last_stream, stream_id)
+        headers = dict(event.headers or [])
+        if self.going_away:  # after our GOAWAY: the caller opens it on a new connection
+            self.h2.reset_stream(stream_id, h2.errors.ErrorCodes.REFUSED_STREAM)
+            return
+        if len(self.streams) >= self.bounds.max_streams:
+            self.server.hit("streams", open=len(self.streams))
+            self.h2.reset_stream(stream_id, h2.errors.ErrorCodes.REFUSED_STREAM)
+            return
+        size = sum(len(k) + len(v) + 32 for k, v in (event.headers or []))
+        if size > self.bounds.max_header_list_bytes:
+            self.server.hit("header_list", size=size)
+            self.h2.reset_stream(stream_id, h2.errors.ErrorCodes.REFUSED_STREAM)
+            return
+        if headers.get(b":method") != b"POST" or not headers.get(
+                b"content-type", b"").startswith(b"application/grpc"):
+            self.h2.send_headers(stream_id, [(":status", "415")], end_stream=True)
+            return
+        timeout = parse_timeout(headers.get(b"grpc-timeout", b""))
+        deadline = None if timeout is None else self._loop.time() + timeout
+        path = headers.get(b":path", b"").decode(errors="replace")
+        self.streams[stream_id] = _Stream(stream_id, path, deadline,
+                                          mark=(self._loop.time(), 0))
+        if self._timer is not None:  # a call is open: not idle
+            self._timer.cancel()
+            self._timer = None
+
+    def _data(self, event: h2.events.DataReceived) -> None:
+        stream = self.streams.get(event.stream_id)
+        if stream is None:  # refused or ended already: give the window back
+            self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            return
+        stream.received += event.data
+        self._take(len(event.data))
+        if len(stream.received) >= _PREFIX.size:
+            compressed, length = _PREFIX.unpack_from(stream.received)
+            if length > self.bounds.max_message_bytes:
+                self.server.hit("message_size", length=length)
+                self._fail(stream, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                           f"Received message larger than max ({length} vs. "
+                           f"{self.bounds.max_message_bytes})")
+                return
+            if compressed:
+                self._fail(stream, grpc.StatusCode.UNIMPLEMENTED,
+                           "compressed messages are not supported by cuzkd's door")
+                return
+        stream.unacked += event.flow_controlled_length
+        self._acknowledge(stream)
+
+    def _take(self, n: int) -> None:
+        self._received_bytes += n
+        self.server.request_budget.used += n
+
+    def _give_back(self, n: int) -> None:
+        self._received_bytes -= n
+        budget = self.server.request_budget
+        budget.used -= n
+        if self._held_back and self in budget.waiting and budget.fits(0):
+            budget.waiting.remove(self)
+            self.resume_acks()
+        while budget.waiting and budget.fits(0):
+            budget.waiting.popleft().resume_acks()
+
+    def _acknowledge(self, stream: _Stream) -> None:
+        """Give the sender its window back while the budgets allow; else it waits."""
+        budget = self.server.request_budget
+        if self._received_bytes <= self.bounds.connection_request_bytes and budget.fits(0):
+            with contextlib.suppress(h2.exceptions.ProtocolError):
+                self.h2.acknowledge_received_data(stream.unacked, stream.id)
+            stream.unacked = 0
+        elif self not in budget.waiting:
+            if not self._held_back:
+                self.server.hit("request_bytes", connection=self._received_bytes,
+                                total=budget.used)
+            self._held_back = True
+            budget.waiting.append(self)
+
+    def check_requests(self, now: float) -> None:
+        """Reset the requests whose senders, their windows open, stopped sending."""
+        bounds = self.bounds
+        for stream in list(self.streams.values()):
+            if stream.ended or stream.unacked:  # complete, or held back by us
+                stream.mark = (now, len(stream.received))
+                continue
+            since, size = stream.mark
+            if now - since < bounds.request_stall_timeout:
+                continue
+            if len(stream.received) - size < bounds.min_request_rate * (now - since):
+                self.server.hit("request_stall", received=len(stream.received))
+                self.reset(stream.id, h2.errors.ErrorCodes.CANCEL)
+            else:
+                stream.mark = (now, len(stream.received))
+
+    def resume_acks(self) -> None:
+        self._held_back = False
+        for stream in self.streams.values():
+            if stream.unacked:
+                self._acknowledge(stream)
+        self._flush()
+
+    def _ended(self, stream: _Stream) -> None:
+        if stream.ended or stream.task is not None:
+            return
+        stream.ended = True
+        data = bytes(stream.received)
+        held = len(stream.received)
+        stream.received = bytearray()
+        self._give_back(held)
+        if len(data) < _PREFIX.size or len(data) != _PREFIX.size + _PREFIX.unpack_from(data)[1]:
+            self._fail(stream, grpc.StatusCode.INTERNAL,
+                       "a unary call's request must be exactly one whole message")
+            return
+        stream.task = self._loop.create_task(self._run(stream, data[_PREFIX.size:]))
+
+    async def _run(self, stream: _Stream, request: bytes) -> None:
+        timeout = None if stream.deadline is None else stream.deadline - self._loop.time()
+        call = self.server.handler(stream.path, request, _Context(stream.deadline))
+        try:
+            reply = await asyncio.wait_for(call, timeout)
+        except GrpcError as exc:
+            self._fail(stream, exc.code, exc.message)
+        except TimeoutError:
+            self._fail(stream, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the handler's bug: the caller is told, the door serves on
+            log.error("door_handler_failed", path=stream.path, error=repr(exc), exc_info=exc)
+            self._fail(stream, grpc.StatusCode.INTERNAL, "cuzkd's door failed the call")
+        else:
+            self._reply(stream, reply)
+        finally:
+            self._flush()
+
+    def _reset_by_client(self, stream_id: int) -> None:
+        now = self._loop.time()
+        self._resets.append(now)
+        while self._resets and now - self._resets[0] > 1.0:
+            self._resets.popleft()
+        if (stream := self.streams.get(stream_id)) is not None:
+            self._drop(stream)
+        if len(self._resets) > self.bounds.resets_per_second:
+            self.server.hit("rapid_reset", resets=len(self._resets))
+            self.go_away(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
+            self._close()
+
+    # -- answers ---------------------------------------------------------------------------
+
+    def _reply(self, stream: _Stream, reply: bytes) -> None:
+        if stream.id not in self.streams:
+            return
+        self.h2.send_headers(stream.id, [(":status", "200"),
+                                         ("content-type", "application/grpc")])
+        stream.outbox = memoryview(_PREFIX.pack(0, len(reply)) + reply)
+        stream.trailers = [("grpc-status", "0")]
+        stream.moved = self._loop.time()
+        self.server.reply_budget.used += len(stream.outbox)
+        self._send_pending()
+
+    def _fail(self, stream: _Stream, code: grpc.StatusCode, message: str) -> None:
+        """End the call with a gRPC error (Trailers-Only), its request dropped."""
+        if stream.id not in self.streams:
+            return
+        with contextlib.suppress(h2.exceptions.ProtocolError):
+            self.h2.send_headers(stream.id, [
+                (":status", "200"), ("content-type", "application/grpc"),
+                ("grpc-status", str(code.value[0])),
+                ("grpc-message", percent_encoded(message))], end_stream=True)
+        self._drop(stream, cancel=False)
+
+    def _send_pending(self) -> None:
+        """Send what the callers' windows and the transport allow of the replies."""
+        for stream in list(self.streams.values()):
+            if self._paused:
+                return
+            if stream.outbox is None:
+                continue
+            while stream.outbox:
+                window = min(self.h2.local_flow_control_window(stream.id),
+                             self.h2.max_outbound_frame_size)
+                if window <= 0:
+                    break
+                chunk = stream.outbox[:window]
+                self.h2.send_data(stream.id, bytes(chunk))
+                stream.outbox = stream.outbox[len(chunk):]
+                self.server.reply_budget.used -= len(chunk)
+                stream.moved = self._loop.time()
+            if not stream.outbox:
+                self.h2.send_headers(stream.id, stream.trailers or [], end_stream=True)
+                stream.outbox = None
+                self._drop(stream, cancel=False)
+
+    def reset(self, stream_id: int, code: h2.errors.ErrorCodes) -> None:
+        """End a call from this side (its reply not read, the connection going)."""
+        with contextlib.suppress(h2.exceptions.ProtocolError):
+            self.h2.reset_stream(stream_id, code)
+        if (stream := self.streams.get(stream_id)) is not None:
+            self._drop(stream)
+        self._flush()
+
+    def _drop(self, stream: _Stream, *, cancel: bool = True) -> None:
+        """Forget a call: its handler cancelled (unless it ended it), its bytes given back."""
+        self.streams.pop(stream.id, None)
+        if cancel and stream.task is not None and not stream.task.done():
+            stream.task.cancel()
+        if stream.received:
+            self._give_back(len(stream.received))
+            stream.received = bytearray()
+        if stream.outbox is not None:
+            self.server.reply_budget.used -= len(stream.outbox)
+            stream.outbox = None
+        if stream.unacked:
+            with contextlib.suppress(h2.exceptions.ProtocolError):
+                self.h2.acknowledge_received_data(stream.unacked, stream.id)
+            stream.unacked = 0
+        if not self.streams:
+            if self.going_away:
+                self._close_soon(0.0)
+            else:
+                self._rearm_idle()
+
+    # -- the connection's end --------------------------------------------------------------
+
+    def _rearm_idle(self) -> None:
+        self.idle_since = self._loop.time()
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self._loop.call_later(self.bounds.idle_timeout, self._idle)
+
+    def _idle(self) -> None:
+        self._timer = None
+        if not self.streams:
+            self.server.hit("idle")
+            self.go_away(h2.errors.ErrorCodes.NO_ERROR)
+
+    def _preface_late(self) -> None:
+        self._timer = None
+        if not self._preface_seen:
+            self.server.hit("preface_timeout")
+            self.abort()
+
+    def go_away(self, code: h2.errors.ErrorCodes) -> None:
+        """GOAWAY: no new call on this connection; it closes once its calls ended (at cuzkd's
+        exit, :meth:`GrpcServer.close` ends those still open after its grace)."""
+        if self.going_away:
+            return
+        self.going_away = True
+        self._flush()
+        if self._transport is not None and not self._transport.is_closing():
+            # written by hand: h2's close_connection ends its state machine, and the calls
+            # still open could then never be answered
+            goaway = hyperframe.frame.GoAwayFrame(0)
+            goaway.last_stream_id, goaway.error_code = self._last_stream, code
+            self._transport.write(goaway.serialize())
+        if not self.streams:
+            self._close_soon(0.0)
+
+    def _close_soon(self, delay: float) -> None:
+        if self._closing is None:
+            self._closing = self._loop.call_later(delay, self._close)
+
+    def _close(self) -> None:
+        """Close once what was written (a GOAWAY saying why) is sent -- or after
+        :data:`CLOSE_WAIT` all the same: a caller that reads nothing does not keep it."""
+        if self._transport is not None:
+            self._transport.close()
+            self._loop.call_later(CLOSE_WAIT, self._transport.abort)
+
+    def abort(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()
+
+    def _close_broken(self, why: str) -> None:
+        log.debug("door_connection_closed", error=why)
+        self._close_soon(0.0)
+
+    def _flush(self) -> None:
+        if (self._transport is not None and not self._transport.is_closing()
+                and (data := self.h2.data_to_send())):
+            self._transport.write(data)
