@@ -1,6 +1,6 @@
 """The supervisor's side of the door process: the channel's messages (framed, bounded,
 versioned) and the runners' seats, which tell the door process what happens and keep its last
-word, so that a new door process is told the whole state again."""
+word, so that a door process that dials the channel is told the whole state again."""
 
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ def test_the_seat_keeps_the_door_process_s_last_word_for_the_runner() -> None:
     assert (seat.in_flight(), seat.wants_reading()) == (0, False)
     seat.gone(EngineEnd.CRASHED)
     seat.told(EngineState("cz", 2, False))  # of the process that ended: too late
-    assert seat.in_flight() == 0 and sent[-1] == Gone("cz", "crashed")
+    assert seat.in_flight() == 0 and sent[-1] == Gone("cz", "crashed", 1)
 
 
 def test_broken_answers_reach_the_runner_once_and_only_for_its_process() -> None:
@@ -100,7 +100,9 @@ def test_broken_answers_reach_the_runner_once_and_only_for_its_process() -> None
     assert said == ["not a cuzk.v1.ProveResponse"]
 
 
-def test_a_new_door_process_is_told_the_engine_s_state_with_what_is_left_of_its_drain() -> None:
+def test_a_door_process_that_dials_is_told_the_engine_s_state_by_serial() -> None:
+    """The last end, the admission and a stop with what is left of its drain, each naming the
+    engine's process: the door process applies what it has not had."""
     now = [100.0]
     seat, _ = seat_and_outbox(now)
     assert seat.replay() == []  # never admitted: nothing to tell
@@ -108,8 +110,10 @@ def test_a_new_door_process_is_told_the_engine_s_state_with_what_is_left_of_its_
     assert seat.replay() == [Admit("cz", "unix:///a", 1)]
     seat.stop_admitting(20.0)
     now[0] = 112.0
-    assert seat.replay() == [Admit("cz", "unix:///a", 1), StopAdmitting("cz", 8.0)]
+    assert seat.replay() == [Admit("cz", "unix:///a", 1), StopAdmitting("cz", 8.0, 1)]
     seat.stop_admitting(None)
-    assert seat.replay()[-1] == StopAdmitting("cz", None)
+    assert seat.replay()[-1] == StopAdmitting("cz", None, 1)
     seat.gone(EngineEnd.DRAINED)
-    assert seat.replay() == []
+    assert seat.replay() == [Gone("cz", "drained", 1)]
+    seat.admit("unix:///a", lambda why: None)
+    assert seat.replay() == [Gone("cz", "drained", 1), Admit("cz", "unix:///a", 2)]

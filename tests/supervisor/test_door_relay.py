@@ -13,16 +13,21 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
 import grpc
+import structlog
 from support.cuzk_grpc import method, serve
 from support.door_process import door_plan, running_doors
+from support.waiting import until
 
 from cuzkd.config.doors import DoorPlan
 from cuzkd.cuzk import proving_pb2 as pb
-from cuzkd.supervisor.core.doorbook import EngineEnd
+from cuzkd.supervisor.core.doorbook import EngineEnd, EngineReading
+from cuzkd.supervisor.door.channel import ChannelClosed
 from cuzkd.supervisor.door.doors import Doors
 
 SERVICE = "/cuzk.v1.ProvingEngine/"
@@ -36,6 +41,20 @@ async def settled(doors: Doors) -> None:
     """The door process has carried out every message sent to it so far, and the supervisor
     has heard everything it said before answering."""
     await doors.ask("doors")
+
+
+async def dialled_again(doors: Doors, timeout: float = 20.0) -> None:
+    """Once the door process has dialled the channel again (and carried out the state it was
+    told): a question of the supervisor's answered."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        try:
+            return await settled(doors)
+        except ChannelClosed:
+            if loop.time() > deadline:
+                raise
+            await asyncio.sleep(0.02)
 
 
 async def call(address: str, method: str, request: bytes) -> bytes | grpc.aio.AioRpcError:
@@ -263,3 +282,47 @@ def test_a_shared_door_leaves_out_an_engine_answering_garbage_and_reports_it(
                                              uptime_seconds=9).SerializeToString()
     [error] = told  # once: the broken process is out of rotation after the first
     assert "GetStatus's reply is not a cuzk.v1.GetStatusResponse" in error
+
+
+def test_the_supervisor_s_side_of_the_channel_restarted_costs_no_call(tmp_path: Path) -> None:
+    """The door process stops reading (SIGSTOP) while the supervisor has readings of a busy
+    engine to tell it: past the channel's backlog the supervisor drops the channel rather
+    than queue more. The door process, let go on, finds its channel gone, serves on, dials
+    again and is told the whole state: the same process answers a call, and the supervisor's
+    questions, as before."""
+    async def answer(request: pb.GetStatusRequest, context: object) -> pb.GetStatusResponse:
+        return pb.GetStatusResponse(total_proofs_completed=5)
+
+    async def main() -> tuple[int, int, bytes | grpc.aio.AioRpcError, list[dict[str, Any]]]:
+        engine, engine_address = await serve(tmp_path, answer)
+        door_address = f"unix://{tmp_path}/door.sock"
+        busy = EngineReading(frozenset(f"porep-{i:06d}-{'x' * 20}" for i in range(60_000)),
+                             frozenset(), None)
+        try:
+            async with running_doors([plan(door_address)]) as doors:
+                seat = doors.seat("cz")
+                assert seat is not None
+                seat.admit(engine_address, lambda error: None)
+                await settled(doors)
+                pid = doors.process_info()["pid"]
+                with structlog.testing.capture_logs() as logs:
+                    os.kill(pid, signal.SIGSTOP)
+                    try:
+                        for _ in range(4):
+                            seat.reading(busy)
+                    finally:
+                        os.kill(pid, signal.SIGCONT)
+                    await until(lambda: any(e["event"] == "door_channel_closed" for e in logs),
+                                "the dropped channel")
+                    await dialled_again(doors)
+                reply = await call(door_address, "GetStatus", b"")
+                return pid, doors.process_info()["pid"], reply, logs
+        finally:
+            await engine.stop(0)
+
+    before, after, reply, logs = asyncio.run(main())
+    assert before == after, "the door process was not restarted"
+    assert isinstance(reply, bytes)
+    assert pb.GetStatusResponse.FromString(reply).total_proofs_completed == 5
+    said = [e.get("error", "") for e in logs if e["event"] == "door_channel_closed"]
+    assert any("the door process is not reading" in error for error in said), said

@@ -255,4 +255,4 @@ async def test_an_idle_connection_is_told_goaway_and_a_new_call_opens_another(
 
 
 def test_every_bound_the_server_holds_has_its_series() -> None:
-    assert SERVER_BOUNDS == (*BOUNDS_HELD, "request_id")
+    assert (*BOUNDS_HELD, "request_id") == SERVER_BOUNDS

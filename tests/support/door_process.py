@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
+import tempfile
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 
 from cuzkd.config.doors import DoorPlan
 from cuzkd.config.schema import DoorConfig
@@ -24,15 +27,17 @@ def door_plan(address: str, *, engines: tuple[str, ...] = ("cz",)) -> DoorPlan:
 @contextlib.asynccontextmanager
 async def running_doors(plans: Sequence[DoorPlan], *, passed: Sequence[Inherited] = (),
                         door: DoorConfig | None = None) -> AsyncIterator[Doors]:
-    """``plans``' doors started (their sockets bound, their door process spawned), closed at
-    the end."""
+    """``plans``' doors started (their sockets bound, their door process spawned, its channel
+    in a fresh directory), closed at the end."""
     children = ChildTable()
     children.install(asyncio.get_running_loop())
+    state = Path(tempfile.mkdtemp(prefix="cuzkd-door-"))
     doors = Doors(plans, asyncio.get_running_loop().time, server_limits(door or DoorConfig()),
-                  children=children, passed=passed)
+                  children=children, channel=state / "channel.sock", passed=passed)
     try:
         await doors.start()
         yield doors
     finally:
         await doors.close(0)
         children.uninstall()
+        shutil.rmtree(state, ignore_errors=True)

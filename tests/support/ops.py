@@ -151,6 +151,13 @@ _SUPERVISOR_METRICS = {
     "cuzkd_door_post_wait_seconds": _m("histogram", "door", "proof_kind"),
     "cuzkd_door_drain_abandoned_total": _m("counter", "door", "reason"),
     "cuzkd_door_quarantined_requests": _m("gauge", "door"),
+    "cuzkd_door_bounds_hit_total": _m("counter", "door", "bound"),
+    "cuzkd_door_connections": _m("gauge", "door"),
+    # the door process's own (cuzkd.supervisor.door.doors)
+    "cuzkd_door_process_up": _m("gauge"),
+    "cuzkd_door_process_restarts_total": _m("counter"),
+    "cuzkd_door_process_exits_total": _m("counter", "cause"),
+    "cuzkd_door_process_resident_memory_bytes": _m("gauge"),
     # prometheus_client's process collector (Linux)
     "process_cpu_seconds_total": _m("counter"),
     "process_resident_memory_bytes": _m("gauge"),

@@ -44,7 +44,7 @@ from cuzkd.supervisor.daemon.startup import startup_fields
 from cuzkd.supervisor.daemon.statedir import ControlSocketLock, StateDirLock, unusable_dir
 from cuzkd.supervisor.door.binding import DoorAddressError
 from cuzkd.supervisor.door.control import door_routes
-from cuzkd.supervisor.door.doors import Doors, server_limits
+from cuzkd.supervisor.door.doors import DOOR_CHANNEL, Doors, server_limits
 from cuzkd.supervisor.door.inherited import take_passed_sockets
 from cuzkd.supervisor.engines.binaries import EngineBinaries
 from cuzkd.supervisor.engines.engineset import EngineSet
@@ -91,7 +91,8 @@ class Supervisor:
         #: systemd: cuzkd.socket) before the engines start and closed after they stopped,
         #: served by the door process; their counts (cuzkd_door_*) for the supervisor's life
         self.doors = Doors(config.doors, time.monotonic, server_limits(config.door),
-                           children=self.children, passed=take_passed_sockets(os.environ))
+                           children=self.children, channel=config.state_dir / DOOR_CHANNEL,
+                           passed=take_passed_sockets(os.environ))
         #: gpu_view: NVML for the GPU memory gate and cuzkd_gpu_*; loaded by run() unless
         #: given (tests)
         self.engines = EngineSet(config, self.children, binaries=self.binaries,

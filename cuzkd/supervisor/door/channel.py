@@ -1,15 +1,19 @@
-"""The private channel between the supervisor and its door process: a socketpair made at each
-spawn (no path anyone else could reach), length-prefixed JSON messages of a versioned, closed
-vocabulary, each at most :data:`MAX_MESSAGE` bytes.
+"""The private channel between the supervisor and its door process: a Unix socket in the state
+dir, 0600, that the supervisor listens on and its door process dials (it names its pid, and
+anything else is told to close); length-prefixed JSON messages of a versioned, closed
+vocabulary, each at most :data:`MAX_MESSAGE` bytes, and at most :data:`BACKLOG` unsent on
+either side.
 
 What crosses it is small and never a call's bytes: the supervisor tells the door how its
-engines stand (admitted at a private address, draining with so much time left, gone and how),
-hands it a draining engine's readings, and asks it for what the control API shows; the door
-tells the supervisor each engine's calls in flight and whether it waits on a reading (pushed on
-change, so a drain reads them without a round trip), an engine that answered garbage, and its
-figures once a second. Either side survives the other's restart: a new door process is told
-the whole state again (:class:`Setup`, then the events that bring it up to date); the
-supervisor keeps the figures of a door process that died.
+engines stand (admitted at a private address, draining with so much time left, gone and how,
+each naming the engine's process by its serial), hands it a draining engine's readings, and
+asks it for what the control API and a scrape show; the door tells the supervisor each
+engine's calls in flight and whether it waits on a reading (pushed on change, so a drain reads
+them without a round trip), an engine that answered garbage, and its figures. Either side
+survives the other's restart: a door process that loses its channel serves on and dials again
+(:data:`ORPHAN_GRACE` at most), and each connection starts with the whole state
+(:class:`Setup`, then each engine's last end, admission and stop: idempotent by serial); a new
+door process is told the same; the supervisor keeps the figures of a door process that died.
 """
 
 from __future__ import annotations
@@ -29,6 +33,12 @@ from cuzkd.supervisor.core.doorbook import EngineReading
 VERSION = 1
 #: The largest message either side sends or accepts (a reading lists a busy engine's job ids).
 MAX_MESSAGE = 4 << 20
+#: Past this much unsent to the other side (frozen, or stuck), a side drops the channel rather
+#: than queue more: the door process dials again and is told the whole state.
+BACKLOG = 1 << 20
+#: How long a door process serves on without its supervisor's channel, dialling again, before
+#: it refuses what it holds and ends.
+ORPHAN_GRACE = 30.0
 _LENGTH = struct.Struct("!I")
 
 
@@ -86,17 +96,21 @@ class Admit(msgspec.Struct, tag=True):
 
 
 class StopAdmitting(msgspec.Struct, tag=True):
-    """A stop of ``engine`` began; ``drain_left``: seconds its drain takes deadline calls."""
+    """A stop of ``engine``'s process ``serial`` began; ``drain_left``: seconds its drain
+    takes deadline calls."""
 
     engine: str
     drain_left: float | None
+    serial: int
 
 
 class Gone(msgspec.Struct, tag=True):
-    """``engine``'s process ended, as ``end`` (an :class:`~..core.doorbook.EngineEnd` value)."""
+    """``engine``'s process ``serial`` ended, as ``end`` (an
+    :class:`~..core.doorbook.EngineEnd` value)."""
 
     engine: str
     end: str
+    serial: int
 
 
 class Reading(msgspec.Struct, tag=True):

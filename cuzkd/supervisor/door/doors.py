@@ -3,14 +3,17 @@ door process (:mod:`.process`), which this keeps running.
 
 The supervisor binds each door's socket (or takes the one systemd passed) before the engines
 start and holds it until it exits, so a connection made while the door process is replaced
-waits in the kernel's backlog: none is refused. The door process gets the sockets and one end
-of a private socketpair (:mod:`.channel`) as inherited descriptors, at a spawn on the main
-thread like an engine's (the exec shim, ``PR_SET_PDEATHSIG``: it dies with the supervisor). It
-is started before the engines and again at once when it dies (after a backoff if it keeps
-dying), its exits counted and explained; a killed door process costs only the calls on its
-connections. The supervisor relays no call's bytes and holds no caller's connection: what
-crosses is each engine's state one way (:class:`~.remote.RemoteSeat`, the runners' seats) and
-calls in flight, figures and answers the other.
+waits in the kernel's backlog: none is refused. The door process gets the sockets as inherited
+descriptors, at a spawn on the main thread like an engine's (the exec shim,
+``PR_SET_PDEATHSIG``: it dies with the supervisor), and dials the channel (:mod:`.channel`) on
+the supervisor's private socket in the state dir. It is started before the engines and again
+at once when it dies (after a backoff if it keeps dying), its exits counted and explained; a
+killed door process costs only the calls on its connections. The supervisor relays no call's
+bytes and holds no caller's connection: what crosses is each engine's state one way
+(:class:`~.remote.RemoteSeat`, the runners' seats) and calls in flight, figures and answers the
+other. A channel that breaks -- or that the supervisor drops because the door process stopped
+reading it -- costs nothing: the door process serves on and dials again, and is told the whole
+state anew.
 
 Its figures are the door process's, kept here across its restarts (no counter goes down), with
 the door process's own: ``cuzkd_door_process_up``, ``..._restarts_total``,
@@ -50,6 +53,7 @@ from cuzkd.supervisor.door.binding import (
     listen_tcp,
 )
 from cuzkd.supervisor.door.channel import (
+    BACKLOG,
     VERSION,
     Answer,
     Ask,
@@ -74,6 +78,7 @@ from cuzkd.supervisor.proc.children import SPAWN_ERRORS, ChildProcess, ChildTabl
 from cuzkd.supervisor.proc.output import OutputLog, log_lines
 from cuzkd.supervisor.proc.spawn import exit_cause
 from cuzkd.supervisor.tasks import TaskSet
+from cuzkd.unixsock import bind_private_socket
 
 log = structlog.get_logger("cuzkd.supervisor")
 
@@ -94,6 +99,10 @@ FIGURES_WAIT = 0.5
 STEADY_AFTER = 10.0
 #: The door process's command: this Python, this cuzkd.
 DOOR_MODULE = "cuzkd.supervisor.door.process"
+#: The channel's socket, in the state dir (beside the engines' private sockets).
+DOOR_CHANNEL = "door-channel.sock"
+#: How long a connection to the channel's socket may take to say hello.
+HELLO_WAIT = 5.0
 #: How long a new connection may take to send the HTTP/2 preface (grpc clients send it at
 #: once; a silent connection must not hold a slot).
 PREFACE_TIMEOUT = 10.0
@@ -113,12 +122,15 @@ class Doors:
     """The doors' sockets, the door process and the engines' seats behind it."""
 
     def __init__(self, plans: Sequence[DoorPlan], clock: Callable[[], float],
-                 limits: ServerLimits, *, children: ChildTable,
+                 limits: ServerLimits, *, children: ChildTable, channel: Path,
                  passed: Sequence[Inherited] = ()) -> None:
         """``limits``: the door process's bounds; ``children``: the table it is spawned
-        through; ``passed``: the sockets systemd passed (:func:`.inherited.take_passed_sockets`),
-        each the socket of the door that listens there."""
+        through; ``channel``: where the channel's socket is bound (in the state dir);
+        ``passed``: the sockets systemd passed (:func:`.inherited.take_passed_sockets`), each
+        the socket of the door that listens there."""
         self._plans = tuple(plans)
+        self._channel_path = channel
+        self._channel_server: asyncio.Server | None = None
         self._clock = clock
         self._limits = limits
         self._children = children
@@ -170,6 +182,8 @@ class Doors:
             sock = self._sockets[plan.address] = await self._listen(plan)
             log.info("door_listening", door=plan.name, address=plan.address,
                      engines=list(plan.engines), **self._where(plan, sock))
+        self._channel_server = await asyncio.start_unix_server(
+            self._talk, sock=bind_private_socket(self._channel_path))
         self._spawn()
         with contextlib.suppress(TimeoutError):  # calls wait in the backlog until it serves
             await asyncio.wait_for(self._first_ready.wait(), READY_WAIT)
@@ -224,6 +238,10 @@ class Doors:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._exited.wait(), 5.0)
         await self._tasks.cancel_all()
+        if self._channel_server is not None:
+            self._channel_server.close()
+            with contextlib.suppress(OSError):
+                self._channel_path.unlink()
         for sock in self._sockets.values():
             sock.close()
         for unix in self._unix:
@@ -232,30 +250,25 @@ class Doors:
     # -- the door process ------------------------------------------------------------------
 
     def _spawn(self) -> None:
-        """Start the door process with the doors' sockets and a fresh channel."""
+        """Start the door process with the doors' sockets; it dials the channel."""
         if self._closing:
             return
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        fds = [theirs.fileno(), *(s.fileno() for s in self._sockets.values())]
-        setup = Setup([self._setup_of(plan) for plan in self._plans], self._limits)
+        fds = [s.fileno() for s in self._sockets.values()]
         try:
-            proc = self._children.spawn([sys.executable, "-m", DOOR_MODULE, str(fds[0])],
-                                        dict(os.environ), self._on_exit, pass_fds=fds)
+            proc = self._children.spawn(
+                [sys.executable, "-m", DOOR_MODULE, os.fspath(self._channel_path)],
+                dict(os.environ), self._on_exit, pass_fds=fds)
         except SPAWN_ERRORS as exc:
-            ours.close()
             self._limited.log(log, "error", "door_process_spawn_failed", key=type(exc).__name__,
                               error=str(exc))
             self._restart_later()
             return
-        finally:
-            theirs.close()
         self._process, self._started_at = proc, self._clock()
         self._exited = asyncio.Event()
         log.info("door_process_spawned", pid=proc.pid)
         notes = OutputLog(lines=structlog.get_logger("cuzkd.door"), notes=log, record=own_line)
         self._tasks.start(log_lines(proc.stderr, notes, "stderr", proc.pid))
         self._tasks.start(log_lines(proc.stdout, notes, "stdout", proc.pid))
-        self._tasks.start(self._talk(ours, setup))
 
     def _setup_of(self, plan: DoorPlan) -> DoorSetup:
         """The plan as plain numbers: the configuration's sizes and durations are int and float
@@ -269,31 +282,45 @@ class Doors:
             quarantine=float(plan.quarantine), one_post=tuple(sorted(plan.one_post)),
             max_message_bytes=int(plan.max_message_bytes))
 
-    async def _talk(self, sock: socket.socket, setup: Setup) -> None:
-        """The channel to one door process: hello, setup, the engines' state, then what it
-        tells, until it ends."""
-        reader, writer = await asyncio.open_unix_connection(sock=sock)
+    async def _talk(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One connection to the channel's socket: the door process this supervisor runs says
+        hello, is told its setup and the engines' state, then tells until the channel ends
+        (it dials again if it lives on). Anything else that dials is told to close."""
         try:
-            writer.write(frame(Hello(VERSION, os.getpid())))
-            hello = await read_from_door(reader)
+            hello = await asyncio.wait_for(read_from_door(reader), HELLO_WAIT)
             if not isinstance(hello, Hello) or hello.version != VERSION:
                 raise ChannelClosed(f"the door process speaks {hello!r}, not version {VERSION}")
-            writer.write(frame(setup))
+            if self._process is None or hello.pid != self._process.pid:
+                writer.write(frame(Close(0.0)))
+                raise ChannelClosed(f"pid {hello.pid} is not this supervisor's door process")
+            if self._writer is not None:  # an older connection of the same process
+                self._writer.close()
+            writer.write(frame(Hello(VERSION, os.getpid())))
+            writer.write(frame(Setup([self._setup_of(plan) for plan in self._plans],
+                                     self._limits)))
             for seat in self.seats.values():
                 for message in seat.replay():
                     writer.write(frame(message))
             self._writer = writer
             while True:
                 self._heard(await read_from_door(reader))
-        except ChannelClosed as exc:
+        except (ChannelClosed, TimeoutError) as exc:
             if not self._closing:
                 self._limited.log(log, "warning", "door_channel_closed", key="closed",
-                                  error=str(exc))
-                if self._process is not None:  # a door process that broke the protocol
-                    self._process.signal_group(signal.SIGKILL)
+                                  error=str(exc) or "no hello in time")
         finally:
-            self._writer = None
+            if self._writer is writer:
+                self._channel_lost()
             writer.close()
+
+    def _channel_lost(self) -> None:
+        """The channel ended: questions in flight fail (the door process dials again, and its
+        in-flight counts stand meanwhile: it still has those calls)."""
+        self._writer = None
+        for future in self._asks.values():
+            if not future.done():
+                future.set_exception(ChannelClosed("the channel to the door process closed"))
+        self._asks.clear()
 
     def _heard(self, message: object) -> None:
         match message:
@@ -309,31 +336,44 @@ class Doors:
                 if (future := self._asks.pop(ask_id, None)) is not None and not future.done():
                     future.set_result(body)
             case Ready():
+                if not self._ready:
+                    log.info("door_process_serving",
+                             pid=self._process.pid if self._process else None)
                 self._ready = True
                 self._first_ready.set()
-                log.info("door_process_ready", pid=self._process.pid if self._process else None)
             case _:
                 raise ChannelClosed(f"unexpected {type(message).__name__}")
 
     def _send(self, message: ToDoor) -> None:
-        """To the door process; dropped while none serves (a new one is told the state)."""
-        if self._writer is not None and not self._writer.is_closing():
-            self._writer.write(frame(message))
+        """To the door process; dropped while the channel is down (it is told the whole state
+        when it dials again). A door process that has stopped reading (frozen, or stuck) loses
+        its channel past :data:`~.channel.BACKLOG` unsent, rather than the supervisor's
+        memory."""
+        writer = self._writer
+        if writer is None or writer.is_closing():
+            return
+        if writer.transport.get_write_buffer_size() > BACKLOG:
+            self._limited.log(log, "warning", "door_channel_closed", key="backlog",
+                              error=f"over {BACKLOG} bytes unsent: the door process is not "
+                                    "reading; it is told the whole state when it dials again")
+            writer.transport.abort()  # a close would wait to send what it cannot
+            self._channel_lost()
+            return
+        writer.write(frame(message))
 
     def _on_exit(self, wait_status: int) -> None:
         proc = self._process
         cause, _ = exit_cause(wait_status)
-        self._process, self._ready, self._writer = None, False, None
+        self._process, self._ready = None, False
+        if self._writer is not None:
+            self._writer.close()
+            self._channel_lost()
         self._exited.set()
         self.exits[cause] += 1
         self._base.absorb(self._current, gauges=False)
         self._current = {}
         for seat in self.seats.values():
             seat.door_lost()
-        for future in self._asks.values():
-            if not future.done():
-                future.set_exception(ChannelClosed("the door process ended"))
-        self._asks.clear()
         if self._closing:
             log.info("door_process_exited", pid=proc.pid if proc else None, cause=cause)
             return
@@ -409,7 +449,9 @@ class Doors:
                                     labels=["cause"])
         for cause, n in sorted(self.exits.items()):
             exits.add_metric([cause], n)
-        yield from (up, restarts, exits)
+        yield from (up, restarts)
+        if self.exits:  # a family without a series would have no `cause` label
+            yield exits
         if self._process is not None and (rss := _rss(self._process.pid)) is not None:
             memory = GaugeMetricFamily("cuzkd_door_process_resident_memory_bytes",
                                        "The door process's resident memory.")

@@ -1,17 +1,23 @@
 """The door process: every front door of a supervisor, in a process of its own.
 
-    python -m cuzkd.supervisor.door.process CHANNEL_FD
+    python -m cuzkd.supervisor.door.process CHANNEL_PATH
 
 The supervisor spawns it (:mod:`.doors`) on its main thread, as it spawns an engine -- through
-the exec shim, with ``PR_SET_PDEATHSIG`` -- and hands it, as inherited descriptors, one end of
-a private socketpair (:mod:`.channel`) and the listening socket of each door (bound by cuzkd or
-passed by systemd: they stay the supervisor's, so connections wait in the kernel's backlog
-while a door process is replaced). Here each door is a :class:`~.relay.Door` -- its book, its
-seats, its relay -- served by an HTTP/2 server of cuzkd's own (:mod:`.server`), which holds
-the bounds no caller may pass. The supervisor tells it how the engines stand; it tells the
-supervisor each engine's calls in flight and its figures. One process for every door: a host
-has one door in the common case (several GPUs' engines behind one address), and one process
-is one channel, one set of bounds, one memory cap to reason about.
+the exec shim, with ``PR_SET_PDEATHSIG`` -- and hands it, as inherited descriptors, the
+listening socket of each door (bound by cuzkd or passed by systemd: they stay the supervisor's,
+so connections wait in the kernel's backlog while a door process is replaced); it dials the
+supervisor's channel (:mod:`.channel`) at ``CHANNEL_PATH``. Here each door is a
+:class:`~.relay.Door` -- its book, its seats, its relay -- served by an HTTP/2 server of
+cuzkd's own (:mod:`.server`), which holds the bounds no caller may pass. The supervisor tells it
+how the engines stand; it tells the supervisor each engine's calls in flight and its figures.
+One process for every door: a host has one door in the common case (several GPUs' engines
+behind one address), and one process is one channel, one set of bounds, one memory cap to
+reason about.
+
+A channel that breaks costs no call: the doors serve on with the engines as they last stood,
+the process dials again, and the state it is told then is applied by serial (what it already
+had is left as it is). Without a channel for :data:`~.channel.ORPHAN_GRACE` it refuses what it
+holds and ends.
 
 Whatever a caller sends costs this process, never the supervisor: it caps its own memory
 (``[door] memory_max``, as ``RLIMIT_DATA``: beyond it allocations fail and it dies, to be
@@ -38,6 +44,8 @@ from cuzkd.log.configure import configure_logging
 from cuzkd.metrics.door_metrics import DoorMetrics
 from cuzkd.supervisor.core.doorbook import EngineEnd
 from cuzkd.supervisor.door.channel import (
+    BACKLOG,
+    ORPHAN_GRACE,
     VERSION,
     Admit,
     Answer,
@@ -68,9 +76,11 @@ FIGURES_EVERY = 1.0
 #: The OOM killer's score the door process gives itself (-1000 .. 1000; an engine keeps 0): a
 #: flood that grows it is the first thing the kernel ends, never a cuzk.
 OOM_SCORE_ADJ = 800
-#: Past this much unsent to the supervisor (a supervisor frozen for long), figures are not
-#: queued: the next ones carry the same counts.
-CHANNEL_BACKLOG = 8 << 20
+#: The first wait before the channel is dialled again (doubling to 1 s).
+CHANNEL_RETRY = 0.05
+#: Past this much unsent to the supervisor, the figures sent every FIGURES_EVERY wait: the
+#: next ones carry the same counts.
+FIGURES_BACKLOG = 64 << 10
 
 
 def protect_the_host(memory_max: int) -> None:
@@ -94,37 +104,87 @@ def plan_of(setup: DoorSetup) -> DoorPlan:
 
 
 class DoorProcess:
-    """The door process's loop: the channel's messages carried out on the doors."""
+    """The door process's doors, served across its channel's sessions."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._reader, self._writer = reader, writer
+    def __init__(self) -> None:
         self.metrics = DoorMetrics()
+        self._writer: asyncio.StreamWriter | None = None
         self._doors: dict[str, Door] = {}  # engine -> its door
         self._servers: list[tuple[Door, GrpcServer]] = []
+        #: engine -> the serial of its process the doors send calls to; those being stopped
+        self._admitted: dict[str, int] = {}
+        self._stopping: set[str] = set()
         #: engine -> (in flight, wants a reading) last told the supervisor
         self._told: dict[str, tuple[int, bool]] = {}
         self._flush: asyncio.Handle | None = None
         self.closed = asyncio.Event()
 
     def send(self, message: FromDoor) -> None:
-        if self._writer.is_closing():
+        """To the supervisor; dropped while the channel is down. A supervisor that stopped
+        reading (frozen) loses the channel past :data:`~.channel.BACKLOG` unsent: the session
+        ends, the process dials again."""
+        writer = self._writer
+        if writer is None or writer.is_closing():
             return
-        self._writer.write(frame(message))
+        if writer.transport.get_write_buffer_size() > BACKLOG:
+            log.warning("door_channel_closed", error=f"over {BACKLOG} bytes unsent: the "
+                        "supervisor is not reading; dialling again")
+            writer.transport.abort()  # a close would wait to send what it cannot
+            return
+        writer.write(frame(message))
 
-    async def run(self) -> None:
+    async def run(self, channel: str) -> int:
+        """Dial the supervisor's channel and carry out what it says, again after each break,
+        until it says close (0) -- or it cannot be reached for ORPHAN_GRACE (1)."""
+        lost_at: float | None = None
+        retry = CHANNEL_RETRY
+        while not self.closed.is_set():
+            try:
+                reader, writer = await asyncio.open_unix_connection(channel)
+            except OSError as exc:
+                lost_at = lost_at if lost_at is not None else time.monotonic()
+                if not self._servers or time.monotonic() - lost_at > ORPHAN_GRACE:
+                    log.warning("door_channel_closed", error=f"{channel}: {exc}; ending")
+                    await self._close(0.0)
+                    return 1
+                await asyncio.sleep(retry)
+                retry = min(retry * 2, 1.0)
+                continue
+            try:
+                await self._session(reader, writer)
+            except ChannelClosed as exc:
+                if not self.closed.is_set():
+                    log.warning("door_channel_closed", error=str(exc))
+                    lost_at, retry = time.monotonic(), CHANNEL_RETRY
+            finally:
+                self._writer = None
+                writer.close()
+        return 0
+
+    async def _session(self, reader: asyncio.StreamReader,
+                       writer: asyncio.StreamWriter) -> None:
+        """One connection to the supervisor: hello, the setup (the doors served at the first;
+        after, the doors go on as they are), the engines' state, then what it says."""
+        self._writer = writer
         self.send(Hello(VERSION, os.getpid()))
-        hello = await read_to_door(self._reader)
+        hello = await read_to_door(reader)
+        if isinstance(hello, Close):  # not this supervisor's (any more)
+            await self._close(hello.grace)
+            return
         if not isinstance(hello, Hello) or hello.version != VERSION:
             raise ChannelClosed(f"the supervisor speaks {hello!r}, not version {VERSION}")
-        setup = await read_to_door(self._reader)
+        setup = await read_to_door(reader)
         if not isinstance(setup, Setup):
             raise ChannelClosed(f"expected the Setup, got {type(setup).__name__}")
-        await self._serve(setup)
+        if not self._servers:
+            await self._serve(setup)
         self.send(Ready())
+        self._told.clear()  # this supervisor is told every engine's state anew
+        self._changed()
         figures = asyncio.get_running_loop().create_task(self._figures())
         try:
             while not self.closed.is_set():
-                await self._carry_out(await read_to_door(self._reader))
+                await self._carry_out(await read_to_door(reader))
         finally:
             figures.cancel()
 
@@ -156,12 +216,16 @@ class DoorProcess:
     async def _carry_out(self, message: object) -> None:
         match message:
             case Admit(engine=engine, address=address, serial=serial):
-                seat = self._doors[engine].seats[engine]
-                seat.admit(address, lambda why: self.send(Broken(engine, serial, why)))
-            case StopAdmitting(engine=engine, drain_left=drain_left):
-                self._doors[engine].seats[engine].stop_admitting(drain_left)
-            case Gone(engine=engine, end=end):
-                self._doors[engine].seats[engine].gone(EngineEnd(end))
+                self._admit(engine, address, serial)
+            case StopAdmitting(engine=engine, drain_left=drain_left, serial=serial):
+                if self._admitted.get(engine) == serial and engine not in self._stopping:
+                    self._stopping.add(engine)
+                    self._doors[engine].seats[engine].stop_admitting(drain_left)
+            case Gone(engine=engine, end=end, serial=serial):
+                if self._admitted.get(engine) == serial:
+                    del self._admitted[engine]
+                    self._stopping.discard(engine)
+                    self._doors[engine].seats[engine].gone(EngineEnd(end))
             case Reading():
                 self._doors[message.engine].seats[message.engine].reading(message.reading())
             case Ask(id=ask_id, what="doors"):
@@ -176,6 +240,20 @@ class DoorProcess:
                 await self._close(grace)
             case _:
                 raise ChannelClosed(f"unexpected {type(message).__name__}")
+
+    def _admit(self, engine: str, address: str, serial: int) -> None:
+        """Process ``serial`` of ``engine`` is admitted, unless it already is. One admitted
+        before it whose end was never told (the channel was down) ended as a stop: its calls
+        go again."""
+        admitted = self._admitted.get(engine)
+        if admitted == serial:
+            return
+        seat = self._doors[engine].seats[engine]
+        if admitted is not None:
+            seat.gone(EngineEnd.STOPPED)
+        self._admitted[engine] = serial
+        self._stopping.discard(engine)
+        seat.admit(address, lambda why: self.send(Broken(engine, serial, why)))
 
     def _each_door(self) -> list[Door]:
         return [door for door, _ in self._servers]
@@ -212,7 +290,9 @@ class DoorProcess:
         backed up (``always``: a scrape asked)."""
         for door, server in self._servers:
             self.metrics.connections(door.plan.name, server.connections)
-        if always or self._writer.transport.get_write_buffer_size() < CHANNEL_BACKLOG:
+        if self._writer is None:
+            return
+        if always or self._writer.transport.get_write_buffer_size() < FIGURES_BACKLOG:
             self.send(Figures(self.metrics.snapshot()))
 
     async def _close(self, grace: float) -> None:
@@ -224,27 +304,16 @@ class DoorProcess:
             await server.close(grace)
         for door in self._each_door():
             await door.close()
-        self._send_figures()
-        await self._writer.drain()
         self.closed.set()
-
-
-async def _main(channel_fd: int) -> int:
-    sock = socket.socket(fileno=channel_fd)
-    reader, writer = await asyncio.open_unix_connection(sock=sock)
-    process = DoorProcess(reader, writer)
-    try:
-        await process.run()
-    except ChannelClosed as exc:
-        if not process.closed.is_set():
-            log.warning("door_channel_closed", error=str(exc))
-            return 1
-    return 0
+        if self._writer is not None:
+            self._send_figures()
+            with contextlib.suppress(ConnectionError):
+                await self._writer.drain()
 
 
 def main(argv: list[str]) -> int:
     configure_logging(log_format="json")
-    return asyncio.run(_main(int(argv[0])))
+    return asyncio.run(DoorProcess().run(argv[0]))
 
 
 if __name__ == "__main__":

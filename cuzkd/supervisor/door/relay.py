@@ -71,7 +71,7 @@ from cuzkd.supervisor.door.requests import (
 from cuzkd.supervisor.door.seat import BROKEN, LOST, EngineSeat
 from cuzkd.supervisor.door.server import CallContext, GrpcError
 
-log = structlog.get_logger("cuzkd.supervisor")
+log = structlog.get_logger("cuzkd.door")
 
 #: How long ``GetStatus``/``GetMetrics`` wait for an engine before the last good reply is
 #: given instead (cuzk's GetStatus runs nvidia-smi: tens of milliseconds; Curio gives its own

@@ -6,8 +6,8 @@ drain's read): none of it may wait on the door process. So each call here sends 
 returns; and what the runner asks -- calls in flight, whether the door waits on a reading --
 is the door process's last word, pushed to the supervisor whenever it changes
 (:class:`~.channel.EngineState`). While no door process runs there is nothing in flight (the
-calls died with their connections) and what the runner says is kept: a new door process is
-told the engine's state again (:meth:`RemoteSeat.replay`).
+calls died with their connections) and what the runner says is kept: a door process that dials
+the channel is told the engine's state again (:meth:`RemoteSeat.replay`).
 """
 
 from __future__ import annotations
@@ -47,6 +47,8 @@ class RemoteSeat:
         self._drain_until: float | None = None
         self._in_flight = 0
         self._wants_reading = False
+        #: the last process's end, told again with the state (its Gone may have been lost)
+        self._last_gone: Gone | None = None
 
     # -- the runner's side (DoorSeat) ----------------------------------------------------
 
@@ -58,7 +60,7 @@ class RemoteSeat:
     def stop_admitting(self, drain_left: float | None) -> None:
         self._stopping = True
         self._drain_until = None if drain_left is None else self._clock() + drain_left
-        self._send(StopAdmitting(self.engine, drain_left))
+        self._send(StopAdmitting(self.engine, drain_left, self._serial))
 
     def in_flight(self) -> int:
         return self._in_flight
@@ -72,7 +74,8 @@ class RemoteSeat:
     def gone(self, end: EngineEnd) -> None:
         self._address = self._broken = None
         self._stopping, self._in_flight, self._wants_reading = False, 0, False
-        self._send(Gone(self.engine, end.value))
+        self._last_gone = Gone(self.engine, end.value, self._serial)
+        self._send(self._last_gone)
 
     # -- the door process's side ---------------------------------------------------------
 
@@ -93,13 +96,15 @@ class RemoteSeat:
         self._in_flight, self._wants_reading = 0, False
 
     def replay(self) -> list[ToDoor]:
-        """What a new door process must be told of the engine: its admission, and a stop
-        under way with what is left of its drain."""
+        """What a door process that dials the channel must be told of the engine: how its
+        last process ended, its admission, and a stop under way with what is left of its
+        drain (each by serial: the door process applies what it has not had)."""
+        messages: list[ToDoor] = [] if self._last_gone is None else [self._last_gone]
         if self._address is None:
-            return []
-        messages: list[ToDoor] = [Admit(self.engine, self._address, self._serial)]
+            return messages
+        messages.append(Admit(self.engine, self._address, self._serial))
         if self._stopping:
             left = (None if self._drain_until is None
                     else max(0.0, self._drain_until - self._clock()))
-            messages.append(StopAdmitting(self.engine, left))
+            messages.append(StopAdmitting(self.engine, left, self._serial))
         return messages

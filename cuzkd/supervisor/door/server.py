@@ -219,7 +219,7 @@ class GrpcServer:
         """A bound was held against a caller: counted, told, logged (once per 10 s each)."""
         self.bounds_hit[bound] += 1
         self._on_bound(bound)
-        self._limited.log(log, "warning", "door_bound_hit", key=bound, bound=bound, **fields)
+        self._limited.log(log, "warning", "door_bound_reached", key=bound, bound=bound, **fields)
 
     async def serve(self, sock: socket.socket) -> None:
         """Accept connections on the listening ``sock`` from now on."""
@@ -238,7 +238,7 @@ class GrpcServer:
             try:
                 conn, _ = await loop.sock_accept(sock)
             except OSError as exc:  # EMFILE and the like: the backlog keeps the caller
-                self._limited.log(log, "error", "door_accept_failed", key=exc.errno,
+                self._limited.log(log, "warning", "door_accept_failed", key=exc.errno,
                                   error=str(exc))
                 await asyncio.sleep(0.1)
                 continue
