@@ -326,3 +326,49 @@ def test_the_supervisor_s_side_of_the_channel_restarted_costs_no_call(tmp_path: 
     assert pb.GetStatusResponse.FromString(reply).total_proofs_completed == 5
     said = [e.get("error", "") for e in logs if e["event"] == "door_channel_closed"]
     assert any("the door process is not reading" in error for error in said), said
+
+
+def test_a_shared_door_answers_status_reads_without_an_engine_that_hangs(
+        tmp_path: Path) -> None:
+    """One engine behind a shared door never answers GetStatus: the door answers from the
+    other by its reading deadline (2 s), with the hung one's last good reply standing in,
+    well within the caller's own deadline -- never at the hung engine's pace."""
+    hang = asyncio.Event()
+
+    def status(name: str) -> Any:
+        async def answer(request: pb.GetStatusRequest, context: object) -> pb.GetStatusResponse:
+            if name == "slow" and hang.is_set():
+                await asyncio.sleep(3600)
+            reply = pb.GetStatusResponse(total_proofs_completed=1)
+            reply.gpus.add(ordinal=0 if name == "fast" else 1, name=name)
+            return reply
+        return answer
+
+    async def main() -> list[bytes | grpc.aio.AioRpcError]:
+        engines = {name: await serve(tmp_path, status(name), name=name)
+                   for name in ("fast", "slow")}
+        door_address = f"unix://{tmp_path}/door.sock"
+        shared = dataclasses.replace(plan(door_address), engines=("fast", "slow"))
+        try:
+            async with running_doors([shared]) as doors:
+                for name, (_, address) in engines.items():
+                    seat = doors.seat(name)
+                    assert seat is not None
+                    seat.admit(address, lambda error: None)
+                await settled(doors)
+                replies = [await call(door_address, "GetStatus", b"")]  # both answer
+                hang.set()
+                async with grpc.aio.insecure_channel(door_address) as channel:
+                    status_call = channel.unary_unary(SERVICE + "GetStatus")
+                    replies += await asyncio.gather(*(status_call(b"", timeout=10)
+                                                      for _ in range(3)))
+                return replies
+        finally:
+            for server, _ in engines.values():
+                await server.stop(0)
+
+    replies = asyncio.run(main())
+    for reply in replies:
+        assert isinstance(reply, bytes), reply
+        status_reply = pb.GetStatusResponse.FromString(reply)
+        assert [g.name for g in status_reply.gpus] == ["fast", "slow"]  # slow's last good one
