@@ -243,6 +243,20 @@ async def test_silent_connections_do_not_keep_callers_out(tmp_path: Path) -> Non
     assert hit["preface_timeout"] + hit["connections"] >= 300
 
 
+async def test_a_message_over_the_size_bound_is_refused_before_it_is_received(
+        tmp_path: Path) -> None:
+    """A request declaring 100 MiB against a 64 MiB bound is refused RESOURCE_EXHAUSTED at
+    its prefix, as grpc refuses it: its bytes are never taken, its handler never runs."""
+    async with serving(tmp_path) as served:
+        attacker = await RawH2.open(served.address)
+        stream = attacker.call("Echo", message(b"x" * 1000, declared=100 << 20), end=False)
+        await until(lambda: attacker.ended(stream), "the refusal")
+        assert attacker.status(stream) == str(grpc.StatusCode.RESOURCE_EXHAUSTED.value[0])
+        assert served.server.request_budget.used == 0
+    assert served.server.bounds_hit["message_size"] == 1
+    assert not served.handled
+
+
 async def test_an_idle_connection_is_told_goaway_and_a_new_call_opens_another(
         tmp_path: Path) -> None:
     bounds = dataclasses.replace(BOUNDS, idle_timeout=0.3)
