@@ -231,6 +231,31 @@ def test_no_post_beside_a_fresh_process_s_first_job_until_its_partition_0_left_t
     assert sent(b.arrived(prove(3, priority=CRITICAL), 5.0)) == {3: "a"}  # the process is warm
 
 
+def test_of_several_jobs_sent_at_once_cuzk_may_start_any_first(
+        ) -> None:
+    """cuzk's job 0 is the first it starts, whichever the door sent first, and ``/status``
+    lists only started jobs: the PoSt slot is free once every listed job has its partition 0
+    past the GPU queue -- not while one listed is short of it, nor on a reading listing none;
+    and once a partitioned job's Prove has returned."""
+    b = book(rules=ONE_POST)
+    b.admitting("a", 0.0)
+    for n in (1, 2, 3):
+        b.arrived(prove(n, job=f"porep-1-{n}"), 0.0)
+    assert b.arrived(prove(9, priority=CRITICAL), 1.0)[0] == Hold(
+        9, 16.0, cause=HoldCause.POST_IN_FLIGHT)
+    assert b.reading("a", 2.0, EngineReading(frozenset())) == []  # none started yet
+    started = frozenset({"porep-1-3", "porep-1-2"})  # it took the last sent first
+    assert b.reading("a", 3.0, EngineReading(started, frozenset({"porep-1-3"}))) == []
+    assert b.reading("a", 4.0, EngineReading(started, started)) == [
+        Send(9, "a", retain=True, held_for=3.0, serialized=True)]
+    fresh = book(rules=ONE_POST)
+    fresh.admitting("a", 0.0)
+    for n in (1, 2):
+        fresh.arrived(prove(n, job=f"porep-1-{n}"), 0.0)
+    fresh.arrived(prove(9, priority=CRITICAL), 1.0)
+    assert sent(fresh.returned(2, 9.0, Outcome.OK)) == {9: "a"}  # proved whole: no guard
+
+
 def test_a_fresh_process_s_first_partitioned_job_waits_for_a_post_in_flight() -> None:
     b = book(rules=ONE_POST)
     b.admitting("a", 0.0)

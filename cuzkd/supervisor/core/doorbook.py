@@ -29,8 +29,8 @@ can still act.
 - **cuzk's PoSt defect avoided.** cuzk queues every PoSt for its GPUs under one key, which a
   second PoSt (or partition 0 of a fresh process's first partitioned job) overwrites: the
   overwritten call never returns. An engine with ``one_post`` gets one PoSt at a time, and
-  none beside its fresh process's first partitioned job until that job's partition 0 has left
-  cuzk's GPU queue (a reading shows it) or its call ended.
+  none once a fresh process has partitioned work until a reading shows every job it lists with
+  partition 0 past cuzk's GPU queue, or a partitioned job's ``Prove`` has returned.
 - **A lost engine.** When an engine's process ends (or the link to it breaks) under a ``Prove``
   or ``SubmitProof``, the call is sent once more -- the same bytes, so the same ``request_id``
   -- to another engine, or held for the engine's next process; a second loss fails it. After
@@ -575,14 +575,16 @@ class DoorBook:
         return self._release(now) if drain_until is not None else []
 
     def reading(self, engine: str, now: float, reading: EngineReading) -> list[Decision]:
-        """What a read of ``engine`` showed: a fresh process's first job past cuzk's GPU
-        queue frees its PoSt slot; while it drains, the calls and jobs it shows it no longer
-        has are abandoned (see :class:`~cuzkd.states.DoorAbandon`)."""
+        """What a read of ``engine`` showed: a fresh process's PoSt slot is free once every
+        job it lists has its partition 0 past cuzk's GPU queue (cuzk numbers the first job *it
+        starts* 0, not the first the door sent: of several sent at once it may start any, and
+        ``/status`` lists only started jobs, in no order); while it drains, the calls and jobs
+        it shows it no longer has are abandoned (see :class:`~cuzkd.states.DoorAbandon`)."""
         seat = self._seats.get(engine)
         if seat is None:
             return []
         decisions: list[Decision] = []
-        if seat.guard is not None and seat.guard in reading.past_gpu_queue:
+        if seat.guard is not None and reading.jobs and reading.jobs <= reading.past_gpu_queue:
             seat.guard = seat.guard_call = None
             decisions += self._release(now)
         if not seat.admitting:
@@ -671,6 +673,9 @@ class DoorBook:
             self._collected(seat, named)
         if seat.guard_call == call_id:
             self._guard_call_ended(seat, entry, outcome)
+        elif (seat.guard is not None and entry.partitioned and method == "Prove"
+              and outcome is Outcome.OK):
+            seat.guard = seat.guard_call = None  # a job proved whole: past its job 0's partition 0
         if outcome is Outcome.CANCELLED:
             decisions = self._lead_on(entry, now)
         else:
