@@ -11,8 +11,7 @@ import os
 import shutil
 import socket
 import ssl
-import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,6 @@ from support.tlsfiles import (
     TlsFiles,
     basic_auth,
     make_tls_files,
-    password_hash,
     write_web_config,
 )
 from support.waiting import until
@@ -38,9 +36,7 @@ from cuzkd.config.webconfig import read_web_config
 from cuzkd.log.ratelimit import LimitedLog
 from cuzkd.metrics.sample import SupervisorSample
 from cuzkd.supervisor.daemon.startup import exposure, startup_fields
-from cuzkd.supervisor.web import basicauth
 from cuzkd.supervisor.web.access import WebAccess
-from cuzkd.supervisor.web.basicauth import MAX_WAITING, BasicAuth
 from cuzkd.supervisor.web.listener import GatedListener
 from cuzkd.supervisor.web.metrics_routes import build_metrics_app
 from cuzkd.supervisor.web.outbox import Outbox
@@ -338,204 +334,3 @@ async def test_a_file_a_failed_re_read_named_is_watched_until_it_works(
     shutil.copy(rotated.key, tmp_path / "next.key")
     assert await _served_cert(served) == _der(rotated.cert)
     assert served.access.last_reload_ok
-
-
-@dataclass
-class Rounds:
-    """bcrypt's rounds run while ``go`` is set (it is at first): cleared, a round waits in its
-    thread, so a flood keeps bcrypt's queue full for as long as a test needs, with no timing.
-    ``checked``: the passwords bcrypt was given, in order."""
-
-    go: threading.Event
-    checked: list[bytes]
-
-
-@pytest.fixture
-def rounds(monkeypatch: pytest.MonkeyPatch) -> Iterator[Rounds]:
-    held = Rounds(threading.Event(), [])
-    held.go.set()
-    checkpw = basicauth._checkpw
-
-    def checked(password: bytes, hashed: bytes) -> bool:
-        held.checked.append(password)
-        held.go.wait(60)
-        return checkpw(password, hashed)
-
-    monkeypatch.setattr(basicauth, "_checkpw", checked)
-    yield held
-    held.go.set()  # whatever happened
-
-
-@pytest.fixture
-def bcrypt_costs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The cost of each hash bcrypt is given, in order."""
-    costs: list[int] = []
-    checkpw = basicauth._checkpw
-
-    def recorded(password: bytes, hashed: bytes) -> bool:
-        costs.append(int(hashed[4:6]))  # $2b$NN$...
-        return checkpw(password, hashed)
-
-    monkeypatch.setattr(basicauth, "_checkpw", recorded)
-    return costs
-
-
-def _header(password: str, user: str = USER) -> str:
-    return basic_auth(password, user)["Authorization"]
-
-
-#: Wrong-password floods: the addresses they come from, the user each guess names.
-FLOODS: dict[str, tuple[list[str], Callable[[int], str]]] = {
-    "the scraper's user, from other loopback addresses":
-        ([f"127.0.0.{2 + i}" for i in range(16)], lambda i: USER),
-    "random users, from other loopback addresses":
-        ([f"127.0.0.{2 + i}" for i in range(16)], lambda i: f"user-{i}"),
-    "another user, from the scraper's address": (["127.0.0.1"], lambda i: "admin"),
-}
-
-
-@pytest.mark.parametrize("flood", list(FLOODS))
-async def test_after_a_restart_the_right_password_gets_through_a_flood(
-        serve: Any, rounds: Rounds, flood: str) -> None:
-    """A flood of wrong passwords (its rounds held) keeps every place in bcrypt's queue when
-    cuzkd restarts -- a fresh WebAccess on the same file, nothing cached: Prometheus's first
-    scrape (from 127.0.0.1) takes the place of the flood's newest request, the flood's next
-    ones are refused without taking it back, and once the rounds go on it is checked first and
-    answered 200. Refusing every newcomer once 8 wait, cuzkd answered it 401 for as long as the
-    flood lasted."""
-    addresses, user = FLOODS[flood]
-    before: Served = await serve(limit=64, idle=10)
-    restarted: Served = await serve(limit=64, idle=10)
-    auth = restarted.access.auth
-    assert auth is not None
-    floods = [aiohttp.ClientSession(connector=aiohttp.TCPConnector(local_addr=(address, 0)))
-              for address in addresses]
-    async with aiohttp.ClientSession() as scraper:
-        async def scrape(served: Served) -> int:
-            async with scraper.get(served.url("/metrics"), ssl=served.client_tls,
-                                   headers=basic_auth(PASSWORD)) as response:
-                await response.read()
-                return response.status
-
-        async def guess(i: int) -> int:
-            session = floods[i % len(floods)]
-            async with session.get(restarted.url("/metrics"), ssl=restarted.client_tls,
-                                   headers=basic_auth(f"guess-{i}", user(i))) as response:
-                await response.read()
-                return response.status
-
-        waves: list[asyncio.Future[int]] = []
-        second: list[asyncio.Future[int]] = []
-        try:
-            assert await scrape(before) == 200  # before the restart: verified, cached
-            rounds.go.clear()
-            waves.append(asyncio.ensure_future(guess(0)))
-            await until(lambda: auth.bcrypt_rounds == 1, "the flood's first round")
-            waves += [asyncio.ensure_future(guess(i)) for i in range(1, 3 * MAX_WAITING)]
-            await until(lambda: auth.busy_refused >= 2 * MAX_WAITING - 1, "the queue full")
-            refused = auth.busy_refused
-            scraped = asyncio.ensure_future(scrape(restarted))
-            await until(lambda: auth.busy_refused > refused, "the scrape in, or refused")
-            second += [asyncio.ensure_future(guess(i))
-                       for i in range(3 * MAX_WAITING, 6 * MAX_WAITING)]
-            await until(lambda: all(g.done() for g in second), "the flood's next wave refused")
-            assert not scraped.done(), "the scrape was refused"
-            assert (auth.displaced, auth.waiting) == (1, MAX_WAITING)
-            rounds.go.set()
-            assert await scraped == 200
-            assert set(await asyncio.gather(*waves, *second)) == {401}
-            assert auth.bcrypt_rounds == 1 + MAX_WAITING  # the one in its round, then the queue
-            # before the restart, the flood's held round, then the scrape before the flood's
-            assert rounds.checked[:3] == [PASSWORD.encode(), b"guess-0", PASSWORD.encode()]
-            assert await scrape(restarted) == 200  # cached now
-            assert auth.bcrypt_rounds == 1 + MAX_WAITING
-        finally:
-            rounds.go.set()
-            await asyncio.gather(*waves, *second, return_exceptions=True)
-            for session in floods:
-                await session.close()
-
-
-def test_a_requests_source_is_its_address_its_hosts_or_its_64() -> None:
-    """Loopback's addresses but 127.0.0.1 are one source (any process may bind them all), an
-    IPv6 address counts by its /64, an IPv4-mapped one as the IPv4 address."""
-    source = basicauth.source
-    assert source("127.0.0.1") == "127.0.0.1"
-    assert source("::1") == "::1"
-    assert source("127.0.0.2") == source("127.254.3.4") == source("::ffff:127.0.0.9") \
-        == "127.0.0.0/8"
-    assert source("192.0.2.1") == source("::ffff:192.0.2.1") == "192.0.2.1"
-    assert source("192.0.2.2") != source("192.0.2.1")
-    assert source("2001:db8::1") == source("2001:db8::ffff:0:1") == "2001:db8::/64"
-    assert source("2001:db8:0:1::1") == "2001:db8:0:1::/64"
-    assert source(None) == source("") == source("not an address") == ""
-
-
-async def test_a_flood_from_many_addresses_and_users_keeps_to_the_queue(
-        rounds: Rounds) -> None:
-    """2,000 guesses, each from an address of its own (127.0.0.0/8 and one IPv6 /64) naming a
-    user of its own, the first one's round held: 8 wait, the rest are refused at once, nothing
-    else is kept per address or user, and the scraper on 127.0.0.1 still takes a place."""
-    auth = BasicAuth({USER: password_hash()})
-    rounds.go.clear()
-    first = asyncio.ensure_future(auth.allows(_header("guess"), "127.0.0.2"))
-    await until(lambda: auth.bcrypt_rounds == 1, "the first guess's round")
-    peers = [f"127.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}" if i % 2
-             else f"2001:db8::{i:x}" for i in range(3, 2003)]
-    guesses = [asyncio.ensure_future(auth.allows(_header(f"guess-{i}", f"user-{i}"), peer))
-               for i, peer in enumerate(peers)]
-    await until(lambda: sum(g.done() for g in guesses) == len(guesses) - MAX_WAITING,
-                "the guesses beyond the queue refused")
-    sizes = {name: len(value) for name, value in vars(auth).items()
-             if hasattr(value, "__len__") and not isinstance(value, str | bytes)}
-    assert max(sizes.values()) <= MAX_WAITING, sizes
-    assert (auth.waiting, auth.busy_refused) == (MAX_WAITING, len(guesses) - MAX_WAITING)
-    honest = asyncio.ensure_future(auth.allows(_header(PASSWORD), "127.0.0.1"))
-    await until(lambda: auth.displaced == 1, "the scraper in the flood's newest place")
-    rounds.go.set()
-    assert await honest
-    assert not any(await asyncio.gather(first, *guesses))
-    assert auth.bcrypt_rounds == 1 + MAX_WAITING
-    assert rounds.checked.index(PASSWORD.encode()) == 1  # next after the held round
-
-
-async def test_an_unknown_user_costs_what_the_costliest_known_one_costs(
-        bcrypt_costs: list[int]) -> None:
-    """bcrypt's cost, not the clock: an unknown user's check runs at the highest cost among
-    the users' hashes (a fixed cost-10 hash against bcrypt's default 12 told which users
-    exist: 51 against 192 ms), with a hash bcrypt reads (one it refused would cost nothing)."""
-    auth = BasicAuth({USER: password_hash(cost=4), "alice": password_hash("a", cost=5)})
-    for user in (USER, "alice", "nobody", "alice"):
-        assert not await auth.allows(_header(f"wrong-{len(bcrypt_costs)}", user))
-    assert bcrypt_costs == [4, 5, 5, 5]
-    unknown = auth.no_user_hash
-    assert int(unknown[4:6]) == 5
-    assert not bcrypt.checkpw(b"", unknown)  # read, computed and refused: no ValueError
-    assert not bcrypt.checkpw(b"wrong", unknown)
-
-
-async def test_the_unknown_users_cost_follows_a_re_read_file(
-        tmp_path: Path, bcrypt_costs: list[int]) -> None:
-    """A rotation that raises (or lowers) the costliest hash moves the unknown user's with it
-    at the next look, before any request is checked."""
-    path = tmp_path / "web.yml"
-
-    def write(users: dict[str, int]) -> None:
-        path.write_text("basic_auth_users:\n" + "".join(
-            f"  {user}: '{password_hash(cost=cost)}'\n" for user, cost in users.items()),
-                        encoding="utf-8")
-
-    write({USER: 4})
-    access = WebAccess(str(path), LimitedLog())
-
-    async def unknown_cost() -> int:
-        access.refresh()
-        assert access.last_reload_ok and access.auth is not None
-        assert not await access.auth.allows(_header(f"guess-{len(bcrypt_costs)}", "nobody"))
-        return bcrypt_costs[-1]
-
-    assert await unknown_cost() == 4
-    write({USER: 4, "alice": 6})  # a different size: seen by stat whatever the clock
-    assert await unknown_cost() == 6
-    write({"alice": 5})
-    assert await unknown_cost() == 5

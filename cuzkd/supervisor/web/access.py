@@ -130,7 +130,7 @@ class WebAccess:
         """The app's first middleware: a 401 unless the request may pass."""
         auth = self.auth
         if auth is None or request.path == OPEN_PATH \
-                or await auth.allows(request.headers.get(hdrs.AUTHORIZATION), request.remote):
+                or await auth.allows(request.headers.get(hdrs.AUTHORIZATION)):
             return await handler(request)
         self.refused_total += 1
         self._limited.log(log, "warning", "metrics_auth_refused",
