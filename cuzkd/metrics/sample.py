@@ -91,6 +91,8 @@ class ListenerAccess:
     reload_ok: bool = True
     #: requests answered 401 (no, malformed or wrong basic auth credentials)
     auth_refused_total: int = 0
+    #: requests answered 429 (not checked: their address had its share of waiting checks)
+    auth_throttled_total: int = 0
     #: TLS handshakes that completed, and that failed or timed out
     handshakes_ok_total: int = 0
     handshakes_failed_total: int = 0

@@ -202,6 +202,11 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
                      "Requests to the metrics listener answered 401: no, malformed or wrong "
                      "basic auth credentials.")
     auth_refused.add_metric([], access.auth_refused_total)
+    auth_throttled = c("cuzkd_metrics_auth_throttled_total",
+                       "Requests to the metrics listener answered 429 without checking their "
+                       "password: their address already had its share of the checks waiting "
+                       "for a bcrypt round (a flood of new passwords).")
+    auth_throttled.add_metric([], access.auth_throttled_total)
     handshakes = c("cuzkd_metrics_tls_handshakes_total",
                    "TLS handshakes of the metrics listener by result: ok, or failed (not TLS, "
                    "refused, or not finished within 10 s).", labels=["result"])
@@ -212,7 +217,8 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
             fetch_duration, fetch_errors, field_errors, descendants_killed, stop_inflight,
             jobs_lost, drains, loop_failures, output_lines, output_bytes, labels_dropped, release,
             swaps, rollbacks, active, zombies, reload_ok, reload_time, deadlines, freezes, frozen,
-            log_dropped, connections_closed, web_reload_ok, auth_refused, handshakes,
+            log_dropped, connections_closed, web_reload_ok, auth_refused, auth_throttled,
+            handshakes,
             *_gpu_families(sample.gpus)]
 
 

@@ -37,6 +37,7 @@ from cuzkd.log.ratelimit import LimitedLog
 from cuzkd.metrics.sample import SupervisorSample
 from cuzkd.supervisor.daemon.startup import exposure, startup_fields
 from cuzkd.supervisor.web.access import WebAccess
+from cuzkd.supervisor.web.basicauth import BasicAuth
 from cuzkd.supervisor.web.listener import GatedListener
 from cuzkd.supervisor.web.metrics_routes import build_metrics_app
 from cuzkd.supervisor.web.outbox import Outbox
@@ -154,36 +155,79 @@ async def test_a_verified_password_costs_no_bcrypt_round_again(serve: Any) -> No
     assert served.listener.handshakes_total == 1
 
 
-async def test_a_flood_of_wrong_passwords_is_bounded_and_never_logged(
-        serve: Any, tls: TlsFiles) -> None:
-    """200 distinct wrong passwords on 16 connections against a cost-8 hash (~20 ms a
-    round): one round at a time, at most 8 waiting (the rest refused without one), one log
-    line, no password or hash in any; the scraper, already verified, is answered meanwhile."""
+async def _flood_config(serve: Any, tls: TlsFiles) -> tuple[Served, BasicAuth, str]:
+    """A listener whose user has a cost-8 hash (~20 ms a round): rounds that take a while;
+    room for more connections than a flood opens (the daemon's limit is the descriptor
+    limit's)."""
     hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(8)).decode()
     served: Served = await serve(f"tls_server_config:\n  cert_file: {tls.cert}\n"
                                  f"  key_file: {tls.key}\nbasic_auth_users:\n"
-                                 f"  {USER}: '{hashed}'\n", idle=10)
+                                 f"  {USER}: '{hashed}'\n", idle=10, limit=64)
     auth = served.access.auth
     assert auth is not None
-    connector = aiohttp.TCPConnector(limit=16)
-    async with aiohttp.ClientSession(connector=connector) as session:
-        async def get(password: str) -> int:
-            async with session.get(served.url("/status"), ssl=served.client_tls,
-                                   headers=basic_auth(password)) as response:
-                await response.read()
-                return response.status
+    return served, auth, hashed
 
-        assert await get(PASSWORD) == 200
+
+async def _get(session: aiohttp.ClientSession, served: Served, password: str) -> int:
+    async with session.get(served.url("/status"), ssl=served.client_tls,
+                           headers=basic_auth(password)) as response:
+        await response.read()
+        if response.status == 429:
+            assert response.headers["Retry-After"] == "1"
+        return response.status
+
+
+async def test_a_flood_of_wrong_passwords_is_bounded_and_never_logged(
+        serve: Any, tls: TlsFiles) -> None:
+    """200 distinct wrong passwords on 16 connections from one address: one round at a
+    time, at most two of its checks waiting (the rest answered 429 without a round), one log
+    line of each kind, no password or hash in any; the scraper, already verified, is answered
+    meanwhile from the cache."""
+    served, auth, hashed = await _flood_config(serve, tls)
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=16)) as session:
+        assert await _get(session, served, PASSWORD) == 200
         with structlog.testing.capture_logs() as logs:
-            flood = [asyncio.ensure_future(get(f"guess-{i}")) for i in range(200)]
-            await until(lambda: auth.busy_refused > 0, "requests refused without a round")
-            assert await get(PASSWORD) == 200  # cached: no wait behind the flood's rounds
-            assert set(await asyncio.gather(*flood)) == {401}
-    assert auth.bcrypt_rounds < 100  # the rest were refused without a round
-    refused = [line for line in logs if line["event"] == "metrics_auth_refused"]
-    assert len(refused) == 1
+            flood = [asyncio.ensure_future(_get(session, served, f"guess-{i}"))
+                     for i in range(200)]
+            await until(lambda: auth.throttled > 0, "requests throttled without a round")
+            assert await _get(session, served, PASSWORD) == 200  # cached: no wait at all
+            statuses = await asyncio.gather(*flood)
+    assert set(statuses) == {401, 429}
+    assert statuses.count(429) == auth.throttled == served.access.throttled_total
+    assert statuses.count(401) == auth.bcrypt_rounds - 1  # each 401 had its round
+    events = [line["event"] for line in logs]
+    assert events.count("metrics_auth_refused") == 1
+    assert events.count("metrics_auth_throttled") == 1
     text = repr(logs)
     assert "guess-" not in text and hashed not in text and PASSWORD not in text
+
+
+async def test_a_right_password_never_checked_is_answered_through_a_flood(
+        serve: Any, tls: TlsFiles) -> None:
+    """cuzkd just started (nothing verified) and 16 connections from 127.0.0.2 send wrong
+    passwords flat out: Prometheus' first scrape from 127.0.0.1 gets a round of its own and
+    200, and its next ones are answered from the cache while the flood goes on."""
+    served, auth, _ = await _flood_config(serve, tls)
+    attacker = aiohttp.TCPConnector(limit=16, local_addr=("127.0.0.2", 0))
+    stop = asyncio.Event()
+    statuses: list[int] = []
+
+    async with aiohttp.ClientSession(connector=attacker) as flooding:
+        async def guess(worker: int) -> None:
+            n = 0
+            while not stop.is_set():
+                statuses.append(await _get(flooding, served, f"guess-{worker}-{n}"))
+                n += 1
+
+        flood = [asyncio.ensure_future(guess(worker)) for worker in range(16)]
+        await until(lambda: auth.throttled > 16 and 401 in statuses, "the flood under way")
+        async with aiohttp.ClientSession() as prometheus:
+            for _ in range(3):
+                assert await _get(prometheus, served, PASSWORD) == 200
+        stop.set()
+        await asyncio.gather(*flood)
+    assert set(statuses) == {401, 429}
+    assert served.access.throttled_total == statuses.count(429)
 
 
 async def test_silent_and_garbage_handshakes_are_bounded_and_closed(serve: Any) -> None:

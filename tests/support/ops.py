@@ -126,6 +126,7 @@ _SUPERVISOR_METRICS = {
     "cuzkd_metrics_connections_closed_total": _m("counter", "reason"),
     "cuzkd_metrics_web_config_last_reload_successful": _m("gauge"),
     "cuzkd_metrics_auth_refused_total": _m("counter"),
+    "cuzkd_metrics_auth_throttled_total": _m("counter"),
     "cuzkd_metrics_tls_handshakes_total": _m("counter", "result"),
     "cuzkd_supervisor_freezes_total": _m("counter"),
     "cuzkd_supervisor_frozen_seconds_total": _m("counter"),

@@ -234,6 +234,7 @@ class Supervisor:
         ok, failed = self._servers.handshakes()
         return ListenerAccess(reload_ok=self.access.last_reload_ok,
                               auth_refused_total=self.access.refused_total,
+                              auth_throttled_total=self.access.throttled_total,
                               handshakes_ok_total=ok, handshakes_failed_total=failed)
 
     def _grace_left(self) -> float:

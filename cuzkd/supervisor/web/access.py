@@ -18,11 +18,17 @@ must not be believed encrypted, one that starts encrypted must never fall back t
 
 Basic auth applies to every route but ``/healthz``: a liveness probe (Docker's HEALTHCHECK,
 kubelet's probes) must not need the scrape password in its spec, and ``/healthz`` says only
-that the supervisor runs. Unknown paths answer 401 too, so they tell nothing either.
+that the supervisor runs. Unknown paths answer 401 too, so they tell nothing either. A request
+whose password was not checked because its address already had its share of the checks waiting
+for a bcrypt round (:mod:`.basicauth`, a flood) is answered 429 with ``Retry-After``: not a
+401, which would call an unchecked password wrong. Fairness is per client address
+(:func:`source_of`): an IPv6 client per /64, the block one host is usually given, so that an
+attacker cannot take a share per address of its block.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import ssl
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -35,7 +41,7 @@ from cuzkd.config.loading import web_config_error
 from cuzkd.config.webconfig import WebConfig, WebConfigError, read_web_config, tls_context
 from cuzkd.httperrors import error_response
 from cuzkd.log.ratelimit import LimitedLog
-from cuzkd.supervisor.web.basicauth import BasicAuth
+from cuzkd.supervisor.web.basicauth import BasicAuth, Verdict
 
 log = structlog.get_logger("cuzkd.supervisor")
 
@@ -43,10 +49,28 @@ log = structlog.get_logger("cuzkd.supervisor")
 OPEN_PATH = "/healthz"
 #: What a 401 asks for (RFC 7617); the realm names what the password is for.
 CHALLENGE = 'Basic realm="cuzkd", charset="UTF-8"'
+#: Seconds a 429 asks a client to wait before it tries again (a round costs ~0.1-0.3 s).
+RETRY_AFTER = "1"
 
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 #: A file's identity and content version as ``stat`` tells it; None when it cannot be stat'ed.
 _Stamp = tuple[int, int, int, int] | None
+
+
+def source_of(remote: str | None) -> str:
+    """The unit of fairness for a client address: the address, an IPv6 one's /64 (an
+    IPv4-mapped one is its IPv4 address: a dual-stack listener sees IPv4 clients so)."""
+    if not remote:
+        return ""
+    try:
+        address = ipaddress.ip_address(remote)
+    except ValueError:
+        return remote
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.IPv6Network((address, 64), strict=False))
+    return str(address)
 
 
 def _stamps(files: tuple[str, ...]) -> tuple[_Stamp, ...]:
@@ -81,6 +105,8 @@ class WebAccess:
         self.last_reload_ok = True
         #: requests answered 401 (no, malformed or wrong credentials)
         self.refused_total = 0
+        #: requests answered 429 (not checked: their address had its share of waiting checks)
+        self.throttled_total = 0
 
     def tls(self) -> ssl.SSLContext | None:
         """The context a new connection is served with, after re-reading changed files."""
@@ -127,11 +153,23 @@ class WebAccess:
 
     @web.middleware
     async def guard(self, request: web.Request, handler: _Handler) -> web.StreamResponse:
-        """The app's first middleware: a 401 unless the request may pass."""
+        """The app's first middleware: a 401 unless the request may pass, or a 429 when its
+        password could not be checked yet (see the module)."""
         auth = self.auth
-        if auth is None or request.path == OPEN_PATH \
-                or await auth.allows(request.headers.get(hdrs.AUTHORIZATION)):
+        if auth is None or request.path == OPEN_PATH:
             return await handler(request)
+        verdict = await auth.check(request.headers.get(hdrs.AUTHORIZATION),
+                                   source_of(request.remote))
+        if verdict is Verdict.ALLOWED:
+            return await handler(request)
+        if verdict is Verdict.THROTTLED:
+            self.throttled_total += 1
+            self._limited.log(log, "warning", "metrics_auth_throttled",
+                              detail="too many credential checks waiting from this address "
+                                     "(429)", peer=request.remote or "")
+            response = error_response(429, "too many credential checks waiting: retry later")
+            response.headers[hdrs.RETRY_AFTER] = RETRY_AFTER
+            return response
         self.refused_total += 1
         self._limited.log(log, "warning", "metrics_auth_refused",
                           detail="missing or wrong basic auth credentials (401)",

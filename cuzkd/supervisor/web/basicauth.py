@@ -1,17 +1,27 @@
 """Basic auth against a web config's ``basic_auth_users``: bcrypt once, then a cached digest.
 
-A bcrypt round costs ~70 ms at cost 10 -- more than cuzkd's whole scrape. Prometheus sends the
-same credentials with every scrape, so a password bcrypt accepted is remembered as an HMAC of
-it under a key drawn at start (never the password itself), and later requests are compared
-with :func:`hmac.compare_digest` (constant time): a scrape costs no bcrypt round. The entry
-holds the hash it was verified against, so a changed hash in a re-read file is verified anew.
+A request's credentials are decided in this order, cheapest first:
 
-bcrypt runs in a thread (it releases the GIL: the event loop, the engines' polls and the other
-scrapes go on), one round at a time. A flood of wrong passwords therefore costs one core at
-most; requests waiting for a round are bounded (:data:`MAX_WAITING`), those beyond it are
-refused at once without one, and a wrong password already refused is refused again from a
-bounded cache. An unknown user is checked against a fixed hash, so timing does not tell which
-users exist. No password or hash is ever logged: the caller logs that a request was refused.
+1. a password already verified for its user (:class:`~.authcache.Verified`, compared in
+   constant time) is allowed at once: no bcrypt round, no queue -- Prometheus' scrapes are
+   answered however many wrong passwords wait;
+2. a password already refused for that user and hash (:class:`~.authcache.Refused`) is refused
+   at once;
+3. anything else needs a bcrypt round. Rounds run one at a time in a thread (bcrypt releases
+   the GIL: the event loop, the engines' polls and the other scrapes go on), so a flood costs
+   one core at most. The requests waiting for one are bounded and shared fairly between client
+   addresses (:class:`~.fairqueue.FairQueue`: :data:`MAX_WAITING` in all, :data:`PER_SOURCE`
+   per address, start-time fair queueing): a flood from one address cannot take the place of
+   a right password sent from another, which waits for the round running and then has its own
+   (behind at most one round per other address that also just came). A request
+   that gets no place is :attr:`Verdict.THROTTLED` -- answered 429 at once, never a 401: its
+   password was not checked, so it is not called wrong.
+
+An unknown user is checked against a dummy hash of the highest cost among the configured
+users' hashes (:func:`dummy_hash`, made again whenever the users change), so an unknown user
+takes as long as a known one: timing does not tell which users exist. (Users of lower cost than
+the highest still answer faster than unknown ones; give all users one cost.) No password or
+hash is ever logged: the caller logs that a request was refused.
 """
 
 from __future__ import annotations
@@ -19,73 +29,160 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import enum
 import hashlib
 import hmac
 import os
+from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import dataclass, field
 
 import bcrypt
 
-#: Requests that may wait for a bcrypt round; more are refused without one.
+from cuzkd.supervisor.web.authcache import Refused, Verified
+from cuzkd.supervisor.web.fairqueue import FairQueue
+
+#: Requests that may wait for a bcrypt round, from all addresses together.
 MAX_WAITING = 8
-#: Wrong credentials remembered (then forgotten all at once: an attacker's distinct guesses
-#: must not grow memory).
-MAX_REFUSED = 1024
-#: Checked for an unknown user so that it costs what a known one costs (cost 10, the usual).
-_NO_USER_HASH = b"$2b$10$EbsZMJd5..xbRZiXnTqTme82QFTlDw0HVIBSj56aYe8znqWs0iRoK"
+#: Of those, how many one address may hold (see :mod:`.fairqueue`).
+PER_SOURCE = 2
+#: bcrypt's least cost, the dummy's when no user has a hash (never the case in practice).
+MIN_COST = 4
+#: The 31 characters of a bcrypt hash after its salt: the digest (see :func:`dummy_hash`).
+_DIGEST_CHARS = 31
+
+
+class Verdict(enum.Enum):
+    """What :meth:`BasicAuth.check` decided."""
+
+    ALLOWED = "allowed"
+    #: no, malformed or wrong credentials, or an unknown user (401)
+    REFUSED = "refused"
+    #: not checked: too many checks already wait for a round from its address (429)
+    THROTTLED = "throttled"
+
+
+def hash_cost(hashed: bytes) -> int:
+    """The cost of a bcrypt hash, ``$2b$12$...`` -> 12 (the web config's loader has checked
+    the form)."""
+    return int(hashed[4:6])
+
+
+def dummy_hash(hashes: Iterable[bytes]) -> bytes:
+    """A hash no password matches, of the highest cost among ``hashes``.
+
+    checkpw's time is the key setup of the stored salt's cost, whatever digest follows it; so
+    the dummy is a fresh salt of that cost and a digest of zeros, made in microseconds: no
+    hashing, so it can be made again on the event loop whenever a re-read web config changes
+    the users. (A password whose hash under that salt is all zeros would match: 1 in 2**184.)
+    """
+    cost = max((hash_cost(hashed) for hashed in hashes), default=MIN_COST)
+    return bcrypt.gensalt(rounds=cost, prefix=b"2b") + b"." * _DIGEST_CHARS
+
+
+@dataclass(eq=False)
+class _Check:
+    """A password waiting for, or in, its bcrypt round; ``verdict`` is bcrypt's (True: it
+    matches), or None when its place in the queue was taken (:data:`Verdict.THROTTLED`)."""
+
+    password: bytes
+    hashed: bytes
+    verdict: asyncio.Future[bool | None] = field(repr=False)
 
 
 class BasicAuth:
     """``users`` (user -> bcrypt hash) checked against ``Authorization`` headers."""
 
-    def __init__(self, users: dict[str, str]) -> None:
-        self._users = {user: hashed.encode() for user, hashed in users.items()}
+    def __init__(self, users: Mapping[str, str]) -> None:
         self._key = os.urandom(32)
-        #: user -> (the hash verified against, HMAC of the password bcrypt accepted)
-        self._verified: dict[str, tuple[bytes, bytes]] = {}
-        #: HMACs of (user, hash, password) bcrypt refused
-        self._refused: set[bytes] = set()
-        self._round = asyncio.Lock()
-        self._waiting = 0
+        self._verified = Verified()
+        self._refused = Refused()
+        self._queue: FairQueue[_Check] = FairQueue(MAX_WAITING, PER_SOURCE)
+        self._running = False
         self.bcrypt_rounds = 0
-        #: requests refused because MAX_WAITING were already waiting
-        self.busy_refused = 0
+        #: requests not checked because their address had its share of places (429)
+        self.throttled = 0
+        self.replace_users(users)
 
-    def replace_users(self, users: dict[str, str]) -> None:
-        """A re-read file's users; verified passwords stay valid while their hash does."""
+    @property
+    def waiting(self) -> int:
+        """Checks waiting for a round (not the one running)."""
+        return len(self._queue)
+
+    def replace_users(self, users: Mapping[str, str]) -> None:
+        """A (re-read) file's users: verified passwords stay valid while their hash does, and
+        the dummy hash takes the highest cost among the new hashes."""
         self._users = {user: hashed.encode() for user, hashed in users.items()}
+        self._verified.keep_only(self._users)
+        self.dummy = dummy_hash(self._users.values())
 
-    async def allows(self, header: str | None) -> bool:
-        """Whether ``header`` (an ``Authorization`` value) names a user with its password."""
+    async def check(self, header: str | None, source: Hashable = "") -> Verdict:
+        """The verdict on ``header`` (an ``Authorization`` value) sent from ``source`` (the
+        client's address, the unit of fairness)."""
         credentials = _credentials(header)
         if credentials is None:
-            return False
+            return Verdict.REFUSED
         user, password = credentials
         hashed = self._users.get(user)
         digest = self._digest(password)
-        cached = self._verified.get(user)
-        if cached is not None and cached[0] == hashed \
-                and hmac.compare_digest(cached[1], digest):
-            return True
+        if self._verified.holds(user, hashed, digest):
+            return Verdict.ALLOWED
         refusal = self._digest(b"\0".join((user.encode(), hashed or b"", password)))
         if refusal in self._refused:
-            return False
-        if self._waiting >= MAX_WAITING:
-            self.busy_refused += 1
-            return False
-        self._waiting += 1
-        try:
-            async with self._round:
-                self.bcrypt_rounds += 1
-                ok = await asyncio.to_thread(_checkpw, password, hashed or _NO_USER_HASH)
-        finally:
-            self._waiting -= 1
+            return Verdict.REFUSED
+        ok = await self._round(source, password, hashed or self.dummy)
+        if ok is None:
+            return Verdict.THROTTLED
         if ok and hashed is not None:
-            self._verified[user] = (hashed, digest)
-            return True
-        if len(self._refused) >= MAX_REFUSED:
-            self._refused.clear()
+            self._verified.remember(user, hashed, digest)
+            return Verdict.ALLOWED
         self._refused.add(refusal)
-        return False
+        return Verdict.REFUSED
+
+    async def _round(self, source: Hashable, password: bytes, hashed: bytes) -> bool | None:
+        """bcrypt's verdict on ``password`` after waiting for a round in ``source``'s queue;
+        None when it got no place or lost it."""
+        loop = asyncio.get_running_loop()
+        check = _Check(password, hashed, loop.create_future())
+        admission = self._queue.admit(source, check)
+        if admission.evicted is not None:
+            self.throttled += 1
+            if not admission.evicted.verdict.done():
+                admission.evicted.verdict.set_result(None)
+        if not admission.admitted:
+            self.throttled += 1
+            return None
+        self._next_round(loop)
+        try:
+            return await check.verdict
+        finally:
+            self._queue.discard(source, check)  # cancelled while waiting: free its place
+
+    def _next_round(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start the next waiting check's round unless one runs. The round's end (not its
+        waiter, which may have been cancelled) starts the next, so one runs at a time."""
+        if self._running:
+            return
+        check = self._queue.take()
+        while check is not None and check.verdict.done():  # its waiter went
+            check = self._queue.take()
+        if check is None:
+            return
+        self._running = True
+        self.bcrypt_rounds += 1
+        done = loop.run_in_executor(None, _checkpw, check.password, check.hashed)
+
+        def finished(round_: asyncio.Future[bool]) -> None:
+            self._running = False
+            if not check.verdict.done():
+                if round_.cancelled():
+                    check.verdict.cancel()
+                elif (exc := round_.exception()) is not None:
+                    check.verdict.set_exception(exc)
+                else:
+                    check.verdict.set_result(round_.result())
+            self._next_round(loop)
+
+        done.add_done_callback(finished)
 
     def _digest(self, data: bytes) -> bytes:
         return hmac.new(self._key, data, hashlib.sha256).digest()
