@@ -73,7 +73,7 @@ _ERROR_UNKNOWN = _ERRORS[grpc.StatusCode.UNKNOWN.name]
 #: long to be cuzk's)
 SERVER_BOUNDS = ("connections", "streams", "header_list", "message_size", "request_bytes",
                  "request_stall", "reply_bytes", "preface_timeout", "idle", "rapid_reset",
-                 "reply_stall", "request_id")
+                 "reply_stall", "frame_size", "request_id")
 #: The ``proof_kind`` of a call that names none (a status read, an AwaitProof, an unknown kind)
 NO_KIND = "none"
 

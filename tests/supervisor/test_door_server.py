@@ -270,3 +270,18 @@ async def test_an_idle_connection_is_told_goaway_and_a_new_call_opens_another(
 
 def test_every_bound_the_server_holds_has_its_series() -> None:
     assert (*BOUNDS_HELD, "request_id") == SERVER_BOUNDS
+
+
+async def test_a_frame_longer_than_http2_allows_ends_its_connection_at_its_header(
+        tmp_path: Path) -> None:
+    """A DATA frame header claiming 16 MiB, then its bytes trickling: refused on the 9-byte
+    header (h2 would hold it whole first), not after 16 MiB of it is held."""
+    async with serving(tmp_path) as served:
+        honest = Honest(served.address)
+        attacker = await RawH2.open(served.address)
+        stream = attacker.call("Echo", b"", end=False)
+        attacker.raw(((16 << 20) - 1).to_bytes(3, "big") + b"\\x00\\x00" + stream.to_bytes(4, "big")
+                     + b"z" * 1000)
+        await attacker.wait_closed()
+        assert set(await honest.finish()) == {"OK"}
+    assert served.server.bounds_hit["frame_size"] == 1

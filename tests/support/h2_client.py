@@ -98,6 +98,11 @@ class RawH2:
             self.conn.end_stream(stream)
         self.flush()
 
+    def raw(self, data: bytes) -> None:
+        """``data`` as it is, after what h2 has to send (a frame h2 would not write)."""
+        self.flush()
+        self._writer.write(data)
+
     def reset(self, stream: int) -> None:
         self.conn.reset_stream(stream)
         self.flush()

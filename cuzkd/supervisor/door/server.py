@@ -27,6 +27,8 @@ never say a word. Here each bound is held where the bytes arrive, counted by nam
 - ``rapid_reset``: a connection resetting streams faster than :attr:`ServerBounds.
   resets_per_second` gets GOAWAY ``ENHANCE_YOUR_CALM`` and is closed; a stream reset before its
   request completed costs no handler;
+- ``frame_size``: a frame whose header claims more than HTTP/2's 16 KiB ends its connection
+  at the header (h2 would buffer it whole first: 16 MiB a connection);
 - ``idle``: a connection without a call for :attr:`ServerBounds.idle_timeout` gets GOAWAY
   (``NO_ERROR``: its next call opens another), never a plain close with a call open.
 
@@ -66,7 +68,7 @@ log = structlog.get_logger("cuzkd.door")
 #: The bounds' names, as counted (``cuzkd_door_bounds_hit_total{bound}``).
 BOUNDS = ("connections", "streams", "header_list", "message_size", "request_bytes",
           "request_stall", "reply_bytes", "preface_timeout", "idle", "rapid_reset",
-          "reply_stall")
+          "reply_stall", "frame_size")
 _PREFIX = struct.Struct("!BI")
 _TIMEOUT = re.compile(rb"^(\d{1,8})([HMSmun])$")
 #: How long a connection being closed may take to send what it was last told.
@@ -186,6 +188,42 @@ class _Context:
         if self._deadline is None:
             return None
         return max(0.0, self._deadline - asyncio.get_running_loop().time())
+
+
+class _FrameLengths:
+    """Walks the frame headers of what a connection sends (after the client's 24-byte
+    preface), so that a frame longer than HTTP/2 lets it send is refused on its 9-byte
+    header: h2 buffers a frame whole -- up to 16 MiB its header may claim -- before it looks
+    at the length. The walk steps frame by frame, never byte by byte."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._preface = len(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")  # the client's first bytes
+        self._header = bytearray()
+        self._left = 0
+
+    def overlong(self, data: bytes) -> int | None:
+        """The length a frame header in ``data`` claims over the limit (None: none does)."""
+        i, n = 0, len(data)
+        if self._preface:
+            i = min(self._preface, n)
+            self._preface -= i
+        while i < n:
+            if self._left:
+                step = min(self._left, n - i)
+                self._left -= step
+                i += step
+                continue
+            take = min(9 - len(self._header), n - i)
+            self._header += data[i:i + take]
+            i += take
+            if len(self._header) == 9:
+                length = int.from_bytes(self._header[:3], "big")
+                self._header.clear()
+                if length > self._limit:
+                    return length
+                self._left = length
+        return None
 
 
 class GrpcServer:
@@ -321,6 +359,7 @@ class _Connection(asyncio.BufferedProtocol):
         self.idle_since = self._loop.time()
         self.going_away = False
         self._preface_seen = False
+        self._frames = _FrameLengths(h2.settings.Settings().max_frame_size)
         self._paused = False
         self._received_bytes = 0  # request bytes held by this connection's calls
         self._held_back = False  # its senders wait for the budgets (counted once a time)
@@ -348,8 +387,13 @@ class _Connection(asyncio.BufferedProtocol):
         return self._buffer
 
     def buffer_updated(self, nbytes: int) -> None:
+        data = bytes(self._buffer[:nbytes])
+        if (length := self._frames.overlong(data)) is not None:
+            self.server.hit("frame_size", length=length)
+            self.abort()
+            return
         try:
-            events = self.h2.receive_data(bytes(self._buffer[:nbytes]))
+            events = self.h2.receive_data(data)
         except h2.exceptions.ProtocolError as exc:  # h2 has queued its GOAWAY
             if isinstance(exc, h2.exceptions.TooManyStreamsError):  # past the bound it was told
                 self.server.hit("streams", open=len(self.streams))
