@@ -1,6 +1,7 @@
 """Re-logging a child's output through a real pipe: lines over MAX_LINE_BYTES cut (their head
 logged, the rest discarded at bounded cost), an output budget that logs a burst and counts the
-rest, a stderr tail that keeps every line, and hostile lines that never end the reader."""
+rest, a flat-out writer paced by its pipe, a stderr tail that keeps every line, and hostile
+lines that never end the reader."""
 
 from __future__ import annotations
 
@@ -9,13 +10,17 @@ import io
 import json
 import subprocess
 import sys
+import time
 from typing import Any
 
+import pytest
 import structlog
+from support.waiting import until
 
 from cuzkd.log.configure import configure_logging
 from cuzkd.log.controls import strip_controls
 from cuzkd.supervisor.core.outputbudget import OutputBudget, OutputLimits
+from cuzkd.supervisor.core.outputpacing import MAX_PAUSE
 from cuzkd.supervisor.core.stderrlines import StderrLines
 from cuzkd.supervisor.proc.output import MAX_LINE_BYTES, OutputLog, log_lines
 
@@ -62,13 +67,15 @@ def test_an_endless_line_is_cut_its_head_logged_and_the_rest_discarded() -> None
     logger = RecordingLogger()
     budget = OutputBudget(OutputLimits(1e6, 1e9, 10**6, 1 << 30), 0.0)
     tail = StderrLines(10)
-    _relog(payload, OutputLog(logger, logger, budget), tail)
+    out = OutputLog(logger, logger, budget)
+    _relog(payload, out, tail)
     logged = logger.events("engine_output")
     assert [f["line"] for f in logged] == [
         "first", "x" * MAX_LINE_BYTES, "after", "z" * MAX_LINE_BYTES, "last, no newline"]
     assert [bool(f.get("truncated")) for f in logged] == [False, True, False, True, False]
     assert budget.dropped_bytes_total == len(endless) + len(just_over) - 2 * MAX_LINE_BYTES
     assert budget.dropped_lines_total == 0
+    assert out.pacing.pauses >= 1  # an endless line is a flood too: the reader paused
     assert [line[:5] for line in tail] == ["first", "xxxxx", "after", "zzzzz", "last,"]
 
 
@@ -109,6 +116,91 @@ def test_the_stderr_tail_keeps_every_line_even_those_the_budget_kept_from_the_lo
     quiet = StderrLines(20)  # and without a panic: the last lines
     _relog(b"\n".join(flood) + b"\n", OutputLog(logger, logger, budget), quiet)
     assert list(quiet) == [f"noise {i}" for i in range(4_980, 5_000)]
+
+
+#: Writes argv[1] blocks of 39-byte lines to stderr flat out, each in one os.write, then the
+#: lines hex-encoded in argv[2] (a panic); then prints its longest write and its seconds.
+FLAT_OUT = """\
+import json, os, sys, time
+block = b"flood line of thirty-nine bytes, x1234\\n" * 1680
+longest, start = 0.0, time.monotonic()
+for _ in range(int(sys.argv[1])):
+    before = time.monotonic()
+    view = memoryview(block)
+    while view:
+        view = view[os.write(2, view):]
+    longest = max(longest, time.monotonic() - before)
+seconds = time.monotonic() - start
+os.write(2, bytes.fromhex(sys.argv[2]))
+print(json.dumps({"longest": longest, "seconds": seconds}))
+"""
+#: FLAT_OUT's lines: 1680 a block of 65,520 bytes.
+BLOCK_LINES, BLOCK_BYTES = 1680, 1680 * 39
+
+
+def test_a_flat_out_writer_is_paced_by_its_pipe_its_lines_counted_its_panic_kept() -> None:
+    """32 MiB of lines flat out on stderr, then a panic, against an engine's default budget:
+    the reader pauses (each pause at most MAX_PAUSE), every line is logged or counted, the
+    panic is whole in the tail, and the writer was held neither long nor below 1 MiB/s."""
+    blocks = 512
+    child = subprocess.Popen([sys.executable, "-c", FLAT_OUT, str(blocks),
+                              (b"\n".join(PANIC) + b"\n").hex()],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    logger = RecordingLogger()
+    budget = OutputBudget(OutputLimits(200, 256 << 10, 2000, 1 << 20), time.monotonic())
+    out, tail = OutputLog(logger, logger, budget), StderrLines(20)
+    try:
+        assert child.stderr is not None and child.stdout is not None
+        asyncio.run(asyncio.wait_for(log_lines(child.stderr, out, "stderr", child.pid,
+                                               tail=tail), 120))
+        written = json.loads(child.stdout.read())
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.wait(10)
+    assert out.pacing.pauses >= 1 and out.pacing.longest_pause <= MAX_PAUSE
+    logged = [f["line"].encode() for f in logger.events("engine_output")]
+    lines = blocks * BLOCK_LINES + len(PANIC)
+    assert len(logged) + budget.dropped_lines_total == lines
+    assert sum(map(len, logged)) + budget.dropped_bytes_total == (  # without the newlines
+        blocks * (BLOCK_BYTES - BLOCK_LINES) + sum(map(len, PANIC)))
+    reports = logger.events("engine_output_suppressed")
+    assert sum(r["lines"] for r in reports) == budget.dropped_lines_total
+    assert list(tail) == [line.decode() for line in [*PANIC[:2], *PANIC[-18:]]]
+    # Pauses of at most 100 ms, and a pipe's worth (1 MiB) read after each: the writer's
+    # longest write is a pause and a loaded machine's scheduling, and it got at least 1 MiB/s
+    # (docs/benchmarks.md: on stderr 11-16 MB/s, its longest write 100-140 ms).
+    assert written["longest"] < MAX_PAUSE + 0.4
+    assert blocks * BLOCK_BYTES / written["seconds"] >= 1 << 20
+
+
+def test_a_paced_reader_cancelled_mid_flood_ends_at_once() -> None:
+    """A child flooding for good: its reader, paused more often than not, still ends as soon
+    as it is cancelled (an engine's close), and nothing is left to fire."""
+    child = subprocess.Popen([sys.executable, "-c",
+                              "import os\nwhile True: os.write(1, b'x\\n' * 32768)"],
+                             stdout=subprocess.PIPE)
+    logger = RecordingLogger()
+    out = OutputLog(logger, logger, OutputBudget(OutputLimits(1e-6, 1e-6, 10, 1 << 20), 0.0))
+    errors: list[dict[str, Any]] = []
+
+    async def main() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda _, context: errors.append(
+            context))
+        assert child.stdout is not None
+        reading = asyncio.ensure_future(log_lines(child.stdout, out, "stdout", child.pid))
+        await until(lambda: out.pacing.pauses >= 3, "the reader paused three times")
+        reading.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(reading, 5)
+
+    try:
+        asyncio.run(main())
+    finally:
+        child.kill()
+        child.wait(10)
+    assert not errors
+    assert out.budget is not None and out.budget.dropped_lines_total > 3 * 32768
 
 
 #: Lines an engine might print: nested past every recursion limit, numbers no JSON log can

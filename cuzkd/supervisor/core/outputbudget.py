@@ -1,9 +1,9 @@
 """How much of an engine's output reaches the log: two token buckets (lines and bytes) fed ``now``.
 
 An engine writing short lines flat out once made the supervisor spend a whole core turning
-each 39-byte line into a 230-byte event, and write 25 MB/s of log. The engine's output is
-still read at full speed (the engine must never wait on its pipe for the supervisor), but only
-lines this budget admits are logged; the rest are counted and reported as suppressed.
+each 39-byte line into a 230-byte event, and write 25 MB/s of log. Only lines this budget
+admits are logged; the rest are counted and reported as suppressed (and once it refuses, the
+reader paces the flood by its pipe: :mod:`~cuzkd.supervisor.core.outputpacing`).
 
 The budget refills at ``lines_per_second`` and ``bytes_per_second`` up to ``burst_lines`` and
 ``burst_bytes``; a line is admitted when both buckets hold enough for it, and takes its share

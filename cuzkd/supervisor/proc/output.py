@@ -1,14 +1,22 @@
 """Re-logging a child's output: each line it writes becomes one event in the supervisor's log.
 
-Engines and one-shot commands write to pipes the supervisor reads until EOF, as fast as the
-child writes: the reader never stops reading, so a child never waits on its pipe for the
-supervisor (its pipe holds :data:`PIPE_BYTES`). What costs the supervisor is turning a line
-into an event, and only the lines an engine's
+Engines and one-shot commands write to pipes the supervisor reads until EOF. What costs the
+supervisor is turning a line into an event, and only the lines an engine's
 :class:`~cuzkd.supervisor.core.outputbudget.OutputBudget` admits get that far; once a line of a
 read is refused, the rest of that read (at most 256 KiB, arrived at the same moment) is
 counted in bulk, at the cost of a ``bytes.count`` (under a nanosecond a byte), and the budget
 reports the suppressed lines once per interval (``engine_output_suppressed``). The log behind
 it drops rather than blocks too (:mod:`cuzkd.log.sink`).
+
+While nothing is discarded the pipe is read as fast as the child writes (it holds
+:data:`PIPE_BYTES`, so a moment's business of the supervisor holds no child up). A flood --
+lines the budget refuses, or an over-long line's rest cut -- is paced instead
+(:class:`~cuzkd.supervisor.core.outputpacing.OutputPacer`): after each pipe's worth read the
+reader stops reading for a short pause (at most 100 ms, sized so that reading the flood takes
+~5 % of a core), the pipe fills and the child's writes block on it, then what waited is read
+in bulk. Reading every byte a flat-out writer wrote cost a whole core; the kernel's
+back-pressure costs nothing. Nothing is discarded unread, so counts and the stderr tail are
+what they would be without it.
 
 A line is never held beyond :data:`MAX_LINE_BYTES`: a longer one is cut, its head logged with
 ``truncated=true`` and the rest discarded up to its newline, a read at a time (an endless line
@@ -25,22 +33,25 @@ import contextlib
 import fcntl
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import IO, Any
+from dataclasses import dataclass, field
+from typing import IO, Any, cast
 
 from cuzkd.errortext import error_text
 from cuzkd.log.controls import strip_controls
 from cuzkd.log.engineline import EngineRecord, engine_line
 from cuzkd.log.ratelimit import LimitedLog
 from cuzkd.supervisor.core.outputbudget import OutputBudget
+from cuzkd.supervisor.core.outputpacing import OutputPacer, PacingTotals
 from cuzkd.supervisor.core.stderrlines import PANIC_MARK, StderrLines
 
 #: Longest engine output line logged whole; a longer one is cut here (its head logged).
 MAX_LINE_BYTES = 64 << 10
 #: The pipe's buffer (Linux's default limit for an unprivileged process; the default is 64
 #: KiB): the engine writes on while the supervisor is busy for a moment (a scrape, a GC pass),
-#: and a flood is read in fewer, larger reads.
+#: a flood is read in fewer, larger reads, and a paced one gets a pipe's worth each pause.
 PIPE_BYTES = 1 << 20
+#: A pipe's size where it cannot be read (not a pipe): Linux's default.
+DEFAULT_PIPE_BYTES = 64 << 10
 #: Longest stderr line kept in the tail (characters; the log has the whole line).
 STDERR_TAIL_LINE_CHARS = 500
 #: Lines nothing could log: one note per stream per 10 s, for all children.
@@ -51,12 +62,16 @@ _UNLOGGABLE = LimitedLog()
 class OutputLog:
     """Where a child's output goes: ``lines`` logs the child's own lines (the ``cuzkd.engine``
     logger, bound to the engine or one-shot), ``notes`` the supervisor's notes about them;
-    ``budget`` (None: no limit) decides which lines are logged, read with ``clock``."""
+    ``budget`` (None: no limit) decides which lines are logged, read with ``clock``; a flood
+    is paced by the reading thread's CPU time, ``cpu_clock``, and its pauses added up in
+    ``pacing``."""
 
     lines: Any
     notes: Any
     budget: OutputBudget | None = None
     clock: Callable[[], float] = time.monotonic
+    cpu_clock: Callable[[], float] = time.thread_time
+    pacing: PacingTotals = field(default_factory=PacingTotals)
     #: what a line is: an engine's (:func:`~cuzkd.log.engineline.engine_line`) or, for the
     #: door process, cuzkd's own (:func:`~cuzkd.log.engineline.own_line`)
     record: Callable[[str], EngineRecord | str] = engine_line
@@ -65,10 +80,9 @@ class OutputLog:
 async def log_lines(pipe: IO[bytes], out: OutputLog, stream: str, pid: int, *,
                     tail: StderrLines | None = None) -> None:
     """Log each line a child writes to ``pipe``, until EOF (:func:`relog_line`). ``tail``
-    keeps the last lines, each cut to STDERR_TAIL_LINE_CHARS."""
-    reader = _LineReader(out, stream, pid, tail)
-    with contextlib.suppress(OSError):  # over the user's pipe quota: the 64 KiB default
-        fcntl.fcntl(pipe.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    keeps the last lines, each cut to STDERR_TAIL_LINE_CHARS. A flood is paced (the module's
+    docstring)."""
+    reader = _LineReader(out, stream, pid, tail, _pipe_size(pipe))
     transport, _ = await asyncio.get_running_loop().connect_read_pipe(lambda: reader, pipe)
     try:
         await reader.done
@@ -76,10 +90,23 @@ async def log_lines(pipe: IO[bytes], out: OutputLog, stream: str, pid: int, *,
         transport.close()
 
 
-class _LineReader(asyncio.Protocol):
-    """Splits what the pipe delivers into lines and logs them; see the module's docstring."""
+def _pipe_size(pipe: IO[bytes]) -> int:
+    """Make ``pipe`` hold PIPE_BYTES if the user's pipe quota allows (else it keeps the 64 KiB
+    default); what it holds now."""
+    with contextlib.suppress(OSError):
+        fcntl.fcntl(pipe.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    try:
+        return fcntl.fcntl(pipe.fileno(), fcntl.F_GETPIPE_SZ)
+    except OSError:
+        return DEFAULT_PIPE_BYTES
 
-    def __init__(self, out: OutputLog, stream: str, pid: int, tail: StderrLines | None) -> None:
+
+class _LineReader(asyncio.Protocol):
+    """Splits what the pipe delivers into lines and logs them, pacing a flood; see the
+    module's docstring."""
+
+    def __init__(self, out: OutputLog, stream: str, pid: int, tail: StderrLines | None,
+                 pipe_bytes: int) -> None:
         self._out = out
         self._stream = stream
         self._pid = pid
@@ -88,19 +115,50 @@ class _LineReader(asyncio.Protocol):
         self._head = bytearray()
         #: inside a line that was cut: discard up to its newline
         self._cutting = False
+        #: the current read discarded something (a refused line, a cut line's rest)
+        self._discarding = False
+        self._pacer = OutputPacer(pipe_bytes, out.cpu_clock(), out.pacing)
+        self._transport: asyncio.ReadTransport | None = None
+        #: the end of the current pause, while reading is paused
+        self._resuming: asyncio.TimerHandle | None = None
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.ReadTransport, transport)
 
     def data_received(self, data: bytes) -> None:
         try:
-            self._read(data, self._out.clock())
+            try:
+                self._read(data, self._out.clock())
+            finally:
+                self._pace(len(data))  # a read a bug cut short is paced all the same
         except Exception as exc:  # a bug here must not close the pipe (the child's SIGPIPE)
             with contextlib.suppress(Exception):
                 _UNLOGGABLE.log(self._out.notes, "error", "engine_output_unloggable",
                                 key=self._stream, stream=self._stream, pid=self._pid,
                                 error=error_text(exc))
 
+    def _pace(self, size: int) -> None:
+        """After a read: stop reading for the pause the pacer asks for, if any."""
+        pause = self._pacer.read(size, discarded=self._discarding, cpu=self._out.cpu_clock())
+        self._discarding = False
+        if pause is None or self._transport is None or self._transport.is_closing():
+            return
+        self._transport.pause_reading()
+        self._resuming = asyncio.get_running_loop().call_later(pause, self._resume)
+
+    def _resume(self) -> None:
+        self._resuming = None
+        if self._transport is None or self._transport.is_closing():
+            return
+        self._pacer.resumed(self._out.cpu_clock())
+        self._transport.resume_reading()
+
     def connection_lost(self, exc: Exception | None) -> None:
         del exc
+        if self._resuming is not None:
+            self._resuming.cancel()
+            self._resuming = None
         now = self._out.clock()
         if self._head:  # EOF: the last line has no newline
             self._line(bytes(self._head), now)
@@ -140,6 +198,7 @@ class _LineReader(asyncio.Protocol):
         self._to_tail(text)
         budget = self._out.budget
         if budget is not None and not budget.admit(len(line), now):
+            self._discarding = True
             return False
         relog_line(self._out, text, self._stream, self._pid, truncated=truncated)
         return True
@@ -182,6 +241,8 @@ class _LineReader(asyncio.Protocol):
             self._head.clear()
 
     def _dropped_bytes(self, size: int) -> None:
+        if size:
+            self._discarding = True
         if self._out.budget is not None:
             self._out.budget.cut(size)
 
