@@ -12,8 +12,9 @@ both modes.
   of C1 output, 51 MB as a real one); p50/p99 of each, and the door's added latency (the
   difference of the two modes' percentiles).
 - ``throughput``: ``--callers`` concurrent callers sending large requests for ``--seconds``:
-  MB/s relayed, and cuzkd's CPU seconds (``/proc/PID/stat``: every thread, grpc's included)
-  per GB of requests.
+  MB/s relayed, the CPU seconds (``/proc/PID/stat``: every thread) of the supervisor and
+  of its door process per GB of requests, and the latency of small calls sent one after
+  another meanwhile (what a 51 MB relay's stalls of the door cost an honest small call).
 - reading a large request's kind and priority: ``proving_pb2`` against
   :mod:`cuzkd.cuzk.wire`.
 - ``stops`` (``--stops``): a Curio-like load (a new call every ``--every`` seconds whatever is
@@ -35,7 +36,7 @@ Prints Markdown tables (docs/benchmarks.md, *Front door*).
         [--shared]
 
 ``passed``: the door on a socket passed as systemd's ``cuzkd.socket`` does (fd 3,
-``LISTEN_*``), so every byte also crosses the door's forwarder to its private socket.
+``LISTEN_*``); the door process serves it as it serves a socket cuzkd bound.
 """
 
 from __future__ import annotations
@@ -129,6 +130,25 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def door_process(supervisor: int) -> int | None:
+    """The pid of ``supervisor``'s door process (None: it has none)."""
+    children = Path(f"/proc/{supervisor}/task/{supervisor}/children").read_text().split()
+    for child in map(int, children):
+        try:
+            argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"cuzkd.supervisor.door.process" in argv:
+            return child
+    return None
+
+
+def cuzkd_cpu(supervisor: int) -> tuple[float, float]:
+    """CPU seconds of the supervisor and of its door process (0 without one)."""
+    door = door_process(supervisor)
+    return cpu_seconds(supervisor), 0.0 if door is None else cpu_seconds(door)
+
+
 def counter(sup: RunningSupervisor, name: str) -> dict[str, float]:
     """Every series of ``name`` (label text -> value) from cuzkd's /metrics."""
     with urllib.request.urlopen(f"http://{sup.about()['metrics_listen']}/metrics",
@@ -209,7 +229,7 @@ def read_costs(data: bytes, rounds: int = 7) -> tuple[float, float, float]:
 # -- latency and throughput ------------------------------------------------------------------
 
 INSTANT = {"CUZK_STANDIN_SYNTH_SECS": "0", "CUZK_STANDIN_GPU_SECS": "0",
-           "CUZK_STANDIN_POST_SECS": "0"}
+           "CUZK_STANDIN_POST_SECS": "0", "CUZK_STANDIN_POST_SYNTH_SECS": "0"}
 
 
 async def latencies(address: str, make: Callable[[], bytes], n: int) -> list[float]:
@@ -230,11 +250,25 @@ async def latencies(address: str, make: Callable[[], bytes], n: int) -> list[flo
 
 
 async def throughput(address: str, make: Callable[[], bytes], callers: int,
-                     seconds: float) -> tuple[int, float]:
-    """(bytes of requests answered, seconds) with ``callers`` calls in flight at all times."""
+                     seconds: float, probe: Callable[[], bytes]
+                     ) -> tuple[int, float, list[float]]:
+    """(bytes of requests answered, seconds, the latencies of ``probe`` calls sent one after
+    another on a channel of their own meanwhile) with ``callers`` calls in flight at all
+    times: a small call's latency beside large relays bounds the relay's stalls of the door."""
     chan = channel(address)
     sent = 0
     deadline = time.monotonic() + seconds
+    probed: list[float] = []
+
+    async def prober() -> None:
+        probe_chan = channel(address)
+        while time.monotonic() < deadline:
+            began = time.monotonic()
+            code, _ = await call(probe_chan, probe())
+            assert code == "OK", code
+            probed.append(time.monotonic() - began)
+            await asyncio.sleep(0.01)
+        await probe_chan.close()
 
     async def caller() -> None:
         nonlocal sent
@@ -245,10 +279,10 @@ async def throughput(address: str, make: Callable[[], bytes], callers: int,
             sent += len(data)
 
     began = time.monotonic()
-    await asyncio.gather(*(caller() for _ in range(callers)))
+    await asyncio.gather(prober(), *(caller() for _ in range(callers)))
     elapsed = time.monotonic() - began
     await chan.close()
-    return sent, elapsed
+    return sent, elapsed, probed
 
 
 @dataclass
@@ -257,7 +291,11 @@ class Costs:
     small: list[float]
     large: list[float]
     mb_per_s: float
+    #: CPU seconds per GB relayed: the supervisor's, and the door process's
     cpu_per_gb: float
+    door_cpu_per_gb: float
+    #: small calls' latencies meanwhile
+    beside: list[float]
 
 
 def measure_costs(mode: str, args: argparse.Namespace, payload: bytes) -> Costs:
@@ -270,10 +308,13 @@ def measure_costs(mode: str, args: argparse.Namespace, payload: bytes) -> Costs:
 
         small_s = asyncio.run(latencies(address, small, args.calls))
         large_s = asyncio.run(latencies(address, large, max(10, args.calls // 10)))
-        cpu = cpu_seconds(sup.proc.pid)
-        sent, elapsed = asyncio.run(throughput(address, large, args.callers, args.seconds))
-        cpu = cpu_seconds(sup.proc.pid) - cpu
-    return Costs(mode, small_s, large_s, sent / MIB / elapsed, cpu / (sent / 2**30))
+        cpu, door_cpu = cuzkd_cpu(sup.proc.pid)
+        sent, elapsed, beside = asyncio.run(throughput(address, large, args.callers,
+                                                       args.seconds, small))
+        cpu_after, door_cpu_after = cuzkd_cpu(sup.proc.pid)
+    gb = sent / 2**30
+    return Costs(mode, small_s, large_s, sent / MIB / elapsed, (cpu_after - cpu) / gb,
+                 (door_cpu_after - door_cpu) / gb, beside)
 
 
 # -- stops under a Curio-like load --------------------------------------------------------------
@@ -473,13 +514,16 @@ def main() -> None:
           f"{parsed * 1e3:.1f} ms, cuzkd.cuzk.wire {walked * 1e6:.1f} µs; one copy of it "
           f"{copied * 1e3:.1f} ms\n")
     costs = [] if args.no_costs else [measure_costs(mode, args, payload) for mode in args.modes]
-    print("| mode | small p50 | small p99 | large p50 | large p99 | MB/s | cuzkd CPU s per GB |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("| mode | small p50 | small p99 | large p50 | large p99 | MB/s "
+          "| supervisor CPU s per GB | door process CPU s per GB "
+          "| small p99 / max beside the large |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for c in costs:
         print(f"| {c.mode} | {percentile(c.small, .5) * 1e3:.2f} ms | "
               f"{percentile(c.small, .99) * 1e3:.2f} ms | {percentile(c.large, .5) * 1e3:.1f} ms "
               f"| {percentile(c.large, .99) * 1e3:.1f} ms | {c.mb_per_s:.0f} | "
-              f"{c.cpu_per_gb:.2f} |")
+              f"{c.cpu_per_gb:.2f} | {c.door_cpu_per_gb:.2f} | "
+              f"{percentile(c.beside, .99) * 1e3:.1f} / {max(c.beside) * 1e3:.1f} ms |")
     if len(costs) == 2:
         direct, door = costs
         print(f"\nadded by the door: small p50 "
