@@ -79,10 +79,12 @@ async def test_raw_http2_attacks_are_held_to_their_bounds(door: Door, honest: Ca
     """Streams reset flat out, 3000 streams at once, 200 KiB of metadata: each costs the
     attacker its connection (or its stream), nothing else."""
     resets = await RawH2.open(door.address)
-    for _ in range(2000):
-        if resets.closed:
+    for _ in range(200):  # in batches: a loaded host still resets far past the bound's rate
+        if resets.closed or any(isinstance(e, h2.events.ConnectionTerminated)
+                                for e in resets.events):
             break
-        resets.reset(resets.call("Prove", message(b"x"), end=False))
+        for _ in range(50):
+            resets.reset(resets.call("Prove", message(b"x"), end=False))
         await resets.drain()
     goaway = await resets.wait_for(h2.events.ConnectionTerminated)
     assert goaway.error_code == h2.errors.ErrorCodes.ENHANCE_YOUR_CALM  # type: ignore

@@ -61,6 +61,8 @@ async def serving(tmp_path: Path, bounds: ServerBounds = BOUNDS) -> AsyncIterato
         handled[method] += 1
         if method == "Echo":
             return request
+        if method == "Size":
+            return b"%d" % len(request)
         if method == "Big":
             return b"\x01" * BIG
         if method == "Slow":
@@ -209,6 +211,28 @@ async def test_a_request_announced_and_never_sent_gives_its_bytes_back(tmp_path:
         # the honest caller was stopped mid-call: its reset reaches the server in its time
         await until(lambda: served.server.request_budget.used == 0, "the budget given back")
     assert served.server.bounds_hit["request_stall"] == len(attackers)
+
+
+async def test_calls_that_together_pass_the_request_budgets_all_finish(tmp_path: Path) -> None:
+    """Six 6 MiB calls at once on each of three connections: each connection passes its own
+    16 MiB budget and together they pass the 48 MiB one. Past a budget only the oldest request
+    moves, so they finish one by one instead of each holding bytes the others wait for; a
+    small caller beside them is served, and nobody is reset for being held."""
+    async with serving(tmp_path) as served:
+        honest = Honest(served.address)
+
+        async def six_at_once() -> list[bytes]:
+            async with grpc.aio.insecure_channel(served.address) as channel:
+                size = channel.unary_unary(SERVICE + "Size")
+                return list(await asyncio.gather(*(size(bytes([i]) * (6 << 20), timeout=60)
+                                                   for i in range(6))))
+
+        assert await asyncio.gather(*(six_at_once() for _ in range(3))) \
+            == [[b"%d" % (6 << 20)] * 6] * 3
+        assert set(await honest.finish()) == {"OK"}
+        await until(lambda: served.server.request_budget.used == 0, "the budget given back")
+    assert served.server.bounds_hit["request_bytes"] >= 1
+    assert served.server.bounds_hit["request_stall"] == 0
 
 
 async def test_replies_nobody_reads_are_reset_and_the_budget_given_back(tmp_path: Path) -> None:

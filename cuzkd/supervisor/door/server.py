@@ -17,7 +17,10 @@ never say a word. Here each bound is held where the bytes arrive, counted by nam
   breaks HTTP/2 -- h2 holds the bound from the first frame -- and its connection is cut;
 - ``header_list``: a call's metadata; ``message_size``: a request's declared length;
 - ``request_bytes``: bytes of requests being received, per connection and in all: past either,
-  their DATA is not acknowledged, so HTTP/2 flow control holds the sender;
+  their DATA is not acknowledged, so HTTP/2 flow control holds the sender -- all but the
+  connection's oldest request (past the total, the oldest of one connection in all), which
+  moves on, so requests that together pass a budget finish one by one instead of each
+  holding the bytes the others wait for;
 - ``request_stall``: a request whose sender, its window open, delivers less than
   :attr:`ServerBounds.min_request_rate` over :attr:`ServerBounds.request_stall_timeout` is
   reset (a client announcing 127 MiB and going silent, or trickling, gives its bytes back);
@@ -71,10 +74,14 @@ BOUNDS = ("connections", "streams", "header_list", "message_size", "request_byte
           "reply_stall", "frame_size")
 _PREFIX = struct.Struct("!BI")
 _TIMEOUT = re.compile(rb"^(\d{1,8})([HMSmun])$")
-#: Bytes a caller may send ahead of our acknowledgement, on a call and on its connection: a
-#: 51 MB request crosses in ~50 round trips, not ~800 of HTTP/2's 64 KiB; at most this much a
-#: connection past the request budgets (512 connections: 512 MiB, under memory_max).
+#: Bytes a caller may send ahead of our acknowledgement on a call: a 51 MB request crosses in
+#: ~50 round trips, not ~800 of HTTP/2's 64 KiB.
 WINDOW = 1 << 20
+#: ... and on its connection: room for the calls held by the request budgets (whose bytes are
+#: not acknowledged, so they keep their share of this window) and the one let through beside
+#: them: 15 held (Curio keeps at most 10 calls pending) cannot shut the 16th out. Also what a
+#: connection may send past the budgets: 512 connections, 8 GiB, more than memory_max.
+CONNECTION_WINDOW = 16 * WINDOW
 #: How long a connection being closed may take to send what it was last told.
 CLOSE_WAIT = 1.0
 _UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
@@ -158,6 +165,9 @@ class _Budget:
         self.limit = limit
         self.used = 0
         self.waiting: deque[_Connection] = deque()
+        #: the one request acknowledged while the budget is spent (the first held connection's
+        #: oldest): it finishes and gives its bytes back, or stalls and is reset
+        self.passing: _Stream | None = None
 
     def fits(self, n: int) -> bool:
         return self.used + n <= self.limit
@@ -303,6 +313,14 @@ class GrpcServer:
         self._connections.discard(conn)
         self._slot.set()
 
+    def resume_held(self) -> None:
+        """Request bytes were given back: each connection the budgets held acknowledges what
+        fits now (one still past a budget waits again)."""
+        budget = self.request_budget
+        held, budget.waiting = list(budget.waiting), deque()
+        for conn in held:
+            conn.resume_acks()
+
     async def _watch_stalls(self) -> None:
         """Once a second: requests their senders stopped sending and replies their callers do
         not read are reset (while unread replies exceed their budget, the stalest first)."""
@@ -385,7 +403,8 @@ class _Connection(asyncio.BufferedProtocol):
             settings.INITIAL_WINDOW_SIZE: WINDOW,
         })
         self.h2.initiate_connection()
-        self.h2.increment_flow_control_window(WINDOW - h2.settings.Settings().initial_window_size)
+        self.h2.increment_flow_control_window(
+            CONNECTION_WINDOW - h2.settings.Settings().initial_window_size)
         self._flush()
         self._timer = self._loop.call_later(self.bounds.preface_timeout, self._preface_late)
 
@@ -411,13 +430,13 @@ class _Connection(asyncio.BufferedProtocol):
         self._flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        with contextlib.suppress(ValueError):
+            self.server.request_budget.waiting.remove(self)
         for stream in list(self.streams.values()):
             self._drop(stream)
         for timer in (self._timer, self._closing):
             if timer is not None:
                 timer.cancel()
-        with contextlib.suppress(ValueError):
-            self.server.request_budget.waiting.remove(self)
         self.server.removed(self)
 
     def pause_writing(self) -> None:
@@ -505,28 +524,47 @@ class _Connection(asyncio.BufferedProtocol):
         self._received_bytes += n
         self.server.request_budget.used += n
 
-    def _give_back(self, n: int) -> None:
-        self._received_bytes -= n
+    def _release(self, stream: _Stream) -> None:
+        """A request is no longer being received (complete, or its call gone): its bytes are
+        given back, and the calls the budgets held may move."""
         budget = self.server.request_budget
-        budget.used -= n
-        if self._held_back and self in budget.waiting and budget.fits(0):
-            budget.waiting.remove(self)
-            self.resume_acks()
-        while budget.waiting and budget.fits(0):
-            budget.waiting.popleft().resume_acks()
+        if budget.passing is stream:
+            budget.passing = None
+        held, stream.received = len(stream.received), bytearray()
+        self._received_bytes -= held
+        budget.used -= held
+        self.server.resume_held()
+
+    def _within_budgets(self) -> bool:
+        return (self._received_bytes <= self.bounds.connection_request_bytes
+                and self.server.request_budget.fits(0))
+
+    def _passes(self, stream: _Stream) -> bool:
+        """Past a budget, whether ``stream`` is still acknowledged: the connection's oldest
+        request is, and past the total budget only the one :attr:`_Budget.passing`."""
+        if stream is not next((s for s in self.streams.values() if not s.ended), None):
+            return False
+        budget = self.server.request_budget
+        if budget.fits(0):
+            return True
+        if budget.passing is None:
+            budget.passing = stream
+        return budget.passing is stream
 
     def _acknowledge(self, stream: _Stream) -> None:
-        """Give the sender its window back while the budgets allow; else it waits."""
-        budget = self.server.request_budget
-        if self._received_bytes <= self.bounds.connection_request_bytes and budget.fits(0):
+        """Give the sender its window back while the budgets allow (or ``stream`` passes);
+        else it waits, counted once a time its connection is held."""
+        if self._within_budgets() or self._passes(stream):
             with contextlib.suppress(h2.exceptions.ProtocolError):
                 self.h2.acknowledge_received_data(stream.unacked, stream.id)
             stream.unacked = 0
-        elif self not in budget.waiting:
-            if not self._held_back:
-                self.server.hit("request_bytes", connection=self._received_bytes,
-                                total=budget.used)
+            return
+        budget = self.server.request_budget
+        if not self._held_back:
             self._held_back = True
+            self.server.hit("request_bytes", connection=self._received_bytes,
+                            total=budget.used)
+        if self not in budget.waiting:
             budget.waiting.append(self)
 
     def check_requests(self, now: float) -> None:
@@ -546,10 +584,11 @@ class _Connection(asyncio.BufferedProtocol):
                 stream.mark = (now, len(stream.received))
 
     def resume_acks(self) -> None:
-        self._held_back = False
-        for stream in self.streams.values():
+        for stream in list(self.streams.values()):
             if stream.unacked:
                 self._acknowledge(stream)
+        if self._within_budgets():
+            self._held_back = False
         self._flush()
 
     def _ended(self, stream: _Stream) -> None:
@@ -557,9 +596,7 @@ class _Connection(asyncio.BufferedProtocol):
             return
         stream.ended = True
         data = bytes(stream.received)
-        held = len(stream.received)
-        stream.received = bytearray()
-        self._give_back(held)
+        self._release(stream)
         if len(data) < _PREFIX.size or len(data) != _PREFIX.size + _PREFIX.unpack_from(data)[1]:
             self._fail(stream, grpc.StatusCode.INTERNAL,
                        "a unary call's request must be exactly one whole message")
@@ -656,9 +693,8 @@ class _Connection(asyncio.BufferedProtocol):
         self.streams.pop(stream.id, None)
         if cancel and stream.task is not None and not stream.task.done():
             stream.task.cancel()
-        if stream.received:
-            self._give_back(len(stream.received))
-            stream.received = bytearray()
+        if not stream.ended:
+            self._release(stream)
         if stream.outbox is not None:
             self.server.reply_budget.used -= len(stream.outbox)
             stream.outbox = None
