@@ -33,15 +33,17 @@ or ``127.0.0.1:PORT`` with ``--tcp``), the address Curio dials. Default knobs bu
   ``GetStatus`` calls, as many as the server allows, at most 1000: the stand-in's replies are
   a few hundred bytes, so it is their number, not their size), ``silent`` (300 connections
   that never send HTTP/2's preface, cuzkd under a descriptor limit of 256), ``long_id`` (one
-  ``Prove`` whose request_id is 17 MiB), ``shared_slow`` (no attacker: two engines behind one
+  ``Prove`` whose request_id is 17 MiB), ``padded`` (whole, valid calls flat out on 2
+  connections: 120 MiB ``SubmitProof``s one after another and ``GetStatus`` requests padded
+  to 4 MiB), ``shared_slow`` (no attacker: two engines behind one
   door, one of which burns 5 s of CPU per ``GetStatus``; ``shared`` is the same with both
   well).
 - **Measured**: the supervisor's (the ``cuzkd run`` process's) peak RSS, CPU and descriptors
   (``/proc``, every 0.2 s), the door process's peak RSS and CPU (where there is one: a child
   of cuzkd running ``cuzkd.supervisor.door.process``), the engines' CPU, engine restarts
-  (``engine_exited`` events and engine pids), the control API's slowest answer (a ``GET
-  /v1/supervisor`` every second, 3 s timeout: "unresponsive" if none came), what the attacker
-  saw, and the door's ``cuzkd_door_bounds_hit_total``.
+  (``engine_exited`` events and engine pids), the control API's and ``/metrics``'s slowest
+  answers (a ``GET /v1/supervisor`` and a scrape every second, 3 s timeout: "unresponsive" if
+  none came), what the attacker saw, and the door's ``cuzkd_door_bounds_hit_total``.
 
 Every scenario is bounded: the attack ends after ``--seconds``, the honest caller ``--grace``
 seconds later, then cuzkd gets SIGTERM and, 20 s on, SIGKILL for its process group and every
@@ -310,6 +312,18 @@ GRPC_CODES = {str(i).encode(): name for i, name in enumerate((
     "UNAUTHENTICATED"))}
 
 
+def closed_tally(raws: list[Raw]) -> tuple[int, int, Counter[int], Counter[str]]:
+    """The attack's connections closed; before that, the streams they held open, how many
+    the server closed, its stream resets by code and the calls' ends by grpc-status."""
+    held = sum(len(r.open) for r in raws if not r.closed)
+    closed = sum(r.closed for r in raws)
+    resets: Counter[int] = sum((r.resets for r in raws), Counter())
+    statuses: Counter[str] = sum((r.statuses for r in raws), Counter())
+    for r in raws:
+        r.close()
+    return held, closed, resets, statuses
+
+
 def error_names(codes: Counter[int]) -> str:
     return ", ".join(f"{ERRORS.get(c, c)} {n}" for c, n in codes.most_common()) or "none"
 
@@ -449,14 +463,9 @@ async def prove_flood(address: str, stop_at: float, ids: list[str], connections:
     await asyncio.gather(*(one(ids[i:i + per]) for i in range(0, len(ids), per)),
                          return_exceptions=True)
     await asyncio.sleep(max(0.0, stop_at - time.monotonic()))
-    held = sum(len(r.open) for r in raws if not r.closed)
-    closed = sum(r.closed for r in raws)
     goaways: Counter[int] = Counter(r.goaway for r in raws if r.goaway is not None)
-    resets: Counter[int] = sum((r.resets for r in raws), Counter())
     answered = sum(r.answered for r in raws)
-    statuses: Counter[str] = sum((r.statuses for r in raws), Counter())
-    for r in raws:
-        r.close()
+    held, closed, resets, statuses = closed_tally(raws)
     return (f"{opened:,} calls opened on {len(raws)} connection(s); at the end {held:,} held "
             f"open, {answered:,} ended by the server ({code_names(statuses)}; resets "
             f"{error_names(resets)}), "
@@ -543,13 +552,8 @@ async def window_zero(address: str, stop_at: float, connections: int = 4,
 
     await asyncio.gather(*(one() for _ in range(connections)), return_exceptions=True)
     await asyncio.sleep(max(0.0, stop_at - time.monotonic()))
-    held = sum(len(r.open) for r in raws if not r.closed)
     started = sum(r.replies_started for r in raws)
-    resets: Counter[int] = sum((r.resets for r in raws), Counter())
-    closed = sum(r.closed for r in raws)
-    statuses: Counter[str] = sum((r.statuses for r in raws), Counter())
-    for r in raws:
-        r.close()
+    held, closed, resets, statuses = closed_tally(raws)
     return (f"{sent:,} GetStatus opened on {len(raws)} connections, {started:,} replies "
             f"begun (HEADERS), {held:,} held unread at the end; ended {code_names(statuses)}; "
             f"resets {error_names(resets)}; "
@@ -604,6 +608,55 @@ async def long_id(address: str, stop_at: float, size: int = 17 * MIB) -> str:
     return f"the call ended {outcome} after {took:.1f} s"
 
 
+async def padded(address: str, stop_at: float, connections: int = 2,
+                 submit: int = 120 * MIB, status: int = 4 * MIB) -> str:
+    """Whole, valid calls flat out on ``connections`` connections: on each, one after
+    another, a ``SubmitProof`` carrying ``submit`` bytes and, beside it, ``GetStatus`` requests
+    padded with ``status`` bytes of an unknown field (protobuf keeps them; cuzk ignores them)."""
+    import grpc
+
+    from cuzkd.cuzk import proving_pb2 as pb
+
+    payload = bytes(submit)
+    padding = b"\x7a" + _varint(status) + bytes(status)  # field 15, length-delimited
+    sent: Counter[str] = Counter()
+    codes: Counter[str] = Counter()
+
+    async def loop(method: str, request: Callable[[int], bytes]) -> None:
+        async with grpc.aio.insecure_channel(address, options=[
+                ("grpc.max_send_message_length", 256 * MIB),
+                ("grpc.max_receive_message_length", 256 * MIB)]) as chan:
+            call = chan.unary_unary(SERVICE + method)
+            while (left := stop_at - time.monotonic()) > 0:
+                sent[method] += 1
+                try:
+                    await call(request(sent[method]), timeout=left)
+                    codes["OK"] += 1
+                except grpc.aio.AioRpcError as exc:
+                    codes[exc.code().name] += 1
+
+    def submit_bytes(n: int) -> bytes:
+        return pb.SubmitProofRequest(
+            request_id=f"pad-{os.getpid()}-{n}-{time.monotonic_ns()}",
+            proof_kind=pb.POREP_SEAL_COMMIT, priority=pb.NORMAL, sector_size=32 << 30,
+            vanilla_proof=payload).SerializeToString()
+
+    await asyncio.gather(*(task for _ in range(connections) for task in (
+        loop("SubmitProof", submit_bytes), loop("GetStatus", lambda n: padding))))
+    return (f"{sent['SubmitProof']:,} SubmitProof of {submit / MIB:.0f} MiB and "
+            f"{sent['GetStatus']:,} GetStatus padded to {status / MIB:.0f} MiB on "
+            f"{connections} connections; ended {code_names(codes)}")
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
 async def nothing(address: str, stop_at: float) -> str:
     await asyncio.sleep(max(0.0, stop_at - time.monotonic()))
     return "-"
@@ -641,6 +694,8 @@ SCENARIOS = [
     Scenario("silent", "6. 300 connections that never send the preface (cuzkd nofile 256)",
              silent, nofile=256),
     Scenario("long_id", "7. one Prove whose request_id is 17 MiB", long_id),
+    Scenario("padded", "7b. 120 MiB SubmitProofs and GetStatus padded to 4 MiB, flat out, "
+             "2 connections", padded),
     Scenario("shared", "8a. shared door, two well engines (no attacker)", nothing, ({}, {})),
     Scenario("shared_slow", "8b. shared door, one engine's GetStatus takes 5 s (no attacker)",
              nothing, ({}, {"CUZK_STANDIN_NVIDIA_SMI_SECS": "5"})),
@@ -747,25 +802,24 @@ def proc_stat(pid: int) -> tuple[int, int, int] | None:
     return int(fields[1]), int(fields[11]) + int(fields[12]), int(fields[19])
 
 
-def rss(pid: int) -> int:
+def _status_bytes(pid: int, field: str) -> int:
+    """A size ``/proc/PID/status`` gives in kB (``VmRSS``, ``VmHWM``), 0 if gone."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
     except OSError:
         pass
     return 0
+
+
+def rss(pid: int) -> int:
+    return _status_bytes(pid, "VmRSS")
 
 
 def hwm(pid: int) -> int:
-    """The peak RSS of ``pid`` so far (VmHWM), 0 if gone."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+    """The peak RSS of ``pid`` so far."""
+    return _status_bytes(pid, "VmHWM")
 
 
 def descriptors(pid: int) -> int:
@@ -855,24 +909,38 @@ class Monitor(threading.Thread):
 
 
 class Probe(threading.Thread):
-    """A ``GET /v1/supervisor`` on the control socket every second: each one's seconds, or
-    None when it got no answer within 3 s."""
+    """Every second a ``GET /v1/supervisor`` on the control socket, then a scrape of
+    ``/metrics``: each one's seconds, or None when it got no answer within 3 s."""
 
-    def __init__(self, control: Path) -> None:
+    def __init__(self, control: Path, metrics: str) -> None:
         super().__init__(daemon=True)
         self.control = control
+        self.metrics = metrics
         self.results: list[tuple[float, float | None]] = []
+        self.scrapes: list[tuple[float, float | None]] = []
         self._halt = threading.Event()
 
     def run(self) -> None:
         while not self._halt.is_set():
             began = time.monotonic()
-            try:
-                ok = unix_get(self.control, "/v1/supervisor", 3)[0] == 200
-            except (OSError, ValueError):
-                ok = False
-            self.results.append((began, time.monotonic() - began if ok else None))
+            self.results.append((began, self._timed(lambda: unix_get(
+                self.control, "/v1/supervisor", 3)[0] == 200)))
+            self.scrapes.append((time.monotonic(), self._timed(self._scrape)))
             self._halt.wait(max(0.0, 1.0 - (time.monotonic() - began)))
+
+    def _scrape(self) -> bool:
+        with urllib.request.urlopen(f"http://{self.metrics}/metrics", timeout=3) as resp:
+            resp.read()
+            return bool(resp.status == 200)
+
+    @staticmethod
+    def _timed(ask: Callable[[], bool]) -> float | None:
+        began = time.monotonic()
+        try:
+            ok = ask()
+        except (OSError, ValueError):
+            ok = False
+        return time.monotonic() - began if ok else None
 
     def stop(self) -> None:
         self._halt.set()
@@ -963,6 +1031,8 @@ class Result:
     control_slowest: float | None = None
     control_unanswered: int = 0
     control_probes: int = 0
+    metrics_slowest: float | None = None
+    metrics_unanswered: int = 0
     bench_cpu: float = 0.0
     bounds_hit: dict[str, float] = field(default_factory=dict)
     events: dict[str, int] = field(default_factory=dict)
@@ -1059,11 +1129,12 @@ def run_scenario(scenario: Scenario, args: argparse.Namespace) -> Result:
     control = tmp / "state" / "control.sock"
     proc = start_cuzkd(checkout, config, log, scenario.nofile)
     monitor = Monitor(proc.pid)
-    probe = Probe(control)
+    probe: Probe | None = None
     caller: subprocess.Popen[str] | None = None
     try:
         about = wait_running(control, proc, names)
         monitor.start()
+        probe = Probe(control, about["metrics_listen"])
         probe.start()
         caller = subprocess.Popen(
             [sys.executable, __file__, "--honest", door_address, "--grace", str(args.grace)],
@@ -1122,6 +1193,11 @@ def run_scenario(scenario: Scenario, args: argparse.Namespace) -> Result:
         result.control_probes = len(answered)
         result.control_unanswered = sum(t is None for t in answered)
         result.control_slowest = max((t for t in answered if t is not None), default=None)
+        result.metrics_slowest = max((t for began, t in probe.scrapes
+                                      if start <= began <= measured and t is not None),
+                                     default=None)
+        result.metrics_unanswered = sum(t is None for began, t in probe.scrapes
+                                        if start <= began <= measured)
         result.bounds_hit = {k: v for k, v in scrape(about["metrics_listen"],
                                                      "cuzkd_door_bounds_hit_total").items()
                              if v}
@@ -1139,7 +1215,8 @@ def run_scenario(scenario: Scenario, args: argparse.Namespace) -> Result:
         if proc.poll() is not None:
             result.notes.append(f"cuzkd exited {proc.returncode} during the scenario")
     finally:
-        probe.stop()
+        if probe is not None:
+            probe.stop()
         monitor.stop()
         if caller is not None and caller.poll() is None:
             caller.kill()
@@ -1202,6 +1279,9 @@ def cost_row(r: Result) -> str:
         slowest = f"{r.control_slowest * 1e3:.0f} ms" if r.control_slowest is not None else "-"
         control = slowest + (f", {r.control_unanswered} of {r.control_probes} unanswered"
                              if r.control_unanswered else "")
+    scrape = "-" if r.metrics_slowest is None else f"{r.metrics_slowest * 1e3:.0f} ms"
+    control += f" / {scrape}" + (f" ({r.metrics_unanswered} unanswered)"
+                                 if r.metrics_unanswered else "")
     door = (f"{mib(r.door_rss_start)} → {mib(r.door_rss_peak)}, {r.door_cpu:.0f}%"
             + (f", {r.door_pids - 1} restart(s)" if r.door_pids > 1 else "")
             if r.door_pids else "(in the supervisor)")
@@ -1224,7 +1304,8 @@ def print_tables(results: list[Result]) -> None:
     for r in results:
         print(honest_row(r))
     print("\n| attack | checkout | supervisor RSS | supervisor CPU | supervisor fds | control "
-          "API slowest | door process RSS, CPU | engine CPU | engine restarts | attacker CPU |")
+          "API / /metrics slowest | door process RSS, CPU | engine CPU | engine restarts "
+          "| attacker CPU |")
     print("|---|---|---:|---:|---:|---|---|---:|---:|---:|")
     for r in results:
         print(cost_row(r))

@@ -43,6 +43,9 @@ from pathlib import Path
 import bcrypt
 from aiohttp import ClientSession, ClientTimeout, TCPConnector
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from web_bad_input import until_up
+
 PASSWORD = "scrape-secret"
 SCRAPE_TIMEOUT = 10.0  # Prometheus' default scrape_timeout
 
@@ -155,22 +158,6 @@ async def timing_phase(args: argparse.Namespace, url: str, users: list[str]) -> 
           f"unknown user p50 {unknown:.0f} ms (unknown/known {unknown / known:.2f})")
 
 
-async def _until_up(url: str, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 60
-    async with ClientSession() as session:
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise SystemExit(f"cuzkd run exited {proc.returncode}")
-            try:
-                async with session.get(f"{url}/healthz") as response:
-                    if response.status == 200:
-                        return
-            except OSError:
-                pass
-            await asyncio.sleep(0.2)
-    raise SystemExit("cuzkd did not answer within 60 s")
-
-
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -221,7 +208,7 @@ def main() -> None:
                                     stdout=log, stderr=subprocess.STDOUT, env=env,
                                     cwd=tmp)  # not this tree's cuzkd: -m looks in cwd first
         try:
-            asyncio.run(_until_up(url, proc))
+            asyncio.run(until_up(url, proc))
             print(f"cuzkd from {args.root}, {len(users)} users at cost {args.cost}, "
                   f"load average {os.getloadavg()[0]:.1f}")
             if not args.skip_timing:

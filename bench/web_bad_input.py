@@ -37,9 +37,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scrape import on_cpu_ns
 
 
-async def _until_up(url: str, tls: ssl.SSLContext, proc: subprocess.Popen[bytes]) -> None:
+async def until_up(url: str, proc: subprocess.Popen[bytes],
+                   tls: ssl.SSLContext | None = None) -> None:
+    """Once cuzkd at ``url`` answers ``/healthz`` (within 60 s, while ``proc`` runs)."""
     deadline = time.monotonic() + 60
-    async with ClientSession(connector=TCPConnector(ssl=tls)) as session:
+    connector = None if tls is None else TCPConnector(ssl=tls)
+    async with ClientSession(connector=connector) as session:
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 raise SystemExit(f"cuzkd run exited {proc.returncode}")
@@ -121,7 +124,7 @@ async def _raw(port: int, count: int, payload: bytes) -> str:
 async def attack(args: argparse.Namespace, proc: subprocess.Popen[bytes], port: int,
                  tls: ssl.SSLContext) -> None:
     url = f"https://127.0.0.1:{port}"
-    await _until_up(url, tls, proc)
+    await until_up(url, proc, tls)
     await _phase(f"{args.passwords} wrong passwords", url, tls, proc.pid,
                  asyncio.ensure_future(_passwords(url, tls, args.passwords)))
     await _phase(f"{args.silent} silent connections", url, tls, proc.pid,

@@ -145,6 +145,20 @@ async def test_a_status_flood_costs_the_engine_one_read_at_a_time(
     assert cpu_seconds(engine) - spent < 10.0, "the engine answered the flood one by one"
 
 
+async def test_status_reads_back_to_back_cost_the_engine_a_few_a_second(
+        door: Door, honest: Caller) -> None:
+    """300 GetStatus one after another (none at once, so none shares a read in flight): a
+    reply also answers those asking within a quarter second after it, so the engine burns a
+    few reads' CPU, not 300 x 30 ms (9 s)."""
+    engine = door.running()
+    spent = cpu_seconds(engine)
+    async with grpc.aio.insecure_channel(door.address) as channel:
+        status = channel.unary_unary(SERVICE + "GetStatus")
+        for _ in range(300):
+            await status(b"", timeout=20)
+    assert cpu_seconds(engine) - spent < 3.0, "the engine answered each read"
+
+
 def test_a_request_id_too_long_to_be_cuzks_is_refused_and_counted(
         door: Door, honest: Caller) -> None:
     with door.channel() as channel:
