@@ -70,6 +70,7 @@ from cuzkd.supervisor.door.requests import (
 )
 from cuzkd.supervisor.door.seat import BROKEN, LOST, EngineSeat
 from cuzkd.supervisor.door.server import CallContext, GrpcError
+from cuzkd.supervisor.tasks import TaskSet
 
 log = structlog.get_logger("cuzkd.door")
 
@@ -141,6 +142,12 @@ class Door:
         self._closed = False
         #: (method, engine) -> that engine's last good reply's bytes (GetStatus, GetMetrics)
         self._last_reading: dict[tuple[str, str], bytes] = {}
+        #: (method, engine) whose last read ran out :data:`READING_TIMEOUT`: a shared door's
+        #: reads answer without it (its last good reply, if any, standing in) while a read of
+        #: it goes on behind (one at a time: its seat shares a read in flight), so a hung
+        #: engine costs the callers after the first nothing
+        self._lagging: set[tuple[str, str]] = set()
+        self._behind = TaskSet()
         self._timer: asyncio.TimerHandle | None = None
         self._log = log.bind(door=plan.name)
         #: refusals log once per 10 s per reason (a full door refuses every call)
@@ -424,11 +431,19 @@ class Door:
         engine that gave none now). An engine answering garbage is restarted, as for any
         call; one lost under the call is left out. Only when no engine answered is the call
         an error: the first engine's, else ``UNAVAILABLE``."""
+        behind = [target for target in targets if (call.method, target[0]) in self._lagging]
+        if len(behind) == len(targets) and not any(
+                (call.method, engine) in self._last_reading for engine, _ in targets):
+            behind = []  # nothing to answer with but what they say now
+        for target in behind:
+            self._behind.start(self._read_behind(call, path, request, target))
+        waited = [target for target in targets if target not in behind]
         outcomes = await asyncio.gather(*(self._send(call, path, request, target, context)
-                                          for target in targets))
+                                          for target in waited))
         replies: dict[str, bytes] = {}
         errors: list[grpc.aio.AioRpcError] = []
-        for target, outcome in zip(targets, outcomes, strict=True):
+        for target, outcome in zip(waited, outcomes, strict=True):
+            self._note_lag(call.method, target[0], outcome)
             if isinstance(outcome, bytes) and (why := broken_reply(call.method, outcome)):
                 self._broken_answer(call, target, why)
             elif isinstance(outcome, bytes):
@@ -446,6 +461,26 @@ class Door:
             raise GrpcError(errors[0].code(), errors[0].details() or "")
         raise GrpcError(grpc.StatusCode.UNAVAILABLE,
                      f"{call.method}: every engine behind cuzkd's door ended under the call")
+
+    async def _read_behind(self, call: Call, path: str, request: bytes,
+                           target: Target) -> None:
+        """A lagging engine's status read that no caller waits for: a good reply is its last
+        good reply from then on (and ends its lag)."""
+        engine, generation = target
+        outcome = await self.seats[engine].send(path, request, generation, READING_TIMEOUT)
+        self._note_lag(call.method, engine, outcome)
+        if isinstance(outcome, bytes):
+            if why := broken_reply(call.method, outcome):
+                self._broken_answer(call, target, why)
+            else:
+                self._last_reading[call.method, engine] = outcome
+
+    def _note_lag(self, method: str, engine: str, outcome: object) -> None:
+        if isinstance(outcome, grpc.aio.AioRpcError) \
+                and outcome.code() is grpc.StatusCode.DEADLINE_EXCEEDED:
+            self._lagging.add((method, engine))
+        elif isinstance(outcome, bytes):
+            self._lagging.discard((method, engine))
 
     def _reading(self, method: str) -> bytes | None:
         """A ``GetStatus``/``GetMetrics`` answer of the door's engines: the last good reply of
@@ -480,5 +515,6 @@ class Door:
     async def close(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
+        await self._behind.cancel_all()
         for seat in self.seats.values():
             await seat.close()
