@@ -70,7 +70,7 @@ import threading
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -348,6 +348,24 @@ def prove_bytes(request_id: str, payload: bytes = b"") -> bytes:
 Attack = Callable[[str, float], Awaitable[str]]
 
 
+async def connections_until(address: str, stop_at: float, totals: Counter[str], *,
+                            settings: bool = False) -> AsyncIterator[Raw]:
+    """A new connection each time the last one is done with, until ``stop_at`` (with
+    ``settings``: once the server's SETTINGS came); connections made and failed counted in
+    ``totals``."""
+    while time.monotonic() < stop_at:
+        try:
+            raw = await asyncio.wait_for(Raw.open(address), 5)
+            if settings:
+                await asyncio.wait_for(raw.settings_seen.wait(), 5)
+        except (OSError, TimeoutError):
+            totals["connect failed"] += 1
+            await asyncio.sleep(0.1)
+            continue
+        totals["connections"] += 1
+        yield raw
+
+
 async def rapid_reset(address: str, stop_at: float, connections: int = 2) -> str:
     """HEADERS + RST_STREAM flat out on ``connections`` connections, each opened again when
     the server sends GOAWAY or closes it. Counted: the pairs handed to the kernel (the last
@@ -357,14 +375,7 @@ async def rapid_reset(address: str, stop_at: float, connections: int = 2) -> str
     goaways: Counter[int] = Counter()
 
     async def one() -> None:
-        while time.monotonic() < stop_at:
-            try:
-                raw = await asyncio.wait_for(Raw.open(address), 5)
-            except (OSError, TimeoutError):
-                totals["connect failed"] += 1
-                await asyncio.sleep(0.1)
-                continue
-            totals["connections"] += 1
+        async for raw in connections_until(address, stop_at, totals):
             while not raw.closed and raw.goaway is None and time.monotonic() < stop_at:
                 batch = []
                 for _ in range(200):
@@ -396,15 +407,7 @@ async def metadata_flood(address: str, stop_at: float, connections: int = 2,
 
     async def one() -> None:
         nonlocal peak
-        while time.monotonic() < stop_at:
-            try:
-                raw = await asyncio.wait_for(Raw.open(address), 5)
-                await asyncio.wait_for(raw.settings_seen.wait(), 5)
-            except (OSError, TimeoutError):
-                totals["connect failed"] += 1
-                await asyncio.sleep(0.1)
-                continue
-            totals["connections"] += 1
+        async for raw in connections_until(address, stop_at, totals, settings=True):
             while not raw.closed and raw.goaway is None and time.monotonic() < stop_at:
                 limit = min(cap, raw.max_streams or cap)
                 batch = []
