@@ -217,8 +217,10 @@ async def test_calls_that_together_pass_the_request_budgets_all_finish(tmp_path:
     """Six 6 MiB calls at once on each of three connections: each connection passes its own
     16 MiB budget and together they pass the 48 MiB one. Past a budget only the oldest request
     moves, so they finish one by one instead of each holding bytes the others wait for; a
-    small caller beside them is served, and nobody is reset for being held."""
-    async with serving(tmp_path) as served:
+    small caller beside them is served, and nobody is reset for being held (a stall is
+    judged from the moment a held request may move again: 2 s here, for a loaded host)."""
+    bounds = dataclasses.replace(BOUNDS, request_stall_timeout=2.0)
+    async with serving(tmp_path, bounds) as served:
         honest = Honest(served.address)
 
         async def six_at_once() -> list[bytes]:
@@ -232,6 +234,33 @@ async def test_calls_that_together_pass_the_request_budgets_all_finish(tmp_path:
         assert set(await honest.finish()) == {"OK"}
         await until(lambda: served.server.request_budget.used == 0, "the budget given back")
     assert served.server.bounds_hit["request_bytes"] >= 1
+    assert served.server.bounds_hit["request_stall"] == 0
+
+
+async def test_held_calls_past_what_is_kept_for_them_are_refused_unprocessed(
+        tmp_path: Path) -> None:
+    """Sixteen 4 MiB calls at once on one connection past its 16 MiB budget, against 2 MiB
+    kept for held calls: each held call may send its window before it knows, so past the
+    2 MiB the newest held calls of that connection are refused ``REFUSED_STREAM`` (grpc:
+    UNAVAILABLE, never processed); the others finish, the caller on another connection is
+    not touched, and the budgets are whole again."""
+    bounds = dataclasses.replace(BOUNDS, held_request_bytes=2 << 20,
+                                 request_stall_timeout=2.0)
+    async with serving(tmp_path, bounds) as served:
+        honest = Honest(served.address)
+        async with grpc.aio.insecure_channel(served.address, options=[
+                ("grpc.use_local_subchannel_pool", 1)]) as channel:  # a connection of its own
+            size = channel.unary_unary(SERVICE + "Size")
+            replies = await asyncio.gather(*(size(bytes([i]) * (4 << 20), timeout=60)
+                                             for i in range(16)), return_exceptions=True)
+        refused = [r for r in replies if isinstance(r, grpc.aio.AioRpcError)]
+        assert refused and len(refused) < 16
+        assert {(r.code(), "error code 7" in (r.details() or "")) for r in refused} \
+            == {(grpc.StatusCode.UNAVAILABLE, True)}
+        assert all(r == b"%d" % (4 << 20) for r in replies if isinstance(r, bytes))
+        assert set(await honest.finish()) == {"OK"}
+        await until(lambda: served.server.request_budget.used == 0, "the budget given back")
+        assert served.server.request_budget.held == 0
     assert served.server.bounds_hit["request_stall"] == 0
 
 

@@ -20,7 +20,9 @@ never say a word. Here each bound is held where the bytes arrive, counted by nam
   their DATA is not acknowledged, so HTTP/2 flow control holds the sender -- all but the
   connection's oldest request (past the total, the oldest of one connection in all), which
   moves on, so requests that together pass a budget finish one by one instead of each
-  holding the bytes the others wait for;
+  holding the bytes the others wait for. What held calls had sent within their windows is
+  kept up to :attr:`ServerBounds.held_request_bytes` in all; past it the call is refused
+  ``REFUSED_STREAM`` (unprocessed: grpc's clients may send it again);
 - ``request_stall``: a request whose sender, its window open, delivers less than
   :attr:`ServerBounds.min_request_rate` over :attr:`ServerBounds.request_stall_timeout` is
   reset (a client announcing 127 MiB and going silent, or trickling, gives its bytes back);
@@ -78,11 +80,6 @@ _TIMEOUT = re.compile(rb"^(\d{1,8})([HMSmun])$")
 #: Bytes a caller may send ahead of our acknowledgement on a call: a 51 MB request crosses in
 #: ~50 round trips, not ~800 of HTTP/2's 64 KiB.
 WINDOW = 1 << 20
-#: ... and on its connection: room for the calls held by the request budgets (whose bytes are
-#: not acknowledged, so they keep their share of this window) and the one let through beside
-#: them: 15 held (Curio keeps at most 10 calls pending) cannot shut the 16th out. Also what a
-#: connection may send past the budgets: 512 connections, 8 GiB, more than memory_max.
-CONNECTION_WINDOW = 16 * WINDOW
 #: How long a connection being closed may take to send what it was last told.
 CLOSE_WAIT = 1.0
 _UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
@@ -120,6 +117,9 @@ class ServerBounds:
     max_message_bytes: int = 128 << 20
     request_bytes: int = 1 << 30
     connection_request_bytes: int = 256 << 20
+    #: bytes received for calls held by the request budgets, in all (each may have sent its
+    #: window, 1 MiB, before it knew): past it, the call that sent more is refused
+    held_request_bytes: int = 64 << 20
     reply_bytes: int = 1 << 30
     preface_timeout: float = 10.0
     idle_timeout: float = 300.0
@@ -169,6 +169,8 @@ class _Budget:
         #: the one request acknowledged while the budget is spent (the first held connection's
         #: oldest): it finishes and gives its bytes back, or stalls and is reset
         self.passing: _Stream | None = None
+        #: bytes received and not acknowledged for the calls held
+        self.held = 0
 
     def fits(self, n: int) -> bool:
         return self.used + n <= self.limit
@@ -184,6 +186,8 @@ class _Stream:
     received: bytearray = field(default_factory=bytearray)
     #: bytes received but not yet acknowledged (held by flow control)
     unacked: int = 0
+    #: its acknowledgement withheld by the request budgets
+    held: bool = False
     ended: bool = False
     task: asyncio.Task[None] | None = None
     #: the reply's bytes not yet sent, and when any last moved
@@ -324,6 +328,17 @@ class GrpcServer:
         self._connections.discard(conn)
         self._slot.set()
 
+    def refuse_held(self) -> None:
+        """Past the bytes kept for held calls: refuse held calls, the newest of the connection
+        that holds the most first, until what is kept fits (an honest Curio's held calls keep
+        a few MiB; a flood of them is the flooder's to lose)."""
+        budget = self.request_budget
+        while budget.held > self.bounds.held_request_bytes:
+            conn = max(self._connections, key=lambda c: c.held_bytes())
+            newest = next(s for s in reversed(conn.streams.values()) if s.held)
+            self.hit("request_bytes", held=budget.held)
+            conn.reset(newest.id, h2.errors.ErrorCodes.REFUSED_STREAM)
+
     def resume_held(self) -> None:
         """Request bytes were given back: each connection the budgets held acknowledges what
         fits now (one still past a budget waits again)."""
@@ -416,8 +431,11 @@ class _Connection(asyncio.BufferedProtocol):
             settings.INITIAL_WINDOW_SIZE: WINDOW,
         })
         self.h2.initiate_connection()
+        # room for the held calls' bytes (which keep their share of this window) and, beside
+        # them, for the one let through, with half the window not yet given back by h2
         self.h2.increment_flow_control_window(
-            CONNECTION_WINDOW - h2.settings.Settings().initial_window_size)
+            2 * (self.bounds.held_request_bytes + 2 * WINDOW)
+            - h2.settings.Settings().initial_window_size)
         self._flush()
         self._timer = self._loop.call_later(self.bounds.preface_timeout, self._preface_late)
 
@@ -533,7 +551,11 @@ class _Connection(asyncio.BufferedProtocol):
                            "compressed messages are not supported by cuzkd's door")
                 return
         stream.unacked += event.flow_controlled_length
+        if stream.held:
+            self.server.request_budget.held += event.flow_controlled_length
         self._acknowledge(stream)
+        if self.server.request_budget.held > self.bounds.held_request_bytes:
+            self.server.refuse_held()
 
     def _take(self, n: int) -> None:
         self._received_bytes += n
@@ -549,6 +571,20 @@ class _Connection(asyncio.BufferedProtocol):
         self._received_bytes -= held
         budget.used -= held
         self.server.resume_held()
+
+    def held_bytes(self) -> int:
+        return sum(stream.unacked for stream in self.streams.values() if stream.held)
+
+    def _unhold(self, stream: _Stream) -> None:
+        """What the request's sender sent is acknowledged (the budgets let it move, or the
+        request needs no more of it: complete, or its call gone), held or not."""
+        if stream.held:
+            stream.held = False
+            self.server.request_budget.held -= stream.unacked
+        if stream.unacked:
+            with contextlib.suppress(h2.exceptions.ProtocolError):
+                self.h2.acknowledge_received_data(stream.unacked, stream.id)
+            stream.unacked = 0
 
     def _within_budgets(self) -> bool:
         return (self._received_bytes <= self.bounds.connection_request_bytes
@@ -569,12 +605,15 @@ class _Connection(asyncio.BufferedProtocol):
     def _acknowledge(self, stream: _Stream) -> None:
         """Give the sender its window back while the budgets allow (or ``stream`` passes);
         else it waits, counted once a time its connection is held."""
-        if self._within_budgets() or self._passes(stream):
-            with contextlib.suppress(h2.exceptions.ProtocolError):
-                self.h2.acknowledge_received_data(stream.unacked, stream.id)
-            stream.unacked = 0
-            return
         budget = self.server.request_budget
+        if self._within_budgets() or self._passes(stream):
+            if stream.held:  # its sender may move again from now: its stall clock starts
+                stream.mark = (self._loop.time(), len(stream.received))
+            self._unhold(stream)
+            return
+        if not stream.held:
+            stream.held = True
+            budget.held += stream.unacked
         if not self._held_back:
             self._held_back = True
             self.server.hit("request_bytes", connection=self._received_bytes,
@@ -611,6 +650,7 @@ class _Connection(asyncio.BufferedProtocol):
             return
         stream.ended = True
         data = bytes(stream.received)
+        self._unhold(stream)
         self._release(stream)
         if len(data) < _PREFIX.size or len(data) != _PREFIX.size + _PREFIX.unpack_from(data)[1]:
             self._fail(stream, grpc.StatusCode.INTERNAL,
@@ -715,15 +755,12 @@ class _Connection(asyncio.BufferedProtocol):
         self.streams.pop(stream.id, None)
         if cancel and stream.task is not None and not stream.task.done():
             stream.task.cancel()
+        self._unhold(stream)
         if not stream.ended:
             self._release(stream)
         if stream.outbox is not None:
             self.server.reply_budget.used -= len(stream.outbox)
             stream.outbox = None
-        if stream.unacked:
-            with contextlib.suppress(h2.exceptions.ProtocolError):
-                self.h2.acknowledge_received_data(stream.unacked, stream.id)
-            stream.unacked = 0
         if not self.streams:
             if self.going_away:
                 self._close_soon(0.0)
