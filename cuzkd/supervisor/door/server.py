@@ -118,7 +118,8 @@ class ServerBounds:
     request_bytes: int = 1 << 30
     connection_request_bytes: int = 256 << 20
     #: bytes received for calls held by the request budgets, in all (each may have sent its
-    #: window, 1 MiB, before it knew): past it, the call that sent more is refused
+    #: window, 1 MiB, before it knew): past it, held calls are refused, the newest of the
+    #: connection that holds the most first
     held_request_bytes: int = 64 << 20
     reply_bytes: int = 1 << 30
     preface_timeout: float = 10.0
@@ -335,7 +336,9 @@ class GrpcServer:
         budget = self.request_budget
         while budget.held > self.bounds.held_request_bytes:
             conn = max(self._connections, key=lambda c: c.held_bytes())
-            newest = next(s for s in reversed(conn.streams.values()) if s.held)
+            newest = next((s for s in reversed(conn.streams.values()) if s.held), None)
+            if newest is None:  # nothing held to refuse
+                return
             self.hit("request_bytes", held=budget.held)
             conn.reset(newest.id, h2.errors.ErrorCodes.REFUSED_STREAM)
 
