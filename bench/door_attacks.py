@@ -55,7 +55,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import http.client
 import json
 import os
 import resource
@@ -924,10 +923,12 @@ class Probe(threading.Thread):
         self._halt = threading.Event()
 
     def run(self) -> None:
+        from cuzkd.cli.control_client import call
+
         while not self._halt.is_set():
             began = time.monotonic()
-            self.results.append((began, self._timed(lambda: unix_get(
-                self.control, "/v1/supervisor", 3)[0] == 200)))
+            self.results.append((began, self._timed(lambda: bool(call(
+                self.control, "GET", "/v1/supervisor", timeout=3)))))
             self.scrapes.append((time.monotonic(), self._timed(self._scrape)))
             self._halt.wait(max(0.0, 1.0 - (time.monotonic() - began)))
 
@@ -938,38 +939,18 @@ class Probe(threading.Thread):
 
     @staticmethod
     def _timed(ask: Callable[[], bool]) -> float | None:
+        from cuzkd.errors import CuzkdError
+
         began = time.monotonic()
         try:
             ok = ask()
-        except (OSError, ValueError):
+        except (OSError, ValueError, CuzkdError):
             ok = False
         return time.monotonic() - began if ok else None
 
     def stop(self) -> None:
         self._halt.set()
         self.join(5)
-
-
-class _Unix(http.client.HTTPConnection):
-    def __init__(self, path: Path, timeout: float) -> None:
-        super().__init__("cuzkd", timeout=timeout)
-        self._path = path
-
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        sock.connect(str(self._path))
-        self.sock = sock
-
-
-def unix_get(path: Path, url: str, timeout: float) -> tuple[int, Any]:
-    conn = _Unix(path, timeout)
-    try:
-        conn.request("GET", url)
-        resp = conn.getresponse()
-        return resp.status, json.loads(resp.read() or b"null")
-    finally:
-        conn.close()
 
 
 def scrape(metrics: str, name: str) -> dict[str, float]:
@@ -1059,16 +1040,18 @@ def start_cuzkd(checkout: Path, config: Path, log: Path, nofile: int | None) -> 
 
 def wait_running(control: Path, proc: subprocess.Popen[bytes], names: list[str],
                  timeout: float = 90) -> dict[str, Any]:
+    from cuzkd.cli.control_client import call
+    from cuzkd.errors import CuzkdError
+
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise SystemExit(f"cuzkd exited {proc.returncode} at start")
-        with contextlib.suppress(OSError, ValueError):
-            code, body = unix_get(control, "/v1/engines", 3)
-            if code == 200:
-                states = {e["name"]: e["state"] for e in body["engines"]}
-                if all(states.get(n) == "running" for n in names):
-                    return unix_get(control, "/v1/supervisor", 3)[1]  # type: ignore[no-any-return]
+        with contextlib.suppress(CuzkdError):
+            states = {e["name"]: e["state"]
+                      for e in call(control, "GET", "/v1/engines", timeout=3)["engines"]}
+            if all(states.get(n) == "running" for n in names):
+                return call(control, "GET", "/v1/supervisor", timeout=3)  # type: ignore[no-any-return]
         time.sleep(0.3)
     raise SystemExit(f"engines {names} not running after {timeout} s")
 
