@@ -4,7 +4,7 @@ For every backend present (NumPy always, CuPy when it imports and sees a device)
 n = 2^k, times the forward NTT of one vector and the full device phase of one partition
 (the quotient: inverse NTT of 3 vectors, coset NTT and inverse coset NTT of size 2n), and prints
 elements per second (median of the repetitions). The NTT code is the engine's own
-(``cuzkd.engine.ntt``): the CuPy figures are the same code with ``xp = cupy``.
+(``cuzkd.bundled.ntt``): the CuPy figures are the same code with ``xp = cupy``.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from cuzkd.engine import field
-from cuzkd.engine.backend import Backend, BackendError, select_backend
-from cuzkd.engine.ntt import NttPlan
-from cuzkd.engine.prover import quotient
+from cuzkd.bundled import field
+from cuzkd.bundled.backend import Backend, BackendError, select_backend
+from cuzkd.bundled.ntt import NttPlan
+from cuzkd.bundled.prover import quotient
 
 
 def backends(which: str) -> list[Backend]:

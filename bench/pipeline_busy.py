@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from cuzkd.engine.loadgen import run_bench
+from cuzkd.bundled.loadgen import run_bench
 
 
 def start_engine(config: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:

@@ -47,8 +47,8 @@ def test_the_unchanged_copy_keeps_every_contract(tree: Path) -> None:
 BREAKS = [
     ("layers", "cuzkd/status/document.py", "import cuzkd.supervisor.tasks",
      "cuzkd.status is not allowed to import cuzkd.supervisor"),
-    ("layers", "cuzkd/engine/ntt.py", "import cuzkd.supervisor.core.backoff",
-     "cuzkd.engine is not allowed to import cuzkd.supervisor"),
+    ("layers", "cuzkd/bundled/ntt.py", "import cuzkd.supervisor.core.backoff",
+     "cuzkd.bundled is not allowed to import cuzkd.supervisor"),
     ("layers", "cuzkd/metrics/tally.py", "import cuzkd.cli.control_client",
      "cuzkd.metrics is not allowed to import cuzkd.cli"),
     ("supervisor-layers", "cuzkd/supervisor/core/backoff.py",

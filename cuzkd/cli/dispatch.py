@@ -6,7 +6,7 @@ come from the supervisor, ``engine``/``bench`` from the reference engine, ``swap
 swap package. Registering is cheap by rule: a subcommand's heavy imports (NumPy, aiohttp, the
 daemon, the engine) happen in its handler, so ``cuzkd --version``, ``status``, ``stop``,
 ``reload`` and ``swap`` start in a fraction of the engine's import time
-(``tests/supervisor/test_cli_status.py`` holds it).
+(``tests/cli/test_engine_status.py`` holds it).
 Every subcommand handler takes the parsed arguments and returns the process exit code; an error
 that escapes a handler is a :class:`~cuzkd.errors.CuzkdError` and ends the command with its own
 ``exit_code`` (:mod:`cuzkd.errors`, following sysexits.h): 78 (EX_CONFIG) for a bad config, 69

@@ -2,7 +2,7 @@
 
 Kept outside the engine package on purpose: every ``cuzkd`` call registers every subcommand,
 and ``cuzkd status`` or ``cuzkd --version`` must not pay for NumPy and the engine. The
-handlers in :mod:`cuzkd.engine.cli` are imported when one of these two commands runs.
+handlers in :mod:`cuzkd.bundled.handlers` are imported when one of these two commands runs.
 """
 
 from __future__ import annotations
@@ -59,13 +59,13 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
 
 
 def _run_engine(args: argparse.Namespace) -> int:
-    from cuzkd.engine.cli import run_engine
+    from cuzkd.bundled.handlers import run_engine
 
     return run_engine(args)
 
 
 def _run_bench(args: argparse.Namespace) -> int:
-    from cuzkd.engine.cli import run_bench_command
+    from cuzkd.bundled.handlers import run_bench_command
 
     return run_bench_command(args)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from cuzkd.engine.backend import Backend, BackendError, select_backend
+from cuzkd.bundled.backend import Backend, BackendError, select_backend
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from support.gpu_measure import waiting_busy_fraction
 
-from cuzkd.engine.backend import Backend
+from cuzkd.bundled.backend import Backend
 from cuzkd.status.document import StatusDocument, decode_status
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(240)]

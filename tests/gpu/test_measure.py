@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from support.fake_engine import STATUS
 from support.gpu_measure import ntt_bytes_moved, synth_done, waiting_busy_fraction
+from support.scripted_engine import STATUS
 
 from cuzkd.status.document import StatusDocument
 

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from support.gpu_measure import best_time, ntt_bytes_moved
 
-from cuzkd.engine import field
-from cuzkd.engine.backend import Backend
-from cuzkd.engine.ntt import NttPlan
+from cuzkd.bundled import field
+from cuzkd.bundled.backend import Backend
+from cuzkd.bundled.ntt import NttPlan
 
 pytestmark = pytest.mark.gpu
 TRANSFORMS = ("forward", "inverse", "coset_forward", "coset_inverse")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cuzkd.engine.backend import Backend
+from cuzkd.bundled.backend import Backend
 from cuzkd.gpus import load_gpu_view
 from cuzkd.supervisor.core.gpugate import blocker
 

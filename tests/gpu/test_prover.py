@@ -7,9 +7,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from cuzkd.engine import prover
-from cuzkd.engine.backend import Backend
-from cuzkd.engine.ntt import NttPlan
+from cuzkd.bundled import prover
+from cuzkd.bundled.backend import Backend
+from cuzkd.bundled.ntt import NttPlan
 
 pytestmark = pytest.mark.gpu
 

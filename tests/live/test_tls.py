@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 import yaml
-from support.live import Prometheus, by_label, doc_engine
+from support.live import Prometheus, by_label, file_status_engine
 from support.live_stack import RECORDING_RULES, REPO
 from support.supervisor_harness import RunningSupervisor, start_supervisor, write_config
 from support.tlsfiles import PASSWORD, USER, TlsFiles, make_tls_files, password_hash
@@ -109,7 +109,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, reference_dir: Path) -> Iter
     foreign = make_tls_files(tmp / "foreign")
     web = tmp / "web-config.yml"
     _web_config(web, files, "VerifyClientCertIfGiven")
-    engine = doc_engine(tmp, "example", reference_dir / "cuzk-status.example.json")
+    engine = file_status_engine(tmp, "example", reference_dir / "cuzk-status.example.json")
     with ExitStack() as cleanup:
         sup = start_supervisor(write_config(tmp, [engine], metrics={"web_config": str(web)}))
         cleanup.callback(sup.stop)

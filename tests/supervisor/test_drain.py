@@ -13,7 +13,7 @@ from typing import Any
 from support.supervisor_harness import (
     RunningSupervisor,
     _UnixHTTPConnection,
-    fake_engine,
+    scripted_engine,
     start_supervisor,
     write_config,
 )
@@ -44,7 +44,7 @@ def post_json(sock: Path, url: str, body: dict[str, Any]) -> tuple[int, Any]:
 
 
 def test_quiet_drain_waits_for_the_work_to_end_before_the_stop_signal(tmp_path: Path) -> None:
-    engines = [fake_engine(tmp_path, "busy", args=["--progress-every", "0.1",
+    engines = [scripted_engine(tmp_path, "busy", args=["--progress-every", "0.1",
                                                    "--quiet-after", "2.5"],
                            drain_timeout="15s", **FAST)]
     sup = start_supervisor(write_config(tmp_path, engines))
@@ -67,9 +67,9 @@ def test_quiet_drain_waits_for_the_work_to_end_before_the_stop_signal(tmp_path: 
 
 def test_drain_timeout_then_the_stop_signal_and_the_lost_work_is_counted(
         tmp_path: Path) -> None:
-    engines = [fake_engine(tmp_path, "busy", args=["--progress-every", "0.1"],
+    engines = [scripted_engine(tmp_path, "busy", args=["--progress-every", "0.1"],
                            drain_timeout="1s", **FAST),
-               fake_engine(tmp_path, "plain", args=["--progress-every", "0.1"], drain="none",
+               scripted_engine(tmp_path, "plain", args=["--progress-every", "0.1"], drain="none",
                            **FAST)]
     sup = start_supervisor(write_config(tmp_path, engines))
     try:

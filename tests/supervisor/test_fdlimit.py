@@ -15,7 +15,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
-from support.supervisor_harness import fake_engine, start_supervisor, write_config
+from support.supervisor_harness import scripted_engine, start_supervisor, write_config
 from support.waiting import wait_until
 
 #: Runs the rest of argv with RLIMIT_NOFILE lowered, like ``ulimit -n N; exec ...``.
@@ -32,7 +32,7 @@ def _open_fds(pid: int) -> int:
 
 
 def test_spawn_out_of_descriptors_backs_off_and_recovers(tmp_path: Path) -> None:
-    eng = fake_engine(tmp_path, "gpu0", **FAST)
+    eng = scripted_engine(tmp_path, "gpu0", **FAST)
     sup = start_supervisor(write_config(tmp_path, [eng]))
     pid = sup.proc.pid
     try:
@@ -68,7 +68,7 @@ def _metrics_answers(address: str) -> bool:
 
 
 def test_idle_connection_flood_under_ulimit_64(tmp_path: Path) -> None:
-    eng = fake_engine(tmp_path, "gpu0", **FAST)
+    eng = scripted_engine(tmp_path, "gpu0", **FAST)
     sup = start_supervisor(write_config(tmp_path, [eng]),
                            prefix=[sys.executable, "-c", _ULIMIT, "64"])
     flood: list[socket.socket] = []

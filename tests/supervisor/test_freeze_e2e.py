@@ -13,7 +13,7 @@ import signal
 import time
 from pathlib import Path
 
-from support.supervisor_harness import fake_engine, start_supervisor, write_config
+from support.supervisor_harness import scripted_engine, start_supervisor, write_config
 from support.waiting import wait_until
 
 ENGINES = ("a", "b", "c")
@@ -26,7 +26,7 @@ def served(path: Path) -> int:
 def test_a_supervisor_frozen_past_unhealthy_after_kills_no_engine(tmp_path: Path) -> None:
     keys = {"health_interval": "100ms", "status_timeout": "1s", "unhealthy_after": "2s",
             "drain": "none", "stall_after": "0s"}
-    engines = [fake_engine(tmp_path, name, args=["--answer-after", "0.5",
+    engines = [scripted_engine(tmp_path, name, args=["--answer-after", "0.5",
                                                  "--served", str(tmp_path / f"{name}.served")],
                            **keys) for name in ENGINES]
     sup = start_supervisor(write_config(tmp_path, engines))

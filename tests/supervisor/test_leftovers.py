@@ -19,8 +19,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from support.supervisor_harness import (
     FAKE_ENGINE,
     RunningSupervisor,
-    fake_engine,
     pid_alive,
+    scripted_engine,
     start_supervisor,
     write_config,
 )
@@ -51,7 +51,7 @@ def _ts(event: dict[str, Any]) -> float:
 
 def test_setsid_helpers_of_exited_engines_are_stopped_and_counted(tmp_path: Path) -> None:
     pidfile = tmp_path / "helpers"
-    eng = fake_engine(tmp_path, "gpu0", args=["--helper", str(pidfile), "--exit-after", "0.3"],
+    eng = scripted_engine(tmp_path, "gpu0", args=["--helper", str(pidfile), "--exit-after", "0.3"],
                       **FAST)
     sup = start_supervisor(write_config(tmp_path, [eng]))
     try:
@@ -75,7 +75,7 @@ def test_setsid_helpers_of_exited_engines_are_stopped_and_counted(tmp_path: Path
 
 def test_helpers_ignoring_sigterm_are_killed_after_stop_timeout(tmp_path: Path) -> None:
     pidfile = tmp_path / "helpers"
-    eng = fake_engine(tmp_path, "gpu0", restart="never",
+    eng = scripted_engine(tmp_path, "gpu0", restart="never",
                       args=["--helper", str(pidfile), "--helper-ignores-term",
                             "--exit-after", "0.3", "--exit-code", "0"], **FAST)
     sup = start_supervisor(write_config(tmp_path, [eng]))
@@ -96,7 +96,7 @@ def test_the_replacement_starts_once_the_previous_helpers_are_gone(tmp_path: Pat
     """A helper that ignores SIGTERM may hold the dead engine's port or GPU memory until it is
     killed; a replacement spawned meanwhile would fail to bind and count as a crash."""
     pidfile = tmp_path / "helpers"
-    eng = fake_engine(tmp_path, "gpu0", args=["--helper", str(pidfile), "--helper-ignores-term",
+    eng = scripted_engine(tmp_path, "gpu0", args=["--helper", str(pidfile), "--helper-ignores-term",
                                               "--exit-after", "1.5"],  # running by then
                       **{**FAST, "stop_timeout": "1s"})
     sup = start_supervisor(write_config(tmp_path, [eng]))
@@ -154,7 +154,7 @@ def test_an_engine_behind_a_wrapper_shell_finishes_its_stop(tmp_path: Path) -> N
 
 def test_shutdown_stops_every_helper_before_exiting(tmp_path: Path) -> None:
     pidfiles = [tmp_path / "h0", tmp_path / "h1"]
-    engines = [fake_engine(tmp_path, f"gpu{i}", args=["--helper", str(pf),
+    engines = [scripted_engine(tmp_path, f"gpu{i}", args=["--helper", str(pf),
                                                        "--helper-ignores-term"], **FAST)
                for i, pf in enumerate(pidfiles)]
     sup = start_supervisor(write_config(tmp_path, engines))
@@ -173,7 +173,7 @@ def test_shutdown_stops_every_helper_before_exiting(tmp_path: Path) -> None:
 
 def test_shutdown_stops_an_adopted_child_that_names_no_engine(tmp_path: Path) -> None:
     pidfile = tmp_path / "helpers"
-    eng = fake_engine(tmp_path, "gpu0", args=["--helper", str(pidfile), "--helper-clean-env",
+    eng = scripted_engine(tmp_path, "gpu0", args=["--helper", str(pidfile), "--helper-clean-env",
                                               "--helper-ignores-term"], **FAST)
     sup = start_supervisor(write_config(tmp_path, [eng]))
     try:
@@ -191,8 +191,8 @@ def test_shutdown_stops_an_adopted_child_that_names_no_engine(tmp_path: Path) ->
 
 def test_engine_removed_by_reload_leaves_no_helper(tmp_path: Path) -> None:
     pidfile = tmp_path / "helpers"
-    keep = fake_engine(tmp_path, "keep", **FAST)
-    gone = fake_engine(tmp_path, "gone", args=["--helper", str(pidfile),
+    keep = scripted_engine(tmp_path, "keep", **FAST)
+    gone = scripted_engine(tmp_path, "gone", args=["--helper", str(pidfile),
                                                "--helper-ignores-term"], **FAST)
     config = write_config(tmp_path, [keep, gone])
     sup = start_supervisor(config)
@@ -251,8 +251,8 @@ def test_escaped_helper_left_by_a_killed_supervisor_is_ended_at_next_start(
     # The helper left the engine's group and tree (setsid + double fork): only the record of
     # what the supervisor saw names it after the supervisor is gone.
     pidfile = tmp_path / "helpers"
-    config = write_config(tmp_path, [fake_engine(tmp_path, "gpu0", args=["--helper", str(pidfile)],
-                                                 **FAST)])
+    config = write_config(tmp_path, [scripted_engine(tmp_path, "gpu0",
+                                                     args=["--helper", str(pidfile)], **FAST)])
     first = start_supervisor(config)
     try:
         first.wait_engine("gpu0", lambda e: e["state"] == "running")

@@ -8,7 +8,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from support.supervisor_harness import fake_engine, start_supervisor, write_config, zombie_children
+from support.supervisor_harness import (
+    scripted_engine,
+    start_supervisor,
+    write_config,
+    zombie_children,
+)
 from support.waiting import wait_until
 
 GRANDCHILDREN = 100
@@ -19,7 +24,7 @@ def _zombies_reaped(sup: object) -> int:
 
 
 def _config(tmp_path: Path) -> Path:
-    eng = fake_engine(tmp_path, "forker", args=["--grandchildren", str(GRANDCHILDREN)])
+    eng = scripted_engine(tmp_path, "forker", args=["--grandchildren", str(GRANDCHILDREN)])
     return write_config(tmp_path, [eng])
 
 

@@ -7,7 +7,7 @@ import signal
 from datetime import datetime
 from pathlib import Path
 
-from support.supervisor_harness import fake_engine, start_supervisor, write_config
+from support.supervisor_harness import scripted_engine, start_supervisor, write_config
 from support.waiting import wait_until
 
 FAST = {"health_interval": "50ms", "stop_timeout": "1s"}
@@ -18,7 +18,7 @@ def _ts(event: dict[str, object]) -> float:
 
 
 def test_crash_loop_backs_off_with_growing_delays(tmp_path: Path) -> None:
-    eng = fake_engine(tmp_path, "crashy", args=["--exit-after", "0.05"],
+    eng = scripted_engine(tmp_path, "crashy", args=["--exit-after", "0.05"],
                       backoff_initial="100ms", backoff_max="800ms", backoff_multiplier=2.0,
                       **FAST)
     sup = start_supervisor(write_config(tmp_path, [eng]))
@@ -49,7 +49,7 @@ def test_healthy_engine_killed_restarts_at_once(tmp_path: Path) -> None:
     failure) a new process at once, no backoff period. The backoff rules themselves (growth,
     reset after backoff_reset_after of healthy running) are exact on virtual time in
     test_runner_virtual.py; this waits on state transitions only."""
-    eng = fake_engine(tmp_path, "steady", backoff_initial="30s", backoff_max="30s", **FAST)
+    eng = scripted_engine(tmp_path, "steady", backoff_initial="30s", backoff_max="30s", **FAST)
     sup = start_supervisor(write_config(tmp_path, [eng]))
     try:
         first = sup.wait_engine("steady", lambda e: e["state"] == "running")
@@ -64,9 +64,9 @@ def test_healthy_engine_killed_restarts_at_once(tmp_path: Path) -> None:
 
 
 def test_hung_engine_is_killed_and_restarted_after_unhealthy_after(tmp_path: Path) -> None:
-    eng = fake_engine(tmp_path, "hangs", args=["--hang-after", "0.3"],
+    eng = scripted_engine(tmp_path, "hangs", args=["--hang-after", "0.3"],
                       unhealthy_after="600ms", backoff_initial="100ms", **FAST)
-    ok = fake_engine(tmp_path, "fine", **FAST)
+    ok = scripted_engine(tmp_path, "fine", **FAST)
     sup = start_supervisor(write_config(tmp_path, [eng, ok]))
     try:
         first = sup.wait_engine("hangs", lambda e: e["state"] == "running")
@@ -84,9 +84,9 @@ def test_hung_engine_is_killed_and_restarted_after_unhealthy_after(tmp_path: Pat
 
 
 def test_garbage_status_never_becomes_running(tmp_path: Path) -> None:
-    eng = fake_engine(tmp_path, "garbled", "garbage", start_timeout="500ms",
+    eng = scripted_engine(tmp_path, "garbled", "garbage", start_timeout="500ms",
                       backoff_initial="100ms", **FAST)
-    ok = fake_engine(tmp_path, "fine", **FAST)
+    ok = scripted_engine(tmp_path, "fine", **FAST)
     sup = start_supervisor(write_config(tmp_path, [eng, ok]))
     try:
         info = sup.wait_engine("garbled", lambda e: e["exits"].get("start_timeout", 0) >= 1,

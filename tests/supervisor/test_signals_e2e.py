@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from support.supervisor_harness import (
     RunningSupervisor,
-    fake_engine,
     pid_alive,
+    scripted_engine,
     start_supervisor,
     write_config,
 )
@@ -41,7 +41,7 @@ ENGINES = ("a", "b")
 @pytest.fixture(scope="module")
 def sup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSupervisor]:
     tmp = tmp_path_factory.mktemp("signals")
-    running = start_supervisor(write_config(tmp, [fake_engine(tmp, n) for n in ENGINES],
+    running = start_supervisor(write_config(tmp, [scripted_engine(tmp, n) for n in ENGINES],
                                             defaults={"health_interval": "0.1s"}))
     try:
         for name in ENGINES:
@@ -119,7 +119,7 @@ class FifoStart:
 
 
 def start_on_fifo(tmp_path: Path, env: dict[str, str] | None = None) -> FifoStart:
-    text = write_config(tmp_path, [fake_engine(tmp_path, "a")],
+    text = write_config(tmp_path, [scripted_engine(tmp_path, "a")],
                         defaults={"health_interval": "0.1s"}).read_text()
     fifo = tmp_path / "fifo.toml"
     os.mkfifo(fifo)
@@ -191,7 +191,7 @@ def test_as_pid_1_the_handled_signals_still_arrive(tmp_path: Path) -> None:
                            capture_output=True, text=True, timeout=10)
     if probe.returncode != 0:
         pytest.skip(f"cannot create a PID namespace here: {probe.stderr.strip()}")
-    sup = start_supervisor(write_config(tmp_path, [fake_engine(tmp_path, "a")]),
+    sup = start_supervisor(write_config(tmp_path, [scripted_engine(tmp_path, "a")]),
                            prefix=["unshare", "--pid", "--fork", "--mount-proc"])
     children = Path(f"/proc/{sup.proc.pid}/task/{sup.proc.pid}/children").read_text().split()
     [pid1] = [int(c) for c in children]  # the supervisor, seen from outside

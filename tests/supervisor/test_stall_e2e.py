@@ -7,7 +7,7 @@ import urllib.request
 from datetime import datetime
 from pathlib import Path
 
-from support.supervisor_harness import fake_engine, start_supervisor, write_config
+from support.supervisor_harness import scripted_engine, start_supervisor, write_config
 from support.waiting import wait_until
 
 STALL_AFTER = 1.0
@@ -25,10 +25,10 @@ def test_frozen_engine_is_restarted_idle_and_steady_ones_never_stall(tmp_path: P
     undrained = {**keys, "drain": "none"}
     frozen = ["--progress-every", "0.2", "--freeze-after", "1.0"]
     config = write_config(tmp_path, [
-        fake_engine(tmp_path, "frozen", args=frozen, **keys),
-        fake_engine(tmp_path, "watched", args=frozen, stall_action="alert", **undrained),
-        fake_engine(tmp_path, "idle", **undrained),
-        fake_engine(tmp_path, "steady", args=["--progress-every", "0.3"], **undrained),
+        scripted_engine(tmp_path, "frozen", args=frozen, **keys),
+        scripted_engine(tmp_path, "watched", args=frozen, stall_action="alert", **undrained),
+        scripted_engine(tmp_path, "idle", **undrained),
+        scripted_engine(tmp_path, "steady", args=["--progress-every", "0.3"], **undrained),
     ])
     sup = start_supervisor(config)
     try:

@@ -17,7 +17,7 @@ from support.ports import free_port
 from support.supervisor_harness import (
     RunningSupervisor,
     _UnixHTTPConnection,
-    fake_engine,
+    scripted_engine,
     start_supervisor,
     write_config,
 )
@@ -67,11 +67,12 @@ def stays_healthy(sup: RunningSupervisor, names: list[str], secs: float) -> None
 
 def test_one_megabyte_documents_in_small_chunks_over_unix_and_tcp(tmp_path: Path) -> None:
     port = free_port()
-    big_tcp = fake_engine(tmp_path, "big-tcp", "big", **POLLS)
+    big_tcp = scripted_engine(tmp_path, "big-tcp", "big", **POLLS)
     big_tcp["command"] = [a for a in big_tcp["command"] if a != "--socket"
                           and not a.endswith("big-tcp.sock")] + ["--port", str(port)]
     big_tcp["status_url"] = f"http://127.0.0.1:{port}/status"
-    config = write_config(tmp_path, [fake_engine(tmp_path, "big-unix", "big", **POLLS), big_tcp])
+    config = write_config(tmp_path,
+                          [scripted_engine(tmp_path, "big-unix", "big", **POLLS), big_tcp])
     sup = start_supervisor(config)
     try:
         for name in ("big-unix", "big-tcp"):
@@ -92,7 +93,7 @@ def test_a_document_slower_than_the_poll_period_still_answers(tmp_path: Path) ->
     """A 1 MB document that takes 1.5 s to arrive, polled every 1 s: the fetch may run past
     the poll period (``status_timeout``, 5 s by default), so the engine is ``running`` and
     stays healthy instead of looping on start_timeout with every fetch timed out."""
-    slow = fake_engine(tmp_path, "slow", "big", args=["--send-secs", "1.5"],
+    slow = scripted_engine(tmp_path, "slow", "big", args=["--send-secs", "1.5"],
                        **{**POLLS, "unhealthy_after": "4s"})
     sup = start_supervisor(write_config(tmp_path, [slow]))
     try:
@@ -153,7 +154,7 @@ FAILING: dict[str, tuple[str, list[str], str]] = {
 def test_every_status_failure_says_why(tmp_path: Path) -> None:
     keys = {"health_interval": "100ms", "unhealthy_after": "500ms", "start_timeout": "1500ms",
             "restart": "never", "stop_timeout": "1s"}
-    engines = [fake_engine(tmp_path, name, mode, args=args, **keys)
+    engines = [scripted_engine(tmp_path, name, mode, args=args, **keys)
                for name, (mode, args, _) in FAILING.items()]
     config = write_config(tmp_path, engines)
     sup = start_supervisor(config)

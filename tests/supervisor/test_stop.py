@@ -7,7 +7,7 @@ import signal
 import time
 from pathlib import Path
 
-from support.supervisor_harness import fake_engine, pid_alive, start_supervisor, write_config
+from support.supervisor_harness import pid_alive, scripted_engine, start_supervisor, write_config
 from support.waiting import wait_until
 
 #: Room for a 60 s stop_timeout after the (default, quiet) drain: check-config insists.
@@ -15,8 +15,8 @@ LONG_GRACE = {"shutdown_grace": "90s"}
 
 
 def test_sigterm_stops_gracefully_and_escalates_for_a_stubborn_engine(tmp_path: Path) -> None:
-    engines = [fake_engine(tmp_path, "polite", stop_timeout="1s"),
-               fake_engine(tmp_path, "stubborn", "ignore-term", stop_timeout="1s")]
+    engines = [scripted_engine(tmp_path, "polite", stop_timeout="1s"),
+               scripted_engine(tmp_path, "stubborn", "ignore-term", stop_timeout="1s")]
     sup = start_supervisor(write_config(tmp_path, engines))
     running = [sup.wait_engine(n, lambda e: e["state"] == "running") for n in ("polite",
                                                                                "stubborn")]
@@ -32,7 +32,7 @@ def test_sigterm_stops_gracefully_and_escalates_for_a_stubborn_engine(tmp_path: 
 
 
 def test_second_sigterm_skips_the_wait(tmp_path: Path) -> None:
-    engines = [fake_engine(tmp_path, "stubborn", "ignore-term", stop_timeout="60s")]
+    engines = [scripted_engine(tmp_path, "stubborn", "ignore-term", stop_timeout="60s")]
     sup = start_supervisor(write_config(tmp_path, engines, supervisor=LONG_GRACE))
     pid = sup.wait_engine("stubborn", lambda e: e["state"] == "running")["pid"]
     sup.proc.send_signal(signal.SIGTERM)
@@ -47,7 +47,7 @@ def test_second_sigterm_skips_the_wait(tmp_path: Path) -> None:
 
 
 def test_sigkill_of_the_supervisor_leaves_no_engine(tmp_path: Path) -> None:
-    engines = [fake_engine(tmp_path, "a"), fake_engine(tmp_path, "b", "ignore-term")]
+    engines = [scripted_engine(tmp_path, "a"), scripted_engine(tmp_path, "b", "ignore-term")]
     sup = start_supervisor(write_config(tmp_path, engines))
     pids = [sup.wait_engine(n, lambda e: e["state"] == "running")["pid"] for n in ("a", "b")]
     sup.proc.send_signal(signal.SIGKILL)
@@ -60,7 +60,7 @@ def test_sigkill_of_the_supervisor_leaves_no_engine(tmp_path: Path) -> None:
 def test_second_signal_before_the_stops_went_out_still_hurries(tmp_path: Path) -> None:
     # TERM and INT back to back (different signals, so the kernel does not merge them) are
     # handled before the shutdown has sent any stop: the second must still skip stop_timeout.
-    engines = [fake_engine(tmp_path, "stubborn", "ignore-term", stop_timeout="60s")]
+    engines = [scripted_engine(tmp_path, "stubborn", "ignore-term", stop_timeout="60s")]
     sup = start_supervisor(write_config(tmp_path, engines, supervisor=LONG_GRACE))
     pid = sup.wait_engine("stubborn", lambda e: e["state"] == "running")["pid"]
     started = time.monotonic()
@@ -73,7 +73,7 @@ def test_second_signal_before_the_stops_went_out_still_hurries(tmp_path: Path) -
 
 
 def test_start_and_restart_are_refused_while_stopping(tmp_path: Path) -> None:
-    engines = [fake_engine(tmp_path, "stubborn", "ignore-term", stop_timeout="60s")]
+    engines = [scripted_engine(tmp_path, "stubborn", "ignore-term", stop_timeout="60s")]
     sup = start_supervisor(write_config(tmp_path, engines, supervisor=LONG_GRACE))
     try:
         sup.wait_engine("stubborn", lambda e: e["state"] == "running")

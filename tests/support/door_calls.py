@@ -1,4 +1,4 @@
-"""Calls and books for the door's book's tests (tests/supervisor/test_doorbook*.py): plain
+"""Calls and books for the door's book's tests (tests/supervisor/core/test_doorbook*.py): plain
 values as the shell would make them, Curio's kinds and priorities."""
 
 from __future__ import annotations

@@ -4,8 +4,8 @@
   config and data directory, and wraps its HTTP API. Tests synchronise by polling a PromQL
   condition against a deadline (:meth:`Prometheus.wait_for`), never by sleeping.
 * :func:`scrape` fetches and parses the supervisor's ``/metrics`` (duplicates fail).
-* :func:`doc_engine` is the ``[[engine]]`` table of ``doc_engine.py`` (beside this module, run by
-  path) serving a file.
+* :func:`file_status_engine` is the ``[[engine]]`` table of ``file_status_engine.py`` (beside
+  this module, run by path) serving a file.
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from support.ports import free_port
 from support.waiting import wait_until
 
-DOC_ENGINE = Path(__file__).with_name("doc_engine.py")
+DOC_ENGINE = Path(__file__).with_name("file_status_engine.py")
 
 LabelSet = frozenset[tuple[str, str]]
 
 
-def doc_engine(tmp: Path, name: str, document: Path, **keys: Any) -> dict[str, Any]:
+def file_status_engine(tmp: Path, name: str, document: Path, **keys: Any) -> dict[str, Any]:
     """An ``[[engine]]`` whose ``/status`` is ``document``'s bytes (``status_url`` to a socket).
 
     Its work never ends (the document is fixed), so a drain could only time out: it is stopped

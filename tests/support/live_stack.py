@@ -41,10 +41,10 @@ from typing import Any
 
 from cuzkd.config import BINARY_PLACEHOLDER
 from support.cuzk_harness import LoadThread, cuzk_engine
-from support.live import Exposition, Prometheus, doc_engine, scrape
+from support.live import Exposition, Prometheus, file_status_engine, scrape
 from support.supervisor_harness import (
     RunningSupervisor,
-    fake_engine,
+    scripted_engine,
     start_supervisor,
     write_config,
 )
@@ -93,7 +93,7 @@ def _bad_documents(tmp: Path, example: Path) -> dict[str, Path]:
 
 def _victim(tmp: Path) -> dict[str, Any]:
     """The fake engine run by the active release's binary (a copy of this interpreter)."""
-    victim = fake_engine(tmp, "victim", args=["--fail-starts", "1", "--pidfile",
+    victim = scripted_engine(tmp, "victim", args=["--fail-starts", "1", "--pidfile",
                                               str(tmp / "victim.pids")],
                          backoff_initial=f"{VICTIM_BACKOFF}s", backoff_reset_after="1h")
     victim["command"][0] = BINARY_PLACEHOLDER  # was sys.executable
@@ -108,8 +108,8 @@ def live_stack(tmp: Path, example: Path) -> Iterator[LiveStack]:
                                         health_interval="1s", grpc_telemetry_interval="1s")
     engines = [
         *({"name": name} for name in BUNDLED),
-        doc_engine(tmp, "example", example),
-        *(doc_engine(tmp, name, bad[name], start_timeout="1h") for name in BAD_DOCUMENTS),
+        file_status_engine(tmp, "example", example),
+        *(file_status_engine(tmp, name, bad[name], start_timeout="1h") for name in BAD_DOCUMENTS),
         cuzk_table,
         _victim(tmp),
     ]

@@ -2,7 +2,7 @@
 
 - :func:`write_config` writes a TOML config into a temp dir (state_dir inside it, metrics on
   port 0 so tests never collide).
-- :func:`fake_engine` is the ``[[engine]]`` table for ``fake_engine.py`` (beside this
+- :func:`scripted_engine` is the ``[[engine]]`` table for ``scripted_engine.py`` (beside this
   module, run by path) in a given mode.
 - :func:`start_supervisor` runs ``python -m cuzkd run --config ...`` as a real process, its
   JSON log going to a file, and returns once the control socket answers.
@@ -30,7 +30,7 @@ from typing import Any
 
 from support.waiting import wait_until
 
-FAKE_ENGINE = Path(__file__).with_name("fake_engine.py")
+FAKE_ENGINE = Path(__file__).with_name("scripted_engine.py")
 
 
 def _toml_value(value: Any) -> str:
@@ -59,9 +59,9 @@ def to_toml(tables: Mapping[str, Any]) -> str:
     return "\n".join(out)
 
 
-def fake_engine(tmp: Path, name: str, mode: str = "serve", *, args: Sequence[str] = (),
+def scripted_engine(tmp: Path, name: str, mode: str = "serve", *, args: Sequence[str] = (),
                 **keys: Any) -> dict[str, Any]:
-    """An ``[[engine]]`` running fake_engine.py on a Unix socket under ``tmp``."""
+    """An ``[[engine]]`` running scripted_engine.py on a Unix socket under ``tmp``."""
     sock = tmp / f"{name}.sock"
     return {
         "name": name,

@@ -24,8 +24,8 @@ import pytest
 from support.ports import free_port
 from support.supervisor_harness import (
     RunningSupervisor,
-    fake_engine,
     pid_alive,
+    scripted_engine,
     start_supervisor,
     write_config,
 )
@@ -152,7 +152,7 @@ def start_fleet(tmp: Path, builds: dict[str, Path], *, initial: str | None = "v1
          "env": {"FAKE_CUZK_BROKEN": str(tmp / "broken-version")}}
         for name, port in ports.items()
     ]
-    engines.append(fake_engine(tmp, "py"))
+    engines.append(scripted_engine(tmp, "py"))
     supervisor: dict[str, Any] = {"release_settle": SETTLE}
     if initial:
         supervisor["initial_binary"] = str(src[initial])

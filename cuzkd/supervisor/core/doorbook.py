@@ -465,7 +465,7 @@ def _place_of(call: Call) -> int:
 class DoorBook:
     """Every call of one door, from arrival to its end, and the engines behind it.
 
-    Invariants (tests/supervisor/test_doorbook.py): held calls at most ``hold_max_calls``
+    Invariants (tests/supervisor/core/test_doorbook.py): held calls at most ``hold_max_calls``
     and ``hold_max_bytes``; none held past its ``until`` once :meth:`expired` has run then;
     retained bytes at most ``retry_max_bytes``; a call is sent twice at most; every call
     ends exactly once (a return, a refusal, a withdrawal, a cached answer, a broadcast or an
