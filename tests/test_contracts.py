@@ -67,6 +67,10 @@ BREAKS = [
      "cuzkd.supervisor.core is not allowed to import asyncio"),
     ("pure-core", "cuzkd/supervisor/core/stall.py", "import os",
      "cuzkd.supervisor.core is not allowed to import os"),
+    ("one-reaper", "cuzkd/supervisor/door/process.py", "import subprocess",
+     "cuzkd.supervisor.door.process -> subprocess"),
+    ("one-reaper", "cuzkd/bundled/pipeline.py", "import multiprocessing",
+     "cuzkd.bundled.pipeline -> multiprocessing"),
     ("composition-root", "cuzkd/cli/swap_commands.py", "import cuzkd.supervisor.daemon.root",
      "cuzkd.cli.swap_commands"),
 ]

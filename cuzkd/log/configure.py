@@ -1,8 +1,9 @@
 """Structured logging set-up shared by every cuzkd process.
 
-``--log-format auto`` (the default) writes ``key=value`` console lines on a terminal and JSON
-lines elsewhere (journald, Loki and ``docker logs`` want one event per line); ``console`` and
-``json`` force one or the other. Configured once per process, before any logger is used:
+``--log-format auto`` (the default) writes ``key=value`` console lines on a terminal
+(:mod:`cuzkd.log.console`: an engine's led by its name) and JSON lines elsewhere (journald, Loki
+and ``docker logs`` want one event per line, every field kept); ``console`` and ``json`` force
+one or the other. Configured once per process, before any logger is used:
 :func:`configure_queued_logging` for ``cuzkd run`` (its lines are written off the event loop,
 :mod:`cuzkd.log.sink`), :func:`configure_logging` for everything else.
 
@@ -56,11 +57,13 @@ class _Rendering:
 
         import structlog
 
+        from cuzkd.log.console import render_console
+
         use_json = log_format == "json" or (log_format == "auto" and not out.isatty())
         renderer: structlog.typing.Processor = (
             structlog.processors.JSONRenderer()
             if use_json
-            else structlog.dev.ConsoleRenderer(colors=False)
+            else render_console
         )
         self._processors: list[structlog.typing.Processor] = [
             structlog.contextvars.merge_contextvars,

@@ -186,11 +186,21 @@ def _assert_console(text: str) -> None:
     assert " metrics_url=http://127.0.0.1:" in started and " engines=talker" in started
     assert "[cuzkd.supervisor]" in started
     (relogged,) = [ln for ln in text.splitlines() if "job_started" in ln]
-    assert "[warning" in relogged and "job_id=j-1" in relogged and "engine=talker" in relogged
+    assert "[warning" in relogged and "job_id=j-1" in relogged
     assert "{" not in relogged and "\\" not in relogged  # fields, not an escaped document
+    # Each of the engine's lines is one line, led by the engine's name and its own event (a
+    # plain line's text), the engine's fields after it and the bookkeeping left to JSON.
+    (plain,) = [ln for ln in lines if PLAIN in ln]
+    assert relogged.split("] ", 1)[1].startswith("talker | job_started job_id=j-1 ")
+    assert plain.split("] ", 1)[1] == f"talker | {PLAIN}"
+    for bookkeeping in (" engine=", " stream=", " pid=", "engine_timestamp=", "[cuzkd.engine]"):
+        assert bookkeeping not in relogged
+    assert "engine_engine=inner" in relogged and "engine_pid=1" in relogged  # the engine's own
 
 
 def test_console_on_a_terminal(tmp_path: Path) -> None:
+    """On a real pseudo-terminal: cuzkd's lines as structlog writes them, an engine's led by
+    its name (:func:`_assert_console`)."""
     _assert_console(_run(_config(tmp_path), tty=True))
 
 
