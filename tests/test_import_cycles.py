@@ -43,7 +43,7 @@ def imports_of(module: str, path: Path, modules: set[str]) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                anchor = package.rsplit(".", node.level - 1)[0]
                 base = f"{anchor}.{base}" if base else anchor
             names.update(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
                          for alias in node.names)
@@ -92,13 +92,15 @@ def cycles(graph: Graph) -> list[list[str]]:
 
 
 def test_no_import_cycle_in_cuzkd() -> None:
-    assert cycles(import_graph(REPO)) == []
+    found = cycles(import_graph(REPO))
+    assert not found, "modules importing each other, directly or around a loop: " + "; ".join(
+        " <-> ".join(component) for component in found)
 
 
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
     shutil.copytree(REPO / PACKAGE, tmp_path / PACKAGE,
-                    ignore=shutil.ignore_patterns("__pycache__"))
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     return tmp_path
 
 
@@ -111,8 +113,8 @@ def test_a_planted_cycle_under_type_checking_is_named(tree: Path) -> None:
     plant(tree, "cuzkd/config/schema.py",
           "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
           "    from cuzkd.config.doors import DoorPlan")
-    assert cycles(import_graph(tree)) == [
-        ["cuzkd.config.addresses", "cuzkd.config.doors", "cuzkd.config.schema"]]
+    [component] = cycles(import_graph(tree))
+    assert {"cuzkd.config.doors", "cuzkd.config.schema"} <= set(component)
 
 
 def test_a_function_level_relative_import_closes_a_cycle(tree: Path) -> None:

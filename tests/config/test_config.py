@@ -12,13 +12,7 @@ import pytest
 
 from cuzkd.cli.dispatch import main as dispatch_main
 from cuzkd.config import Config, ConfigError, control_socket_despite_errors, load_config
-from cuzkd.config.addresses import (
-    control_socket,
-    default_state_dir,
-    engine_command,
-    private_grpc_address,
-    status_address,
-)
+from cuzkd.config.addresses import control_socket, engine_command, status_address
 from cuzkd.config.loading import MAX_CONFIG_BYTES
 from cuzkd.config.schema import default_engines, visible_gpu_count
 
@@ -191,17 +185,6 @@ def test_defaults_durations_and_placeholders(tmp_path: Path) -> None:
     assert engine_command(config, gpu0)[-2:] == ["--listen", "unix:/srv/cuzkd/engines/gpu0.sock"]
     assert real.uses_binary and not gpu0.uses_binary
     assert config.supervisor.keep_releases == 3
-
-
-def test_a_bundled_engine_has_a_private_grpc_address_it_does_not_serve_by_default(
-        tmp_path: Path) -> None:
-    """The address a door will dial a bundled engine at; ``cuzkd run`` does not pass it yet."""
-    path = tmp_path / "m.toml"
-    path.write_text('[supervisor]\nstate_dir = "/srv/cuzkd"\n[[engine]]\nname = "gpu0"\n')
-    config = load_config(path)
-    (gpu0,) = config.engine
-    assert private_grpc_address(config, gpu0) == "unix:///srv/cuzkd/engines/gpu0.grpc.sock"
-    assert "--grpc-listen" not in engine_command(config, gpu0)
 
 
 def test_engines_omitted_means_the_embedded_default(tmp_path: Path) -> None:
@@ -394,12 +377,3 @@ def test_the_control_socket_of_a_file_that_does_not_validate(tmp_path: Path) -> 
     path.write_bytes(b"# caf\xe9\n")
     assert control_socket_despite_errors(path) == control_socket(Config())
     assert control_socket_despite_errors(tmp_path / "missing.toml") == control_socket(Config())
-
-
-def test_the_default_state_dir_is_the_one_systemd_made(monkeypatch: pytest.MonkeyPatch,
-                                                       tmp_path: Path) -> None:
-    monkeypatch.setenv("STATE_DIRECTORY", f"{tmp_path}/cuzkd:{tmp_path}/other")
-    assert default_state_dir() == tmp_path / "cuzkd"
-    assert control_socket(Config()) == tmp_path / "cuzkd" / "control.sock"
-    monkeypatch.delenv("STATE_DIRECTORY")
-    assert default_state_dir() != tmp_path / "cuzkd"
