@@ -25,10 +25,12 @@ from cuzkd.cli.swap_commands import describe_active
 from cuzkd.config import (
     START_WAIT_SLACK,
     ConfigError,
+    control_socket,
     control_socket_despite_errors,
     describe_deadlines,
     load_config,
     load_or_default,
+    plan_doors,
 )
 from cuzkd.errortext import error_text
 from cuzkd.log.configure import LOG_FORMATS
@@ -116,7 +118,7 @@ def _check_config(args: argparse.Namespace) -> int:
         print(f"warning: {notice}", file=sys.stderr)
     names = ", ".join(e.name for e in config.engine)
     print(f"{args.path}: OK ({len(config.engine)} engine(s): {names})")
-    for door in config.doors:
+    for door in plan_doors(config):
         print(f"door {door.address} -> {', '.join(door.engines)} "
               f"(hold_timeout {door.hold_timeout:g}s)")
         print(f"  deadlines ([metrics] proof_deadlines, [door] proving_allowance): "
@@ -129,7 +131,7 @@ def _check_config(args: argparse.Namespace) -> int:
 def _control(args: argparse.Namespace, method: str, path: str,
              timeout: float = DEFAULT_TIMEOUT, body: Any = None) -> Any:
     config = load_or_default(args.config, resolve_hosts=False)
-    return call(config.control_socket, method, path, timeout=timeout, body=body)
+    return call(control_socket(config), method, path, timeout=timeout, body=body)
 
 
 def _door(args: argparse.Namespace) -> int:
@@ -266,7 +268,7 @@ def _reload(args: argparse.Namespace) -> int:
         refused, socket, timeout = exc, control_socket_despite_errors(args.config), DEFAULT_TIMEOUT
     else:
         # The reload waits for the stop sequences of changed engines, as they run them now.
-        socket = config.control_socket
+        socket = control_socket(config)
         timeout = max([DEFAULT_TIMEOUT,
                        *(e.stop_budget + ANSWER_SLACK for e in config.engine)])
     try:
@@ -293,7 +295,7 @@ def _engine_action(args: argparse.Namespace) -> int:
     timeout = DEFAULT_TIMEOUT if spec is None else max(
         DEFAULT_TIMEOUT, spec.stop_budget + spec.start_timeout + START_WAIT_SLACK + ANSWER_SLACK)
     # Quoted: a name with '/', '?' or '#' must reach the API as a name ("no engine named").
-    info = msgspec.convert(call(config.control_socket, "POST",
+    info = msgspec.convert(call(control_socket(config), "POST",
                                 f"/v1/engines/{quote(args.name, safe='')}/{args.verb}",
                                 timeout=timeout), EngineInfo)
     print(f"{info.name}: {info.state} (pid {info.pid or '-'})")

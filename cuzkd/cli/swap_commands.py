@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from cuzkd.cli.control_client import BASE_URL, call, control_session
-from cuzkd.config import load_or_default
+from cuzkd.config import control_socket, load_or_default
 from cuzkd.errors import EX_TEMPFAIL
 from cuzkd.states import SwapResult
 
@@ -105,7 +105,7 @@ def _swap(args: argparse.Namespace) -> int:
         return 2
     config = load_or_default(args.config, resolve_hosts=False)
     if args.history:
-        return _history(config.control_socket, as_json=args.json)
+        return _history(control_socket(config), as_json=args.json)
     request: dict[str, Any] = {"settle": args.settle}
     if args.rollback:
         request["rollback"] = True
@@ -119,7 +119,7 @@ def _swap(args: argparse.Namespace) -> int:
             request["analysis"] = args.analysis
             request.update({name: getattr(args, name) for name in given})
     operation = "rollback" if args.rollback else "swap"
-    return asyncio.run(_stream(config.control_socket, request, operation))
+    return asyncio.run(_stream(control_socket(config), request, operation))
 
 
 def _history(socket_path: Path, *, as_json: bool) -> int:

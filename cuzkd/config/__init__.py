@@ -2,15 +2,24 @@
 
 Everything an operator can get wrong is caught before any engine starts: unknown keys, wrong
 types, duplicate names and impossible values all raise :class:`ConfigError` naming the file,
-the key and the problem. Three modules, one job each: :mod:`.schema` (the structs, their
-defaults, the placeholder constants), :mod:`.loading` (reading the file safely -- size cap,
-FIFO -- and decoding it, its errors turned into messages) and :mod:`.checks` (the rules between
-fields); a cuzk engine's own TOML has :mod:`.cuzkfile` (reading it as cuzk does) and
-:mod:`.cuzkchecks` (its rules), its front door :mod:`.doors` (the plan, ``Config.doors``) and
-:mod:`.doorchecks` (its rules). This front names what the rest of cuzkd uses.
+the key and the problem. Four modules, one job each: :mod:`.schema` (the structs, their
+defaults, the placeholder constants), :mod:`.addresses` (the addresses, paths and engine argv
+the structs imply), :mod:`.loading` (reading the file safely -- size cap, FIFO -- and decoding
+it, its errors turned into messages) and :mod:`.checks` (the rules between fields); a cuzk
+engine's own TOML has :mod:`.cuzkfile` (reading it as cuzk does) and :mod:`.cuzkchecks` (its
+rules), its front door :mod:`.doors` (the plan, :func:`.plan_doors`) and :mod:`.doorchecks`
+(its rules). This front names what the rest of cuzkd uses.
 """
 
-from cuzkd.config.doors import DoorPlan, describe_deadlines
+from cuzkd.config.addresses import (
+    control_socket,
+    door_address,
+    engine_command,
+    grpc_address,
+    state_dir,
+    status_address,
+)
+from cuzkd.config.doors import DoorPlan, describe_deadlines, plan_doors
 from cuzkd.config.loading import (
     control_socket_despite_errors,
     demo_config,
@@ -36,11 +45,18 @@ __all__ = [
     "DoorPlan",
     "EngineConfig",
     "SupervisorConfig",
+    "control_socket",
     "control_socket_despite_errors",
     "default_config",
     "demo_config",
     "describe_deadlines",
+    "door_address",
+    "engine_command",
+    "grpc_address",
     "load_config",
     "load_or_default",
     "parse_config",
+    "plan_doors",
+    "state_dir",
+    "status_address",
 ]

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from cuzkd.config.addresses import control_socket, status_address
 from cuzkd.config.schema import Config, ConfigError, EngineConfig
 from cuzkd.units import parse_listen
 
@@ -49,7 +50,7 @@ def check(config: Config, where: str) -> None:
     control_key = ("supervisor.control_socket" if config.supervisor.control_socket
                    else "supervisor.state_dir")
     try:
-        check_socket_path(config.control_socket)
+        check_socket_path(control_socket(config))
     except ValueError as exc:
         raise fail(control_key, str(exc)) from None
     seen: dict[str, int] = {}
@@ -85,7 +86,7 @@ def check(config: Config, where: str) -> None:
                 parse_listen(eng.listen)
             except ValueError as exc:
                 raise fail(f"{key}.listen", str(exc)) from None
-        address = config.status_address(eng)
+        address = status_address(config, eng)
         if address is not None and address.startswith("unix:"):
             field = "status_url" if eng.status_url else "listen"
             try:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from cuzkd.config.addresses import control_socket, door_address
 from cuzkd.config.checks import check_socket_path
 from cuzkd.config.cuzkfile import CuzkFile, cuzk_size
 from cuzkd.config.doors import parse_door_address
@@ -249,14 +250,14 @@ def _bound_addresses(config: Config, where: str) -> Iterator[_Bound]:
     control_key = ("supervisor.control_socket" if config.supervisor.control_socket
                    else "supervisor.state_dir")
     yield _Bound(f"{where}: key `{control_key}` (the control socket)",
-                 ListenAddress(path=os.path.normpath(config.control_socket)))
+                 ListenAddress(path=os.path.normpath(control_socket(config))))
     for i, eng in enumerate(config.engine):
         cuzk = eng.cuzk_file
         if eng.bundled and eng.listen and (listen := _listen_address(eng.listen)):
             yield _Bound(f"{where}: key `engine[{i}].listen`", listen, "engine")
         if not eng.cuzk and not eng.bundled and (served := _served_address(eng.status_url)):
             yield _Bound(f"{where}: key `engine[{i}].status_url`", served, "served")
-        if eng.bundled and (door := config.door_address(eng)) is not None:
+        if eng.bundled and (door := door_address(config, eng)) is not None:
             yield _Bound(f"{where}: key `engine[{i}].door`", parse_door_address(door),
                          "bundled_door")
         if cuzk is None:
@@ -264,7 +265,7 @@ def _bound_addresses(config: Config, where: str) -> Iterator[_Bound]:
         engine = f"{where}: engine[{i}]"
         yield _Bound(_cuzk_key(cuzk.path, "daemon.status_listen", engine),
                      parse_listen(cuzk.daemon.status_listen, allow_unix=False))
-        door = config.door_address(eng)
+        door = door_address(config, eng)
         if door is not None:
             owner = (f"{where}: key `engine[{i}].door`" if eng.door else
                      f"{_cuzk_key(cuzk.path, 'daemon.listen', engine)}, the door's address")

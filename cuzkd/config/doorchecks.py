@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from cuzkd import validation
+from cuzkd.config.addresses import grpc_address, state_dir
 from cuzkd.config.checks import check_socket_path
 from cuzkd.config.cuzkchecks import is_wildcard
 from cuzkd.config.doors import (
@@ -28,6 +29,7 @@ from cuzkd.config.doors import (
     engine_outage,
     parse_door_address,
     parse_socket_mode,
+    plan_doors,
 )
 from cuzkd.config.schema import DOOR_OFF, Config, ConfigError, EngineConfig
 from cuzkd.units import format_bytes
@@ -65,7 +67,7 @@ def check_doors(config: Config, where: str) -> None:
                 "would give up on a held call first; set a shorter one")
     if table.hold_timeout is not None and table.hold_timeout >= CURIO_PROVE_TIMEOUT:
         raise fail("door.hold_timeout", f"{table.hold_timeout:g}s {too_long}")
-    for plan in config.doors:
+    for plan in plan_doors(config):
         if plan.hold_timeout >= CURIO_PROVE_TIMEOUT:  # unset, computed from its engines
             raise fail("door.hold_timeout",
                        f"unset, it is {plan.hold_timeout:g}s for the door of engine "
@@ -108,7 +110,7 @@ def _check_engine_door(config: Config, eng: EngineConfig, key: str, fail: Fail) 
                 check_socket_path(Path(address.path))
         except ValueError as exc:
             raise fail(f"{key}.door", str(exc)) from None
-        engines = Path(os.path.normpath(config.state_dir / "engines"))
+        engines = Path(os.path.normpath(state_dir(config) / "engines"))
         if address.is_unix and engines in Path(address.path).parents:
             raise fail(f"{key}.door", f"{eng.door!r} is among cuzkd's private engine sockets "
                                       f"({engines}, 0700): Curio could not connect; put the "
@@ -119,11 +121,12 @@ def _check_engine_door(config: Config, eng: EngineConfig, key: str, fail: Fail) 
                                      "door is on: cuzkd gives cuzk a private address and "
                                      "takes Curio's calls at the door; remove it (set `door` "
                                      "to move the door) or set door = \"off\"")
-    if not config.state_dir.is_absolute():
-        raise fail("supervisor.state_dir", f"{str(config.state_dir)!r} is relative: the "
+    state = state_dir(config)
+    if not state.is_absolute():
+        raise fail("supervisor.state_dir", f"{str(state)!r} is relative: the "
                                            f"private gRPC socket of engine {eng.name!r} (its "
                                            "door is on) must be unix:///ABSOLUTE")
-    private = config.grpc_address(eng)
+    private = grpc_address(config, eng)
     if private is None:  # no command, so no cuzk file: the general checks refuse it
         return
     try:
@@ -136,7 +139,7 @@ def check_door_groups(config: Config, where: str) -> None:
     """``door.socket_group`` names a group of this host: only the daemon (and check-config)
     needs it, as with the metrics host, so a client command works where the group is not."""
     group = config.door.socket_group
-    if not group or not config.doors:
+    if not group or not plan_doors(config):
         return
     try:
         grp.getgrnam(group)
@@ -150,7 +153,8 @@ def door_notices(config: Config, where: str) -> list[str]:
     """What the doors are accepted with but an operator should hear, each naming the key."""
     notices: list[str] = []
     table = config.door
-    for plan in config.doors:
+    plans = plan_doors(config)
+    for plan in plans:
         index = next(i for i, e in enumerate(config.engine) if e.name == plan.name)
         key = f"engine[{index}].door"
         address = parse_door_address(plan.address)
@@ -172,7 +176,7 @@ def door_notices(config: Config, where: str) -> list[str]:
     for field, consequence in (
             ("hold_max_bytes", "held while no engine can take it: it fails UNAVAILABLE"),
             ("retry_max_bytes", "retried when its engine dies under it")):
-        if config.doors and getattr(table, field) < MAX_MESSAGE_BYTES:
+        if plans and getattr(table, field) < MAX_MESSAGE_BYTES:
             notices.append(validation.key_error(
                 where, f"door.{field}",
                 f"{format_bytes(getattr(table, field))} is less than one maximal request "

@@ -14,12 +14,10 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
+from cuzkd.config.addresses import door_address
+from cuzkd.config.schema import Config, EngineConfig
 from cuzkd.units import ListenAddress, parse_listen
-
-if TYPE_CHECKING:
-    from cuzkd.config.schema import Config, EngineConfig
 
 #: cuzk's gRPC message limit each way (a PoRep C1 input is ~51 MB); the door relays as much.
 MAX_MESSAGE_BYTES = 128 * 2**20
@@ -72,7 +70,7 @@ def plan_doors(config: Config) -> tuple[DoorPlan, ...]:
     spelled as its first engine names it."""
     behind: dict[ListenAddress | str, tuple[str, list[EngineConfig]]] = {}
     for engine in config.engine:
-        address = config.door_address(engine)
+        address = door_address(config, engine)
         if address is not None:
             behind.setdefault(_door_key(address), (address, []))[1].append(engine)
     table = config.door

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from cuzkd import validation
+from cuzkd.config.addresses import control_socket
 from cuzkd.config.checks import check, check_metrics_host
 from cuzkd.config.cuzkchecks import check_cuzk_engines, cuzk_file_error, cuzk_warnings
 from cuzkd.config.cuzkfile import (
@@ -70,9 +71,9 @@ def control_socket_despite_errors(path: str | Path) -> Path:
     try:
         raw = tomllib.loads(_read_config_bytes(path, None).decode())
         supervisor = raw.get("supervisor", {})
-        return parse_config({"supervisor": supervisor}, str(path)).control_socket
+        return control_socket(parse_config({"supervisor": supervisor}, str(path)))
     except (OSError, ValueError, ConfigError):  # the TOML and UTF-8 errors are ValueErrors
-        return Config().control_socket
+        return control_socket(Config())
 
 
 def load_config(path: str | Path, *, resolve_hosts: bool = True,

@@ -5,23 +5,21 @@ Every field's type, range and default is stated here once, so the loader
 (:mod:`cuzkd.config.checks`) add only the rules between fields. Durations and sizes are their
 own types (:class:`Seconds`, :class:`Bytes`) so the decoder resolves them to float seconds and
 int bytes at load, and nothing downstream parses strings. When the file names no engine, the
-embedded default runs one bundled engine per GPU the driver shows.
+embedded default runs one bundled engine per GPU the driver shows. What the structs imply
+(addresses, paths, an engine's argv) is derived in :mod:`cuzkd.config.addresses`.
 
 The structs are frozen and compare by value: a SIGHUP reload diffs engines with ``==``.
 """
 
 from __future__ import annotations
 
-import os
 import signal
-import sys
 from pathlib import Path
 from typing import Annotated, Literal
 
 import msgspec
 
 from cuzkd.config.cuzkfile import CuzkFile
-from cuzkd.config.doors import DoorPlan, plan_doors
 from cuzkd.errors import EX_CONFIG, CuzkdError
 from cuzkd.kinds import ProofKind
 from cuzkd.labelbudget import DEFAULT_LIMITS
@@ -359,100 +357,6 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
     #: proof kind name, still accepted), each naming the file and the key; shown by
     #: ``check-config`` and logged by the daemon at start and at each reload
     notices: tuple[str, ...] = ()
-
-    @property
-    def state_dir(self) -> Path:
-        return Path(self.supervisor.state_dir) if self.supervisor.state_dir else default_state_dir()
-
-    @property
-    def control_socket(self) -> Path:
-        if self.supervisor.control_socket:
-            return Path(self.supervisor.control_socket)
-        return self.state_dir / "control.sock"
-
-    @property
-    def doors(self) -> tuple[DoorPlan, ...]:
-        """The front doors cuzkd serves: one per door address, with its engines."""
-        return plan_doors(self)
-
-    def door_address(self, engine: EngineConfig) -> str | None:
-        """Where ``engine``'s door listens, as Curio dials it (``unix:///PATH`` or
-        ``HOST:PORT``); None for an engine without a door."""
-        if not engine.door_on:
-            return None
-        if engine.door:
-            return engine.door
-        if engine.bundled:
-            return f"unix://{self.state_dir / f'{engine.name}.door.sock'}"
-        return engine.cuzk_file.daemon.listen if engine.cuzk_file is not None else None
-
-    def engine_command(self, engine: EngineConfig) -> list[str]:
-        """argv for ``engine`` (``{binary}`` left in place: resolved at spawn time). An engine
-        behind a door gets its private address: a cuzk engine as ``--listen`` (cuzk's flag
-        overrides its file's ``[daemon] listen``), before a ``--``, after which cuzk takes no
-        options; a bundled one as ``--grpc-listen`` (its ``--listen`` is its HTTP API)."""
-        if engine.command is not None:
-            if self.door_address(engine) is None:
-                return list(engine.command)
-            end = engine.command.index("--", 1) if "--" in engine.command[1:] else None
-            head = engine.command[:end]
-            return [*head, "--listen", self.private_grpc_address(engine),
-                    *engine.command[len(head):]]
-        door = self.door_address(engine) is not None
-        return [sys.executable, "-m", "cuzkd", "engine", "--listen", self._bundled_listen(engine),
-                *(["--grpc-listen", self.private_grpc_address(engine)] if door else []),
-                *(["--demo"] if self.demo else [])]
-
-    def status_address(self, engine: EngineConfig) -> str | None:
-        """``unix:/path`` (GET /status over the socket) or ``http://host:port/status``; None
-        for a ``command`` without ``status_url``, supervised by its process alone. A cuzk
-        engine's comes from its file's ``[daemon] status_listen`` (a wildcard polled over
-        loopback), unless ``status_url`` names it (checks make the two agree)."""
-        if engine.status_url:
-            return engine.status_url
-        if engine.cuzk:
-            return engine.cuzk_file.status_url if engine.cuzk_file is not None else None
-        if not engine.bundled:
-            return None
-        listen = self._bundled_listen(engine)
-        return listen if listen.startswith("unix:") else f"http://{listen}/status"
-
-    def grpc_address(self, engine: EngineConfig) -> str | None:
-        """An engine's cuzk gRPC address as the engine binds it (``unix:///path`` or
-        ``IP:PORT``): behind a door its private socket in the state dir (passed as
-        ``--listen`` or ``--grpc-listen``), else a cuzk engine's ``-l/--listen`` or
-        ``[daemon] listen``; None for other engines (a bundled one serves no gRPC then)."""
-        if self.door_address(engine) is not None:
-            return self.private_grpc_address(engine)
-        if not engine.cuzk or engine.cuzk_file is None:
-            return None
-        return engine.cuzk_file.grpc_listen
-
-    def private_grpc_address(self, engine: EngineConfig) -> str:
-        """Where an engine behind a door serves cuzk's gRPC: a socket only cuzkd reaches (the
-        state dir is the service's alone), so Curio can only reach the engine through the door
-        -- a cuzk engine is given it as ``--listen``, a bundled engine as ``cuzkd engine
-        --grpc-listen``: ``unix://{state_dir}/engines/{name}.grpc.sock``."""
-        return f"unix://{self.state_dir / 'engines' / f'{engine.name}.grpc.sock'}"
-
-    def _bundled_listen(self, engine: EngineConfig) -> str:
-        if engine.listen:
-            return engine.listen
-        return f"unix:{self.state_dir / 'engines' / f'{engine.name}.sock'}"
-
-
-def default_state_dir() -> Path:
-    """The directory systemd made for the service (``$STATE_DIRECTORY``, from
-    ``StateDirectory=``; a ``DynamicUser=`` service is not root), /var/lib/cuzkd as root, else
-    $XDG_STATE_HOME/cuzkd (~/.local/state/cuzkd)."""
-    given = os.environ.get("STATE_DIRECTORY", "").split(":")[0]
-    if given:
-        return Path(given)
-    if os.geteuid() == 0:
-        return Path("/var/lib/cuzkd")
-    xdg = os.environ.get("XDG_STATE_HOME")
-    base = Path(xdg) if xdg else Path.home() / ".local" / "state"
-    return base / "cuzkd"
 
 
 def visible_gpu_count(proc_root: Path = PROC_ROOT) -> int:

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from cuzkd.config import ConfigError, demo_config, load_config, parse_config
+from cuzkd.config.addresses import door_address, engine_command, grpc_address
+from cuzkd.config.doors import plan_doors
 
 
 def _write(tmp_path: Path, text: str) -> Path:
@@ -33,13 +35,13 @@ def test_a_bundled_engine_behind_a_door_serves_grpc_on_its_private_socket(
     config = load_config(_write(tmp_path, f'[[engine]]\nname = "b"\n'
                                           f'door = "{door.format(tmp=tmp_path)}"\n'))
     [engine] = config.engine
-    assert config.door_address(engine) == address.format(tmp=tmp_path)  # what Curio dials
-    assert config.grpc_address(engine) == _private(tmp_path, "b")  # what the door dials
-    argv = config.engine_command(engine)
+    assert door_address(config, engine) == address.format(tmp=tmp_path)  # what Curio dials
+    assert grpc_address(config, engine) == _private(tmp_path, "b")  # what the door dials
+    argv = engine_command(config, engine)
     assert argv[argv.index("--listen") + 1] == f"unix:{tmp_path}/state/engines/b.sock"
     assert argv[argv.index("--grpc-listen") + 1] == _private(tmp_path, "b")
     assert engine.drain_mode == "door"
-    assert [(d.address, d.engines) for d in config.doors] == [
+    assert [(d.address, d.engines) for d in plan_doors(config)] == [
         (address.format(tmp=tmp_path), ("b",))]
 
 
@@ -50,17 +52,17 @@ def test_the_demo_puts_each_bundled_engine_behind_a_door_of_its_own(tmp_path: Pa
         '[[engine]]\nname = "b2"\ndoor = "127.0.0.1:9820"\n'
         '[[engine]]\nname = "p"\ncommand = ["prover"]\n')))
     b0 = config.engine[0]  # without --demo, unset is off: no door, no gRPC, its HTTP drain
-    assert config.door_address(b0) is None and config.grpc_address(b0) is None
-    assert "--grpc-listen" not in config.engine_command(b0) and b0.drain_mode == "http"
-    assert [d.engines for d in config.doors] == [("b2",)]
+    assert door_address(config, b0) is None and grpc_address(config, b0) is None
+    assert "--grpc-listen" not in engine_command(config, b0) and b0.drain_mode == "http"
+    assert [d.engines for d in plan_doors(config)] == [("b2",)]
     demo = demo_config(config)
     assert demo.demo and not config.demo
-    assert [demo.door_address(e) for e in demo.engine] == [
+    assert [door_address(demo, e) for e in demo.engine] == [
         f"unix://{tmp_path}/state/b0.door.sock", None, "127.0.0.1:9820", None]
-    assert demo.engine_command(demo.engine[0])[-3:] == [
+    assert engine_command(demo, demo.engine[0])[-3:] == [
         "--grpc-listen", _private(tmp_path, "b0"), "--demo"]
     assert [e.drain_mode for e in demo.engine] == ["door", "http", "door", "none"]
-    assert [d.engines for d in demo.doors] == [("b0",), ("b2",)]
+    assert [d.engines for d in plan_doors(demo)] == [("b0",), ("b2",)]
     assert demo_config(demo) == demo  # a reload under --demo: the same doors
 
 

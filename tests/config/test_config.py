@@ -12,8 +12,9 @@ import pytest
 
 from cuzkd.cli.dispatch import main as dispatch_main
 from cuzkd.config import Config, ConfigError, control_socket_despite_errors, load_config
+from cuzkd.config.addresses import control_socket, engine_command, status_address
 from cuzkd.config.loading import MAX_CONFIG_BYTES
-from cuzkd.config.schema import default_engines, default_state_dir, visible_gpu_count
+from cuzkd.config.schema import default_engines, visible_gpu_count
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -179,22 +180,11 @@ def test_defaults_durations_and_placeholders(tmp_path: Path) -> None:
     gpu0, real = config.engine
     assert gpu0.stop_timeout == 0.25 and gpu0.unhealthy_after == 20.0
     assert real.stop_timeout == 300.0
-    assert config.control_socket == Path("/srv/cuzkd/control.sock")
-    assert config.status_address(gpu0) == "unix:/srv/cuzkd/engines/gpu0.sock"
-    assert config.engine_command(gpu0)[-2:] == ["--listen", "unix:/srv/cuzkd/engines/gpu0.sock"]
+    assert control_socket(config) == Path("/srv/cuzkd/control.sock")
+    assert status_address(config, gpu0) == "unix:/srv/cuzkd/engines/gpu0.sock"
+    assert engine_command(config, gpu0)[-2:] == ["--listen", "unix:/srv/cuzkd/engines/gpu0.sock"]
     assert real.uses_binary and not gpu0.uses_binary
     assert config.supervisor.keep_releases == 3
-
-
-def test_a_bundled_engine_has_a_private_grpc_address_it_does_not_serve_by_default(
-        tmp_path: Path) -> None:
-    """The address a door will dial a bundled engine at; ``cuzkd run`` does not pass it yet."""
-    path = tmp_path / "m.toml"
-    path.write_text('[supervisor]\nstate_dir = "/srv/cuzkd"\n[[engine]]\nname = "gpu0"\n')
-    config = load_config(path)
-    (gpu0,) = config.engine
-    assert config.private_grpc_address(gpu0) == "unix:///srv/cuzkd/engines/gpu0.grpc.sock"
-    assert "--grpc-listen" not in config.engine_command(gpu0)
 
 
 def test_engines_omitted_means_the_embedded_default(tmp_path: Path) -> None:
@@ -268,7 +258,7 @@ def test_socket_path_at_the_kernel_limit_is_accepted_and_binds(tmp_path: Path) -
     assert len(str(sock_path)) == 107
     path = tmp_path / "ok.toml"
     path.write_text(f'[supervisor]\ncontrol_socket = "{sock_path}"\n' + GOOD_ENGINE)
-    assert load_config(path).control_socket == sock_path
+    assert control_socket(load_config(path)) == sock_path
     with socket.socket(socket.AF_UNIX) as sock:
         sock.bind(str(sock_path))
 
@@ -383,16 +373,7 @@ def test_the_control_socket_of_a_file_that_does_not_validate(tmp_path: Path) -> 
         load_config(path)
     assert control_socket_despite_errors(path) == tmp_path / "control.sock"
     path.write_text(f'[supervisor]\ncontrol_socket = "{tmp_path}/c.sock"\n[[engine]\n')
-    assert control_socket_despite_errors(path) == Config().control_socket  # not TOML
+    assert control_socket_despite_errors(path) == control_socket(Config())  # not TOML
     path.write_bytes(b"# caf\xe9\n")
-    assert control_socket_despite_errors(path) == Config().control_socket
-    assert control_socket_despite_errors(tmp_path / "missing.toml") == Config().control_socket
-
-
-def test_the_default_state_dir_is_the_one_systemd_made(monkeypatch: pytest.MonkeyPatch,
-                                                       tmp_path: Path) -> None:
-    monkeypatch.setenv("STATE_DIRECTORY", f"{tmp_path}/cuzkd:{tmp_path}/other")
-    assert default_state_dir() == tmp_path / "cuzkd"
-    assert Config().control_socket == tmp_path / "cuzkd" / "control.sock"
-    monkeypatch.delenv("STATE_DIRECTORY")
-    assert default_state_dir() != tmp_path / "cuzkd"
+    assert control_socket_despite_errors(path) == control_socket(Config())
+    assert control_socket_despite_errors(tmp_path / "missing.toml") == control_socket(Config())

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from cuzkd.config import Config, ConfigError, load_config
+from cuzkd.config.addresses import door_address, grpc_address, state_dir, status_address
 from cuzkd.config.cuzkfile import (
     DEFAULT_CUZK_CONFIG,
     cuzk_config_path,
@@ -45,13 +46,13 @@ def test_the_status_address_comes_from_cuzks_status_listen(tmp_path: Path, statu
                                                            polled: str) -> None:
     config = _load(tmp_path, f'[daemon]\nstatus_listen = "{status_listen}"\n')
     engine = config.engine[0]
-    assert config.status_address(engine) == polled
+    assert status_address(config, engine) == polled
     # the door takes cuzk's default gRPC address, as cuzk writes it; cuzk gets a private one
-    assert config.door_address(engine) == "unix:///run/curio/cuzk.sock"
-    assert config.grpc_address(engine) == f"unix://{config.state_dir}/engines/c0.grpc.sock"
+    assert door_address(config, engine) == "unix:///run/curio/cuzk.sock"
+    assert grpc_address(config, engine) == f"unix://{state_dir(config)}/engines/c0.grpc.sock"
     assert engine.drain_mode == "door"  # a stop waits until the door has nothing in flight
     door_off = _load(tmp_path, f'[daemon]\nstatus_listen = "{status_listen}"\n', 'door = "off"')
-    assert door_off.grpc_address(door_off.engine[0]) == "unix:///run/curio/cuzk.sock"
+    assert grpc_address(door_off, door_off.engine[0]) == "unix:///run/curio/cuzk.sock"
     assert door_off.engine[0].drain_mode == "cuzk"  # no job held, in /status and gRPC
 
 
@@ -77,7 +78,7 @@ def test_a_wildcard_status_listener_is_warned_about(tmp_path: Path) -> None:
 def test_the_grpc_address_is_cuzks_listen_or_its_command_override(tmp_path: Path) -> None:
     """With the door off (behind a door see test_door_config)."""
     config = _load(tmp_path, GOOD_CUZK, 'door = "off"')
-    assert config.grpc_address(config.engine[0]) == f"unix://{tmp_path}/cuzk.sock"
+    assert grpc_address(config, config.engine[0]) == f"unix://{tmp_path}/cuzk.sock"
     cuzk = tmp_path / "cuzk.toml"
     path = tmp_path / "cuzkd.toml"
     path.write_text(f'[[engine]]\nname = "c0"\ntype = "cuzk"\ndoor = "off"\n'
@@ -85,8 +86,8 @@ def test_the_grpc_address_is_cuzks_listen_or_its_command_override(tmp_path: Path
                     '[[engine]]\nname = "demo"\n')
     config = load_config(path)
     cuzk_engine, bundled = config.engine
-    assert config.grpc_address(cuzk_engine) == "127.0.0.1:9820"
-    assert config.grpc_address(bundled) is None
+    assert grpc_address(config, cuzk_engine) == "127.0.0.1:9820"
+    assert grpc_address(config, bundled) is None
 
 
 @pytest.mark.parametrize(("command", "explicit", "path"), [
@@ -264,7 +265,7 @@ def test_two_cuzk_engines_with_their_own_addresses_and_budgets_load(tmp_path: Pa
     path = _two_engines(tmp_path, OWN.format(dir="{dir}", name="{name}", n=21, budget="auto"),
                         OWN.format(dir="{dir}", name="{name}", n=31, budget="200GiB"))
     config = load_config(path)
-    assert [config.status_address(e) for e in config.engine] == [
+    assert [status_address(config, e) for e in config.engine] == [
         "http://127.0.0.1:9821/status", "http://127.0.0.1:9831/status"]
 
 

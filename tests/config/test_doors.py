@@ -13,7 +13,8 @@ import pytest
 
 from cuzkd.cli.dispatch import main as dispatch_main
 from cuzkd.config import Config, ConfigError, load_config
-from cuzkd.config.doors import DoorPlan
+from cuzkd.config.addresses import door_address, engine_command, grpc_address
+from cuzkd.config.doors import DoorPlan, plan_doors
 from cuzkd.supervisor.engines.launch import EngineLaunch
 
 MIB = 2**20
@@ -49,21 +50,21 @@ def test_a_cuzk_engines_door_is_on_at_cuzks_listen_and_cuzk_moves_to_a_private_s
     config = _load(tmp_path, _cuzk_engine(tmp_path, args=', "--log-level", "debug"'))
     [engine] = config.engine
     private = f"unix://{tmp_path}/state/engines/c0.grpc.sock"
-    assert config.door_address(engine) == f"unix://{tmp_path}/c0.sock"  # what Curio dials
-    assert config.grpc_address(engine) == private  # what the runner polls and the door dials
-    assert config.engine_command(engine) == [
+    assert door_address(config, engine) == f"unix://{tmp_path}/c0.sock"  # what Curio dials
+    assert grpc_address(config, engine) == private  # what the runner polls and the door dials
+    assert engine_command(config, engine) == [
         "cuzk-daemon", "-c", str(tmp_path / "c0.toml"), "--log-level", "debug",
         "--listen", private]
     assert engine.drain_mode == "door"
     # drain_timeout 180 + start_timeout 30 (cuzk's type defaults) + backoff_max 30 + 60
-    assert config.doors == (DoorPlan(
+    assert plan_doors(config) == (DoorPlan(
         address=f"unix://{tmp_path}/c0.sock", engines=("c0",), hold_timeout=300.0,
         hold_max_calls=1024, hold_max_bytes=2 << 30, retry_max_bytes=1 << 30,
         socket_mode=0o660, socket_group="",
         deadlines={"winning-post": 20.0, "window-post": 1200.0},
         allowances={"winning-post": 5.0, "window-post": 120.0}, quarantine=3600.0,
         one_post=frozenset({"c0"}), max_message_bytes=128 * MIB),)
-    assert config.doors[0].name == "c0"
+    assert plan_doors(config)[0].name == "c0"
     assert config.notices == ()
 
 
@@ -78,7 +79,7 @@ def test_a_spawn_behind_a_door_readies_the_private_sockets_directory(
               else _cuzk_engine(tmp_path))
     config = _load(tmp_path, engine)
     launch = EngineLaunch(config.engine[0], config, lambda: "cuzk-daemon", None)
-    assert launch.argv == config.engine_command(config.engine[0])
+    assert launch.argv == engine_command(config, config.engine[0])
     launch.prepare()
     engines = tmp_path / "state" / "engines"
     assert stat.S_IMODE(engines.stat().st_mode) == 0o700
@@ -91,9 +92,9 @@ def test_door_off_leaves_the_engine_where_cuzk_listens(tmp_path: Path) -> None:
     config = _load(tmp_path, _cuzk_engine(tmp_path, 'door = "off"',
                                           args=', "-l", "127.0.0.1:9820"'))
     [engine] = config.engine
-    assert config.door_address(engine) is None and config.doors == ()
-    assert config.grpc_address(engine) == "127.0.0.1:9820"
-    assert config.engine_command(engine)[-2:] == ["-l", "127.0.0.1:9820"]
+    assert door_address(config, engine) is None and plan_doors(config) == ()
+    assert grpc_address(config, engine) == "127.0.0.1:9820"
+    assert engine_command(config, engine)[-2:] == ["-l", "127.0.0.1:9820"]
     assert engine.drain_mode == "cuzk"
 
 
@@ -106,14 +107,14 @@ def test_another_door_address_and_the_door_table(tmp_path: Path) -> None:
         + _cuzk_engine(tmp_path, f'door = "unix://{tmp_path}/run/../c1door.sock"\n'
                                  'drain_timeout = "20m"', name="c1", status_port=9831)))
     first, second = config.engine
-    assert [config.door_address(e) for e in config.engine] == [
+    assert [door_address(config, e) for e in config.engine] == [
         "127.0.0.1:9820", f"unix://{tmp_path}/run/../c1door.sock"]
     # cuzk takes no options after `--`: the private address goes before it
-    assert config.engine_command(first)[-4:] == [
+    assert engine_command(config, first)[-4:] == [
         "--listen", f"unix://{tmp_path}/state/engines/c0.grpc.sock", "--", "x"]
-    assert config.grpc_address(second) == f"unix://{tmp_path}/state/engines/c1.grpc.sock"
+    assert grpc_address(config, second) == f"unix://{tmp_path}/state/engines/c1.grpc.sock"
     assert [(d.address, d.engines, d.hold_timeout, d.hold_max_calls, d.hold_max_bytes,
-             d.retry_max_bytes, d.socket_mode, d.socket_group) for d in config.doors] == [
+             d.retry_max_bytes, d.socket_mode, d.socket_group) for d in plan_doors(config)] == [
         ("127.0.0.1:9820", ("c0",), 600.0, 8, 1 << 30, 512 * MIB, 0o600, group),
         (f"unix://{tmp_path}/run/../c1door.sock", ("c1",), 600.0, 8, 1 << 30, 512 * MIB,
          0o600, group)]
@@ -121,7 +122,7 @@ def test_another_door_address_and_the_door_table(tmp_path: Path) -> None:
     unset = _load(tmp_path, _cuzk_engine(tmp_path) + _cuzk_engine(
         tmp_path, f'door = "unix://{tmp_path}/c1door.sock"\ndrain_timeout = "20m"', name="c1",
         status_port=9831))
-    assert [d.hold_timeout for d in unset.doors] == [300.0, 1200.0 + 30 + 30 + 60]
+    assert [d.hold_timeout for d in plan_doors(unset)] == [300.0, 1200.0 + 30 + 30 + 60]
 
 
 # (engine's extra keys, other tables, key named, words) -- every refusal exits 78
@@ -204,13 +205,13 @@ def test_engines_naming_one_door_share_it_with_the_longest_hold(tmp_path: Path) 
     config = _load(tmp_path, _cuzk_engine(tmp_path, door) + _cuzk_engine(
         tmp_path, door.replace("curio.sock", "./curio.sock") + "\nstart_timeout = 100",
         name="c1", status_port=9831))
-    [plan] = config.doors
+    [plan] = plan_doors(config)
     assert (plan.address, plan.engines, plan.name) == (
         f"unix://{tmp_path}/curio.sock", ("c0", "c1"), "c0")
     assert plan.hold_timeout == 180 + 100 + 30 + 60  # c1's restart is the longer
-    assert [config.door_address(e) for e in config.engine] == [
+    assert [door_address(config, e) for e in config.engine] == [
         f"unix://{tmp_path}/curio.sock", f"unix://{tmp_path}/./curio.sock"]
-    assert len({config.grpc_address(e) for e in config.engine}) == 2  # private: one each
+    assert len({grpc_address(config, e) for e in config.engine}) == 2  # private: one each
 
 
 def test_engines_whose_cuzk_files_name_one_listen_share_its_door(tmp_path: Path) -> None:
@@ -223,7 +224,7 @@ def test_engines_whose_cuzk_files_name_one_listen_share_its_door(tmp_path: Path)
                       f'command = ["cuzk-daemon", "-c", "{tmp_path}/{n}.toml"]\n'
                       for n in ("c0", "c1"))
     config = load_config(_write(tmp_path, engines))
-    assert [p.engines for p in config.doors] == [("c0", "c1")]
+    assert [p.engines for p in plan_doors(config)] == [("c0", "c1")]
 
 
 @pytest.mark.parametrize(("second", "problem"), [
@@ -272,7 +273,7 @@ def test_a_state_dir_the_private_socket_cannot_live_in_is_refused_behind_a_door(
         load_config(path)
     path.write_text('[supervisor]\nstate_dir = "state"\n'
                     + _cuzk_engine(tmp_path, 'door = "off"'))
-    assert load_config(path).doors == ()
+    assert plan_doors(load_config(path)) == ()
     path.write_text(f'[supervisor]\nstate_dir = "/{"s" * 90}"\n' + _cuzk_engine(tmp_path))
     with pytest.raises(ConfigError, match=rf"^{path}: key `supervisor\.state_dir`: engine 'c0''s "
                                           "private gRPC socket path .* the kernel's limit"):
@@ -286,7 +287,8 @@ def test_a_socket_group_is_looked_up_by_the_daemon_not_by_client_commands(
     with pytest.raises(ConfigError, match=rf"^{path}: key `door\.socket_group`: no group "
                                           "'no-such-group-cuzkd' on this host"):
         load_config(path)
-    assert load_config(path, resolve_hosts=False).doors[0].socket_group == "no-such-group-cuzkd"
+    doors = plan_doors(load_config(path, resolve_hosts=False))
+    assert doors[0].socket_group == "no-such-group-cuzkd"
 
 
 @pytest.mark.parametrize(("extra", "tables", "key", "words"), [

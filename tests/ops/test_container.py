@@ -21,7 +21,7 @@ import yaml
 from support import ops
 
 from cuzkd.cli.dispatch import build_parser
-from cuzkd.config import load_config
+from cuzkd.config import load_config, state_dir
 from cuzkd.units import parse_duration
 
 DOCKERFILE = ops.REPO / "Dockerfile"
@@ -102,7 +102,7 @@ def test_every_copied_file_is_in_the_build_context() -> None:
 def test_container_config_listens_for_scrapes_and_keeps_state_in_the_volume() -> None:
     config = load_config(DEPLOY / "cuzkd.toml")
     assert config.metrics.listen == "0.0.0.0:9822"
-    assert config.state_dir == Path("/var/lib/cuzkd")
+    assert state_dir(config) == Path("/var/lib/cuzkd")
 
 
 def test_compose_stack_mounts_existing_files_where_services_read_them() -> None:

@@ -19,7 +19,15 @@ import pytest
 from support import ops
 
 from cuzkd.cli.dispatch import build_parser
-from cuzkd.config import Config, load_config
+from cuzkd.config import (
+    Config,
+    door_address,
+    grpc_address,
+    load_config,
+    plan_doors,
+    state_dir,
+    status_address,
+)
 from cuzkd.units import parse_duration
 
 UNIT = ops.REPO / "systemd" / "cuzkd.service"
@@ -160,7 +168,7 @@ def test_stop_timeout_exceeds_shutdown_grace_of_the_shipped_config() -> None:
     # leaves after stop_timeout, which check-config keeps within it: so systemd's SIGKILL never
     # cuts a stop sequence short.
     assert all(e.stop_timeout <= config.supervisor.shutdown_grace for e in config.engine)
-    assert config.state_dir == Path("/var/lib/cuzkd"), "the unit's StateDirectory"
+    assert state_dir(config) == Path("/var/lib/cuzkd"), "the unit's StateDirectory"
     assert config.metrics.listen.startswith("127.0.0.1:")
 
 
@@ -191,11 +199,11 @@ def test_the_shipped_cuzk_engine_runs_as_cuzk_takes_it_where_the_unit_lets_it(
     # the door's socket, where Curio dials, is the one cuzkd.socket holds; cuzk's private
     # one in the unit's state dir
     sock = _directives(SOCKET_UNIT.read_text(encoding="utf-8"))
-    assert config.door_address(engine) == f"unix://{sock['Socket.ListenStream'][0]}"
-    assert config.grpc_address(engine) == "unix:///var/lib/cuzkd/engines/cuzk0.grpc.sock"
-    assert config.doors[0].socket_mode == 0o660  # group-writable: Curio's group connects
+    assert door_address(config, engine) == f"unix://{sock['Socket.ListenStream'][0]}"
+    assert grpc_address(config, engine) == "unix:///var/lib/cuzkd/engines/cuzk0.grpc.sock"
+    assert plan_doors(config)[0].socket_mode == 0o660  # group-writable: Curio's group connects
     # /status polled on loopback, and the engine's GPUs are cuzk's
-    assert config.status_address(engine) == "http://127.0.0.1:9821/status"
+    assert status_address(config, engine) == "http://127.0.0.1:9821/status"
     assert [int(g) for g in engine.gpus] == engine.cuzk_file.gpus.devices
     # a shutdown drains for what the grace leaves after stop_timeout: some must be left
     assert engine.stop_timeout < config.supervisor.shutdown_grace

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from cuzkd.config import Config, parse_config
+from cuzkd.config import Config, parse_config, state_dir
 from cuzkd.log.ratelimit import LimitedLog
 from cuzkd.states import State
 from cuzkd.supervisor.core.phase import PhaseView, SupervisorPhase
@@ -162,7 +162,7 @@ def engine_set(config: Config, table: ChildTable, *, phase: PhaseView | None = N
     """An engine set as the composition root builds it: the releases in ``config``'s state
     dir, ``phase`` (a :func:`running_phase` unless given)."""
     return EngineSet(config, table,
-                     binaries=EngineBinaries(config.supervisor, config.state_dir),
+                     binaries=EngineBinaries(config.supervisor, state_dir(config)),
                      phase=phase if phase is not None else running_phase(), clock=clock)
 
 
@@ -170,7 +170,7 @@ def readout_of(group: EngineSet, table: ChildTable,
              phase: PhaseView | None = None) -> SupervisorReadout:
     """``group``'s read-only views, with a swap coordinator over its state dir's releases."""
     config = group.config
-    swaps = SwapCoordinator(EngineBinaries(config.supervisor, config.state_dir).store, group,
+    swaps = SwapCoordinator(EngineBinaries(config.supervisor, state_dir(config)).store, group,
                             keep_releases=config.supervisor.keep_releases)
     return SupervisorReadout(group, table, phase if phase is not None else running_phase(),
                            swaps, LimitedLog())

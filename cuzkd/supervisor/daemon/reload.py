@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import structlog
 from aiohttp import web
 
-from cuzkd.config import Config, ConfigError, default_config, demo_config
+from cuzkd.config import Config, ConfigError, default_config, demo_config, plan_doors
 from cuzkd.httperrors import error_response
 from cuzkd.supervisor.core.phase import SupervisorPhase
 from cuzkd.supervisor.daemon.configread import OffLoopReader, log_notices, reload_config
@@ -134,7 +134,7 @@ class ConfigReloader:
         if (new.supervisor, new.metrics) != (old.supervisor, old.metrics):
             log.warning("supervisor_reload_partial",
                         detail="[supervisor] and [metrics] changes take effect at the next start")
-        if new.doors != old.doors:
+        if plan_doors(new) != plan_doors(old):
             log.warning("supervisor_reload_partial",
                         detail="the front doors' bounds ([door]) change at the next start")
         await self._engines.apply(new)
@@ -147,10 +147,10 @@ def _same_doors(old: Config, new: Config) -> None:
     would be reachable by nobody); ConfigError naming the change otherwise. Their bounds
     (``[door]``) take effect at the next start (``supervisor_reload_partial``)."""
     if _where(new) != _where(old):
-        now = ", ".join(f"{d.address} ({', '.join(d.engines)})" for d in old.doors) or "none"
+        now = ", ".join(f"{d.address} ({', '.join(d.engines)})" for d in plan_doors(old)) or "none"
         raise ConfigError(f"{new.path or 'config'}: the front doors ([[engine]] door, [door]) "
                           f"change only at cuzkd's next start (serving: {now})")
 
 
 def _where(config: Config) -> list[tuple[str, tuple[str, ...]]]:
-    return [(door.address, door.engines) for door in config.doors]
+    return [(door.address, door.engines) for door in plan_doors(config)]

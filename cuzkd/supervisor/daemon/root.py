@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import structlog
 
-from cuzkd.config import Config, demo_config
+from cuzkd.config import Config, control_socket, demo_config, plan_doors, state_dir
 from cuzkd.errors import CuzkdError
 from cuzkd.gpus import GpuView
 from cuzkd.log.ratelimit import LimitedLog, RateLimiter
@@ -86,12 +86,12 @@ class Supervisor:
         #: every child's spawn and exit goes through here (see cuzkd.supervisor.proc.children)
         self.children = ChildTable()
         # Built once, from the config at start: a reload keeps the store and the coordinator.
-        self.binaries = EngineBinaries(config.supervisor, config.state_dir)
+        self.binaries = EngineBinaries(config.supervisor, state_dir(config))
         #: the front doors Curio dials (cuzk engines'): their sockets bound (or taken from
         #: systemd: cuzkd.socket) before the engines start and closed after they stopped,
         #: served by the door process; their counts (cuzkd_door_*) for the supervisor's life
-        self.doors = Doors(config.doors, time.monotonic, server_limits(config.door),
-                           children=self.children, channel=config.state_dir / DOOR_CHANNEL,
+        self.doors = Doors(plan_doors(config), time.monotonic, server_limits(config.door),
+                           children=self.children, channel=state_dir(config) / DOOR_CHANNEL,
                            passed=take_passed_sockets(os.environ))
         #: gpu_view: NVML for the GPU memory gate and cuzkd_gpu_*; loaded by run() unless
         #: given (tests)
@@ -138,8 +138,8 @@ class Supervisor:
         """Run until SIGTERM/SIGINT (or :meth:`request_stop`); the exit code."""
         loop = asyncio.get_running_loop()
         errorlog.install(loop, self._limited)
-        lock = StateDirLock(self.config.state_dir)
-        control_lock = ControlSocketLock(self.config.control_socket)
+        lock = StateDirLock(state_dir(self.config))
+        control_lock = ControlSocketLock(control_socket(self.config))
         try:
             self._lock(lock, control_lock)
         except CuzkdError as exc:  # busy: 1; a directory it cannot write: a config error, 78
@@ -217,7 +217,7 @@ class Supervisor:
         await self._servers.start(
             build_control_app(self.engines, self.readout.about, self.swaps.active_verdict,
                               self._control_routes),
-            self.config.control_socket,
+            control_socket(self.config),
             build_metrics_app(self.readout, self._servers.outbox, self.access,
                               [self.doors]),
             self.config.metrics.listen, lambda: connection_limit(len(self.engines)),

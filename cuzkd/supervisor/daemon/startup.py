@@ -13,7 +13,7 @@ import ipaddress
 from pathlib import Path
 from typing import Any
 
-from cuzkd.config import Config
+from cuzkd.config import Config, control_socket, state_dir
 from cuzkd.config.webconfig import WebConfig
 
 #: A listener on every address is reached from the host itself on loopback (also through a
@@ -59,9 +59,9 @@ def startup_fields(config: Config, host: str, port: int,
         "metrics_url": f"{base}/metrics",
         "status_url": f"{base}/status",
         "metrics_access": access_of(web),
-        "control_socket": str(config.control_socket),
+        "control_socket": str(control_socket(config)),
         "config": str(Path(config.path).absolute()) if config.path else "embedded default",
-        "state_dir": str(config.state_dir),
+        "state_dir": str(state_dir(config)),
         "engines": ", ".join(e.name for e in config.engine),
     }
     if any(e.uses_binary for e in config.engine):

@@ -20,7 +20,7 @@ import fcntl
 import os
 from pathlib import Path
 
-from cuzkd.config import Config, ConfigError
+from cuzkd.config import Config, ConfigError, addresses
 from cuzkd.errors import CuzkdError
 
 #: Created and removed in the state dir at start: proof that cuzkd can write there.
@@ -102,13 +102,15 @@ def unusable_dir(config: Config, exc: OSError, *, control_socket: bool = False) 
     """The config error for a directory cuzkd could not create or write: the state dir, or
     (``control_socket``) the control socket's, which is the state dir's unless set."""
     where = config.path or "the built-in default config"
+    state_dir = addresses.state_dir(config)
     if control_socket and config.supervisor.control_socket:
         key = "key `supervisor.control_socket`"
     elif config.supervisor.state_dir:
         key = "key `supervisor.state_dir`"
     else:
-        key = f"key `supervisor.state_dir` (unset: the default state dir, {config.state_dir})"
-    path = exc.filename or (config.control_socket.parent if control_socket else config.state_dir)
+        key = f"key `supervisor.state_dir` (unset: the default state dir, {state_dir})"
+    unwritable = addresses.control_socket(config).parent if control_socket else state_dir
+    path = exc.filename or unwritable
     return ConfigError(
         f"{where}: {key}: cannot write {path}: {exc.strerror}; cuzkd needs a writable "
         f"directory owned by the user it runs as (uid {os.geteuid()}) -- under systemd, "

@@ -25,7 +25,7 @@ from typing import Protocol
 import msgspec
 import structlog
 
-from cuzkd.config import START_WAIT_SLACK, Config, EngineConfig
+from cuzkd.config import START_WAIT_SLACK, Config, EngineConfig, door_address, state_dir
 from cuzkd.gpus import GpuView, load_gpu_view
 from cuzkd.metrics.sample import EngineSample
 from cuzkd.states import AT_REST, START_SETTLED, State, StopReason
@@ -163,7 +163,7 @@ class EngineSet:
     def demo_targets(self) -> list[tuple[StatusSource, str | None]]:
         """The bundled engines' status sources and door addresses (None: no door): the demo
         load's way to each engine."""
-        return [(r.status_source, self.config.door_address(r.spec)) for r in self._runners.values()
+        return [(r.status_source, door_address(self.config, r.spec)) for r in self._runners.values()
                 if r.spec.bundled and r.status_source is not None]
 
     async def apply(self, new: Config) -> ReloadPlan:
@@ -220,7 +220,7 @@ class EngineSet:
     async def stop_previous_leftovers(self) -> None:
         """End what a previous incarnation's engines left running, before any engine starts
         (a leftover would keep its engine's port or GPU memory); see :mod:`.leftovers`."""
-        records = Records(self.config.state_dir / "procs")
+        records = Records(state_dir(self.config) / "procs")
         boot = pids.boot_id()
         if boot is None:
             log.warning("previous_leftovers_unchecked",

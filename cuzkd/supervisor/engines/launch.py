@@ -15,7 +15,15 @@ from pathlib import Path
 
 from structlog.typing import FilteringBoundLogger
 
-from cuzkd.config import BINARY_PLACEHOLDER, Config, EngineConfig
+from cuzkd.config import (
+    BINARY_PLACEHOLDER,
+    Config,
+    EngineConfig,
+    door_address,
+    engine_command,
+    grpc_address,
+    status_address,
+)
 from cuzkd.gpus import GpuView
 from cuzkd.supervisor.core.gpugate import cuda_env
 from cuzkd.supervisor.engines.gpuwait import wait_for_gpus
@@ -32,8 +40,8 @@ class EngineLaunch:
                  gpu_view: GpuView | None) -> None:
         self._spec = spec
         #: the command as configured (``{binary}`` unresolved): what logs and the API show
-        self.argv = config.engine_command(spec)
-        self.status_address = config.status_address(spec)
+        self.argv = engine_command(config, spec)
+        self.status_address = status_address(config, spec)
         #: the socket the engine binds in cuzkd's state dir, made ready before each spawn
         self._socket_path = _own_socket(spec, config)
         self._binary_resolver = binary_resolver
@@ -93,8 +101,8 @@ def _own_socket(spec: EngineConfig, config: Config) -> Path | None:
     """The Unix socket cuzkd chose for the engine to bind: a bundled engine's status socket,
     else the private gRPC socket of an engine behind a door (the engine binds it, but does
     not make its directory)."""
-    address = (config.status_address(spec) or "") if spec.bundled else ""
+    address = (status_address(config, spec) or "") if spec.bundled else ""
     if address.startswith("unix:"):
         return Path(address.removeprefix("unix:"))
-    private = config.grpc_address(spec) if config.door_address(spec) is not None else None
+    private = grpc_address(config, spec) if door_address(config, spec) is not None else None
     return Path(private.removeprefix("unix://")) if private is not None else None

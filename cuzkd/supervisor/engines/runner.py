@@ -26,7 +26,7 @@ from typing import Any
 
 import structlog
 
-from cuzkd.config import Config, EngineConfig
+from cuzkd.config import Config, EngineConfig, grpc_address, state_dir
 from cuzkd.cuzk.client import read_queues
 from cuzkd.cuzk.reading import QueueReading
 from cuzkd.errortext import error_text
@@ -155,7 +155,7 @@ class EngineRunner:
         #: cuzk's gRPC address (a cuzk engine's ``[daemon] listen``, or a cuzk or bundled
         #: engine's private address behind a door), read by a cuzk engine's drain and
         #: telemetry (a bundled engine's /status tells all of it), and given to its seat
-        self._grpc_address = config.grpc_address(spec)
+        self._grpc_address = grpc_address(config, spec)
         self._seat = seat
         self._read_engine_queues = queue_reader
         #: the current process was admitted by its seat (at its first answer)
@@ -194,7 +194,7 @@ class EngineRunner:
         #: repeated errors of this engine (spawn failing on every retry) log once per 10 s
         self._limited = LimitedLog()
         #: the current process's descendants, and the leftovers of exited ones being stopped
-        self._descendants = DescendantWatch(spec.name, config.state_dir / "procs",
+        self._descendants = DescendantWatch(spec.name, state_dir(config) / "procs",
                                             spec.stop_timeout, children, self._log,
                                             self._limited)
         self._descendants.killed = inherited_kills

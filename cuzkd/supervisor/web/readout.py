@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 import structlog
 
+from cuzkd.config import control_socket, state_dir
 from cuzkd.gpus import GpuViewError, NvmlDevice
 from cuzkd.log.ratelimit import LimitedLog
 from cuzkd.metrics.sample import ListenerAccess, SupervisorSample
@@ -88,8 +89,8 @@ class SupervisorReadout:
             "state": str(self._phase.phase),
             "started_at": self.started_at,
             "config": config.path,
-            "state_dir": str(config.state_dir),
-            "control_socket": str(config.control_socket),
+            "state_dir": str(state_dir(config)),
+            "control_socket": str(control_socket(config)),
             "metrics_listen": self.metrics_address,
             "engines_running": self._engines.running(),
             "engines_total": len(self._engines),

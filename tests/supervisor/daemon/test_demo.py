@@ -16,7 +16,7 @@ import pytest
 from support.live import scrape
 from support.supervisor_harness import start_supervisor, write_config
 
-from cuzkd.config import ConfigError, parse_config
+from cuzkd.config import ConfigError, engine_command, parse_config
 from cuzkd.cuzk import proving_pb2 as pb
 from cuzkd.status.document import PARTITIONS
 from cuzkd.supervisor.daemon.demo import (
@@ -94,10 +94,10 @@ def test_demo_is_a_flag_not_a_config_key() -> None:
     config = parse_config({"engine": [{"name": "b"}, {"name": "c", "command": ["/bin/c"]}]},
                           "x.toml")
     bundled, command = config.engine
-    assert "--demo" not in config.engine_command(bundled)
+    assert "--demo" not in engine_command(config, bundled)
     demo = msgspec.structs.replace(config, demo=True)
-    assert demo.engine_command(bundled)[-1] == "--demo"
-    assert demo.engine_command(command) == ["/bin/c"]
+    assert engine_command(demo, bundled)[-1] == "--demo"
+    assert engine_command(demo, command) == ["/bin/c"]
     for key in ("demo", "path"):
         with pytest.raises(ConfigError, match=f"key `{key}`: unknown key"):
             parse_config({key: True}, "x.toml")

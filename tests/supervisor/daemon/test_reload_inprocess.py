@@ -20,7 +20,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from support.tlsfiles import write_web_config
 from support.virtual_engines import Script, StandInEngines, engine_set, running_phase
 
-from cuzkd.config import demo_config, load_config
+from cuzkd.config import demo_config, load_config, plan_doors
 from cuzkd.httperrors import json_errors
 from cuzkd.log.ratelimit import LimitedLog
 from cuzkd.states import Phase, State
@@ -277,5 +277,5 @@ def test_a_reload_under_demo_keeps_the_doors_the_demo_added(tmp_path: Path) -> N
     outcome, rig = asyncio.run(main())
     assert outcome.error is None and rig.applied == [["b0"]]
     config = rig.group.config
-    assert config.demo and [(d.address, d.engines) for d in config.doors] == [
+    assert config.demo and [(d.address, d.engines) for d in plan_doors(config)] == [
         (f"unix://{tmp_path}/state/b0.door.sock", ("b0",))]
