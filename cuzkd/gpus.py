@@ -5,8 +5,8 @@ context would itself hold device memory): NVML, the library ``nvidia-smi`` uses,
 memory, utilization and the processes holding memory. ``nvidia-ml-py`` (imported as ``pynvml``)
 comes with the ``nvml`` extra, which ``gpu`` includes.
 
-:class:`GpuView` is the seam: the memory gate (:mod:`cuzkd.supervisor.engines.gpugate`) and the
-exporter read devices through it, :class:`NvmlView` is the real one, tests inject their own.
+:class:`GpuView` is the seam: the memory gate's wait (:mod:`cuzkd.supervisor.engines.gpuwait`)
+and the exporter read devices through it, :class:`NvmlView` is the real one, tests inject their own.
 :func:`load_gpu_view` returns None (with the reason) when NVML is not installed or has no
 driver, and everything GPU-related then becomes a no-op.
 """

@@ -82,7 +82,7 @@ DrainMode = Literal["http", "quiet", "cuzk", "door", "none"]
 EngineType = Literal["bundled", "process", "http", "cuzk"]
 
 #: Defaults an explicit ``type`` brings, under ``[engine_defaults]`` and the engine's own keys
-#: (the values as a file spells them). README's configuration section says why each differs.
+#: (the values as a file spells them). docs/configuration.md says why each differs.
 TYPE_DEFAULTS: dict[EngineType, dict[str, object]] = {
     "cuzk": {
         # cuzk binds /status right after reading its config and listing its GPUs, before its

@@ -1,7 +1,8 @@
 """The README's cuzkd commands are real: every flag it names exists, every example parses.
 
 A newcomer copies commands from the README literally; one flag that does not exist (the
-README once told to give cuzkd ``--stop-timeout``, a docker flag) ends the first hour.
+README once told to give cuzkd ``--stop-timeout``, a docker flag) ends the first hour. The
+pages the README's reference moved to are held the same way.
 """
 
 from __future__ import annotations
@@ -16,7 +17,11 @@ import pytest
 from cuzkd.cli.dispatch import build_parser
 from cuzkd.cli.swap_commands import join_smoke_value
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+#: the README and the pages its configuration and supervisor reference moved to
+PAGES = (README, *(ROOT / "docs" / name for name in ("configuration.md", "supervisor.md",
+                                                     "door.md")))
 #: ``cuzkd SUBCOMMAND ...`` (also ``.venv/bin/cuzkd``), up to a shell operator or the span's end
 _COMMAND_RE = re.compile(r"(?:^|[\s`(/])cuzkd ((?:[a-z-]+\|)*[a-z-]+)([^`&|;\n]*)")
 _FLAG_RE = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)")
@@ -28,9 +33,9 @@ def _subparsers() -> dict[str, argparse.ArgumentParser]:
     return dict(action.choices)
 
 
-def _mentions() -> list[tuple[str, str]]:
+def _mentions(page: Path) -> list[tuple[str, str]]:
     """(subcommand, rest of the line) for each cuzkd command in code blocks or code spans."""
-    text = README.read_text(encoding="utf-8").replace("\\\n", " ")
+    text = page.read_text(encoding="utf-8").replace("\\\n", " ")
     spans = re.findall(r"```sh\n(.*?)```", text, re.S) + re.findall(r"`([^`\n]+)`", text)
     found = []
     for span in spans:
@@ -43,11 +48,11 @@ def _mentions() -> list[tuple[str, str]]:
 
 
 def test_the_readme_names_cuzkd_commands() -> None:
-    subs = {sub for sub, _ in _mentions()}
+    subs = {sub for sub, _ in _mentions(README)}
     assert {"run", "status", "swap", "engine", "bench", "check-config"} <= subs
 
 
-@pytest.mark.parametrize(("sub", "rest"), _mentions())
+@pytest.mark.parametrize(("sub", "rest"), [m for page in PAGES for m in _mentions(page)])
 def test_every_flag_the_readme_names_exists(sub: str, rest: str) -> None:
     parsers = _subparsers()
     assert sub in parsers, f"`cuzkd {sub}` is not a command"
@@ -57,10 +62,10 @@ def test_every_flag_the_readme_names_exists(sub: str, rest: str) -> None:
     assert set(flags) <= known, f"cuzkd {sub}{rest}: unknown {sorted(set(flags) - known)}"
 
 
-def _concrete() -> list[str]:
+def _concrete(page: Path) -> list[str]:
     """Commands in ``sh`` blocks that have no placeholders: they must parse as written."""
     out = []
-    text = README.read_text(encoding="utf-8").replace("\\\n", " ")
+    text = page.read_text(encoding="utf-8").replace("\\\n", " ")
     for block in re.findall(r"```sh\n(.*?)```", text, re.S):
         for line in block.splitlines():
             for match in _COMMAND_RE.finditer(line.split(" #", 1)[0]):
@@ -69,6 +74,6 @@ def _concrete() -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("command", _concrete())
+@pytest.mark.parametrize("command", [c for page in PAGES for c in _concrete(page)])
 def test_every_example_command_parses(command: str) -> None:
     build_parser().parse_args(join_smoke_value(shlex.split(command)))

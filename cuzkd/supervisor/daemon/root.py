@@ -1,22 +1,8 @@
-"""``cuzkd run``: the supervisor daemon.
+"""``cuzkd run``: the composition root, which builds the supervisor's parts and wires them.
 
-The composition root. One asyncio loop runs everything; :class:`Supervisor` builds the parts
-and wires them: the child table (every spawn, the reaper), the releases ``{binary}`` engines
-execute (:class:`~cuzkd.supervisor.engines.binaries.EngineBinaries`), the engine set (the
-runners, reload plans, shutdown of the engines; handed the releases and the phase), the swap
-coordinator over the release store and the engine set, the control API on a Unix socket (with
-the swap's and the reload's routes) and the read-only metrics listener (both typed against the
-protocols in :mod:`cuzkd.supervisor.web.targets`, never this module), the reload
-(:mod:`.reload`: SIGHUP and ``POST /v1/reload``). What it keeps for itself is what is
-supervisor-wide: the phase and the last reload outcome (the one
-:class:`~cuzkd.supervisor.core.phase.SupervisorPhase`, which only it and its reload write;
-everything else reads it), the state dir lock, the signals (what each means is
-:mod:`cuzkd.supervisor.core.signals`' table, installed by :mod:`.signalinstall`; this module
-carries the decisions out), the servers, sd_notify and the watchdog, the optional demo load.
-The current config is the engine set's (:attr:`EngineSet.config
-<cuzkd.supervisor.engines.engineset.EngineSet.config>`), read from there by every part. Every
-task it starts is cancelled and awaited before :meth:`Supervisor.run` returns; the shutdown --
-engines, a swap in flight, the servers -- stays within ``shutdown_grace``.
+It keeps only what is supervisor-wide (the phase, the state dir lock, signals, servers,
+sd_notify) so that every other part is built from what it is handed; docs/design.md draws the
+parts and who owns what.
 """
 
 from __future__ import annotations
