@@ -39,7 +39,6 @@ from cuzkd.states import HoldEnd
 from cuzkd.supervisor.core.doorbook import (
     FROM_CACHE,
     QUOTED_ID,
-    RETRIABLE,
     Abandoned,
     Broadcast,
     Call,
@@ -371,12 +370,7 @@ class Door:
         deadline call's deadline (its kind's, or its caller's if earlier)."""
         call = caller.call
         self._proved(call, request, reply, code)
-        limit = self.plan.deadlines.get(call.kind)
-        if limit is None or call.method not in RETRIABLE:
-            return
-        if call.timeout is not None:
-            limit = min(limit, call.timeout)
-        if self._clock() - caller.arrived > limit:
+        if self._book.answered_late(call, caller.arrived, self._clock()):
             self._metrics.answered_late(self.plan.name, call.kind)
 
     async def _send(self, call: Call, path: str, request: bytes, placement: Target,
