@@ -548,6 +548,14 @@ class DoorBook:
             dues += [until for seat in self._seats.values() for until in seat.post_jobs.values()]
         return min(dues, default=None)
 
+    def answered_late(self, call: Call, arrived: float, now: float) -> bool:
+        """Whether an engine's answer to ``call`` (come at ``arrived``), relayed ``now``, is
+        past its deadline: its kind's, or its caller's if earlier. Only a kind's deadline makes
+        an answer late (a caller's alone is the caller's business)."""
+        kind_deadline = self._kind_deadline(call)
+        limit = _time_limit(call, kind_deadline)
+        return kind_deadline is not None and limit is not None and now - arrived > limit
+
     # -- engines ----------------------------------------------------------------------------
 
     def admitting(self, engine: str, now: float) -> list[Decision]:
@@ -726,14 +734,19 @@ class DoorBook:
 
     def _entry(self, call: Call, now: float) -> _Entry:
         """A new call's entry: its deadline and last moment to be sent, its place."""
-        kind_deadline = self.rules.deadlines.get(call.kind) if call.method in RETRIABLE else None
-        limits = [s for s in (kind_deadline, call.timeout) if s is not None]
-        deadline = now + min(limits) if limits else None
+        kind_deadline = self._kind_deadline(call)
+        limit = _time_limit(call, kind_deadline)
+        deadline = None if limit is None else now + limit
         latest = None
         if kind_deadline is not None and deadline is not None:
             latest = deadline - self.rules.allowances.get(call.kind, 0.0)
         order = (_place_of(call), math.inf if deadline is None else deadline, self._arrivals)
         return _Entry(call, self._arrivals, now, deadline, latest, order)
+
+    def _kind_deadline(self, call: Call) -> float | None:
+        """The seconds ``call``'s kind gives it (``proof_deadlines``): a ``Prove`` or
+        ``SubmitProof`` of a kind with a deadline; None otherwise."""
+        return self.rules.deadlines.get(call.kind) if call.method in RETRIABLE else None
 
     def _place(self, entry: _Entry, now: float, retry: DoorRetry | None) -> list[Decision]:
         """Send a call that is not held, hold it, or refuse it."""
@@ -1123,6 +1136,13 @@ class DoorBook:
                                       f"job {_quoted(job_id)} was not accepted by an engine"
                                       f" behind cuzkd's door", Code.NOT_FOUND)
         return decisions
+
+
+def _time_limit(call: Call, kind_deadline: float | None) -> float | None:
+    """The seconds after its arrival a call is due: its kind's deadline or its caller's own,
+    whichever is earlier (None: it has neither)."""
+    limits = [s for s in (kind_deadline, call.timeout) if s is not None]
+    return min(limits) if limits else None
 
 
 def _past(entry: _Entry, now: float) -> bool:

@@ -1,5 +1,5 @@
-"""Every front door of the supervisor: its listening socket held here, its calls served by the
-door process (:mod:`.process`), which this keeps running.
+"""Every front door of the supervisor: its listening socket held here (:mod:`.sockets`), its
+calls served by the door process (:mod:`.process`), which this keeps running.
 
 The supervisor binds each door's socket (or takes the one systemd passed) before the engines
 start and holds it until it exits, so a connection made while the door process is replaced
@@ -27,7 +27,6 @@ import contextlib
 import itertools
 import os
 import signal
-import socket
 import sys
 import time
 from collections import Counter
@@ -45,13 +44,6 @@ from cuzkd.log.engineline import own_line
 from cuzkd.log.ratelimit import LimitedLog
 from cuzkd.metrics.door_metrics import DoorFigures, DoorMetrics
 from cuzkd.supervisor.core.backoff import Backoff
-from cuzkd.supervisor.core.listenfds import match
-from cuzkd.supervisor.door.binding import (
-    UnixAddress,
-    UnixBind,
-    claim,
-    listen_tcp,
-)
 from cuzkd.supervisor.door.channel import (
     BACKLOG,
     VERSION,
@@ -73,6 +65,7 @@ from cuzkd.supervisor.door.channel import (
 )
 from cuzkd.supervisor.door.inherited import Inherited
 from cuzkd.supervisor.door.remote import RemoteSeat
+from cuzkd.supervisor.door.sockets import DoorSockets
 from cuzkd.supervisor.engines.seat import DoorSeat
 from cuzkd.supervisor.proc.children import SPAWN_ERRORS, ChildProcess, ChildTable
 from cuzkd.supervisor.proc.output import OutputLog, log_lines
@@ -134,10 +127,7 @@ class Doors:
         self._clock = clock
         self._limits = limits
         self._children = children
-        self._matching = match([p.passed for p in passed], [plan.address for plan in plans])
-        self._passed = {p.passed: p.sock for p in passed}
-        self._sockets: dict[str, socket.socket] = {}
-        self._unix: list[UnixBind] = []
+        self._sockets = DoorSockets(plans, passed)
         self.seats = {engine: RemoteSeat(engine, self._send, clock)
                       for plan in plans for engine in plan.engines}
         #: the counts of every door process that ended, and the one serving now
@@ -177,53 +167,12 @@ class Doors:
         serve; DoorAddressError naming the address when a door cannot listen."""
         if not self._plans:
             return
-        self._close_unused()
-        for plan in self._plans:
-            sock = self._sockets[plan.address] = await self._listen(plan)
-            log.info("door_listening", door=plan.name, address=plan.address,
-                     engines=list(plan.engines), **self._where(plan, sock))
+        await self._sockets.open()
         self._channel_server = await asyncio.start_unix_server(
             self._talk, sock=bind_private_socket(self._channel_path))
         self._spawn()
         with contextlib.suppress(TimeoutError):  # calls wait in the backlog until it serves
             await asyncio.wait_for(self._first_ready.wait(), READY_WAIT)
-
-    def _where(self, plan: DoorPlan, sock: socket.socket) -> dict[str, Any]:
-        """What ``door_listening`` says of the socket: the descriptor systemd passed, or the
-        port a TCP door bound."""
-        if (passed := self._matching.by_door.get(plan.address)) is not None:
-            return {"passed_fd": passed.fd, "fd_name": passed.name}
-        if sock.family != socket.AF_UNIX:
-            return {"port": sock.getsockname()[1]}
-        return {}
-
-    def _close_unused(self) -> None:
-        for passed in self._matching.unused:
-            log.warning("door_socket_unused", fd=passed.fd, fd_name=passed.name,
-                        listening_at=":".join(map(str, passed.key or ("-",))),
-                        detail="no door listens there: closed (systemd keeps it); the "
-                               "socket unit's ListenStream= must be the door's address")
-            self._passed[passed].close()
-        for address in self._matching.unpassed:
-            log.warning("door_socket_not_passed", address=address,
-                        detail="systemd passed sockets but none listens there: the door "
-                               "binds its own, which a restart of cuzkd closes")
-
-    async def _listen(self, plan: DoorPlan) -> socket.socket:
-        if (passed := self._matching.by_door.get(plan.address)) is not None:
-            return self._passed[passed]
-        where = await claim(plan.address)
-        if not isinstance(where, UnixAddress):
-            if where.wildcard:
-                log.warning("door_exposed", door=plan.name, address=plan.address,
-                            detail="a door on every interface takes an unauthenticated Prove "
-                                   "from any host that reaches this one: bind it to loopback "
-                                   "or a private address, or use a unix:// door")
-            return listen_tcp(where)
-        unix = UnixBind(where, plan.socket_mode, plan.socket_group)
-        sock = unix.listen()
-        self._unix.append(unix)
-        return sock
 
     async def close(self, grace: float) -> None:
         """cuzkd exits (the engines have stopped): the door process refuses what it still has
@@ -242,10 +191,7 @@ class Doors:
             self._channel_server.close()
             with contextlib.suppress(OSError):
                 self._channel_path.unlink()
-        for sock in self._sockets.values():
-            sock.close()
-        for unix in self._unix:
-            unix.remove()
+        self._sockets.close()
 
     # -- the door process ------------------------------------------------------------------
 
@@ -253,7 +199,7 @@ class Doors:
         """Start the door process with the doors' sockets; it dials the channel."""
         if self._closing:
             return
-        fds = [s.fileno() for s in self._sockets.values()]
+        fds = self._sockets.filenos()
         try:
             proc = self._children.spawn(
                 [sys.executable, "-m", DOOR_MODULE, os.fspath(self._channel_path)],
@@ -274,7 +220,7 @@ class Doors:
         """The plan as plain numbers: the configuration's sizes and durations are int and float
         subclasses the channel's encoder does not take."""
         return DoorSetup(
-            address=plan.address, engines=plan.engines, fd=self._sockets[plan.address].fileno(),
+            address=plan.address, engines=plan.engines, fd=self._sockets.fileno(plan.address),
             hold_timeout=float(plan.hold_timeout), hold_max_calls=int(plan.hold_max_calls),
             hold_max_bytes=int(plan.hold_max_bytes), retry_max_bytes=int(plan.retry_max_bytes),
             deadlines={k: float(v) for k, v in plan.deadlines.items()},

@@ -14,7 +14,8 @@ decisions, so a call whose engine died is simply placed again by the next decisi
 last good reply is given again, else a clear ``UNAVAILABLE``. A door several engines share
 asks each admitting one for them and for ``PreloadSRS`` (the book's Broadcast) and answers
 with the replies merged (:mod:`.merge`), an engine that cannot answer now standing in with
-its last good reply. Requests that do not decode as
+its last good reply (which replies stand in, and which engines are not waited on, is
+:class:`~cuzkd.supervisor.core.replycache.ReplyCache`'s). Requests that do not decode as
 their method's message get ``INVALID_ARGUMENT``, an unknown method ``UNIMPLEMENTED``, a message
 over the size limit grpc's ``RESOURCE_EXHAUSTED``: the engines never see them.
 """
@@ -38,7 +39,6 @@ from cuzkd.states import HoldEnd
 from cuzkd.supervisor.core.doorbook import (
     FROM_CACHE,
     QUOTED_ID,
-    RETRIABLE,
     Abandoned,
     Broadcast,
     Call,
@@ -57,6 +57,7 @@ from cuzkd.supervisor.core.doorbook import (
     Send,
     Withdrawn,
 )
+from cuzkd.supervisor.core.replycache import READING_TIMEOUT, ReplyCache, read_timeout
 from cuzkd.supervisor.door.merge import merge_metrics, merge_preload, merge_status
 from cuzkd.supervisor.door.requests import (
     REQUESTS,
@@ -73,12 +74,6 @@ from cuzkd.supervisor.door.server import CallContext, GrpcError
 from cuzkd.supervisor.tasks import TaskSet
 
 log = structlog.get_logger("cuzkd.door")
-
-#: How long ``GetStatus``/``GetMetrics`` wait for an engine before the last good reply is
-#: given instead (cuzk's GetStatus runs nvidia-smi: tens of milliseconds; Curio gives its own
-#: GetStatus 5 s): a shared door answers by then from the engines that answered and the last
-#: good reply of the others, never at the slowest engine's pace.
-READING_TIMEOUT = 2.0
 
 #: Where a call goes: an engine's process, by its generation when the book decided.
 Target = tuple[str, int]
@@ -140,13 +135,9 @@ class Door:
         self._quiet.set()
         #: the door is closing: cuzkd exits, no engine will take a call
         self._closed = False
-        #: (method, engine) -> that engine's last good reply's bytes (GetStatus, GetMetrics)
-        self._last_reading: dict[tuple[str, str], bytes] = {}
-        #: (method, engine) whose last read ran out :data:`READING_TIMEOUT`: a shared door's
-        #: reads answer without it (its last good reply, if any, standing in) while a read of
-        #: it goes on behind (one at a time: its seat shares a read in flight), so a hung
-        #: engine costs the callers after the first nothing
-        self._lagging: set[tuple[str, str]] = set()
+        #: each engine's last good reply, and the engines not waited on (their reads go on
+        #: behind, one at a time: a seat shares a read in flight)
+        self._replies = ReplyCache(plan.engines)
         self._behind = TaskSet()
         self._timer: asyncio.TimerHandle | None = None
         self._log = log.bind(door=plan.name)
@@ -379,20 +370,13 @@ class Door:
         deadline call's deadline (its kind's, or its caller's if earlier)."""
         call = caller.call
         self._proved(call, request, reply, code)
-        limit = self.plan.deadlines.get(call.kind)
-        if limit is None or call.method not in RETRIABLE:
-            return
-        if call.timeout is not None:
-            limit = min(limit, call.timeout)
-        if self._clock() - caller.arrived > limit:
+        if self._book.answered_late(call, caller.arrived, self._clock()):
             self._metrics.answered_late(self.plan.name, call.kind)
 
     async def _send(self, call: Call, path: str, request: bytes, placement: Target,
                     context: CallContext) -> object:
         engine, generation = placement
-        timeout = context.time_remaining()
-        if call.method in FROM_CACHE:
-            timeout = min(timeout or READING_TIMEOUT, READING_TIMEOUT)
+        timeout = read_timeout(call.method, context.time_remaining())
         return await self.seats[engine].send(path, request, generation, timeout)
 
     async def _answer(self, caller: _Caller, request: bytes, engine: str, outcome: object,
@@ -404,13 +388,12 @@ class Door:
             job = submitted_job(outcome) if call.method == "SubmitProof" and not call.job else ""
             self._returned(call, Outcome.OK, job, outcome)
             self._answered(caller, request, outcome, grpc.StatusCode.OK.name)
-            if call.method in FROM_CACHE:
-                self._last_reading[call.method, engine] = outcome
+            self._replies.replied(call.method, engine, outcome)
             return outcome
         assert isinstance(outcome, grpc.aio.AioRpcError)
         self._returned(call, Outcome.ERROR, answer=outcome)
         self._answered(caller, request, None, outcome.code().name)
-        if call.method in FROM_CACHE and (last := self._reading(call.method)) is not None:
+        if (last := self._reading(call.method)) is not None:
             return last
         raise GrpcError(outcome.code(), outcome.details() or "")
 
@@ -431,32 +414,27 @@ class Door:
         engine that gave none now). An engine answering garbage is restarted, as for any
         call; one lost under the call is left out. Only when no engine answered is the call
         an error: the first engine's, else ``UNAVAILABLE``."""
-        behind = [target for target in targets if (call.method, target[0]) in self._lagging]
-        if len(behind) == len(targets) and not any(
-                (call.method, engine) in self._last_reading for engine, _ in targets):
-            behind = []  # nothing to answer with but what they say now
-        for target in behind:
-            self._behind.start(self._read_behind(call, path, request, target))
-        waited = [target for target in targets if target not in behind]
+        behind = self._replies.behind(call.method, [engine for engine, _ in targets])
+        waited: list[Target] = []
+        for target in targets:
+            if target[0] in behind:
+                self._behind.start(self._read_behind(call, path, request, target))
+            else:
+                waited.append(target)
         outcomes = await asyncio.gather(*(self._send(call, path, request, target, context)
                                           for target in waited))
         replies: dict[str, bytes] = {}
         errors: list[grpc.aio.AioRpcError] = []
         for target, outcome in zip(waited, outcomes, strict=True):
-            self._note_lag(call.method, target[0], outcome)
-            if isinstance(outcome, bytes) and (why := broken_reply(call.method, outcome)):
-                self._broken_answer(call, target, why)
-            elif isinstance(outcome, bytes):
-                replies[target[0]] = outcome
+            if (reply := self._heard(call, target, outcome)) is not None:
+                replies[target[0]] = reply
             elif isinstance(outcome, grpc.aio.AioRpcError):
                 errors.append(outcome)
         if call.method not in FROM_CACHE:  # PreloadSRS
             if replies:
                 return merge_preload(list(replies.values()))
-        else:
-            self._last_reading.update(((call.method, e), r) for e, r in replies.items())
-            if (merged := self._reading(call.method)) is not None:
-                return merged
+        elif (merged := self._reading(call.method)) is not None:
+            return merged
         if errors:
             raise GrpcError(errors[0].code(), errors[0].details() or "")
         raise GrpcError(grpc.StatusCode.UNAVAILABLE,
@@ -468,25 +446,28 @@ class Door:
         good reply from then on (and ends its lag)."""
         engine, generation = target
         outcome = await self.seats[engine].send(path, request, generation, READING_TIMEOUT)
-        self._note_lag(call.method, engine, outcome)
-        if isinstance(outcome, bytes):
-            if why := broken_reply(call.method, outcome):
-                self._broken_answer(call, target, why)
-            else:
-                self._last_reading[call.method, engine] = outcome
+        self._heard(call, target, outcome, behind=True)
 
-    def _note_lag(self, method: str, engine: str, outcome: object) -> None:
+    def _heard(self, call: Call, target: Target, outcome: object, *,
+               behind: bool = False) -> bytes | None:
+        """Tell the reply cache how an engine answered a read sent to every engine (or behind
+        the callers' backs); its reply, if a good one (garbage restarts it, as for any call)."""
+        engine = target[0]
         if isinstance(outcome, grpc.aio.AioRpcError) \
                 and outcome.code() is grpc.StatusCode.DEADLINE_EXCEEDED:
-            self._lagging.add((method, engine))
-        elif isinstance(outcome, bytes):
-            self._lagging.discard((method, engine))
+            self._replies.timed_out(call.method, engine)
+        if not isinstance(outcome, bytes):
+            return None
+        if why := broken_reply(call.method, outcome):
+            self._broken_answer(call, target, why)
+        reply = None if why else outcome
+        self._replies.replied(call.method, engine, reply, behind=behind)
+        return reply
 
     def _reading(self, method: str) -> bytes | None:
-        """A ``GetStatus``/``GetMetrics`` answer of the door's engines: the last good reply of
-        each, merged (None: none has answered yet)."""
-        replies = [(engine, self._last_reading[method, engine]) for engine in self.plan.engines
-                   if (method, engine) in self._last_reading]
+        """A ``GetStatus``/``GetMetrics`` answer of the door's engines: the replies standing
+        in for each, merged (None: none has answered yet, or not such a read)."""
+        replies = self._replies.stand_ins(method)
         if not replies:
             return None
         if method == "GetMetrics":

@@ -14,7 +14,8 @@ rest of the supervisor never runs out of descriptors because of this port.
 
 A byte moved when one arrived, or when the response's bytes moved anywhere between cuzkd and
 the client: the transport's buffer or the kernel's send queue (``SIOCOUTQ``) changed since the
-last look, or the transport resumed writing. A response still being read, however slowly, is
+last look, or the transport resumed writing (the rule is
+:mod:`~cuzkd.supervisor.core.idlewatch`'s). A response still being read, however slowly, is
 therefore never idle -- closing it at 12.9 s cut a 1 MB/s scrape of a large ``/metrics`` --
 and the outbox's response deadline (:mod:`.outbox`) ends one that reads too slowly. Each
 transport's high-water mark is 0, so the outbox's slices wait in cuzkd's memory one at a time.
@@ -42,11 +43,10 @@ import termios
 from collections.abc import Callable
 from typing import Any, cast
 
+from cuzkd.supervisor.core.idlewatch import Close, IdleWatch
+
 #: Seconds a connection may go with no byte moved before it is closed.
 IDLE_TIMEOUT = 10.0
-#: Looks at a connection's queues per ``idle`` while bytes wait in them (a kernel's send queue
-#: moves unseen): such a connection is closed within 1/4 more than ``idle``.
-IDLE_CHECKS = 4
 #: Descriptors always left to the rest of the supervisor, and more per engine (its output
 #: pipes, status connections, a spawn's transient pipes).
 RESERVE_BASE = 32
@@ -240,9 +240,7 @@ class _Counted(asyncio.Protocol):
         self._inner: Any = listener._factory()  # aiohttp's RequestHandler
         self._transport: asyncio.Transport | None = None
         self._check: asyncio.TimerHandle | None = None
-        self._moved_at = 0.0
-        #: (transport buffer, kernel send queue) at the last look
-        self._queues = (0, 0)
+        self._idle = IdleWatch(listener.idle)
         self._released = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -256,29 +254,23 @@ class _Counted(asyncio.Protocol):
         self._arm(self._listener.idle)
 
     def _moved(self) -> None:
-        self._moved_at = asyncio.get_running_loop().time()
+        self._idle.moved(asyncio.get_running_loop().time())
 
     def _arm(self, delay: float) -> None:
         self._check = asyncio.get_running_loop().call_later(delay, self._look)
 
     def _look(self) -> None:
-        """Close the connection if no byte moved for ``idle``; else look again: soon while
-        bytes wait to move (they may move in the kernel only), at the idle time otherwise."""
+        """Carry out the idle rule's decision on the connection's queues now."""
         transport = self._transport
         if transport is None or transport.is_closing():
             return
         queues = (transport.get_write_buffer_size(), _send_queue(transport))
-        if queues != self._queues:
-            self._queues = queues
-            self._moved()
-        quiet = asyncio.get_running_loop().time() - self._moved_at
-        if quiet >= self._listener.idle:
+        decision = self._idle.look(asyncio.get_running_loop().time(), queues)
+        if isinstance(decision, Close):
             self._listener.idle_closed_total += 1
             reset(transport)
-        elif any(queues):
-            self._arm(self._listener.idle / IDLE_CHECKS)
         else:
-            self._arm(self._listener.idle - quiet)
+            self._arm(decision.after)
 
     def data_received(self, data: bytes) -> None:
         self._moved()

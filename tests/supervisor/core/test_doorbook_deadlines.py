@@ -20,6 +20,7 @@ from support.door_calls import (
 from cuzkd.cuzk.reading import KindQueue, QueueReading
 from cuzkd.states import DoorRefusal
 from cuzkd.supervisor.core.doorbook import (
+    Call,
     Code,
     DoorBook,
     DoorRules,
@@ -78,6 +79,17 @@ def test_a_winning_post_past_its_time_is_not_sent_again_after_a_crash() -> None:
     decisions = b.gone("a", 16.0, EngineEnd.OOM_KILLED)
     assert refused(decisions) == {1: DoorRefusal.DEADLINE}
     assert isinstance(decisions[1], Hold) and decisions[1].call == 2
+
+
+def test_an_answer_is_late_past_its_kind_s_deadline_or_its_caller_s_if_earlier() -> None:
+    b = book(rules=CURIO_RULES)
+    winning = prove(1, priority=CRITICAL)
+    assert not b.answered_late(winning, 100.0, 120.0)
+    assert b.answered_late(winning, 100.0, 120.5)
+    assert b.answered_late(prove(2, priority=CRITICAL, timeout=10.0), 100.0, 110.5)
+    assert not b.answered_late(prove(3, timeout=10.0), 100.0, 500.0)  # no kind deadline
+    status = Call(4, "GetStatus", 0, kind="winning-post")
+    assert not b.answered_late(status, 100.0, 500.0)  # only Prove/SubmitProof are due
 
 
 # -- the door's order ------------------------------------------------------------------------
