@@ -17,16 +17,16 @@ import pytest
 from support.bundled_inprocess import K, make_engine
 
 from cuzkd.bundled import prover
-from cuzkd.bundled.pipeline import (
+from cuzkd.bundled.drain import DRAIN_TIMEOUT
+from cuzkd.bundled.jobs import (
     CRITICAL_PRIORITY,
-    DRAIN_TIMEOUT,
     INJECTED_FAILURE,
-    Engine,
     EngineDrainingError,
     Job,
     JobRequestError,
     injected_failure,
 )
+from cuzkd.bundled.pipeline import Engine
 from cuzkd.status.document import Buffers, StatusDocument, encode_status
 
 RSS_CHILD = Path(__file__).with_name("engine_rss_child.py")
