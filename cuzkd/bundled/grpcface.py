@@ -44,15 +44,15 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from cuzkd.bundled.pipeline import (
+from cuzkd.bundled.jobs import (
     CRITICAL_PRIORITY,
     HIGH_PRIORITY,
     LOW_PRIORITY,
     NORMAL_PRIORITY,
-    Engine,
     EngineDrainingError,
     Job,
 )
+from cuzkd.bundled.pipeline import Engine
 from cuzkd.bundled.server import ListenError
 from cuzkd.cuzk import proving_pb2 as pb
 from cuzkd.errors import EX_UNAVAILABLE, EX_USAGE

@@ -17,7 +17,8 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from cuzkd.bundled.pipeline import Engine, EngineDrainingError, Job, JobRequestError
+from cuzkd.bundled.jobs import EngineDrainingError, Job, JobRequestError
+from cuzkd.bundled.pipeline import Engine
 from cuzkd.errors import EX_UNAVAILABLE, EX_USAGE, CuzkdError
 from cuzkd.httperrors import BODY_TIMEOUT, error_response, json_errors, read_body
 from cuzkd.kinds import deprecation, normalise_kind

@@ -10,9 +10,10 @@ decode only what is used. A plain cuzk document is decoded whole at every poll, 
 An engine whose last decoded document carried ``cuzkd_extensions`` uses nothing of a poll's
 document but its arrival: the poll checks that a whole JSON object came back and keeps the
 bytes, and whoever reads them -- a scrape, the stall watch -- decodes them once. Every
-:data:`DECODE_EVERY`-th poll decodes anyway. Scrapes (:meth:`StatusSource.fetch`) accept a
-document up to a second old, so several Prometheus servers scraping at once cost the engine one
-request; concurrent requests are coalesced into one in flight.
+:data:`~cuzkd.status.lightpolls.DECODE_EVERY`-th poll decodes anyway
+(:class:`~cuzkd.status.lightpolls.LightPolls` decides). Scrapes (:meth:`StatusSource.fetch`)
+accept a document up to a second old, so several Prometheus servers scraping at once cost the
+engine one request; concurrent requests are coalesced into one in flight.
 
 Every failure -- refused, timed out, HTTP error, too large, garbage, no status document -- is
 one ``fetch_errors_total`` increment and one :attr:`StatusSource.last_error` that says why, never
@@ -31,6 +32,10 @@ field errors are counted by reason (``field_errors_total``), named in
 :attr:`StatusSource.field_errors` (the first path, and how many more) and in one log line per
 10 s. The supervisor's own failure on a document (a bug in the deriver) is logged and costs the
 derived extensions, never the engine's health.
+
+Its parts: :class:`StatusHttp` gets a body, :class:`~cuzkd.status.reader.StatusReader` decodes
+it and feeds the deriver, :class:`KeptReading` is the last good one; every age and duration is
+read from the ``clock`` the owner passes in.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import asyncio
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -46,23 +52,16 @@ import structlog
 
 from cuzkd.errors import CuzkdError
 from cuzkd.errortext import error_text
-from cuzkd.log.ratelimit import LimitedLog
 from cuzkd.status.derive import ExtensionDeriver
-from cuzkd.status.document import (
-    Extensions,
-    StaleJob,
-    StatusDecodeError,
-    StatusDecoder,
-    StatusDocument,
-)
+from cuzkd.status.document import Extensions, StaleJob, StatusDecodeError, StatusDocument
+from cuzkd.status.lightpolls import LightPolls
+from cuzkd.status.reader import StatusReader
 
 #: Default cap on a status body. cuzk's document is at most a few MB even with thousands of
 #: jobs listed; the cap only stops an engine streaming without end from eating our memory.
 MAX_BODY_BYTES = 16 * 2**20
 #: Bytes of a bad body quoted in an error message.
 EXCERPT_BYTES = 64
-#: A poll of an engine serving documents with extensions decodes one document in this many.
-DECODE_EVERY = 10
 
 
 def split_address(address: str) -> tuple[str | None, str]:
@@ -188,37 +187,79 @@ def describe_exception(exc: BaseException, *, address: str, timeout: float) -> S
     return StatusFetchError(type(exc).__name__, error_text(exc))
 
 
+class StatusHttp:
+    """The HTTP GET of one engine's status body, over TCP or a Unix socket."""
+
+    def __init__(self, address: str, *, timeout: float, max_bytes: int) -> None:
+        self.address = address
+        self._socket_path, self._url = split_address(address)
+        self._timeout_secs = timeout
+        self._max_bytes = max_bytes
+        self._session: aiohttp.ClientSession | None = None
+
+    async def get(self) -> Body:
+        """The whole body of a 200 answer; StatusFetchError saying why there is none."""
+        try:
+            async with self._session_for_loop().get(self._url) as resp:
+                if resp.status != 200:
+                    head = await resp.content.read(EXCERPT_BYTES + 1)
+                    raise StatusFetchError(
+                        f"http_{resp.status}",
+                        f"HTTP {resp.status} {resp.reason or ''}".rstrip()
+                        + (f": {excerpt(head)}" if head else ""))
+                return await read_body(resp, self._max_bytes)
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise describe_exception(exc, address=self.address,
+                                     timeout=self._timeout_secs) from exc
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _session_for_loop(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            connector: aiohttp.BaseConnector = (
+                aiohttp.UnixConnector(path=self._socket_path)
+                if self._socket_path is not None
+                else aiohttp.TCPConnector(limit=4)
+            )
+            self._session = aiohttp.ClientSession(
+                connector=connector, timeout=aiohttp.ClientTimeout(total=self._timeout_secs))
+        return self._session
+
+
+@dataclass
+class KeptReading:
+    """The last body that passed its check, when it arrived, and its decoded form (None until
+    someone reads it, when a poll only checked it)."""
+
+    body: Body
+    at: float
+    document: StatusDocument | None
+
+
 class StatusSource:
     def __init__(self, address: str, *, timeout: float, max_bytes: int = MAX_BODY_BYTES,
                  log: Any = None,
                  deriver: Callable[[], ExtensionDeriver] = ExtensionDeriver,
-                 starting: Callable[[], bool] = lambda: False) -> None:
+                 starting: Callable[[], bool] = lambda: False,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         """``log``: the structlog logger for field errors and deriver failures (the runner's,
         bound to the engine's name); ``deriver`` makes the deriver of plain documents (and a
         fresh one after it failed); ``starting``, asked at each failure without an answer: True
         while the engine starts, so that failure is its start (not counted in
-        ``fetch_errors_total``)."""
+        ``fetch_errors_total``); ``clock``: monotonic seconds, for a document's age and a
+        fetch's duration."""
         self.address = address
-        self._socket_path, self._url = split_address(address)
-        self._timeout_secs = timeout
-        self._timeout = aiohttp.ClientTimeout(total=timeout)
-        self._max_bytes = max_bytes
-        self._session: aiohttp.ClientSession | None = None
+        self._http = StatusHttp(address, timeout=timeout, max_bytes=max_bytes)
         self._inflight: asyncio.Task[bool] | None = None
-        self._new_deriver = deriver
-        self._deriver = deriver()
-        self._decoder = StatusDecoder()
-        #: the last body that passed its check, and its decoded form (None until decoded)
-        self._body: Body | None = None
-        self._document: StatusDocument | None = None
-        #: polls check only that an object came back: set while the documents carry
-        #: extensions and decode (not for plain ones, which the deriver reads whole; cleared by
-        #: a kept body that failed to decode, set again once one with extensions decodes)
-        self._light = False
-        #: light polls since the last one that decoded
-        self._light_polls = 0
-        #: monotonic time of the last successful fetch
-        self.last_success: float | None = None
+        self._reader = StatusReader(
+            log if log is not None else structlog.get_logger("cuzkd.status"), deriver)
+        self._polls = LightPolls()
+        self._kept: KeptReading | None = None
+        self._clock = clock
+        self._starting = starting
         self.last_fetch_duration_seconds: float | None = None
         self.fetch_errors_total = 0
         #: why the last fetch failed (for logs and the control API); None after a success
@@ -227,14 +268,16 @@ class StatusSource:
         self.last_error_kind: str | None = None
         #: the last failure was counted in ``fetch_errors_total`` (not the engine's start)
         self.last_error_counted = False
-        #: reason (salvage.REASONS) -> values left out of the decoded documents
-        self.field_errors_total: Counter[str] = Counter()
-        #: the last decoded document's field errors (Decoded.left_out); None when clean
-        self.field_errors: str | None = None
-        self._log = log if log is not None else structlog.get_logger("cuzkd.status")
-        self._starting = starting
-        #: field errors repeat with every document: one line per 10 s
-        self._limited = LimitedLog()
+
+    @property
+    def field_errors_total(self) -> Counter[str]:
+        """Reason (salvage.REASONS) -> values left out of the decoded documents."""
+        return self._reader.field_errors_total
+
+    @property
+    def field_errors(self) -> str | None:
+        """The last decoded document's field errors (Decoded.left_out); None when clean."""
+        return self._reader.field_errors
 
     async def poll(self) -> bool:
         """Health poll: True when a fresh document answered (see the module doc)."""
@@ -242,8 +285,8 @@ class StatusSource:
 
     async def fetch(self, max_age: float) -> StatusDocument | None:
         """A document at most ``max_age`` seconds old, or None if the engine did not answer."""
-        recent = (max_age > 0 and self.last_success is not None
-                  and time.monotonic() - self.last_success < max_age)
+        recent = (max_age > 0 and self._kept is not None
+                  and self._clock() - self._kept.at < max_age)
         if not recent and not await self._refresh():
             return None
         return self._decoded()
@@ -259,20 +302,18 @@ class StatusSource:
             return None
         if document.cuzkd_extensions is not None:
             return document.cuzkd_extensions
-        return self._deriver.extensions()
+        return self._reader.derived()
 
     def leftovers(self) -> tuple[list[StaleJob], list[int]]:
         """The stale jobs and phantom-busy workers the deriver found in the last plain document
         (none for an engine serving its own extensions); decodes nothing."""
-        return self._deriver.stale_jobs(), self._deriver.phantom_busy_workers()
+        return self._reader.leftovers()
 
     async def close(self) -> None:
         if self._inflight is not None:
             self._inflight.cancel()
             await asyncio.gather(self._inflight, return_exceptions=True)
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self._http.close()
 
     async def _refresh(self) -> bool:
         if self._inflight is None:
@@ -295,103 +336,54 @@ class StatusSource:
         if self._inflight is task:
             self._inflight = None
 
-    def _session_for_loop(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            connector: aiohttp.BaseConnector = (
-                aiohttp.UnixConnector(path=self._socket_path)
-                if self._socket_path is not None
-                else aiohttp.TCPConnector(limit=4)
-            )
-            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
-        return self._session
-
     async def _fetch_once(self) -> bool:
-        started = time.monotonic()
+        started = self._clock()
         try:
-            body = await self._get()
+            body = await self._http.get()
             document = self._check(body)
         except StatusFetchError as exc:
-            self._failed(started, exc)
+            self.last_fetch_duration_seconds = self._clock() - started
+            self._failure(exc)
             return False
-        self.last_fetch_duration_seconds = time.monotonic() - started
-        self._body, self._document = body, document
-        self.last_success = time.monotonic()
+        ended = self._clock()
+        self.last_fetch_duration_seconds = ended - started
+        self._kept = KeptReading(body, ended, document)
         self.last_error = self.last_error_kind = None
         return True
 
-    async def _get(self) -> Body:
-        try:
-            async with self._session_for_loop().get(self._url) as resp:
-                if resp.status != 200:
-                    head = await resp.content.read(EXCERPT_BYTES + 1)
-                    raise StatusFetchError(
-                        f"http_{resp.status}",
-                        f"HTTP {resp.status} {resp.reason or ''}".rstrip()
-                        + (f": {excerpt(head)}" if head else ""))
-                return await read_body(resp, self._max_bytes)
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            raise describe_exception(exc, address=self.address,
-                                     timeout=self._timeout_secs) from exc
-
     def _check(self, body: Body) -> StatusDocument | None:
         """Validate a fresh body for a poll; the decoded document when it had to be decoded."""
-        if self._light and self._light_polls < DECODE_EVERY - 1:
+        if self._polls.checks_only():
             if looks_like_object(body):
-                self._light_polls += 1
+                self._polls.checked()
                 return None  # decoded by whoever reads it
-            self._light = False
+            self._polls.broken()
             raise StatusFetchError("invalid", "invalid status document: not a JSON object "
                                               f"(body starts {excerpt_of(body)})")
-        self._light_polls = 0
         try:
-            document = self._decode(body)
+            document = self._reader.decode(body.whole())
         except StatusDecodeError as exc:
-            self._light = False
+            self._polls.broken()
             raise invalid_document(exc, body) from exc
-        self._light = document.cuzkd_extensions is not None
+        self._polls.decoded(document.cuzkd_extensions is not None)
         if document.cuzkd_extensions is None:
-            self._derive(document)
+            self._reader.derive(document)
         return document
-
-    def _decode(self, body: Body) -> StatusDocument:
-        """Decode a body, counting and logging the values left out of it."""
-        decoded = self._decoder.decode(body.whole())
-        self.field_errors = decoded.left_out()
-        if decoded.field_errors:
-            self.field_errors_total.update(decoded.field_error_counts)
-            self._limited.log(self._log, "warning", "engine_status_fields_left_out",
-                              errors=self.field_errors, reasons=decoded.field_error_counts)
-        return decoded.document
-
-    def _derive(self, document: StatusDocument) -> None:
-        """Feed the deriver; a failure of it starts it afresh (its counters reset, as at an
-        engine restart) rather than failing the poll of an engine that answered."""
-        try:
-            self._deriver.observe(document)
-        except Exception:
-            self._deriver = self._new_deriver()
-            self._limited.log(self._log, "error", "status_derive_failed", exc_info=True)
 
     def _decoded(self) -> StatusDocument | None:
         """The last good body, decoded once; None (and an error) when it does not decode."""
-        if self._document is not None:
-            return self._document
-        body = self._body
-        if body is None:
+        kept = self._kept
+        if kept is None:
             return None
-        try:
-            self._document = self._decode(body)
-        except StatusDecodeError as exc:
-            self._body = None
-            self.last_success = None  # nothing usable is cached any more
-            self._light = False
-            self._failure(invalid_document(exc, body))
-            return None
-        return self._document
-
-    def _failed(self, started: float, error: StatusFetchError) -> None:
-        self.last_fetch_duration_seconds = time.monotonic() - started
-        self._failure(error)
+        if kept.document is None:
+            try:
+                kept.document = self._reader.decode(kept.body.whole())
+            except StatusDecodeError as exc:
+                self._kept = None  # nothing usable is kept any more
+                self._polls.broken()
+                self._failure(invalid_document(exc, kept.body))
+                return None
+        return kept.document
 
     def _failure(self, error: StatusFetchError) -> None:
         """Count a failure, unless nothing answered while the engine starts, and say why."""

@@ -17,16 +17,15 @@ import pytest
 from support.bundled_inprocess import K, make_engine
 
 from cuzkd.bundled import prover
-from cuzkd.bundled.pipeline import (
+from cuzkd.bundled.drain import DRAIN_TIMEOUT
+from cuzkd.bundled.jobs import (
     CRITICAL_PRIORITY,
-    DRAIN_TIMEOUT,
     INJECTED_FAILURE,
-    Engine,
     EngineDrainingError,
     Job,
     JobRequestError,
-    injected_failure,
 )
+from cuzkd.bundled.pipeline import Engine
 from cuzkd.status.document import Buffers, StatusDocument, encode_status
 
 RSS_CHILD = Path(__file__).with_name("engine_rss_child.py")
@@ -215,17 +214,6 @@ async def test_cut_drain_ends_it_at_once(engine_factory: Callable[..., Engine]) 
     engine.cut_drain()
     assert not await asyncio.wait_for(engine.drained(), 10)
     assert job.state == "failed" and job.error == DRAIN_TIMEOUT
-
-
-@pytest.mark.parametrize(("rate", "first_nine"), [
-    (0.0, [False] * 9),
-    (1 / 3, [False, False, True] * 3),
-    (0.5, [False, True] * 4 + [False]),
-    (1.0, [True] * 9),
-])
-def test_failure_rate_chooses_exactly_its_share(rate: float, first_nine: list[bool]) -> None:
-    assert [injected_failure(n, rate) for n in range(1, 10)] == first_nine
-    assert sum(injected_failure(n, rate) for n in range(1, 3001)) == int(3000 * rate + 1e-9)
 
 
 async def test_test_failure_rate_fails_every_third_job(

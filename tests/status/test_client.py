@@ -3,6 +3,7 @@ transports, through health polls and scrapes; and every failure saying why."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -11,10 +12,12 @@ import pytest
 import structlog
 from support.big_status import big_document
 from support.piece_server import Framing, PieceServer
+from support.virtual_clock import run_virtual
 
-from cuzkd.status.client import DECODE_EVERY, Body, StatusSource, looks_like_object
+from cuzkd.status.client import Body, StatusSource, looks_like_object
 from cuzkd.status.derive import ExtensionDeriver
 from cuzkd.status.document import StatusDocument, decode_status
+from cuzkd.status.lightpolls import DECODE_EVERY
 
 FRAMINGS: tuple[Framing, ...] = ("length", "chunked", "close")
 
@@ -313,3 +316,29 @@ async def test_no_answer_during_a_start_is_not_counted_a_wrong_answer_is(tmp_pat
     finally:
         await source.close()
         await server.close()
+
+
+def test_the_clock_passed_in_times_the_fetches_and_ages_the_kept_document(
+        tmp_path: Path) -> None:
+    """On virtual time (the clock a runner on a virtual loop passes in) a reply 3 s late took
+    3 s, and a document kept 5 s is too old for a scrape accepting 5 s -- although next to no
+    real time passed."""
+    async def main() -> tuple[float | None, int, int]:
+        server = PieceServer(big_document(0, extensions=True), delay=3.0)
+        address = await server.start_unix(tmp_path / "status.sock")
+        source = StatusSource(address, timeout=10.0, clock=asyncio.get_running_loop().time)
+        try:
+            assert await source.poll(), source.last_error
+            duration = source.last_fetch_duration_seconds
+            assert await source.fetch(max_age=5.0) is not None
+            kept = server.requests
+            await asyncio.sleep(5.0)
+            assert await source.fetch(max_age=5.0) is not None
+            return duration, kept, server.requests
+        finally:
+            await source.close()
+            await server.close()
+
+    duration, kept, fetched = run_virtual(main)
+    assert duration is not None and 3.0 <= duration < 3.1
+    assert (kept, fetched) == (1, 2)

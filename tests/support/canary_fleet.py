@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cuzkd.bundled.pipeline import INJECTED_FAILURE as INJECTED
+from cuzkd.bundled.jobs import INJECTED_FAILURE as INJECTED
 
 #: The engines' config: small partitions (a few ms each on a CPU core) and one worker, so the
 #: analysis sees dozens of partitions in a window of seconds.
