@@ -1,5 +1,4 @@
-"""One engine read for the outside: its :class:`EngineInfo` and its scrape's
-:class:`EngineSample`.
+"""One engine read for the outside: its :class:`EngineInfo` and its scrape's sample.
 
 Both gather what the engine's parts keep (lifecycle, status source, stall watch, stop counts,
 descendant watch, output budget, telemetry) into one value. Separate from the runner because
