@@ -61,7 +61,8 @@ class Phase(enum.StrEnum):
 
 
 class ExitCause(enum.StrEnum):
-    """The fixed ``cause`` label values of ``cuzkd_engine_exits_total``. With ``signal_NAME``
+    """How an engine's process ended: the fixed ``cause`` label values of
+    ``cuzkd_engine_exits_total``. With ``signal_NAME``
     and ``exit_N`` they are the whole set; :mod:`cuzkd.supervisor.core.exitcause` decides
     between them and documents the precedence. ``panic``, ``error`` and ``usage`` are cuzk's
     own exit statuses (101, 1, 2), named for engines of type ``cuzk`` only: another engine's
@@ -88,42 +89,49 @@ class ExitCause(enum.StrEnum):
     DAEMONIZED = "daemonized"
 
 
-class StopIntent(enum.Enum):
-    """Why the supervisor stops a process; the lifecycle keeps it until the process exits, and
-    it decides what the exit leads to and what it is counted as (:data:`INTENT_CAUSE`)."""
+class StopReason(enum.StrEnum):
+    """Why the supervisor stops an engine. The lifecycle decides it with the stop and keeps it
+    until the process exits: it is what the exit is counted as (:data:`STOP_EXIT_CAUSES`) and,
+    for the stops in :data:`WORK_LOST_REASONS`, the ``reason`` label of
+    ``cuzkd_engine_stop_inflight_partitions_total``."""
 
-    STOP = "stop"
-    RESTART = "restart"
+    #: an operator's stop, restart or start request
+    OPERATOR = "operator"
+    RELOAD = "reload"
+    #: a binary swap's rolling restart
     SWAP = "swap"
+    #: the stall watchdog's kill (``stall_action = "restart"``)
+    STALL = "stall"
+    SHUTDOWN = "shutdown"
+    #: its status went silent for unhealthy_after, or its gRPC answers were not cuzk's
     UNHEALTHY = "unhealthy"
-    STALLED = "stalled"
+    #: its status did not answer within start_timeout
     START_TIMEOUT = "start_timeout"
 
 
+#: The stops an operator asked for (a stop or restart, a reload, a swap or rollback, the
+#: shutdown): they drain, and their drains take deadline calls.
+OPERATOR_STOPS: frozenset[StopReason] = frozenset({
+    StopReason.OPERATOR, StopReason.RELOAD, StopReason.SWAP, StopReason.SHUTDOWN})
+#: The stops whose in-flight work is counted as thrown away, in the order they are exported:
+#: a health kill's is not (the engine's last status is not to be trusted then).
+WORK_LOST_REASONS: tuple[StopReason, ...] = (
+    StopReason.OPERATOR, StopReason.RELOAD, StopReason.SWAP, StopReason.STALL,
+    StopReason.SHUTDOWN)
 #: The exit cause counted for a process the supervisor stopped, by why it stopped it: the
-#: supervisor's intent takes precedence over what the process itself died of.
-INTENT_CAUSE: dict[StopIntent, ExitCause] = {
-    StopIntent.STOP: ExitCause.STOPPED,
-    StopIntent.RESTART: ExitCause.STOPPED,
-    StopIntent.SWAP: ExitCause.SWAP,
-    StopIntent.UNHEALTHY: ExitCause.UNHEALTHY,
-    StopIntent.STALLED: ExitCause.STALLED,
-    StopIntent.START_TIMEOUT: ExitCause.START_TIMEOUT,
+#: supervisor's reason takes precedence over what the process itself died of.
+STOP_EXIT_CAUSES: dict[StopReason, ExitCause] = {
+    StopReason.OPERATOR: ExitCause.STOPPED,
+    StopReason.RELOAD: ExitCause.STOPPED,
+    StopReason.SWAP: ExitCause.SWAP,
+    StopReason.STALL: ExitCause.STALLED,
+    StopReason.SHUTDOWN: ExitCause.STOPPED,
+    StopReason.UNHEALTHY: ExitCause.UNHEALTHY,
+    StopReason.START_TIMEOUT: ExitCause.START_TIMEOUT,
 }
-#: The causes the supervisor's intent decides, in :data:`INTENT_CAUSE`'s order: an exit
-#: counted as one of these was the supervisor's doing, not the engine's.
-INTENT_CAUSES: tuple[ExitCause, ...] = tuple(dict.fromkeys(INTENT_CAUSE.values()))
-
-
-class StopReason(enum.StrEnum):
-    """Why the supervisor stopped an engine: the ``reason`` label of
-    ``cuzkd_engine_stop_inflight_partitions_total``."""
-
-    OPERATOR = "operator"
-    RELOAD = "reload"
-    SWAP = "swap"
-    STALL = "stall"
-    SHUTDOWN = "shutdown"
+#: The causes the supervisor's reason decides: an exit counted as one of these was the
+#: supervisor's doing, not the engine's.
+SUPERVISOR_CAUSES: frozenset[ExitCause] = frozenset(STOP_EXIT_CAUSES.values())
 
 
 class DrainResult(enum.StrEnum):

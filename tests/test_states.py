@@ -1,8 +1,8 @@
 """The vocabulary of :mod:`cuzkd.states` is what the supervisor's decisions produce.
 
 Each word is defined once there; these tests hold the behaviour that depends on it: the exit
-cause the lifecycle counts for each of the supervisor's intents is the table's, the intent
-causes are the ones the runner treats as the supervisor's doing (and no cause a process dies
+cause the lifecycle counts for each of the supervisor's stop reasons is the table's, the
+supervisor's causes are the ones the runner treats as its doing (and no cause a process dies
 of by itself), and the named groups of states cover what the runner's start waits on.
 """
 
@@ -16,13 +16,13 @@ import pytest
 from cuzkd.states import (
     ALIVE,
     AT_REST,
-    INTENT_CAUSE,
-    INTENT_CAUSES,
     START_PENDING,
     START_SETTLED,
+    STOP_EXIT_CAUSES,
+    SUPERVISOR_CAUSES,
     ExitCause,
     State,
-    StopIntent,
+    StopReason,
 )
 from cuzkd.supervisor.core.backoff import Backoff
 from cuzkd.supervisor.core.exitcause import ProcessEnd, process_cause
@@ -42,6 +42,14 @@ def running_engine() -> Lifecycle:
 
 def _stop(machine: Lifecycle) -> None:
     machine.stop_requested(2.0)
+
+
+def _reload(machine: Lifecycle) -> None:
+    machine.stop_requested(2.0, StopReason.RELOAD)
+
+
+def _shutdown(machine: Lifecycle) -> None:
+    machine.stop_requested(2.0, StopReason.SHUTDOWN, within=30.0)
 
 
 def _restart(machine: Lifecycle) -> None:
@@ -65,49 +73,56 @@ def _start_timeout(machine: Lifecycle) -> None:
     machine.poll(13.0, ok=False)
 
 
-#: One way to reach each of the supervisor's intents from a running engine.
-STOPPED_BY: dict[StopIntent, Callable[[Lifecycle], None]] = {
-    StopIntent.STOP: _stop,
-    StopIntent.RESTART: _restart,
-    StopIntent.SWAP: _swap,
-    StopIntent.UNHEALTHY: _unhealthy,
-    StopIntent.STALLED: _stalled,
-    StopIntent.START_TIMEOUT: _start_timeout,
-}
+#: One way to stop a running engine for each of the supervisor's reasons (an operator's stop
+#: and restart both).
+STOPPED_BY: list[tuple[StopReason, Callable[[Lifecycle], None]]] = [
+    (StopReason.OPERATOR, _stop),
+    (StopReason.OPERATOR, _restart),
+    (StopReason.RELOAD, _reload),
+    (StopReason.SHUTDOWN, _shutdown),
+    (StopReason.SWAP, _swap),
+    (StopReason.UNHEALTHY, _unhealthy),
+    (StopReason.STALL, _stalled),
+    (StopReason.START_TIMEOUT, _start_timeout),
+]
 
 
-@pytest.mark.parametrize("intent", list(StopIntent))
-def test_the_lifecycle_counts_the_tables_cause_for_each_intent(intent: StopIntent) -> None:
+def test_every_stop_reason_has_a_way_to_it() -> None:
+    assert {reason for reason, _ in STOPPED_BY} == set(StopReason) == set(STOP_EXIT_CAUSES)
+
+
+@pytest.mark.parametrize(("reason", "stop"), STOPPED_BY)
+def test_the_lifecycle_counts_the_tables_cause_for_each_reason(
+        reason: StopReason, stop: Callable[[Lifecycle], None]) -> None:
     """Whatever the process itself died of, the exit the supervisor caused is counted as
-    :data:`~cuzkd.states.INTENT_CAUSE` says."""
+    :data:`~cuzkd.states.STOP_EXIT_CAUSES` says."""
     machine = running_engine()
-    STOPPED_BY[intent](machine)
+    stop(machine)
     assert machine.state is State.STOPPING
     machine.exited("signal_SIGKILL", False, 20.0)
-    assert machine.last_exit_cause == INTENT_CAUSE[intent]
-    assert machine.exits[INTENT_CAUSE[intent]] == 1
+    assert machine.last_exit_cause == STOP_EXIT_CAUSES[reason]
+    assert machine.exits[STOP_EXIT_CAUSES[reason]] == 1
 
 
-def test_the_intent_causes_are_every_cause_an_intent_leads_to_and_only_those() -> None:
-    """The runner reports an exit as unexpected unless its cause is in INTENT_CAUSES: that set
-    is exactly what the lifecycle counts for the supervisor's own stops, and no cause a
+def test_the_supervisors_causes_are_every_cause_a_stop_leads_to_and_only_those() -> None:
+    """The runner reports an exit as unexpected unless its cause is in SUPERVISOR_CAUSES: that
+    set is exactly what the lifecycle counts for the supervisor's own stops, and no cause a
     process can die of by itself is in it."""
     counted = set()
-    for intent, stop in STOPPED_BY.items():
+    for reason, stop in STOPPED_BY:
         machine = running_engine()
         stop(machine)
         machine.exited("exit_0", True, 20.0)
         counted.add(machine.last_exit_cause)
-        assert machine.last_exit_cause == INTENT_CAUSE[intent]
-    assert counted == set(INTENT_CAUSES)
-    assert len(INTENT_CAUSES) == len(counted)  # each once
+        assert machine.last_exit_cause == STOP_EXIT_CAUSES[reason]
+    assert counted == SUPERVISOR_CAUSES
     by_itself = {process_cause(end, supervisor_killed=False, oom_kills_moved=True,
                                descendants_left=True)[0]
                  for end in (ProcessEnd(signal.SIGKILL, None), ProcessEnd(signal.SIGSEGV, None,
                                                                            core_dumped=True),
                              ProcessEnd(None, 0))}
     assert by_itself == {ExitCause.OOM_KILLED, ExitCause.CORE_DUMPED, ExitCause.DAEMONIZED}
-    assert not by_itself & set(INTENT_CAUSES)
+    assert not by_itself & SUPERVISOR_CAUSES
 
 
 def test_the_groups_of_states_cover_every_state_once_after_a_start() -> None:

@@ -48,7 +48,7 @@ class EngineSample:
     #: stalls the watchdog declared, and whether one lasts now
     stalls_total: int = 0
     stalled: bool = False
-    #: stop reason (:class:`cuzkd.states.StopReason`) -> partitions in flight when the
+    #: stop reason (:data:`cuzkd.states.WORK_LOST_REASONS`) -> partitions in flight when the
     #: supervisor stopped the engine
     stop_inflight_partitions_total: Mapping[str, int] = field(default_factory=dict)
     #: proof kind (:class:`cuzkd.kinds.ProofKind`, ``other``) -> jobs the engine held

@@ -22,10 +22,10 @@ from cuzkd.metrics.tally import first_by
 from cuzkd.states import (
     ROLLBACK_RESULTS,
     SWAP_RESULTS,
+    WORK_LOST_REASONS,
     ConnectionClose,
     DrainResult,
     State,
-    StopReason,
 )
 from cuzkd.status.salvage import REASONS as FIELD_ERROR_REASONS
 
@@ -133,7 +133,7 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
             field_errors.add_metric([engine.name, why],
                                     engine.status_field_errors_total.get(why, 0))
         descendants_killed.add_metric(name, engine.descendants_killed_total)
-        for reason in StopReason:
+        for reason in WORK_LOST_REASONS:
             stop_inflight.add_metric([engine.name, reason],
                                      engine.stop_inflight_partitions_total.get(reason, 0))
         for kind in (*ProofKind, *sorted(set(engine.jobs_lost_total) - set(ProofKind))):

@@ -8,7 +8,7 @@ import pytest
 from cuzkd import __version__
 from cuzkd.gpus import NvmlDevice
 from cuzkd.metrics.sample import SupervisorSample
-from cuzkd.states import DrainResult, State, StopReason
+from cuzkd.states import WORK_LOST_REASONS, DrainResult, State, StopReason
 from cuzkd.status.document import (
     COUNTED_PHASES,
     JOB_DURATION_BUCKETS,
@@ -155,7 +155,7 @@ def test_every_stop_reason_and_drain_result_is_exported_from_zero(make_engine, s
     lost = {dict(labels)["reason"]: v for labels, v in
             s.named("cuzkd_engine_stop_inflight_partitions_total").items()}
     assert lost == {str(reason): (3 if reason is StopReason.RELOAD else 0)
-                    for reason in StopReason}
+                    for reason in WORK_LOST_REASONS}
     drains = {dict(labels)["result"]: v for labels, v in
               s.named("cuzkd_engine_drains_total").items()}
     assert drains == {str(result): (2 if result is DrainResult.TIMEOUT else 0)

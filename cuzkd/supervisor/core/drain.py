@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from cuzkd.cuzk.reading import QueueReading
 from cuzkd.kinds import reported_kind
-from cuzkd.status.document import BUSY_STATES, PartitionState, StatusDocument
+from cuzkd.states import WORK_LOST_REASONS, StopReason
+from cuzkd.status.document import BUSY_STATES, IN_FLIGHT_STATES, PartitionState, StatusDocument
 from cuzkd.supervisor.core.doorbook import EngineReading
 
 #: A partition's states once it has left cuzk's GPU queue: on a GPU, or finished either way.
@@ -89,3 +90,23 @@ def lost_jobs(doc: StatusDocument | None, queues: QueueReading | None) -> LostJo
     ids = [job for ids in shown.values() for job in ids]
     return LostJobs({k: n for k, n in by_kind.items() if n},
                     tuple(dict.fromkeys([*ids, *current])))
+
+
+@dataclass(frozen=True)
+class LostWork:
+    """What one stop threw away: the partitions in flight, and the jobs held."""
+
+    partitions: int
+    jobs: LostJobs
+
+
+def lost_work(reason: StopReason, doc: StatusDocument | None, queues: QueueReading | None, *,
+              status_polled: bool, drained_clean: bool) -> LostWork | None:
+    """What a stop for ``reason`` throws away as the engine is signalled, by its last status
+    ``doc`` (and, for a cuzk engine, the drain's last ``queues``); None when it is not counted:
+    a health kill (:data:`~cuzkd.states.WORK_LOST_REASONS`), an engine without a status
+    (``status_polled``), or a stop the door ``drained_clean`` (it saw every call end, while
+    the last status may list jobs done since)."""
+    if reason not in WORK_LOST_REASONS or not status_polled or drained_clean:
+        return None
+    return LostWork(count_partitions(doc, IN_FLIGHT_STATES), lost_jobs(doc, queues))

@@ -4,7 +4,7 @@ An operator reading ``cuzkd_engine_exits_total{cause=...}`` needs the cause they
 not the raw wait status: a SIGKILL from the kernel's OOM killer and one from the supervisor's
 own stop escalation look the same to ``waitpid``. So causes are decided by precedence:
 
-1. the supervisor's own intent -- :data:`cuzkd.states.INTENT_CAUSES`: ``stopped`` (an
+1. the supervisor's own stop reason -- :data:`cuzkd.states.STOP_EXIT_CAUSES`: ``stopped`` (an
    operator's stop or restart, a reload, shutdown), ``swap`` (a binary swap's rolling restart),
    ``unhealthy``, ``stalled``, ``start_timeout`` -- decided by the lifecycle, which knows why it
    stopped the process;

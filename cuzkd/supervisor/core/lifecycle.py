@@ -18,7 +18,15 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from cuzkd.states import ALIVE, AT_REST, INTENT_CAUSE, ExitCause, State, StopIntent
+from cuzkd.states import (
+    ALIVE,
+    AT_REST,
+    OPERATOR_STOPS,
+    STOP_EXIT_CAUSES,
+    ExitCause,
+    State,
+    StopReason,
+)
 from cuzkd.supervisor.core.backoff import Backoff
 from cuzkd.supervisor.core.exitcause import DAEMONIZED_ERROR
 
@@ -33,11 +41,15 @@ class Stop:
     """The stop sequence: drain (``drain``: the engine answered and was asked to stop, so its
     in-flight work may end first), the stop signal, SIGKILL of the process group after
     stop_timeout; report ``exited``. ``kill``: SIGKILL at once (a stalled engine has nothing
-    left to drain, a broken one nothing worth draining), ``why`` says why in the kill's log."""
+    left to drain, a broken one nothing worth draining), ``why`` says why in the kill's log.
+    ``reason``: why the supervisor stops it; ``within``: seconds the whole stop may take (a
+    shutdown's grace; None: its own budget). Equality compares what the stop does, not why."""
 
     kill: bool = False
     drain: bool = False
     why: str = ""
+    reason: StopReason = field(default=StopReason.OPERATOR, compare=False)
+    within: float | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -53,10 +65,6 @@ class CancelScheduledStart:
 
 
 Action = Spawn | Stop | ScheduleStart | CancelScheduledStart
-
-
-#: Intents whose exit is followed by a spawn at once, whatever the restart policy.
-_RESPAWN: frozenset[StopIntent] = frozenset((StopIntent.RESTART, StopIntent.SWAP))
 
 
 @dataclass(frozen=True)
@@ -95,7 +103,10 @@ class Lifecycle:
     #: seconds from the spawn to the first status answer, of the last process that answered
     #: (kept through its restarts until the next one answers; None before any answered)
     first_answer_seconds: float | None = None
-    _intent: StopIntent | None = None
+    #: why the process being stopped is stopped (None: no stop of the supervisor's)
+    _stop_reason: StopReason | None = None
+    #: a spawn follows its exit at once, whatever the restart policy (a restart, a swap)
+    _restart_after_stop: bool = False
     #: the process's exit is the last thing that happened: what it said it died of, read
     #: later (:meth:`exit_explained`), is still the engine's latest error
     _exit_unexplained: bool = False
@@ -112,31 +123,34 @@ class Lifecycle:
         if self.state is State.BACKOFF:
             return [CancelScheduledStart(), Spawn()]
         if self.state is State.STOPPING:
-            self._intent = StopIntent.RESTART
+            self._stopping_for(StopReason.OPERATOR, restart=True)
         return []
 
-    def stop_requested(self, now: float) -> list[Action]:
+    def stop_requested(self, now: float, reason: StopReason = StopReason.OPERATOR, *,
+                       within: float | None = None) -> list[Action]:
+        """Stop for ``reason``; ``within``: seconds the whole stop may take (a shutdown's
+        grace: the drain gets what it leaves after stop_timeout)."""
         del now
         if self.state in ALIVE:
-            self._intent = StopIntent.STOP
-            return self._stop("stop requested")
+            self._stopping_for(reason, restart=False)
+            return self._stop(reason, "stop requested", within)
         if self.state is State.BACKOFF:
             self.next_start_at = None
             self._move(State.STOPPED, "stop requested")
             return [CancelScheduledStart()]
         if self.state is State.STOPPING:
-            self._intent = StopIntent.STOP
+            self._stopping_for(reason, restart=False)
         return []
 
     def restart_requested(self, now: float, *, swap: bool = False) -> list[Action]:
         """Graceful stop then start; ``swap``: for a binary swap (exit cause ``swap``, else
         ``stopped``)."""
-        intent = StopIntent.SWAP if swap else StopIntent.RESTART
+        reason = StopReason.SWAP if swap else StopReason.OPERATOR
         if self.state in ALIVE:
-            self._intent = intent
-            return self._stop("swap restart" if swap else "restart requested")
+            self._stopping_for(reason, restart=True)
+            return self._stop(reason, "swap restart" if swap else "restart requested")
         if self.state is State.STOPPING:
-            self._intent = intent
+            self._stopping_for(reason, restart=True)
             return []
         return self.start_requested(now)
 
@@ -152,7 +166,7 @@ class Lifecycle:
         self.last_ok = None
         self.next_start_at = None
         self.last_error = None
-        self._intent = None
+        self._stopping_for(None, restart=False)
         self._exit_unexplained = False
         self._move(State.STARTING, "spawned")
         return []
@@ -205,10 +219,10 @@ class Lifecycle:
         if self.state is State.STARTING:
             assert self.spawned_at is not None
             if now - self.spawned_at >= self.policy.start_timeout:
-                return self._kill(StopIntent.START_TIMEOUT,
+                return self._kill(StopReason.START_TIMEOUT,
                                   f"status did not answer within start_timeout{why}")
         elif self.last_ok is not None and now - self.last_ok >= self.policy.unhealthy_after:
-            return self._kill(StopIntent.UNHEALTHY, f"status silent for unhealthy_after{why}")
+            return self._kill(StopReason.UNHEALTHY, f"status silent for unhealthy_after{why}")
         return []
 
     def in_start(self, now: float) -> bool:
@@ -246,7 +260,7 @@ class Lifecycle:
         del now
         self.pid = None
         self.next_start_at = None
-        self._intent = None
+        self._stopping_for(None, restart=False)
         if self.state is not State.STOPPED:
             self._move(State.STOPPED, "stop requested while waiting to spawn")
         return []
@@ -258,9 +272,9 @@ class Lifecycle:
         del now
         if self.state is not State.RUNNING:
             return []
-        self._intent = StopIntent.STALLED
+        self._stopping_for(StopReason.STALL, restart=False)
         self._move(State.STOPPING, "stalled: work and no progress")
-        return [Stop(kill=True, why="stalled")]
+        return [Stop(kill=True, why="stalled", reason=StopReason.STALL)]
 
     def answers_broken(self, now: float, error: str) -> list[Action]:
         """The front door found the engine's gRPC answers are not cuzk's messages (``error``
@@ -271,32 +285,33 @@ class Lifecycle:
         if self.state is not State.RUNNING:
             return []
         self.last_error = error
-        self._intent = StopIntent.UNHEALTHY
+        self._stopping_for(StopReason.UNHEALTHY, restart=False)
         self._move(State.STOPPING, f"answers broken: {error}")
-        return [Stop(kill=True, why="answers_broken")]
+        return [Stop(kill=True, why="answers_broken", reason=StopReason.UNHEALTHY)]
 
     def exited(self, cause: str, clean: bool, now: float) -> list[Action]:
         """The process is gone. ``cause``: what it died of (``exit_N``, ``signal_NAME``,
-        ``oom_killed``, ``core_dumped``); ``clean``: exit 0. The supervisor's intent, if it
+        ``oom_killed``, ``core_dumped``); ``clean``: exit 0. The supervisor's stop reason, if it
         stopped the process, takes precedence as the counted cause."""
-        intent, self._intent = self._intent, None
+        reason, restart = self._stop_reason, self._restart_after_stop
+        self._stopping_for(None, restart=False)
         healthy_for = now - self.healthy_since if self.healthy_since is not None else None
         self.pid = None
         self.spawned_at = None
         self.healthy_since = None
-        if intent is not None:
-            cause, clean = INTENT_CAUSE[intent], False
+        if reason is not None:
+            cause, clean = STOP_EXIT_CAUSES[reason], False
         if cause == ExitCause.DAEMONIZED:  # the one exit whose cause says what to change
             self.last_error = DAEMONIZED_ERROR
         self.exits[cause] += 1
         self.last_exit_cause = cause
         self._exit_unexplained = True
-        if intent is StopIntent.STOP:
+        if restart:
+            return [Spawn()]
+        if reason in OPERATOR_STOPS:
             self._move(State.STOPPED, f"stopped ({cause})")
             return []
-        if intent in _RESPAWN:
-            return [Spawn()]
-        wants_restart = intent is StopIntent.STALLED or self.policy.restart == "always" or (
+        wants_restart = reason is StopReason.STALL or self.policy.restart == "always" or (
             self.policy.restart == "on-failure" and not clean
         )
         if not wants_restart:
@@ -332,16 +347,21 @@ class Lifecycle:
 
     # -- internals ---------------------------------------------------------------------
 
-    def _stop(self, reason: str) -> list[Action]:
+    def _stopping_for(self, reason: StopReason | None, *, restart: bool) -> None:
+        """Why the process is stopped (None: it is not) and whether a spawn follows at once."""
+        self._stop_reason, self._restart_after_stop = reason, restart
+
+    def _stop(self, reason: StopReason, transition: str,
+              within: float | None = None) -> list[Action]:
         """A requested stop: drained when the engine is up (a starting one has no work)."""
         drain = self.state is State.RUNNING
-        self._move(State.STOPPING, reason)
-        return [Stop(drain=drain)]
+        self._move(State.STOPPING, transition)
+        return [Stop(drain=drain, reason=reason, within=within)]
 
-    def _kill(self, intent: StopIntent, reason: str) -> list[Action]:
-        self._intent = intent
-        self._move(State.STOPPING, reason)
-        return [Stop()]
+    def _kill(self, reason: StopReason, transition: str) -> list[Action]:
+        self._stopping_for(reason, restart=False)
+        self._move(State.STOPPING, transition)
+        return [Stop(reason=reason)]
 
     def _move(self, new: State, reason: str) -> None:
         self._transitions.append(Transition(self.state, new, reason))

@@ -10,8 +10,8 @@ must end within a bound (a shutdown's ``shutdown_grace``) drains for what the bo
 after ``stop_timeout``: the grace bounds everything, and the stop signal still gets its time.
 
 Every rule of it -- which deadline applies, when the status is read, which signal counts as the
-one that throws work away, how a drain is judged -- is decided here from values. The runner
-(:meth:`~cuzkd.supervisor.engines.runner.EngineRunner._stop_process`) is a loop that asks
+one that throws work away, how a drain is judged -- is decided here from values. The stopper
+(:meth:`~cuzkd.supervisor.engines.stopper.EngineStopper.run`) is a loop that asks
 :meth:`step` what to do, does it, and reports back; so each branch is tested with plain
 numbers and the runner's own tests only need to show that the loop carries steps out.
 """
@@ -21,12 +21,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from cuzkd.states import DrainResult, StopReason
-
-#: The stops an operator asked for (a restart, a reload, a swap or rollback, the shutdown):
-#: their drains take deadline calls.
-OPERATOR_STOPS = frozenset({StopReason.OPERATOR, StopReason.RELOAD, StopReason.SWAP,
-                            StopReason.SHUTDOWN})
+from cuzkd.states import OPERATOR_STOPS, DrainResult, StopReason
 
 #: Longest pause between two status reads while a drain waits (the health interval, if shorter).
 DRAIN_POLL = 0.5
@@ -152,7 +147,7 @@ class StopSequence:
     def draining(self) -> bool:
         return self.phase is Phase.DRAINING
 
-    def deadline_work_window(self, now: float, reason: StopReason | None) -> float | None:
+    def deadline_work_window(self, now: float, reason: StopReason) -> float | None:
         """Seconds this stop's drain leaves for deadline calls (a WinningPoSt no other engine
         can take goes to the draining engine rather than wait behind the drain): the drain's
         rest, for an operator's stop that drains; None for a stop closed to them -- a health

@@ -11,9 +11,16 @@ import pytest
 
 from cuzkd.cuzk.reading import KindQueue, QueueReading
 from cuzkd.kinds import reported_kind
-from cuzkd.states import DrainResult
+from cuzkd.states import DrainResult, StopReason
 from cuzkd.status.document import StatusDocument, decode_status
-from cuzkd.supervisor.core.drain import LostJobs, cuzk_idle, jobs_in_flight, lost_jobs
+from cuzkd.supervisor.core.drain import (
+    LostJobs,
+    LostWork,
+    cuzk_idle,
+    jobs_in_flight,
+    lost_jobs,
+    lost_work,
+)
 from cuzkd.supervisor.core.stopsequence import (
     DrainOver,
     ReadStatus,
@@ -74,6 +81,31 @@ def test_lost_jobs_counts_each_job_once_per_kind_and_names_them() -> None:
     assert lost_jobs(shown, None) == LostJobs({"porep-c2": 2}, ("porep-1-1", "porep-1-2"))
     assert lost_jobs(shown, QueueReading.unknown("x")).by_kind == {"porep-c2": 2}
     assert lost_jobs(None, EMPTY) == LostJobs({}, ())
+
+
+@pytest.mark.parametrize("reason", [StopReason.OPERATOR, StopReason.RELOAD, StopReason.SWAP,
+                                    StopReason.STALL, StopReason.SHUTDOWN])
+def test_a_stop_counts_the_work_in_flight_it_throws_away(reason: StopReason) -> None:
+    shown = doc(job("porep-1-1", "porep-c2", "synthesizing", "gpu", "done", "pending"))
+    assert lost_work(reason, shown, None, status_polled=True, drained_clean=False) == LostWork(
+        2, LostJobs({"porep-c2": 1}, ("porep-1-1",)))
+
+
+@pytest.mark.parametrize("reason", [StopReason.UNHEALTHY, StopReason.START_TIMEOUT])
+def test_a_health_kill_counts_no_lost_work(reason: StopReason) -> None:
+    shown = doc(job("porep-1-1", "porep-c2", "gpu"))
+    assert lost_work(reason, shown, None, status_polled=True, drained_clean=False) is None
+
+
+def test_no_lost_work_without_a_status_or_after_a_clean_door_drain() -> None:
+    shown = doc(job("porep-1-1", "porep-c2", "gpu"))
+    assert lost_work(StopReason.OPERATOR, None, None, status_polled=False,
+                     drained_clean=False) is None
+    assert lost_work(StopReason.OPERATOR, shown, None, status_polled=True,
+                     drained_clean=True) is None
+    # a status that never answered: counted, as nothing
+    assert lost_work(StopReason.OPERATOR, None, None, status_polled=True,
+                     drained_clean=False) == LostWork(0, LostJobs({}, ()))
 
 
 @pytest.mark.parametrize(("name", "label"), [

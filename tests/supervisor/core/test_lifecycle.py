@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from cuzkd.states import State
+from cuzkd.states import State, StopReason
 from cuzkd.supervisor.core.backoff import Backoff
 from cuzkd.supervisor.core.lifecycle import (
+    Action,
     CancelScheduledStart,
     Lifecycle,
     Policy,
@@ -371,3 +372,45 @@ def test_what_an_exit_said_it_died_of_is_the_last_error_until_a_spawn() -> None:
     failed.spawn_failed("No such file or directory", 100.0)
     failed.exit_explained("Error: failed to load config")
     assert failed.last_error == "No such file or directory"  # the spawn failed after it
+
+
+def reason_and_bound(actions: list[Action]) -> tuple[StopReason, float | None]:
+    [stop] = actions
+    assert isinstance(stop, Stop)
+    return stop.reason, stop.within
+
+
+def test_a_stop_carries_the_reason_and_the_bound_it_was_requested_with() -> None:
+    assert reason_and_bound(running(machine()).stop_requested(1.0)) == (StopReason.OPERATOR,
+                                                                        None)
+    assert reason_and_bound(running(machine()).stop_requested(
+        1.0, StopReason.SHUTDOWN, within=30.0)) == (StopReason.SHUTDOWN, 30.0)
+    assert reason_and_bound(running(machine()).stop_requested(1.0, StopReason.RELOAD)) == (
+        StopReason.RELOAD, None)
+
+
+def test_a_restart_stops_for_the_operator_or_the_swap() -> None:
+    assert reason_and_bound(running(machine()).restart_requested(1.0)) == (StopReason.OPERATOR,
+                                                                           None)
+    assert reason_and_bound(running(machine()).restart_requested(1.0, swap=True)) == (
+        StopReason.SWAP, None)
+
+
+def test_the_lifecycles_own_stops_name_their_reason() -> None:
+    assert reason_and_bound(running(machine()).stalled(1.0)) == (StopReason.STALL, None)
+    assert reason_and_bound(running(machine()).answers_broken(1.0, "not cuzk's")) == (
+        StopReason.UNHEALTHY, None)
+    m = running(machine())
+    assert reason_and_bound(m.poll(6.0, ok=False)) == (StopReason.UNHEALTHY, None)
+    m = machine()
+    m.start_requested(0.0)
+    m.spawned(1, 0.0)
+    assert reason_and_bound(m.poll(10.0, ok=False)) == (StopReason.START_TIMEOUT, None)
+
+
+def test_a_shutdown_during_a_restart_leaves_it_stopped() -> None:
+    m = running(machine())
+    m.restart_requested(1.0)
+    assert m.stop_requested(1.5, StopReason.SHUTDOWN, within=30.0) == []  # already stopping
+    assert m.exited("signal_SIGTERM", clean=False, now=2.0) == []
+    assert (m.state, m.last_exit_cause) == (State.STOPPED, "stopped")

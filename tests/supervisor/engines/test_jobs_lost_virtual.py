@@ -16,7 +16,8 @@ from support.virtual_engines import Script, StandInEngines, config_of, in_state
 
 from cuzkd.states import State
 from cuzkd.supervisor.engines.runclock import RunClock
-from cuzkd.supervisor.engines.runner import LOGGED_JOB_IDS, EngineRunner
+from cuzkd.supervisor.engines.runner import EngineRunner
+from cuzkd.supervisor.engines.stopper import LOGGED_JOB_IDS
 
 
 def test_a_forced_stop_counts_every_job_and_names_a_bounded_few(tmp_path: Path) -> None:
