@@ -53,7 +53,7 @@ can still act.
 
 The shell (:mod:`cuzkd.supervisor.door`) numbers calls, reads the few fields the book needs
 from a request (:class:`Call`), carries each decision out and reports back: :meth:`arrived`,
-:meth:`returned`, :meth:`admitting`, :meth:`stop_admitting`, :meth:`reading`, :meth:`gone`,
+:meth:`returned`, :meth:`admit`, :meth:`stop_admitting`, :meth:`reading`, :meth:`gone`,
 :meth:`expired` at :meth:`next_deadline`, :meth:`closed`. A decision
 about a call replaces whatever was under way for it: on a :class:`Send` or :class:`Hold` of a
 call already sent the shell drops that attempt and never reports it; a :class:`Refuse` ends
@@ -550,7 +550,7 @@ class DoorBook:
 
     # -- engines ----------------------------------------------------------------------------
 
-    def admitting(self, engine: str, now: float) -> list[Decision]:
+    def admit(self, engine: str, now: float) -> list[Decision]:
         """``engine``'s process answered and may take calls: the held calls it can take now,
         released in order (the engine with the fewest in flight takes each). A process that
         ended is reported :meth:`gone` before the engine's next one is admitted."""

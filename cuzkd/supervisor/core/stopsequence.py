@@ -100,7 +100,9 @@ class Finished:
 Step = RequestDrain | ReadStatus | DrainOver | SendSignal | WaitUntil | Finished
 
 
-class Phase(enum.Enum):
+class Stage(enum.Enum):
+    """Where one stop sequence stands; each stage ends by itself at the sequence's deadline."""
+
     DRAINING = "draining"
     SIGNAL_DUE = "signal_due"
     SIGNALLED = "signalled"
@@ -118,8 +120,8 @@ class StopSequence:
     stop_timeout: float
     #: seconds between two status reads while draining
     read_every: float
-    phase: Phase
-    #: when the current phase ends by itself (drain_timeout, then stop_timeout)
+    stage: Stage
+    #: when the current stage ends by itself (drain_timeout, then stop_timeout)
     deadline: float
     started: float
     #: why a SIGKILL due at once is sent (``stalled``)
@@ -140,17 +142,17 @@ class StopSequence:
         :func:`drain_budget`)."""
         drain_timeout = drain_budget(drain_timeout, stop_timeout, within)
         if kill_reason is not None:
-            phase, deadline = Phase.KILL_DUE, now
+            stage, deadline = Stage.KILL_DUE, now
         elif drain_mode != "none":
-            phase, deadline = Phase.DRAINING, now + drain_timeout
+            stage, deadline = Stage.DRAINING, now + drain_timeout
         else:
-            phase, deadline = Phase.SIGNAL_DUE, now
+            stage, deadline = Stage.SIGNAL_DUE, now
         return cls(drain_mode, drain_timeout, stop_timeout, min(health_interval, DRAIN_POLL),
-                   phase, deadline, now, kill_reason or "", next_read=now)
+                   stage, deadline, now, kill_reason or "", next_read=now)
 
     @property
     def draining(self) -> bool:
-        return self.phase is Phase.DRAINING
+        return self.stage is Stage.DRAINING
 
     def deadline_work_window(self, now: float, reason: StopReason | None) -> float | None:
         """Seconds this stop's drain leaves for deadline calls (a WinningPoSt no other engine
@@ -164,8 +166,8 @@ class StopSequence:
     def drain_answered(self, accepted: bool) -> None:
         """The drain request's answer: one refused ends the drain (no result is counted) and
         the stop signal is due at once."""
-        if not accepted and self.phase is Phase.DRAINING:
-            self.phase = Phase.SIGNAL_DUE
+        if not accepted and self.stage is Stage.DRAINING:
+            self.stage = Stage.SIGNAL_DUE
 
     def status_read(self, quiet: bool) -> None:
         """A status read while draining; ``quiet``: it showed the quiet moment the drain mode
@@ -178,24 +180,24 @@ class StopSequence:
     def step(self, now: float, *, exited: bool, killed: bool = False) -> Step:
         """What to do at ``now``. ``exited``: the process is gone; ``killed``: someone
         (a hurried shutdown) SIGKILLed it meanwhile, so a drain it ended in is no clean one."""
-        match self.phase:
-            case Phase.DRAINING:
+        match self.stage:
+            case Stage.DRAINING:
                 return self._drain_step(now, exited, killed)
-            case Phase.KILL_DUE:
+            case Stage.KILL_DUE:
                 if exited:  # gone before the stop began: nothing to kill, no work lost
                     return self._finish()
-                self.phase = Phase.DONE
+                self.stage = Stage.DONE
                 return SendSignal(kill=True, ends_work=True, why=self.kill_reason)
-            case Phase.SIGNAL_DUE:
+            case Stage.SIGNAL_DUE:
                 if exited:
                     return self._finish()
-                self.phase, self.deadline = Phase.SIGNALLED, now + self.stop_timeout
+                self.stage, self.deadline = Stage.SIGNALLED, now + self.stop_timeout
                 return SendSignal(kill=False, ends_work=True)
-            case Phase.SIGNALLED:
+            case Stage.SIGNALLED:
                 if exited:
                     return self._finish()
                 if now >= self.deadline:
-                    self.phase = Phase.DONE
+                    self.stage = Stage.DONE
                     return SendSignal(kill=True, ends_work=False, why="stop_timeout elapsed")
                 return WaitUntil(self.deadline)
         return Finished()
@@ -206,7 +208,7 @@ class StopSequence:
             return RequestDrain(by=self.deadline)
         if exited or self.quiet_seen or now >= self.deadline:
             clean = not killed if exited else self.quiet_seen
-            self.phase = Phase.DONE if exited else Phase.SIGNAL_DUE
+            self.stage = Stage.DONE if exited else Stage.SIGNAL_DUE
             return DrainOver(DrainResult.CLEAN if clean else DrainResult.TIMEOUT,
                              now - self.started)
         if now >= self.next_read:
@@ -215,5 +217,5 @@ class StopSequence:
         return WaitUntil(min(self.next_read, self.deadline))
 
     def _finish(self) -> Finished:
-        self.phase = Phase.DONE
+        self.stage = Stage.DONE
         return Finished()
