@@ -258,7 +258,7 @@ class EngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     stall_after: Seconds = Seconds(600)
     stall_action: StallAction = "restart"
     #: a plain cuzk document's job whose partitions have not moved for this long is a
-    #: leftover of failed work (cuzkd/status/leftovers.py: 10 min is many times cuzk's slowest
+    #: failed work (cuzkd/status/failedwork.py: 10 min is many times cuzk's slowest
     #: step, a ~150 s PoRep on a small host); a job with a failed partition is one at once
     stale_job_after: Seconds = Seconds(600)
     #: GPUs the engine is pinned to: NVML indices ("0") or UUIDs ("GPU-..."); sets

@@ -261,7 +261,7 @@ class StatusSource:
             return document.cuzkd_extensions
         return self._deriver.extensions()
 
-    def leftovers(self) -> tuple[list[StaleJob], list[int]]:
+    def failed_work(self) -> tuple[list[StaleJob], list[int]]:
         """The stale jobs and phantom-busy workers the deriver found in the last plain document
         (none for an engine serving its own extensions); decodes nothing."""
         return self._deriver.stale_jobs(), self._deriver.phantom_busy_workers()

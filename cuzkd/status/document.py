@@ -186,7 +186,7 @@ class GpuDevice(msgspec.Struct, frozen=True, gc=False):
 
 
 class StaleJob(msgspec.Struct, frozen=True, gc=False):
-    """A listed job that is a leftover of failed work (a plain cuzk's: cuzkd.status.leftovers);
+    """A listed job that is failed work (a plain cuzk's: :mod:`cuzkd.status.failedwork`);
     not in flight, not queued GPU work, not synthesizing."""
 
     job_id: str
@@ -217,7 +217,7 @@ class Extensions(msgspec.Struct, frozen=True, gc=False):
     job_duration_seconds: dict[str, Histogram] = msgspec.field(default_factory=dict)
     #: the engine is draining: accepts no job, finishes those it accepted, then exits
     draining: bool = False
-    #: listed jobs that are leftovers of failed work (derived for a plain cuzk only)
+    #: listed jobs that are failed work (derived for a plain cuzk only)
     stale_jobs: list[StaleJob] = msgspec.field(default_factory=list)
     #: workers shown ``proving`` a partition that is not in ``gpu`` in a live job, two polls in
     #: a row: not busy (derived for a plain cuzk only)

@@ -772,7 +772,7 @@ class EngineRunner:
         """This engine for the control API, ``/status`` and the CLI; ``release``: the one its
         process executes (the engine set knows the releases)."""
         m, source = self.lifecycle, self.status_source
-        stale, phantom = source.leftovers() if source is not None else ([], [])
+        stale, phantom = source.failed_work() if source is not None else ([], [])
         return EngineInfo(
             name=self.name,
             state=m.state,
