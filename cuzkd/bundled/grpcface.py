@@ -44,19 +44,12 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from cuzkd.bundled.pipeline import (
-    CRITICAL_PRIORITY,
-    HIGH_PRIORITY,
-    LOW_PRIORITY,
-    NORMAL_PRIORITY,
-    Engine,
-    EngineDrainingError,
-    Job,
-)
+from cuzkd.bundled.pipeline import Engine, EngineDrainingError, Job
 from cuzkd.bundled.server import ListenError
 from cuzkd.cuzk import proving_pb2 as pb
 from cuzkd.errors import EX_UNAVAILABLE, EX_USAGE
 from cuzkd.kinds import ProofKind
+from cuzkd.priority import Priority
 from cuzkd.units import ListenAddress, parse_listen
 from cuzkd.unixsock import remove_stale_socket
 
@@ -75,9 +68,9 @@ KINDS: Mapping[int, ProofKind] = {
 }
 
 #: cuzk's enum -> the pipeline's priority (unspecified: NORMAL, as an HTTP job's).
-PRIORITIES: Mapping[int, int] = {
-    pb.PRIORITY_UNSPECIFIED: NORMAL_PRIORITY, pb.LOW: LOW_PRIORITY, pb.NORMAL: NORMAL_PRIORITY,
-    pb.HIGH: HIGH_PRIORITY, pb.CRITICAL: CRITICAL_PRIORITY,
+PRIORITIES: Mapping[int, Priority] = {
+    **{priority.value: priority for priority in Priority},
+    Priority.PRIORITY_UNSPECIFIED.value: Priority.NORMAL,
 }
 
 M = TypeVar("M", bound=Message)

@@ -46,14 +46,13 @@ from cuzkd.bundled.budget import BudgetExceededError, MemoryBudget
 from cuzkd.bundled.ntt import NttPlan
 from cuzkd.bundled.settings import MAX_SIZE_LOG2, MIN_SIZE_LOG2, PARTITIONS, ProverConfig
 from cuzkd.errors import CuzkdError
+from cuzkd.priority import Priority
 from cuzkd.status.document import Allocation
 from cuzkd.status.tracker import StatusTracker
 
 _log = structlog.get_logger("cuzkd.engine")
 
 JobState = Literal["queued", "running", "done", "failed"]
-#: cuzk's priorities (``Priority`` of its gRPC): higher is admitted first. HTTP jobs are NORMAL.
-LOW_PRIORITY, NORMAL_PRIORITY, HIGH_PRIORITY, CRITICAL_PRIORITY = 1, 2, 3, 4
 MAX_PARTITIONS = 1024
 #: The error of a job still open when a drain ended (its deadline, or a stop signal).
 DRAIN_TIMEOUT = "drain timeout"
@@ -100,7 +99,8 @@ class Job:
     #: the id its client knows it by: cuzk's gRPC ``request_id`` (``job_id`` when none was
     #: given); unlike ``job_id`` not unique over time -- a retry reuses it
     request_id: str = ""
-    priority: int = NORMAL_PRIORITY
+    #: higher is admitted first; HTTP jobs are NORMAL
+    priority: Priority = Priority.NORMAL
     state: JobState = "queued"
     started_at: float | None = None
     finished_at: float | None = None
@@ -303,7 +303,7 @@ class Engine:
 
     def submit(self, proof_kind: str, partitions: int | None = None,
                size_log2: int | None = None, request_id: str = "",
-               priority: int = NORMAL_PRIORITY) -> Job:
+               priority: Priority = Priority.NORMAL) -> Job:
         """Accept a job (queued, or failed at once when a partition exceeds the budget);
         ``request_id``: the client's id for it (see :attr:`Job.request_id`)."""
         if not self.accepting:
