@@ -42,10 +42,10 @@ import structlog
 
 from cuzkd.bundled import prover
 from cuzkd.bundled.backend import Backend
-from cuzkd.bundled.budget import BudgetExceededError, MemoryBudget
+from cuzkd.bundled.budget import MemoryBudget
 from cuzkd.bundled.ntt import NttPlan
 from cuzkd.bundled.settings import MAX_SIZE_LOG2, MIN_SIZE_LOG2, PARTITIONS, ProverConfig
-from cuzkd.errors import CuzkdError
+from cuzkd.errors import BudgetExceededError, EngineDrainingError, JobRequestError
 from cuzkd.priority import Priority
 from cuzkd.status.document import Allocation
 from cuzkd.status.tracker import StatusTracker
@@ -59,14 +59,6 @@ DRAIN_TIMEOUT = "drain timeout"
 #: The error of the partition a test-only failure rate fails (ProverConfig.test_failure_rate).
 INJECTED_FAILURE = "injected failure (test-only failure rate)"
 _T = TypeVar("_T")
-
-
-class JobRequestError(CuzkdError, ValueError):
-    """A job request the engine cannot accept (the message says which field is wrong)."""
-
-
-class EngineDrainingError(CuzkdError, RuntimeError):
-    """The engine is shutting down and accepts no new jobs."""
 
 
 @dataclass

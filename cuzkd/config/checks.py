@@ -17,7 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from cuzkd.config.schema import Config, ConfigError, EngineConfig
+from cuzkd.config.schema import Config, EngineConfig
+from cuzkd.errors import ConfigError
 from cuzkd.units import parse_listen
 
 #: Longest Unix socket path the kernel binds: ``sun_path`` is 108 bytes including the NUL.

@@ -29,7 +29,8 @@ from cuzkd.config.doors import (
     parse_door_address,
     parse_socket_mode,
 )
-from cuzkd.config.schema import DOOR_OFF, Config, ConfigError, EngineConfig
+from cuzkd.config.schema import DOOR_OFF, Config, EngineConfig
+from cuzkd.errors import ConfigError
 from cuzkd.units import format_bytes
 
 Fail = Callable[[str, str], ConfigError]

@@ -22,7 +22,6 @@ import msgspec
 
 from cuzkd.config.cuzkfile import CuzkFile
 from cuzkd.config.doors import DoorPlan, plan_doors
-from cuzkd.errors import EX_CONFIG, CuzkdError
 from cuzkd.kinds import ProofKind
 from cuzkd.labelbudget import DEFAULT_LIMITS
 from cuzkd.log.configure import LogFormat
@@ -42,12 +41,6 @@ DOOR_DEFAULT = ""
 
 #: ``cuzkd start|restart`` wait this long beyond the engine's start_timeout for ``running``.
 START_WAIT_SLACK = 5.0
-
-
-class ConfigError(CuzkdError):
-    """A configuration mistake; the message is meant for the operator as is."""
-
-    exit_code = EX_CONFIG
 
 
 class Seconds(float):

@@ -25,10 +25,10 @@ from typing import Annotated, Any, Literal, NamedTuple, TypeVar
 
 import msgspec
 
-from cuzkd.errors import CuzkdError
+from cuzkd.errors import StatusDecodeError, Unsalvageable
 from cuzkd.errortext import error_text
 from cuzkd.kinds import ProofKind, normalise_kind
-from cuzkd.status.salvage import FieldError, Reason, Salvage, Unsalvageable
+from cuzkd.status.salvage import FieldError, Reason, Salvage
 
 #: cuzk's unsigned integers. The upper bound matters: JSON integers decode to arbitrary-precision
 #: Python ints, and one too large for a float (10**400) would make the exporter's ``float()``
@@ -241,10 +241,6 @@ class StatusDocument(msgspec.Struct, frozen=True, gc=False):
     counters: Counters
     buffers: Buffers
     cuzkd_extensions: Extensions | None = None
-
-
-class StatusDecodeError(CuzkdError, ValueError):
-    """The bytes are not a status document; the message says which field is wrong."""
 
 
 _DECODER = msgspec.json.Decoder(StatusDocument)

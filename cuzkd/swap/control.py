@@ -24,16 +24,11 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
+from cuzkd.errors import ReleaseError, SwapInProgress
 from cuzkd.httperrors import read_body
 from cuzkd.states import OnInconclusive, SwapResult
 from cuzkd.swap.analysis import Criteria
-from cuzkd.swap.releases import ReleaseError
-from cuzkd.swap.rolling import (
-    AnalysisPlan,
-    SwapCoordinator,
-    SwapInProgress,
-    SwapOutcome,
-)
+from cuzkd.swap.rolling import AnalysisPlan, SwapCoordinator, SwapOutcome
 from cuzkd.units import parse_duration
 
 

@@ -30,7 +30,7 @@ from typing import Any
 import msgspec
 
 from cuzkd import validation
-from cuzkd.errors import CuzkdError
+from cuzkd.errors import HistoryError
 
 
 class ReleaseVerdict(enum.StrEnum):
@@ -53,10 +53,6 @@ class ReleaseOrigin(enum.StrEnum):
 FORMAT = 1
 #: Records kept at most; the oldest records of releases no longer on disk go first.
 MAX_RECORDS = 100
-
-
-class HistoryError(CuzkdError):
-    """The history file cannot be read or written; the message names the file and the problem."""
 
 
 class Record(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=False):

@@ -28,7 +28,7 @@ from typing import Any, BinaryIO, TypeVar
 
 import structlog
 
-from cuzkd.errors import CuzkdError
+from cuzkd.errors import HistoryError, ReleaseError
 from cuzkd.swap import history, inuse, rules
 from cuzkd.swap.fsutil import (
     fsync_dir,
@@ -37,7 +37,7 @@ from cuzkd.swap.fsutil import (
     replace_durably,
     temp_path,
 )
-from cuzkd.swap.history import HistoryError, Record, ReleaseOrigin, ReleaseVerdict
+from cuzkd.swap.history import Record, ReleaseOrigin, ReleaseVerdict
 from cuzkd.swap.historyfile import HistoryFile
 
 INSTALL_STEPS = ("temp_created", "copied", "sealed", "committed", "stamped")
@@ -54,10 +54,6 @@ _COPY_CHUNK = 1 << 20
 _log = structlog.get_logger("cuzkd.swap")
 
 T = TypeVar("T")
-
-
-class ReleaseError(CuzkdError):
-    """A release operation was refused or found the store unusable; the message says why."""
 
 
 @dataclass(frozen=True)

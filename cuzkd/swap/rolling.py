@@ -31,12 +31,12 @@ from typing import Any, Protocol, TypeVar
 import msgspec
 import structlog
 
-from cuzkd.errors import CuzkdError
+from cuzkd.errors import ReleaseError, SwapCancelled, SwapInProgress
 from cuzkd.states import ROLLBACK_RESULTS, SWAP_RESULTS, OnInconclusive, SwapResult
 from cuzkd.status.document import Extensions, StatusDocument
 from cuzkd.swap import analysis
 from cuzkd.swap.history import ReleaseOrigin, ReleaseVerdict
-from cuzkd.swap.releases import Release, ReleaseError, ReleaseStore
+from cuzkd.swap.releases import Release, ReleaseStore
 
 #: Pause between two tries at accepting a release at start while an engine is not yet up.
 ACCEPT_RETRY = 1.0
@@ -89,14 +89,6 @@ class AnalysisPlan:
     #: the operator's check, already split (run without a shell)
     check: list[str] | None = None
     on_inconclusive: OnInconclusive = OnInconclusive.ROLLBACK
-
-
-class SwapInProgress(CuzkdError):
-    """Another swap holds the lock; the caller answers 409."""
-
-
-class SwapCancelled(CuzkdError):
-    """:meth:`SwapCoordinator.close` came while the operation waited; the message says why."""
 
 
 @dataclass

@@ -17,15 +17,8 @@ import pytest
 from support.bundled_inprocess import K, make_engine
 
 from cuzkd.bundled import prover
-from cuzkd.bundled.pipeline import (
-    DRAIN_TIMEOUT,
-    INJECTED_FAILURE,
-    Engine,
-    EngineDrainingError,
-    Job,
-    JobRequestError,
-    injected_failure,
-)
+from cuzkd.bundled.pipeline import DRAIN_TIMEOUT, INJECTED_FAILURE, Engine, Job, injected_failure
+from cuzkd.errors import EngineDrainingError, JobRequestError
 from cuzkd.priority import Priority
 from cuzkd.status.document import Buffers, StatusDocument, encode_status
 

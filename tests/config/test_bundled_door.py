@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from cuzkd.config import ConfigError, demo_config, load_config, parse_config
+from cuzkd.config import demo_config, load_config, parse_config
+from cuzkd.errors import ConfigError
 
 
 def _write(tmp_path: Path, text: str) -> Path:

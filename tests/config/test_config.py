@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from cuzkd.cli.dispatch import main as dispatch_main
-from cuzkd.config import Config, ConfigError, control_socket_despite_errors, load_config
+from cuzkd.config import Config, control_socket_despite_errors, load_config
 from cuzkd.config.loading import MAX_CONFIG_BYTES
 from cuzkd.config.schema import default_engines, default_state_dir, visible_gpu_count
+from cuzkd.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 

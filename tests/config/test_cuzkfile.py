@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from cuzkd.config import Config, ConfigError, load_config
+from cuzkd.config import Config, load_config
 from cuzkd.config.cuzkfile import (
     DEFAULT_CUZK_CONFIG,
     cuzk_config_path,
     cuzk_size,
     synthesis_capacity,
 )
+from cuzkd.errors import ConfigError
 
 GOOD_CUZK = '[daemon]\nlisten = "unix://{dir}/cuzk.sock"\nstatus_listen = "127.0.0.1:9821"\n'
 

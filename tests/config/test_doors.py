@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from cuzkd.cli.dispatch import main as dispatch_main
-from cuzkd.config import Config, ConfigError, load_config
+from cuzkd.config import Config, load_config
 from cuzkd.config.doors import DoorPlan
+from cuzkd.errors import ConfigError
 from cuzkd.supervisor.engines.launch import EngineLaunch
 
 MIB = 2**20

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from cuzkd.errors import HistoryError, ReleaseError
 from cuzkd.swap import history
-from cuzkd.swap.history import HistoryError, Record, ReleaseVerdict
+from cuzkd.swap.history import Record, ReleaseVerdict
 from cuzkd.swap.historyfile import HistoryFile
-from cuzkd.swap.releases import ReleaseError, ReleaseStore
+from cuzkd.swap.releases import ReleaseStore
 
 
 def rec(release: str, verdict: ReleaseVerdict = ReleaseVerdict.ACCEPTED, **fields) -> Record:

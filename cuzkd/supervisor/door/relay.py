@@ -31,6 +31,7 @@ import grpc
 import structlog
 
 from cuzkd.config.doors import DoorPlan
+from cuzkd.errors import BadRequest, GrpcError, RequestIdTooLong
 from cuzkd.errortext import error_text
 from cuzkd.log.ratelimit import LimitedLog
 from cuzkd.metrics.door_metrics import DoorMetrics
@@ -61,15 +62,13 @@ from cuzkd.supervisor.door.merge import merge_metrics, merge_preload, merge_stat
 from cuzkd.supervisor.door.requests import (
     REQUESTS,
     SERVICE,
-    BadRequest,
-    RequestIdTooLong,
     broken_reply,
     method_name,
     read_call,
     submitted_job,
 )
 from cuzkd.supervisor.door.seat import EngineSeat, SendResult, Unanswered
-from cuzkd.supervisor.door.server import CallContext, GrpcError
+from cuzkd.supervisor.door.server import CallContext
 from cuzkd.supervisor.tasks import TaskSet
 
 log = structlog.get_logger("cuzkd.door")

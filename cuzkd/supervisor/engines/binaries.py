@@ -26,9 +26,9 @@ from pathlib import Path
 import structlog
 
 from cuzkd.config import BINARY_PLACEHOLDER, SupervisorConfig
-from cuzkd.supervisor.proc.spawn import SpawnError
+from cuzkd.errors import ReleaseError, SpawnError
 from cuzkd.swap.history import ReleaseOrigin
-from cuzkd.swap.releases import ReleaseError, ReleaseStore, release_of_pid, source_release_id
+from cuzkd.swap.releases import ReleaseStore, release_of_pid, source_release_id
 
 log = structlog.get_logger("cuzkd.supervisor")
 

@@ -29,6 +29,7 @@ import structlog
 from cuzkd.config import Config, EngineConfig
 from cuzkd.cuzk.client import read_queues
 from cuzkd.cuzk.reading import QueueReading
+from cuzkd.errors import SpawnError
 from cuzkd.errortext import error_text
 from cuzkd.gpus import GpuView
 from cuzkd.labelbudget import LabelBudgets
@@ -96,7 +97,7 @@ from cuzkd.supervisor.proc.descendants import DescendantWatch
 from cuzkd.supervisor.proc.oom import OomCounters
 from cuzkd.supervisor.proc.output import OutputLog, log_lines
 from cuzkd.supervisor.proc.reaper import ended
-from cuzkd.supervisor.proc.spawn import SpawnError, spawn_error_is_transient
+from cuzkd.supervisor.proc.spawn import spawn_error_is_transient
 from cuzkd.supervisor.proc.tree import tree_usage
 from cuzkd.supervisor.tasks import TaskSet
 

@@ -36,9 +36,9 @@ from pathlib import Path
 import structlog
 from aiohttp import hdrs, web
 
-from cuzkd.config import ConfigError
 from cuzkd.config.loading import web_config_error
-from cuzkd.config.webconfig import WebConfig, WebConfigError, read_web_config, tls_context
+from cuzkd.config.webconfig import WebConfig, read_web_config, tls_context
+from cuzkd.errors import ConfigError, WebConfigError
 from cuzkd.httperrors import error_response
 from cuzkd.log.ratelimit import LimitedLog
 from cuzkd.supervisor.web.basicauth import AuthDecision, BasicAuth

@@ -18,7 +18,8 @@ from typing import Any
 import msgspec
 import structlog
 
-from cuzkd.gpus import GpuViewError, NvmlDevice
+from cuzkd.errors import GpuViewError
+from cuzkd.gpus import NvmlDevice
 from cuzkd.log.ratelimit import LimitedLog
 from cuzkd.metrics.sample import ListenerAccess, SupervisorSample
 from cuzkd.status.document import StatusDocument
