@@ -21,6 +21,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from cuzkd.config.schema import DrainMode
 from cuzkd.states import DrainResult, StopReason
 
 #: The stops an operator asked for (a restart, a reload, a swap or rollback, the shutdown):
@@ -35,7 +36,7 @@ DRAIN_POLL = 0.5
 #: finished is off its queues before its ``Prove`` reply (the proof) has left for the client,
 #: and a stop signal in between would throw the finished proof away. ``door``'s: one -- the
 #: door's count of calls in flight drops only once the engine's reply is in the door's hands.
-QUIET_READS = {"quiet": 1, "cuzk": 2, "door": 1}
+QUIET_READS = {DrainMode.QUIET: 1, DrainMode.CUZK: 2, DrainMode.DOOR: 1}
 
 
 def drain_budget(drain_timeout: float, stop_timeout: float, within: float | None) -> float:
@@ -114,8 +115,8 @@ class Stage(enum.Enum):
 class StopSequence:
     """What one stop does next; build it with :meth:`begin`."""
 
-    #: ``http``, ``quiet``, ``cuzk`` or ``none`` (none when this stop skips the drain)
-    drain_mode: str
+    #: the engine's, or ``none`` when this stop skips the drain
+    drain_mode: DrainMode
     drain_timeout: float
     stop_timeout: float
     #: seconds between two status reads while draining
@@ -133,8 +134,8 @@ class StopSequence:
     quiet_reads: int = 0
 
     @classmethod
-    def begin(cls, now: float, *, drain_mode: str, drain_timeout: float, stop_timeout: float,
-              health_interval: float, kill_reason: str | None = None,
+    def begin(cls, now: float, *, drain_mode: DrainMode, drain_timeout: float,
+              stop_timeout: float, health_interval: float, kill_reason: str | None = None,
               within: float | None = None) -> StopSequence:
         """A stop starting at ``now``. ``drain_mode`` ``none`` skips the drain (the engine's
         setting, or a stop of an engine whose status never answered); ``kill_reason``: SIGKILL
@@ -143,7 +144,7 @@ class StopSequence:
         drain_timeout = drain_budget(drain_timeout, stop_timeout, within)
         if kill_reason is not None:
             stage, deadline = Stage.KILL_DUE, now
-        elif drain_mode != "none":
+        elif drain_mode != DrainMode.NONE:
             stage, deadline = Stage.DRAINING, now + drain_timeout
         else:
             stage, deadline = Stage.SIGNAL_DUE, now
@@ -203,7 +204,7 @@ class StopSequence:
         return Finished()
 
     def _drain_step(self, now: float, exited: bool, killed: bool) -> Step:
-        if self.drain_mode == "http" and not self.drain_requested:
+        if self.drain_mode == DrainMode.HTTP and not self.drain_requested:
             self.drain_requested = True
             return RequestDrain(by=self.deadline)
         if exited or self.quiet_seen or now >= self.deadline:

@@ -27,6 +27,7 @@ from typing import Any
 import structlog
 
 from cuzkd.config import Config, EngineConfig
+from cuzkd.config.schema import DrainMode
 from cuzkd.cuzk.client import read_queues
 from cuzkd.cuzk.reading import QueueReading
 from cuzkd.errors import SpawnError
@@ -564,7 +565,7 @@ class EngineRunner:
         exited, spec = self._exited, self.spec
         self._queues = None
         sequence = StopSequence.begin(
-            self._clock(), drain_mode=spec.drain_mode if drain else "none",
+            self._clock(), drain_mode=spec.drain_mode if drain else DrainMode.NONE,
             drain_timeout=spec.drain_timeout, stop_timeout=spec.stop_timeout,
             health_interval=spec.health_interval, kill_reason=why if kill else None,
             within=within)
