@@ -18,9 +18,10 @@ from typing import Any
 import numpy as np
 
 from cuzkd.bundled import field
-from cuzkd.bundled.backend import Backend, BackendError, select_backend
+from cuzkd.bundled.backend import Backend, select_backend
 from cuzkd.bundled.ntt import NttPlan
 from cuzkd.bundled.prover import quotient
+from cuzkd.errors import BackendError
 
 
 def backends(which: str) -> list[Backend]:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from cuzkd.errors import CuzkdError
+from cuzkd.errors import GpuViewError
 
 
 @dataclass(frozen=True)
@@ -44,10 +44,6 @@ class GpuView(Protocol):
     """Reads the host's GPUs; raises :class:`GpuViewError` when the driver does not answer."""
 
     def devices(self) -> Sequence[NvmlDevice]: ...
-
-
-class GpuViewError(CuzkdError):
-    pass
 
 
 class NvmlView:

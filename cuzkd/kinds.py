@@ -26,6 +26,8 @@ import enum
 from collections.abc import Mapping
 from typing import TypeVar
 
+from cuzkd.errors import KindTwice
+
 _V = TypeVar("_V")
 
 
@@ -99,16 +101,6 @@ def deprecation(text: str) -> str | None:
         return None
     return (f"proof kind {text!r} is the old name of {str(new)!r} (cuzk's name); "
             f"write {str(new)!r}: the old name will stop being accepted")
-
-
-class KindTwice(ValueError):
-    """A table a person wrote names one kind by two spellings (``winning`` and
-    ``winning-post``): which of the two values is meant cannot be guessed."""
-
-    def __init__(self, key: str, first: str, kind: str) -> None:
-        super().__init__(f"{key!r} and {first!r} both name proof kind {kind!r}: keep one")
-        #: the later of the two keys, the one to name in the error
-        self.key = key
 
 
 def typed_table(table: Mapping[str, _V]) -> tuple[dict[str, _V], dict[str, str]]:

@@ -165,6 +165,14 @@ SWAP_RESULTS: tuple[SwapResult, ...] = (
 ROLLBACK_RESULTS: tuple[SwapResult, ...] = (SwapResult.OK, SwapResult.FAILED, SwapResult.CANCELLED)
 
 
+class OnInconclusive(enum.StrEnum):
+    """What a swap does when its canary analysis is ``inconclusive`` (``cuzkd swap
+    --on-inconclusive``, a word of the control API)."""
+
+    PROCEED = "proceed"
+    ROLLBACK = "rollback"
+
+
 class ConnectionClose(enum.StrEnum):
     """Why cuzkd closed a connection of its metrics listener: the ``reason`` label of
     ``cuzkd_metrics_connections_closed_total`` (:mod:`cuzkd.supervisor.web`)."""

@@ -11,14 +11,8 @@ from __future__ import annotations
 import pytest
 
 from cuzkd.cuzk import proving_pb2 as pb
-from cuzkd.kinds import (
-    KindTwice,
-    ProofKind,
-    deprecation,
-    enum_kind,
-    normalise_kind,
-    typed_table,
-)
+from cuzkd.errors import KindTwice
+from cuzkd.kinds import ProofKind, deprecation, enum_kind, normalise_kind, typed_table
 
 #: each kind: cuzk's name, gRPC's spelling, cuzkd's old name
 NAMES = [

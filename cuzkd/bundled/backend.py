@@ -18,16 +18,10 @@ from typing import Any, Literal
 import numpy as np
 
 from cuzkd.bundled.field import ArrayModule
-from cuzkd.errors import EX_CONFIG, CuzkdError
+from cuzkd.errors import BackendError
 from cuzkd.status.document import GpuDevice
 
 BackendName = Literal["numpy", "cupy"]
-
-
-class BackendError(CuzkdError, RuntimeError):
-    """The requested backend or devices are not available."""
-
-    exit_code = EX_CONFIG
 
 
 @dataclass(frozen=True)

@@ -22,11 +22,7 @@ from collections import deque
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 
-from cuzkd.errors import CuzkdError
-
-
-class BudgetExceededError(CuzkdError, ValueError):
-    """A reservation larger than the whole budget: it could never be granted."""
+from cuzkd.errors import BudgetExceededError
 
 
 @dataclass

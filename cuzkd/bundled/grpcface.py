@@ -44,19 +44,12 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from cuzkd.bundled.jobs import (
-    CRITICAL_PRIORITY,
-    HIGH_PRIORITY,
-    LOW_PRIORITY,
-    NORMAL_PRIORITY,
-    EngineDrainingError,
-    Job,
-)
+from cuzkd.bundled.jobs import Job
 from cuzkd.bundled.pipeline import Engine
-from cuzkd.bundled.server import ListenError
 from cuzkd.cuzk import proving_pb2 as pb
-from cuzkd.errors import EX_UNAVAILABLE, EX_USAGE
+from cuzkd.errors import EX_UNAVAILABLE, EX_USAGE, EngineDrainingError, GrpcError, ListenError
 from cuzkd.kinds import ProofKind
+from cuzkd.priority import Priority
 from cuzkd.units import ListenAddress, parse_listen
 from cuzkd.unixsock import remove_stale_socket
 
@@ -75,27 +68,19 @@ KINDS: Mapping[int, ProofKind] = {
 }
 
 #: cuzk's enum -> the pipeline's priority (unspecified: NORMAL, as an HTTP job's).
-PRIORITIES: Mapping[int, int] = {
-    pb.PRIORITY_UNSPECIFIED: NORMAL_PRIORITY, pb.LOW: LOW_PRIORITY, pb.NORMAL: NORMAL_PRIORITY,
-    pb.HIGH: HIGH_PRIORITY, pb.CRITICAL: CRITICAL_PRIORITY,
+PRIORITIES: Mapping[int, Priority] = {
+    **{priority.value: priority for priority in Priority},
+    Priority.PRIORITY_UNSPECIFIED.value: Priority.NORMAL,
 }
 
 M = TypeVar("M", bound=Message)
-
-
-class Refused(Exception):
-    """A call answered with a gRPC error status (``code``, ``message``), and nothing else."""
-
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 def decode(message: type[M], raw: bytes) -> M:
     try:
         return message.FromString(raw)
     except DecodeError as exc:
-        raise Refused(grpc.StatusCode.INVALID_ARGUMENT,
+        raise GrpcError(grpc.StatusCode.INVALID_ARGUMENT,
                       f"not a {message.DESCRIPTOR.name}: {exc}") from None
 
 
@@ -175,19 +160,19 @@ class ProvingFace:
         """The job ``request`` asks for: the open one under its id, else a new one."""
         kind = KINDS.get(request.proof_kind)
         if kind is None:
-            raise Refused(grpc.StatusCode.INVALID_ARGUMENT,
+            raise GrpcError(grpc.StatusCode.INVALID_ARGUMENT,
                           f"proof_kind {request.proof_kind}: not one of {sorted(KINDS)}")
         if request.priority not in PRIORITIES:
-            raise Refused(grpc.StatusCode.INVALID_ARGUMENT,
+            raise GrpcError(grpc.StatusCode.INVALID_ARGUMENT,
                           f"priority {request.priority}: not one of {sorted(PRIORITIES)}")
         if len(request.request_id) > MAX_REQUEST_ID_CHARS:
-            raise Refused(grpc.StatusCode.INVALID_ARGUMENT,
+            raise GrpcError(grpc.StatusCode.INVALID_ARGUMENT,
                           f"request_id is {len(request.request_id)} characters; at most "
                           f"{MAX_REQUEST_ID_CHARS}")
         open_job = self.engine.requests.get(request.request_id) if request.request_id else None
         if open_job is not None and open_job.finished_at is None:
             if open_job.proof_kind != kind:
-                raise Refused(grpc.StatusCode.ALREADY_EXISTS,
+                raise GrpcError(grpc.StatusCode.ALREADY_EXISTS,
                               f"request {request.request_id!r} is a {open_job.proof_kind} "
                               "proof still open")
             return open_job
@@ -195,7 +180,7 @@ class ProvingFace:
             return self.engine.submit(kind, request_id=request.request_id,
                                       priority=PRIORITIES[request.priority])
         except EngineDrainingError as exc:
-            raise Refused(grpc.StatusCode.UNAVAILABLE, str(exc)) from None
+            raise GrpcError(grpc.StatusCode.UNAVAILABLE, str(exc)) from None
 
     async def prove(self, raw: bytes) -> pb.ProveResponse:
         job = self.submit(decode(pb.ProveRequest, raw).submit)
@@ -214,7 +199,7 @@ class ProvingFace:
         job_id = decode(pb.AwaitProofRequest, raw).job_id
         job = self.engine.requests.get(job_id)
         if job is None:
-            raise Refused(grpc.StatusCode.NOT_FOUND, f"no job {job_id[:200]!r}")
+            raise GrpcError(grpc.StatusCode.NOT_FOUND, f"no job {job_id[:200]!r}")
         await job.finished.wait()
         return result_of(job)
 
@@ -267,7 +252,7 @@ def _method(call: Callable[[bytes], Awaitable[Message]]) -> grpc.RpcMethodHandle
     async def handle(raw: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
         try:
             reply = await call(raw)
-        except Refused as exc:
+        except GrpcError as exc:
             await context.abort(exc.code, str(exc))
         return reply.SerializeToString()
     return grpc.unary_unary_rpc_method_handler(handle)

@@ -27,25 +27,15 @@ import grpc
 import structlog
 
 from cuzkd.bundled import prover
-from cuzkd.bundled.backend import BackendError, select_backend
+from cuzkd.bundled.backend import select_backend
 from cuzkd.bundled.budget import MemoryBudget
 from cuzkd.bundled.grpcface import check_grpc_listen, start_grpc
 from cuzkd.bundled.heap import return_large_frees
-from cuzkd.bundled.loadgen import BenchError, run_bench
+from cuzkd.bundled.loadgen import run_bench
 from cuzkd.bundled.pipeline import Engine
-from cuzkd.bundled.server import (
-    ListenError,
-    build_app,
-    check_listen,
-    start_site,
-)
-from cuzkd.bundled.settings import (
-    ProverConfig,
-    ProverConfigError,
-    default_config,
-    demo_config,
-    load_config,
-)
+from cuzkd.bundled.server import build_app, check_listen, start_site
+from cuzkd.bundled.settings import ProverConfig, default_config, demo_config, load_config
+from cuzkd.errors import BackendError, BenchError, ListenError, ProverConfigError
 from cuzkd.httperrors import JsonErrorsRunner
 from cuzkd.kinds import ProofKind
 from cuzkd.log.configure import configure_logging

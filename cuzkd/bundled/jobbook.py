@@ -14,6 +14,7 @@ import structlog
 
 from cuzkd.bundled.budget import MemoryBudget
 from cuzkd.bundled.jobs import Job, injected_failure
+from cuzkd.priority import Priority
 from cuzkd.status.tracker import StatusTracker
 
 _log = structlog.get_logger("cuzkd.engine")
@@ -53,7 +54,7 @@ class JobBook:
         await self._no_open_jobs.wait()
 
     def accept(self, proof_kind: str, partitions: int, size_log2: int, request_id: str,
-               priority: int, failure_rate: float) -> Job:
+               priority: Priority, failure_rate: float) -> Job:
         """A new open job under a fresh id, registered with the tracker; ``failure_rate``: the
         test-only share of jobs doomed to fail (ProverConfig.test_failure_rate)."""
         number = next(self._ids)

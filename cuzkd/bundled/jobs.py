@@ -9,22 +9,13 @@ from typing import Literal
 
 from cuzkd.bundled import prover
 from cuzkd.bundled.settings import MAX_SIZE_LOG2, MIN_SIZE_LOG2, PARTITIONS, ProverConfig
-from cuzkd.errors import CuzkdError
+from cuzkd.errors import JobRequestError
+from cuzkd.priority import Priority
 
 JobState = Literal["queued", "running", "done", "failed"]
-#: cuzk's priorities (``Priority`` of its gRPC): higher is admitted first. HTTP jobs are NORMAL.
-LOW_PRIORITY, NORMAL_PRIORITY, HIGH_PRIORITY, CRITICAL_PRIORITY = 1, 2, 3, 4
 MAX_PARTITIONS = 1024
 #: The error of the partition a test-only failure rate fails (ProverConfig.test_failure_rate).
 INJECTED_FAILURE = "injected failure (test-only failure rate)"
-
-
-class JobRequestError(CuzkdError, ValueError):
-    """A job request the engine cannot accept (the message says which field is wrong)."""
-
-
-class EngineDrainingError(CuzkdError, RuntimeError):
-    """The engine is shutting down and accepts no new jobs."""
 
 
 def checked_request(config: ProverConfig, proof_kind: str, partitions: int | None,
@@ -80,7 +71,8 @@ class Job:
     #: the id its client knows it by: cuzk's gRPC ``request_id`` (``job_id`` when none was
     #: given); unlike ``job_id`` not unique over time -- a retry reuses it
     request_id: str = ""
-    priority: int = NORMAL_PRIORITY
+    #: higher is admitted first; HTTP jobs are NORMAL
+    priority: Priority = Priority.NORMAL
     state: JobState = "queued"
     started_at: float | None = None
     finished_at: float | None = None

@@ -22,14 +22,10 @@ from typing import Any, TextIO
 
 import aiohttp
 
-from cuzkd.errors import CuzkdError
+from cuzkd.errors import BenchError
 from cuzkd.status.document import StatusDocument, decode_status
 
 POLL_INTERVAL_SECS = 0.2
-
-
-class BenchError(CuzkdError, RuntimeError):
-    """The engine refused a request or answered something unexpected."""
 
 
 @dataclass(frozen=True)

@@ -29,12 +29,14 @@ from cuzkd.bundled.drain import Drain
 from cuzkd.bundled.finalizers import Finalizers
 from cuzkd.bundled.gpuworkers import GpuWorkers, worker_slots
 from cuzkd.bundled.jobbook import JobBook
-from cuzkd.bundled.jobs import NORMAL_PRIORITY, EngineDrainingError, Job, checked_request
+from cuzkd.bundled.jobs import Job, checked_request
 from cuzkd.bundled.plans import PlanCache
 from cuzkd.bundled.scheduler import Scheduler
 from cuzkd.bundled.settings import ProverConfig
 from cuzkd.bundled.synthesis import Synthesis
 from cuzkd.bundled.threads import ThreadPools
+from cuzkd.errors import EngineDrainingError
+from cuzkd.priority import Priority
 from cuzkd.status.tracker import StatusTracker
 
 _log = structlog.get_logger("cuzkd.engine")
@@ -163,7 +165,7 @@ class Engine:
 
     def submit(self, proof_kind: str, partitions: int | None = None,
                size_log2: int | None = None, request_id: str = "",
-               priority: int = NORMAL_PRIORITY) -> Job:
+               priority: Priority = Priority.NORMAL) -> Job:
         """Accept a job (queued, or failed at once when a partition exceeds the budget);
         ``request_id``: the client's id for it (see :attr:`Job.request_id`)."""
         if not self.accepting:

@@ -14,9 +14,10 @@ import structlog
 
 from cuzkd.bundled import prover
 from cuzkd.bundled.backend import Backend
-from cuzkd.bundled.budget import BudgetExceededError, MemoryBudget
+from cuzkd.bundled.budget import MemoryBudget
 from cuzkd.bundled.jobbook import JobBook
 from cuzkd.bundled.jobs import Job
+from cuzkd.errors import BudgetExceededError
 
 _log = structlog.get_logger("cuzkd.engine")
 

@@ -17,9 +17,15 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from cuzkd.bundled.jobs import EngineDrainingError, Job, JobRequestError
+from cuzkd.bundled.jobs import Job
 from cuzkd.bundled.pipeline import Engine
-from cuzkd.errors import EX_UNAVAILABLE, EX_USAGE, CuzkdError
+from cuzkd.errors import (
+    EX_UNAVAILABLE,
+    EX_USAGE,
+    EngineDrainingError,
+    JobRequestError,
+    ListenError,
+)
 from cuzkd.httperrors import BODY_TIMEOUT, error_response, json_errors, read_body
 from cuzkd.kinds import deprecation, normalise_kind
 from cuzkd.status.document import encode_status
@@ -156,15 +162,6 @@ def build_app(engine: Engine, *, body_timeout: float = BODY_TIMEOUT) -> web.Appl
     app.router.add_post("/v1/drain", _drain)
     app.router.add_get("/v1/jobs/{job_id}", _job)
     return app
-
-
-class ListenError(CuzkdError):
-    """``--listen`` cannot be served; ``exit_code`` is EX_USAGE (the address itself is wrong)
-    or EX_UNAVAILABLE (the address is fine but cannot be used now)."""
-
-    def __init__(self, message: str, exit_code: int) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
 
 
 #: bind() errors that mean the address is wrong rather than busy or forbidden.

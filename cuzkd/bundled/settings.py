@@ -32,8 +32,8 @@ import msgspec
 
 from cuzkd import validation
 from cuzkd.bundled.memlimit import usable_memory_bytes
-from cuzkd.errors import EX_CONFIG, CuzkdError
-from cuzkd.kinds import KindTwice, typed_table
+from cuzkd.errors import KindTwice, ProverConfigError
+from cuzkd.kinds import typed_table
 from cuzkd.status.document import PARTITIONS as PARTITIONS
 from cuzkd.units import parse_duration, parse_size
 
@@ -90,12 +90,6 @@ class ProverConfig:
     def size_log2(self, proof_kind: str) -> int:
         value: int = getattr(self.sizes, proof_kind.replace("-", "_"))  # the kebab renaming
         return value
-
-
-class ProverConfigError(CuzkdError, ValueError):
-    """Invalid configuration; the message names the file and the key."""
-
-    exit_code = EX_CONFIG
 
 
 def resolve(raw: _RawConfig, source: str, *,

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from cuzkd.errors import EX_UNAVAILABLE, CuzkdError
+from cuzkd.errors import ControlRequestFailed, ControlUnavailable
 from cuzkd.errortext import error_text
 
 if TYPE_CHECKING:
@@ -28,22 +28,6 @@ BASE_URL = "http://cuzkd"
 #: How long ``cuzkd status NAME`` waits for the engine's own status: a person is waiting, and an
 #: engine that answers at all answers within milliseconds.
 STATUS_TIMEOUT = 5.0
-
-
-class ControlUnavailable(CuzkdError):
-    """The supervisor cannot be reached (no socket, refused, permission denied)."""
-
-    exit_code = EX_UNAVAILABLE
-
-
-class ControlRequestFailed(CuzkdError):
-    """The supervisor answered with an error; the message is its ``error``, ``status`` the
-    HTTP status (None for a problem the client found in the answer). Exit 1: the request was
-    refused."""
-
-    def __init__(self, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 class _UnixConnection(http.client.HTTPConnection):

@@ -113,7 +113,7 @@ def _pipelines_table(doc: StatusDocument) -> list[str]:
 
 
 def _stale_lines(info: EngineInfo) -> list[str]:
-    """The supervisor's stale jobs: listed by the engine, leftovers of failed work."""
+    """The supervisor's stale jobs: listed by the engine, failed work."""
     if not info.stale_jobs:
         return []
     rows = [["JOB", "KIND", "AGE", "NO PROGRESS FOR", "FAILED PARTITIONS"]]

@@ -19,12 +19,11 @@ from urllib.parse import quote
 
 import msgspec
 
-from cuzkd.cli.control_client import ControlRequestFailed, ControlUnavailable, call, get_status
+from cuzkd.cli.control_client import call, get_status
 from cuzkd.cli.engine_status import render_engine
 from cuzkd.cli.swap_commands import describe_active
 from cuzkd.config import (
     START_WAIT_SLACK,
-    ConfigError,
     control_socket,
     control_socket_despite_errors,
     describe_deadlines,
@@ -32,6 +31,7 @@ from cuzkd.config import (
     load_or_default,
     plan_doors,
 )
+from cuzkd.errors import ConfigError, ControlRequestFailed, ControlUnavailable
 from cuzkd.errortext import error_text
 from cuzkd.log.configure import LOG_FORMATS
 from cuzkd.states import ALIVE

@@ -22,7 +22,7 @@ from typing import Any
 from cuzkd.cli.control_client import BASE_URL, call, control_session
 from cuzkd.config import control_socket, load_or_default
 from cuzkd.errors import EX_TEMPFAIL
-from cuzkd.states import SwapResult
+from cuzkd.states import OnInconclusive, SwapResult
 
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
@@ -63,7 +63,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
                         help="your own check, run (no shell) with CUZKD_CANARY_ENGINE and "
                              "CUZKD_CANARY_STATUS_URL set and --analysis as timeout; exit 0 "
                              "passes")
-    canary.add_argument("--on-inconclusive", choices=["proceed", "rollback"],
+    canary.add_argument("--on-inconclusive", choices=[o.value for o in OnInconclusive],
                         help="too little work to decide: go on or roll back (default rollback)")
     swap.add_argument("--config", metavar="PATH", help="config naming the control socket")
     swap.set_defaults(handler=_swap)

@@ -1,13 +1,13 @@
 """The supervisor's configuration: TOML in, typed and fully validated structs out.
 
 Everything an operator can get wrong is caught before any engine starts: unknown keys, wrong
-types, duplicate names and impossible values all raise :class:`ConfigError` naming the file,
-the key and the problem. Four modules, one job each: :mod:`.schema` (the structs, their
-defaults, the placeholder constants), :mod:`.addresses` (the addresses, paths and engine argv
-the structs imply), :mod:`.loading` (reading the file safely -- size cap, FIFO -- and decoding
-it, its errors turned into messages) and :mod:`.checks` (the rules between fields); a cuzk
-engine's own TOML has :mod:`.cuzkfile` (reading it as cuzk does) and :mod:`.cuzkchecks` (its
-rules), its front door :mod:`.doors` (the plan, :func:`.plan_doors`) and :mod:`.doorchecks`
+types, duplicate names and impossible values all raise :class:`~cuzkd.errors.ConfigError` naming
+the file, the key and the problem. Four modules, one job each: :mod:`.schema` (the structs,
+their defaults, the placeholder constants), :mod:`.addresses` (the addresses, paths and engine
+argv the structs imply), :mod:`.loading` (reading the file safely -- size cap, FIFO -- and
+decoding it, its errors turned into messages) and :mod:`.checks` (the rules between fields); a
+cuzk engine's own TOML has :mod:`.cuzkfile` (reading it as cuzk does) and :mod:`.cuzkchecks`
+(its rules), its front door :mod:`.doors` (the plan, :func:`.plan_doors`) and :mod:`.doorchecks`
 (its rules). This front names what the rest of cuzkd uses.
 """
 
@@ -31,7 +31,6 @@ from cuzkd.config.schema import (
     BINARY_PLACEHOLDER,
     START_WAIT_SLACK,
     Config,
-    ConfigError,
     EngineConfig,
     SupervisorConfig,
     default_config,
@@ -41,7 +40,6 @@ __all__ = [
     "BINARY_PLACEHOLDER",
     "START_WAIT_SLACK",
     "Config",
-    "ConfigError",
     "DoorPlan",
     "EngineConfig",
     "SupervisorConfig",

@@ -18,7 +18,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from cuzkd.config.addresses import control_socket, status_address
-from cuzkd.config.schema import Config, ConfigError, EngineConfig
+from cuzkd.config.schema import Config, DrainMode, EngineConfig
+from cuzkd.errors import ConfigError
 from cuzkd.units import parse_listen
 
 #: Longest Unix socket path the kernel binds: ``sun_path`` is 108 bytes including the NUL.
@@ -119,10 +120,10 @@ def check(config: Config, where: str) -> None:
             raise fail(f"{key}.stall_after", f"{eng.stall_after:g}s is shorter than "
                                              f"health_interval ({eng.health_interval:g}s); "
                                              "use '0s' to turn the stall watchdog off")
-        if eng.drain_mode != "none" and address is None:
-            raise fail(f"{key}.drain", f"{eng.drain_mode!r} needs the engine's status "
+        if eng.drain_mode != DrainMode.NONE and address is None:
+            raise fail(f"{key}.drain", f"{str(eng.drain_mode)!r} needs the engine's status "
                                        "(set status_url, or drain = \"none\")")
-        if eng.drain_mode == "cuzk" and not eng.cuzk:
+        if eng.drain_mode == DrainMode.CUZK and not eng.cuzk:
             raise fail(f"{key}.drain", "'cuzk' reads cuzk's gRPC GetStatus: only for "
                                        "type = \"cuzk\" (use \"quiet\" for this engine)")
         # A shutdown drains for what shutdown_grace leaves after stop_timeout (the grace

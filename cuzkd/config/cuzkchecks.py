@@ -21,7 +21,8 @@ from cuzkd.config.addresses import control_socket, door_address
 from cuzkd.config.checks import check_socket_path
 from cuzkd.config.cuzkfile import CuzkFile, cuzk_size
 from cuzkd.config.doors import parse_door_address
-from cuzkd.config.schema import Config, ConfigError, EngineConfig
+from cuzkd.config.schema import Config, EngineConfig
+from cuzkd.errors import ConfigError
 from cuzkd.units import ListenAddress, parse_listen
 
 #: What the refusals suggest for ``[daemon] status_listen``: loopback, not exposed.

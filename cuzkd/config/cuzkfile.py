@@ -24,6 +24,7 @@ from typing import Annotated
 import msgspec
 
 from cuzkd import validation
+from cuzkd.errors import CuzkFileError
 from cuzkd.units import parse_listen
 
 #: Where cuzk reads its config without ``-c`` (cuzk-daemon's clap default).
@@ -128,15 +129,6 @@ class CuzkFile(msgspec.Struct, frozen=True, kw_only=True):
     def grpc_listen(self) -> str:
         """The gRPC address cuzk binds: ``-l`` if the command gives one, else the file's."""
         return self.listen_override if self.listen_override is not None else self.daemon.listen
-
-
-class CuzkFileError(Exception):
-    """A problem with a cuzk file: ``key`` is the dotted key ("" for the file as a whole)."""
-
-    def __init__(self, key: str, problem: str) -> None:
-        super().__init__(problem)
-        self.key = key
-        self.problem = problem
 
 
 def cuzk_config_path(explicit: str, command: Sequence[str]) -> str:

@@ -31,7 +31,8 @@ from cuzkd.config.doors import (
     parse_socket_mode,
     plan_doors,
 )
-from cuzkd.config.schema import DOOR_OFF, Config, ConfigError, EngineConfig
+from cuzkd.config.schema import DOOR_OFF, Config, DrainMode, EngineConfig
+from cuzkd.errors import ConfigError
 from cuzkd.units import format_bytes
 
 Fail = Callable[[str, str], ConfigError]
@@ -97,7 +98,7 @@ def _check_engine_door(config: Config, eng: EngineConfig, key: str, fail: Fail) 
         raise fail(f"{key}.door", "only for type \"cuzk\" or \"bundled\" (the door relays "
                                   "cuzk's gRPC, which only they serve); remove it (from "
                                   "[engine_defaults] too)")
-    if eng.drain_mode == "door" and not eng.door_on:
+    if eng.drain_mode == DrainMode.DOOR and not eng.door_on:
         raise fail(f"{key}.drain", "'door' waits for the calls of the engine's front door: "
                                    "only for a type \"cuzk\" or \"bundled\" engine whose door "
                                    "is on (use \"cuzk\" or \"http\" with its door off)")

@@ -26,27 +26,22 @@ from cuzkd import validation
 from cuzkd.config.addresses import control_socket
 from cuzkd.config.checks import check, check_metrics_host
 from cuzkd.config.cuzkchecks import check_cuzk_engines, cuzk_file_error, cuzk_warnings
-from cuzkd.config.cuzkfile import (
-    CuzkFileError,
-    cuzk_config_path,
-    listen_from_command,
-    read_cuzk_file,
-)
+from cuzkd.config.cuzkfile import cuzk_config_path, listen_from_command, read_cuzk_file
 from cuzkd.config.doorchecks import check_door_groups, check_doors, door_notices
 from cuzkd.config.schema import (
     DOOR_DEFAULT,
     TYPE_DEFAULTS,
     Bytes,
     Config,
-    ConfigError,
     EngineConfig,
     Seconds,
     default_config,
     default_engines,
     visible_gpu_count,
 )
-from cuzkd.config.webconfig import WebConfig, WebConfigError, read_web_config, tls_context
-from cuzkd.kinds import KindTwice, typed_table
+from cuzkd.config.webconfig import WebConfig, read_web_config, tls_context
+from cuzkd.errors import ConfigError, CuzkFileError, KindTwice, WebConfigError
+from cuzkd.kinds import typed_table
 from cuzkd.units import parse_duration, parse_size
 
 _T = TypeVar("_T")

@@ -13,6 +13,7 @@ The structs are frozen and compare by value: a SIGHUP reload diffs engines with 
 
 from __future__ import annotations
 
+import enum
 import signal
 from pathlib import Path
 from typing import Annotated, Literal
@@ -20,7 +21,6 @@ from typing import Annotated, Literal
 import msgspec
 
 from cuzkd.config.cuzkfile import CuzkFile
-from cuzkd.errors import EX_CONFIG, CuzkdError
 from cuzkd.kinds import ProofKind
 from cuzkd.labelbudget import DEFAULT_LIMITS
 from cuzkd.log.configure import LogFormat
@@ -42,12 +42,6 @@ DOOR_DEFAULT = ""
 START_WAIT_SLACK = 5.0
 
 
-class ConfigError(CuzkdError):
-    """A configuration mistake; the message is meant for the operator as is."""
-
-    exit_code = EX_CONFIG
-
-
 class Seconds(float):
     """A duration in seconds; the file says ``"250ms"``, ``"30s"``, ``"5m"`` or a number."""
 
@@ -64,15 +58,25 @@ _LABEL_LIMIT = Annotated[int, msgspec.Meta(ge=1, le=100_000)]
 Restart = Literal["always", "on-failure", "never"]
 LogLevel = Literal["debug", "info", "warning", "error"]
 StallAction = Literal["restart", "alert"]
-#: How a supervisor-initiated stop lets in-flight work end first (docs/supervisor.md, the stop
-#: sequence): ``http`` asks the engine to drain (``POST /v1/drain``, the bundled engine's),
-#: ``quiet`` waits for a moment with no partition synthesizing or on a GPU (any engine with a
-#: status), ``cuzk`` for one with no job in flight in ``/status`` and nothing pending or in
-#: progress in cuzk's gRPC ``GetStatus`` (a cuzk engine's: cuzk cannot drain itself), ``door``
-#: stops the engine's front door admitting calls and waits for its calls and submitted jobs to
-#: return (a cuzk engine behind a door: cuzkd holds Curio's new calls meanwhile), ``none``
-#: sends the stop signal at once.
-DrainMode = Literal["http", "quiet", "cuzk", "door", "none"]
+
+
+class DrainMode(enum.StrEnum):
+    """How a supervisor-initiated stop lets in-flight work end first (docs/supervisor.md, the
+    stop sequence)."""
+
+    #: ask the engine to drain (``POST /v1/drain``, the bundled engine's)
+    HTTP = "http"
+    #: wait for a moment with no partition synthesizing or on a GPU (any engine with a status)
+    QUIET = "quiet"
+    #: wait for no job in flight in ``/status`` and nothing pending or in progress in cuzk's
+    #: gRPC ``GetStatus`` (a cuzk engine's: cuzk cannot drain itself)
+    CUZK = "cuzk"
+    #: stop the engine's front door admitting calls and wait for its calls and submitted jobs
+    #: to return (a cuzk engine behind a door: cuzkd holds Curio's new calls meanwhile)
+    DOOR = "door"
+    #: send the stop signal at once
+    NONE = "none"
+
 
 #: What an ``[[engine]]`` runs, which decides how cuzkd talks to it: ``bundled`` (cuzkd's own
 #: demo engine, no ``command``), ``process`` (a command watched by its process alone), ``http``
@@ -256,7 +260,7 @@ class EngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     stall_after: Seconds = Seconds(600)
     stall_action: StallAction = "restart"
     #: a plain cuzk document's job whose partitions have not moved for this long is a
-    #: leftover of failed work (cuzkd/status/leftovers.py: 10 min is many times cuzk's slowest
+    #: failed work (cuzkd/status/failedwork.py: 10 min is many times cuzk's slowest
     #: step, a ~150 s PoRep on a small host); a job with a failed partition is one at once
     stale_job_after: Seconds = Seconds(600)
     #: GPUs the engine is pinned to: NVML indices ("0") or UUIDs ("GPU-..."); sets
@@ -328,15 +332,16 @@ class EngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
         if self.drain is not None:
             return self.drain
         if self.bundled:
-            return "door" if self.door_on else "http"
+            return DrainMode.DOOR if self.door_on else DrainMode.HTTP
         if self.cuzk:
-            return "door" if self.door_on else "cuzk"
-        return "quiet" if self.status_url else "none"
+            return DrainMode.DOOR if self.door_on else DrainMode.CUZK
+        return DrainMode.QUIET if self.status_url else DrainMode.NONE
 
     @property
     def stop_budget(self) -> float:
         """The longest a stop may take before the final SIGKILL: drain, then stop_timeout."""
-        return (self.drain_timeout if self.drain_mode != "none" else 0.0) + self.stop_timeout
+        return ((self.drain_timeout if self.drain_mode != DrainMode.NONE else 0.0)
+                + self.stop_timeout)
 
     @property
     def stop_signum(self) -> signal.Signals:

@@ -29,6 +29,7 @@ import msgspec
 import yaml
 
 from cuzkd import validation
+from cuzkd.errors import WebConfigError
 
 #: The exporter-toolkit release whose web configuration keys cuzkd accepts.
 EXPORTER_TOOLKIT_RELEASE = "v0.17.1"
@@ -77,15 +78,6 @@ _HEADERS: dict[str, tuple[str, ...] | None] = {
 _BCRYPT = re.compile(r"\$2[abxy]\$(0[4-9]|[12][0-9]|3[01])\$[./A-Za-z0-9]{53}")
 #: A header value must not end the header (CR, LF) or carry NUL.
 _HEADER_VALUE = re.compile(r"[^\r\n\0]*")
-
-
-class WebConfigError(Exception):
-    """A problem with a web config file: the dotted ``key`` ("" for the file) and why."""
-
-    def __init__(self, key: str, problem: str) -> None:
-        super().__init__(f"{key}: {problem}" if key else problem)
-        self.key = key
-        self.problem = problem
 
 
 class TlsServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):

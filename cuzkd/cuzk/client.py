@@ -41,6 +41,7 @@ from cuzkd.cuzk.telemetry import (
     gpus_of,
     outcomes_of,
 )
+from cuzkd.errors import ReadFailed
 from cuzkd.errortext import error_text
 from cuzkd.kinds import reported_kind
 
@@ -55,14 +56,6 @@ R = TypeVar("R")
 #: The reason of a gRPC status code (any other: :data:`ERROR_STATUS`).
 _REASONS = {grpc.StatusCode.UNAVAILABLE: UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED: TIMEOUT,
             grpc.StatusCode.RESOURCE_EXHAUSTED: TOO_LARGE}
-
-
-class _ReadFailed(Exception):
-    """One read's :class:`Failure`, raised inside this module (never out of it)."""
-
-    def __init__(self, failure: Failure) -> None:
-        super().__init__(failure.message)
-        self.failure = failure
 
 
 def reading_of(reply: pb.GetStatusResponse) -> QueueReading:
@@ -85,11 +78,11 @@ def queues_of(reply: pb.GetStatusResponse) -> dict[str, KindQueue]:
 
 @asynccontextmanager
 async def _channel(address: str) -> AsyncIterator[grpc.aio.Channel]:
-    """A channel for one read; an address grpc refuses is a :class:`_ReadFailed`."""
+    """A channel for one read; an address grpc refuses is a :class:`ReadFailed`."""
     try:
         channel = grpc.aio.insecure_channel(address, options=_OPTIONS)
     except Exception as exc:
-        raise _ReadFailed(Failure(CLIENT_ERROR, f"{address}: {error_text(exc)}")) from exc
+        raise ReadFailed(CLIENT_ERROR, f"{address}: {error_text(exc)}") from exc
     async with channel:
         yield channel
 
@@ -97,7 +90,7 @@ async def _channel(address: str) -> AsyncIterator[grpc.aio.Channel]:
 async def _call(channel: grpc.aio.Channel, address: str, method: str,
                 request: pb.GetStatusRequest | pb.GetMetricsRequest,
                 decode: Callable[[bytes], R], timeout: float) -> R:
-    """One unary call; any failure is a :class:`_ReadFailed` naming method and address."""
+    """One unary call; any failure is a :class:`ReadFailed` naming method and address."""
     where = f"{method} {address}"
     call = channel.unary_unary(SERVICE + method, request_serializer=type(request).SerializeToString,
                                response_deserializer=decode)
@@ -106,12 +99,12 @@ async def _call(channel: grpc.aio.Channel, address: str, method: str,
         reply: R | None = await call(request, timeout=timeout)
     except grpc.aio.AioRpcError as exc:
         code = exc.code()
-        raise _ReadFailed(Failure(_REASONS.get(code, ERROR_STATUS),
-                                      f"{where}: {code.name}: {exc.details()}")) from exc
+        raise ReadFailed(_REASONS.get(code, ERROR_STATUS),
+                         f"{where}: {code.name}: {exc.details()}") from exc
     except Exception as exc:  # a bug in a reply, a channel grpc gave up on: told, not a crash
-        raise _ReadFailed(Failure(CLIENT_ERROR, f"{where}: {error_text(exc)}")) from exc
+        raise ReadFailed(CLIENT_ERROR, f"{where}: {error_text(exc)}") from exc
     if reply is None:
-        raise _ReadFailed(Failure(UNDECODABLE, f"{where}: the reply does not decode"))
+        raise ReadFailed(UNDECODABLE, f"{where}: the reply does not decode")
     return reply
 
 
@@ -122,8 +115,8 @@ async def read_queues(address: str, timeout: float) -> QueueReading:
         async with _channel(address) as channel:
             reply = await _call(channel, address, "GetStatus", pb.GetStatusRequest(),
                                 pb.GetStatusResponse.FromString, timeout)
-    except _ReadFailed as exc:
-        return QueueReading.unknown(exc.failure.message)
+    except ReadFailed as exc:
+        return QueueReading.unknown(str(exc))
     return reading_of(reply)
 
 
@@ -146,8 +139,8 @@ async def read_telemetry(address: str, timeout: float) -> Telemetry:
             except ValueError as exc:
                 failures.append(Failure(BAD_METRICS_TEXT,
                                         f"GetMetrics {address}: {error_text(exc)}"))
-    except _ReadFailed as exc:
-        failures.append(exc.failure)
+    except ReadFailed as exc:
+        failures.append(Failure(exc.reason, str(exc)))
     if status is None:
         return Telemetry(failures=tuple(failures))
     gpus = gpus_of([(g.ordinal, g.name, g.vram_total_bytes, g.vram_free_bytes,

@@ -24,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from cuzkd.errors import MalformedWire
+
 _VARINT, _FIXED64, _LEN, _FIXED32 = 0, 1, 2, 5
 _U64 = (1 << 64) - 1
 #: Fields one read walks at most, nested ones included: a WindowPoSt's ``vanilla_proofs`` has
@@ -31,10 +33,6 @@ _U64 = (1 << 64) - 1
 #: more is none of cuzk's, and its walk is bounded (~3 µs a field, on the event loop): a
 #: 128 MiB message of two-byte fields would otherwise take minutes.
 MAX_FIELDS = 4096
-
-
-class _Malformed(ValueError):
-    """Bytes the wire format cannot walk."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +70,7 @@ def _varint(data: bytes, at: int, end: int) -> tuple[int, int]:
         if byte < 0x80:
             return value & _U64, at
         shift += 7
-    raise _Malformed("truncated or over-long varint")
+    raise MalformedWire("truncated or over-long varint")
 
 
 class _Walk:
@@ -91,27 +89,27 @@ class _Walk:
         while at < end:
             self._left -= 1
             if self._left < 0:
-                raise _Malformed(f"over {MAX_FIELDS} fields")
+                raise MalformedWire(f"over {MAX_FIELDS} fields")
             tag, at = _varint(data, at, end)
             number, wire_type = tag >> 3, tag & 7
             if number == 0 or number > 0x1FFFFFFF:
-                raise _Malformed(f"field number {number}")
+                raise MalformedWire(f"field number {number}")
             if wire_type == _VARINT:
                 value, at = _varint(data, at, end)
                 yield number, wire_type, value, 0
             elif wire_type == _LEN:
                 length, at = _varint(data, at, end)
                 if length > end - at:
-                    raise _Malformed("length-delimited field runs past the end")
+                    raise MalformedWire("length-delimited field runs past the end")
                 yield number, wire_type, at, at + length
                 at += length
             elif wire_type in (_FIXED64, _FIXED32):
                 at += 8 if wire_type == _FIXED64 else 4
                 if at > end:
-                    raise _Malformed("fixed field runs past the end")
+                    raise MalformedWire("fixed field runs past the end")
                 yield number, wire_type, 0, 0
             else:
-                raise _Malformed(f"wire type {wire_type}")
+                raise MalformedWire(f"wire type {wire_type}")
 
 
 def _enum(value: int) -> int:
@@ -151,7 +149,7 @@ def _read_submit(data: bytes, fields: Callable[[_Walk], Iterator[tuple[int, int,
                 kind = _enum(value)
             elif number == 5 and wire_type == _VARINT:
                 priority = _enum(value)
-    except (_Malformed, UnicodeDecodeError):
+    except (MalformedWire, UnicodeDecodeError):
         return None
     return ProveCall(request_id, kind, priority)
 
@@ -172,6 +170,6 @@ def read_result(data: bytes) -> ProveResult | None:
                 status = _enum(value)
             elif (slot := _TIMINGS.get(number)) is not None:
                 timings[slot] = value
-    except _Malformed:
+    except MalformedWire:
         return None
     return ProveResult(status, *timings)

@@ -41,6 +41,7 @@ from cuzkd.cuzk import proving_pb2 as pb
 from cuzkd.cuzk.wire import ProveCall, ProveResult, read_call, read_result
 from cuzkd.kinds import enum_kind
 from cuzkd.metrics.tally import le_labels
+from cuzkd.priority import Priority
 from cuzkd.states import DoorAbandon, DoorRefusal, DoorRetry, HoldEnd
 
 #: Seconds, for proofs from a 10 ms WinningPoSt on a warm engine to a 30 min PoRep on a small
@@ -54,15 +55,15 @@ HOLD_BUCKETS = (0.001, 0.01, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
 
 #: Priority number -> label value (``low`` ... ``critical``; PRIORITY_UNSPECIFIED is
 #: ``unspecified``, and so is a number the proto does not have)
-_PRIORITIES = {number: name.removeprefix("PRIORITY_").lower()
-               for name, number in pb.Priority.items()}
+_PRIORITIES = {priority.value: priority.name.removeprefix("PRIORITY_").lower()
+               for priority in Priority}
 #: AwaitProofResponse.Status number -> result (``completed``, ``failed``, ``cancelled``,
 #: ``timeout``; UNKNOWN, or a number the proto does not have, is ``unknown``)
 _STATUSES = {number: name.lower() for name, number in pb.AwaitProofResponse.Status.items()}
 _UNKNOWN = _STATUSES[pb.AwaitProofResponse.UNKNOWN]
-_UNSPECIFIED = _PRIORITIES[pb.PRIORITY_UNSPECIFIED]
+_UNSPECIFIED = _PRIORITIES[Priority.PRIORITY_UNSPECIFIED]
 #: what a request that cannot be read is counted as: kind ``other``, priority unspecified
-_NO_CALL = ProveCall("", pb.PROOF_KIND_UNSPECIFIED, pb.PRIORITY_UNSPECIFIED)
+_NO_CALL = ProveCall("", pb.PROOF_KIND_UNSPECIFIED, Priority.PRIORITY_UNSPECIFIED)
 #: A call that ended in a gRPC error: ``error:`` and the code, lower case (``error:unavailable``)
 _ERRORS = {code.name: f"error:{code.name.lower()}" for code in grpc.StatusCode
            if code is not grpc.StatusCode.OK}

@@ -186,7 +186,7 @@ class EngineFamilies:
                     labels: LabelBudgets) -> None:
         ext = status.cuzkd_extensions if extensions is None else extensions
         kept = admitted(labels, status, ext)
-        self._add_document(engine, status, kept, Leftovers.of(ext))
+        self._add_document(engine, status, kept, FailedWork.of(ext))
         if ext is not None:
             self._add_extensions(engine, ext, kept)
         jobs_in_flight = unfinished_jobs(status.pipelines) if ext is None else ext.jobs_in_flight
@@ -196,19 +196,19 @@ class EngineFamilies:
         return [value for value in vars(self).values() if isinstance(value, Metric)]
 
     def _add_document(self, engine: str, status: StatusDocument, kept: Admitted,
-                      leftovers: Leftovers) -> None:
+                      failed_work: FailedWork) -> None:
         e, kinds = [engine], kept.kinds
         _put(self.uptime, e, status.uptime_secs)
         for worker in first_by(status.gpu_workers, lambda w: w.worker_id):
             if worker.worker_id not in kept.workers:
                 continue
             labels = [engine, str(worker.worker_id), str(worker.gpu_ordinal)]
-            proving = worker.state == "proving" and worker.worker_id not in leftovers.phantom
+            proving = worker.state == "proving" and worker.worker_id not in failed_work.phantom
             self.worker_busy.add_metric(labels, 1 if proving else 0)
             current = worker.busy_secs if proving and worker.busy_secs is not None else 0.0
             self.worker_current.add_metric(labels, current)
         by_phase = _phase_tally(engine).count(
-            p for p in status.pipelines if p.job_id not in leftovers.stale)
+            p for p in status.pipelines if p.job_id not in failed_work.stale)
         for kind in kinds:
             for phase, count in by_phase.get(kind, _NO_PARTITIONS).items():
                 self.partitions.add_metric([engine, kind, phase], count)
@@ -223,10 +223,10 @@ class EngineFamilies:
         _put(self.budget_available, e, memory.available_bytes)
         active = status.synthesis.active
         _put(self.synth_active, e, None if active is None else max(
-            0, active - stale_synthesis(status.pipelines, leftovers.stale)))
+            0, active - stale_synthesis(status.pipelines, failed_work.stale)))
         _put(self.synth_max, e, status.synthesis.max_concurrent)
         # a plain cuzk's [] means "SRS manager busy": the deriver holds the last list a while
-        srs = status.allocations.srs or leftovers.held_srs
+        srs = status.allocations.srs or failed_work.held_srs
         for kind, allocations in (("srs", srs), ("pce", status.allocations.pce)):
             for circuit, size in sorted(bytes_by_circuit(allocations).items()):
                 if circuit in kept.circuits:
@@ -270,7 +270,7 @@ class EngineFamilies:
         self.backend.add_metric([engine], {"backend": attribute_value(ext.backend)})
 
 
-class Leftovers(NamedTuple):
+class FailedWork(NamedTuple):
     """What the deriver corrects in a plain cuzk's document: the stale jobs' ids, the
     phantom-busy workers and the SRS list held through an empty one (none for an engine
     serving its own extensions)."""
@@ -280,7 +280,7 @@ class Leftovers(NamedTuple):
     held_srs: list[Allocation]
 
     @classmethod
-    def of(cls, ext: Extensions | None) -> Leftovers:
+    def of(cls, ext: Extensions | None) -> FailedWork:
         if ext is None:
             return cls(frozenset(), frozenset(), [])
         return cls(frozenset(job.job_id for job in ext.stale_jobs),

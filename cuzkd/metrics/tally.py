@@ -173,7 +173,7 @@ def _phase_counts(partitions: list[Partition]) -> dict[str, int]:
 
 
 def stale_synthesis(pipelines: Iterable[Pipeline], stale: frozenset[str]) -> int:
-    """Of ``synthesis.active``, what leftovers of failed work hold: their partitions shown
+    """Of ``synthesis.active``, what failed work holds: its partitions shown
     ``synthesizing``, and those whose synthesis failed (cuzk never takes them off the count).
     Each listed job once."""
     held = 0

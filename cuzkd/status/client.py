@@ -50,10 +50,14 @@ from typing import Any
 import aiohttp
 import structlog
 
-from cuzkd.errors import CuzkdError
+from cuzkd.errors import StatusDecodeError, StatusFetchError
 from cuzkd.errortext import error_text
 from cuzkd.status.derive import ExtensionDeriver
-from cuzkd.status.document import Extensions, StaleJob, StatusDecodeError, StatusDocument
+from cuzkd.status.document import (
+    Extensions,
+    StaleJob,
+    StatusDocument,
+)
 from cuzkd.status.lightpolls import LightPolls
 from cuzkd.status.reader import StatusReader
 
@@ -69,23 +73,6 @@ def split_address(address: str) -> tuple[str | None, str]:
     if address.startswith("unix:"):
         return address.removeprefix("unix:"), "http://localhost/status"
     return None, address
-
-
-class StatusFetchError(CuzkdError):
-    """A fetch failed; the message says why (never empty). ``kind`` is a short, bounded key
-    (``timeout``, ``connect``, ``http_500``, ``too_large``, ``invalid``, ...) for rate-limited
-    logging."""
-
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-
-    @property
-    def answered(self) -> bool:
-        """The engine answered, wrongly (an HTTP error, no status document, too large): a
-        fault even while it starts. Otherwise nothing answered (refused, no socket, timed out,
-        the connection dropped): while it starts, its listener is not up yet."""
-        return self.kind.startswith("http_") or self.kind in ("invalid", TOO_LARGE)
 
 
 class Body:
@@ -153,6 +140,13 @@ TOO_LARGE = "too_large"
 
 def too_large(limit: int) -> StatusFetchError:
     return StatusFetchError(TOO_LARGE, f"status document larger than {limit} bytes")
+
+
+def answered(error: StatusFetchError) -> bool:
+    """The engine answered, wrongly (an HTTP error, no status document, too large): a fault
+    even while it starts. Otherwise nothing answered (refused, no socket, timed out, the
+    connection dropped): while it starts, its listener is not up yet."""
+    return error.kind.startswith("http_") or error.kind in ("invalid", TOO_LARGE)
 
 
 def excerpt(body: bytes) -> str:
@@ -304,10 +298,10 @@ class StatusSource:
             return document.cuzkd_extensions
         return self._reader.derived()
 
-    def leftovers(self) -> tuple[list[StaleJob], list[int]]:
+    def failed_work(self) -> tuple[list[StaleJob], list[int]]:
         """The stale jobs and phantom-busy workers the deriver found in the last plain document
         (none for an engine serving its own extensions); decodes nothing."""
-        return self._reader.leftovers()
+        return self._reader.failed_work()
 
     async def close(self) -> None:
         if self._inflight is not None:
@@ -387,7 +381,7 @@ class StatusSource:
 
     def _failure(self, error: StatusFetchError) -> None:
         """Count a failure, unless nothing answered while the engine starts, and say why."""
-        self.last_error_counted = error.answered or not self._starting()
+        self.last_error_counted = answered(error) or not self._starting()
         if self.last_error_counted:
             self.fetch_errors_total += 1
         self.last_error, self.last_error_kind = str(error), error.kind

@@ -50,7 +50,7 @@ from cuzkd.status.document import (
     StatusDocument,
     WorkerBusyTotal,
 )
-from cuzkd.status.leftovers import STALE_AFTER_SECS, JobProgress
+from cuzkd.status.failedwork import STALE_AFTER_SECS, JobProgress
 
 #: How far the engine's start time, estimated as ``clock() - uptime_secs``, may move between two
 #: observations before it counts as a restart. Covers fetch latency jitter (a document is
@@ -63,7 +63,7 @@ RESTART_SLACK_SECS = 5.0
 SRS_HOLD_SECS = 120.0
 
 #: Why a worker shown ``proving`` is not busy (the bounded ``reason`` of phantom-busy spans):
-#: its job is not listed, is a leftover of failed work, or lists that partition not in ``gpu``.
+#: its job is not listed, is failed work, or lists that partition not in ``gpu``.
 PHANTOM_REASONS: tuple[str, ...] = ("job_not_listed", "job_stale", "partition_not_gpu")
 
 #: Pipeline order without ``pending`` (where partitions start) and ``failed`` (off-pipeline).
@@ -313,7 +313,7 @@ class ExtensionDeriver:
             job = jobs[pipeline.job_id] = self._observe_pipeline(pipeline)
             if self._progress.stale(pipeline, now):
                 stale[pipeline.job_id] = self._stale_job(pipeline, now)
-            # pipeline_in_flight, kept; a leftover of failed work is not in flight
+            # pipeline_in_flight, kept; failed work is not in flight
             running = job.terminal < pipeline.total_partitions and pipeline.job_id not in stale
             in_flight += running
             clocks[pipeline.job_id] = self._time_job(pipeline, running, now)
@@ -376,7 +376,7 @@ class ExtensionDeriver:
         )
 
     def stale_jobs(self) -> list[StaleJob]:
-        """The last document's leftovers of failed work."""
+        """The last document's failed work: its stale jobs."""
         return list(self._stale.values())
 
     def phantom_busy_workers(self) -> list[int]:

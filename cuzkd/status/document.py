@@ -25,10 +25,10 @@ from typing import Annotated, Any, Literal, NamedTuple, TypeVar
 
 import msgspec
 
-from cuzkd.errors import CuzkdError
+from cuzkd.errors import StatusDecodeError, Unsalvageable
 from cuzkd.errortext import error_text
 from cuzkd.kinds import ProofKind, normalise_kind
-from cuzkd.status.salvage import FieldError, Reason, Salvage, Unsalvageable
+from cuzkd.status.salvage import FieldError, Reason, Salvage
 
 #: cuzk's unsigned integers. The upper bound matters: JSON integers decode to arbitrary-precision
 #: Python ints, and one too large for a float (10**400) would make the exporter's ``float()``
@@ -186,7 +186,7 @@ class GpuDevice(msgspec.Struct, frozen=True, gc=False):
 
 
 class StaleJob(msgspec.Struct, frozen=True, gc=False):
-    """A listed job that is a leftover of failed work (a plain cuzk's: cuzkd.status.leftovers);
+    """A listed job that is failed work (a plain cuzk's: :mod:`cuzkd.status.failedwork`);
     not in flight, not queued GPU work, not synthesizing."""
 
     job_id: str
@@ -217,7 +217,7 @@ class Extensions(msgspec.Struct, frozen=True, gc=False):
     job_duration_seconds: dict[str, Histogram] = msgspec.field(default_factory=dict)
     #: the engine is draining: accepts no job, finishes those it accepted, then exits
     draining: bool = False
-    #: listed jobs that are leftovers of failed work (derived for a plain cuzk only)
+    #: listed jobs that are failed work (derived for a plain cuzk only)
     stale_jobs: list[StaleJob] = msgspec.field(default_factory=list)
     #: workers shown ``proving`` a partition that is not in ``gpu`` in a live job, two polls in
     #: a row: not busy (derived for a plain cuzk only)
@@ -241,10 +241,6 @@ class StatusDocument(msgspec.Struct, frozen=True, gc=False):
     counters: Counters
     buffers: Buffers
     cuzkd_extensions: Extensions | None = None
-
-
-class StatusDecodeError(CuzkdError, ValueError):
-    """The bytes are not a status document; the message says which field is wrong."""
 
 
 _DECODER = msgspec.json.Decoder(StatusDocument)

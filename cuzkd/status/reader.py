@@ -53,6 +53,6 @@ class StatusReader:
         """The extensions derived from the plain documents seen so far."""
         return self._deriver.extensions()
 
-    def leftovers(self) -> tuple[list[StaleJob], list[int]]:
+    def failed_work(self) -> tuple[list[StaleJob], list[int]]:
         """The stale jobs and phantom-busy workers found in the last plain document."""
         return self._deriver.stale_jobs(), self._deriver.phantom_busy_workers()

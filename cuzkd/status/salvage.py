@@ -36,7 +36,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from cuzkd.errors import CuzkdError
+from cuzkd.errors import Unsalvageable
 
 #: Why a value was refused: the ``reason`` label of ``cuzkd_status_field_errors_total``.
 #: ``invalid_utf8``: a string with bytes that are no UTF-8 (one odd byte costs its value).
@@ -69,10 +69,6 @@ class FieldError:
 
     def __str__(self) -> str:
         return self.message if self.path == "$" else f"{self.message} - at `{self.path}`"
-
-
-class Unsalvageable(CuzkdError, ValueError):
-    """Nothing of the type could be kept; the message is the error that left none."""
 
 
 class _Bad:

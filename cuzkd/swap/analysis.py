@@ -14,22 +14,34 @@ with the canary's own window before the swap):
 
 A failure of any of these (or a canary that restarted or went silent in the window) is
 ``fail``; otherwise, with no kind that counts, ``inconclusive``;
-else ``pass``. This module is pure -- cumulative counters in, a verdict out -- so every rule is
+else ``pass``. This module is pure -- cumulative counters in, a report out -- so every rule is
 unit-tested; the swap coordinator reads the counters and runs the check.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from cuzkd.status.document import Extensions, StatusDocument
 
-Result = Literal["pass", "fail", "inconclusive"]
-#: What the canary was compared with: the engines still on the old release, or its own window
-#: before the swap (no old engine left to compare with, e.g. a one-GPU host).
-Baseline = Literal["peers", "self"]
+
+class AnalysisResult(enum.StrEnum):
+    """What the analysis found of the canary (the module docstring says when each is given)."""
+
+    PASS = "pass"  # noqa: S105 (a result, not a password)
+    FAIL = "fail"
+    INCONCLUSIVE = "inconclusive"
+
+
+class Baseline(enum.StrEnum):
+    """What the canary was compared with: the engines still on the old release, or its own
+    window before the swap (no old engine left to compare with, e.g. a one-GPU host)."""
+
+    PEERS = "peers"
+    SELF = "self"
 
 
 @dataclass(frozen=True)
@@ -110,8 +122,10 @@ class KindComparison:
 
 
 @dataclass(frozen=True)
-class Verdict:
-    result: Result
+class CanaryReport:
+    """What one canary analysis found, and why."""
+
+    result: AnalysisResult
     #: why, one line per finding (for ``fail`` and ``inconclusive``), or what passed
     reasons: list[str]
     kinds: list[KindComparison]
@@ -122,7 +136,7 @@ class Verdict:
     check: str | None = None
 
     def as_json(self) -> dict[str, Any]:
-        """The verdict as stored in the release history and streamed to ``cuzkd swap``."""
+        """The report as stored in the release history and streamed to ``cuzkd swap``."""
         return asdict(self)
 
     def summary(self) -> str:
@@ -139,8 +153,8 @@ def _rate(tally: Tally, kind: str) -> float | None:
 
 
 def judge(canary: Tally, baseline: Tally, criteria: Criteria, *, baseline_kind: Baseline,
-          check: str | None = None, unread: Sequence[str] = ()) -> Verdict:
-    """The verdict on the canary's window against the baseline's (see the module docstring).
+          check: str | None = None, unread: Sequence[str] = ()) -> CanaryReport:
+    """The report on the canary's window against the baseline's (see the module docstring).
     ``unread``: canaries without a window (restarted, or no status during it): no pass."""
     failures: list[str] = []
     if unread:
@@ -164,13 +178,13 @@ def judge(canary: Tally, baseline: Tally, criteria: Criteria, *, baseline_kind: 
                             f"(at least {criteria.min_throughput_ratio:g} required)")
     counted = [k for k in kinds if k.ratio is not None]
     if failures:
-        result: Result = "fail"
+        result = AnalysisResult.FAIL
         reasons = failures
     elif not counted:
-        result = "inconclusive"
+        result = AnalysisResult.INCONCLUSIVE
         reasons = [f"too little work to compare: no proof kind with {criteria.min_partitions} "
                    "partitions done on both sides"]
     else:
-        result = "pass"
+        result = AnalysisResult.PASS
         reasons = [f"{len(counted)} proof kind(s) compared, {canary.failed_jobs} failed job(s)"]
-    return Verdict(result, reasons, kinds, canary.failed_jobs, baseline_kind, criteria, check)
+    return CanaryReport(result, reasons, kinds, canary.failed_jobs, baseline_kind, criteria, check)

@@ -24,17 +24,11 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
+from cuzkd.errors import ReleaseError, SwapInProgress
 from cuzkd.httperrors import read_body
-from cuzkd.states import SwapResult
+from cuzkd.states import OnInconclusive, SwapResult
 from cuzkd.swap.analysis import Criteria
-from cuzkd.swap.releases import ReleaseError
-from cuzkd.swap.rolling import (
-    AnalysisPlan,
-    OnInconclusive,
-    SwapCoordinator,
-    SwapInProgress,
-    SwapOutcome,
-)
+from cuzkd.swap.rolling import AnalysisPlan, SwapCoordinator, SwapOutcome
 from cuzkd.units import parse_duration
 
 
@@ -54,7 +48,7 @@ class SwapRequest(msgspec.Struct, forbid_unknown_fields=True):
     max_failed_jobs: int = 0
     #: the operator's check, a shell-like string split with shlex and run without a shell
     check: str | None = None
-    on_inconclusive: OnInconclusive = "rollback"
+    on_inconclusive: OnInconclusive = OnInconclusive.ROLLBACK
 
 
 def analysis_plan(req: SwapRequest) -> AnalysisPlan | None:

@@ -22,26 +22,37 @@ an ``analysis`` object: the canary analysis verdict of ``cuzkd swap --analysis``
 
 from __future__ import annotations
 
+import enum
 import json
 from collections.abc import Collection, Sequence
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 
 from cuzkd import validation
-from cuzkd.errors import CuzkdError
+from cuzkd.errors import HistoryError
 
-Verdict = Literal["pending", "accepted", "rejected"]
-#: How a release came to be put into service.
-Origin = Literal["swap", "initial_binary", "recovered"]
+
+class ReleaseVerdict(enum.StrEnum):
+    """Whether a release proved good (the module docstring says when each is given)."""
+
+    PENDING = "pending"
+    ACCEPTED = "accepted"
+    REJECTED = "rejected"
+
+
+class ReleaseOrigin(enum.StrEnum):
+    """How a release came to be put into service."""
+
+    SWAP = "swap"
+    INITIAL_BINARY = "initial_binary"
+    #: found active at start without a record (see :func:`reconcile`)
+    RECOVERED = "recovered"
+
 
 FORMAT = 1
 #: Records kept at most; the oldest records of releases no longer on disk go first.
 MAX_RECORDS = 100
-
-
-class HistoryError(CuzkdError):
-    """The history file cannot be read or written; the message names the file and the problem."""
 
 
 class Record(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=False):
@@ -49,15 +60,15 @@ class Record(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Fa
     release: str
     #: the binary's file name in the release
     binary: str
-    origin: Origin
+    origin: ReleaseOrigin
     #: Unix time the release was put into service (or smoke-tested, when refused before)
     activated_at: float
-    verdict: Verdict = "pending"
+    verdict: ReleaseVerdict = ReleaseVerdict.PENDING
     #: Unix time of the verdict; None while pending
     decided_at: float | None = None
     #: why it was rejected, or what accepted it
     reason: str | None = None
-    #: the canary analysis verdict (``Verdict.as_json``) when the swap ran one
+    #: the canary analysis's report (``CanaryReport.as_json``) when the swap ran one
     analysis: dict[str, Any] | None = None
 
 
@@ -66,22 +77,22 @@ class _Document(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     records: list[Record]
 
 
-def put_in_service(records: Sequence[Record], release: str, binary: str, origin: Origin,
+def put_in_service(records: Sequence[Record], release: str, binary: str, origin: ReleaseOrigin,
                    now: float) -> list[Record]:
     """``release`` starts a trial: a fresh pending record at the end (an older one is dropped)."""
     fresh = Record(release=release, binary=binary, origin=origin, activated_at=now)
     return [*(r for r in records if r.release != release), fresh]
 
 
-def decide(records: Sequence[Record], release: str, verdict: Verdict, reason: str | None,
-           now: float, analysis: dict[str, Any] | None = None) -> list[Record]:
+def decide(records: Sequence[Record], release: str, verdict: ReleaseVerdict,
+           reason: str | None, now: float, analysis: dict[str, Any] | None = None) -> list[Record]:
     """Record ``verdict`` (and a canary ``analysis``, when given) for ``release``; a release
     without a record is left alone."""
     return [_judged(r, verdict, reason, now, analysis) if r.release == release else r
             for r in records]
 
 
-def _judged(record: Record, verdict: Verdict, reason: str | None, now: float,
+def _judged(record: Record, verdict: ReleaseVerdict, reason: str | None, now: float,
             analysis: dict[str, Any] | None = None) -> Record:
     if analysis is None:
         analysis = record.analysis
@@ -102,14 +113,14 @@ def rollback_target(records: Sequence[Record], active: str | None,
     """
     index = next((i for i, r in enumerate(records) if r.release == active), len(records))
     return next((r.release for r in reversed(records[:index])
-                 if r.verdict == "accepted" and r.release in installed), None)
+                 if r.verdict == ReleaseVerdict.ACCEPTED and r.release in installed), None)
 
 
 def protected(records: Sequence[Record], active: str | None,
               installed: Collection[str]) -> set[str]:
     """Releases pruning must keep: the newest accepted one, the accepted one before it, and
     where a rollback from the active release would go."""
-    accepted = [r.release for r in records if r.verdict == "accepted"]
+    accepted = [r.release for r in records if r.verdict == ReleaseVerdict.ACCEPTED]
     keep = set(accepted[-2:])
     target = rollback_target(records, active, installed)
     return keep if target is None else keep | {target}
@@ -124,10 +135,11 @@ def reconcile(records: Sequence[Record], active: str | None, binary: str | None,
     history set aside as unreadable) gets a pending one, to be judged like a seed.
     """
     interrupted = "interrupted: the supervisor stopped before its engines were healthy"
-    result = [_judged(r, "rejected", interrupted, now)
-              if r.verdict == "pending" and r.release != active else r for r in records]
+    result = [_judged(r, ReleaseVerdict.REJECTED, interrupted, now)
+              if r.verdict == ReleaseVerdict.PENDING and r.release != active else r
+              for r in records]
     if active is not None and binary is not None and find(result, active) is None:
-        result = put_in_service(result, active, binary, "recovered", now)
+        result = put_in_service(result, active, binary, ReleaseOrigin.RECOVERED, now)
     return result
 
 

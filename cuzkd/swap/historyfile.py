@@ -8,7 +8,7 @@ what an interrupted save left.
 
 The file is read without following a symlink and without blocking on a FIFO, and a file that
 is not a history (damaged by hand, by a failing disk, or from a newer cuzkd) is reported as
-:class:`~cuzkd.swap.history.HistoryError` naming the file and the problem.
+:class:`~cuzkd.errors.HistoryError` naming the file and the problem.
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ import time
 from collections.abc import Generator, Sequence
 from pathlib import Path
 
+from cuzkd.errors import HistoryError
 from cuzkd.swap import history
 from cuzkd.swap.fsutil import replace_durably, temp_path
-from cuzkd.swap.history import HistoryError, Record
+from cuzkd.swap.history import Record
 
 SAVE_STEPS = ("history_written", "history_replaced")
 

@@ -28,7 +28,7 @@ from typing import Any, BinaryIO, TypeVar
 
 import structlog
 
-from cuzkd.errors import CuzkdError
+from cuzkd.errors import HistoryError, ReleaseError
 from cuzkd.swap import history, inuse, rules
 from cuzkd.swap.fsutil import (
     fsync_dir,
@@ -37,7 +37,7 @@ from cuzkd.swap.fsutil import (
     replace_durably,
     temp_path,
 )
-from cuzkd.swap.history import HistoryError, Origin, Record, Verdict
+from cuzkd.swap.history import Record, ReleaseOrigin, ReleaseVerdict
 from cuzkd.swap.historyfile import HistoryFile
 
 INSTALL_STEPS = ("temp_created", "copied", "sealed", "committed", "stamped")
@@ -54,10 +54,6 @@ _COPY_CHUNK = 1 << 20
 _log = structlog.get_logger("cuzkd.swap")
 
 T = TypeVar("T")
-
-
-class ReleaseError(CuzkdError):
-    """A release operation was refused or found the store unusable; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -142,7 +138,7 @@ class ReleaseStore:
 
     # -- operations --------------------------------------------------------------------------
 
-    def put_in_service(self, release: Release, origin: Origin) -> None:
+    def put_in_service(self, release: Release, origin: ReleaseOrigin) -> None:
         """Record that ``release`` is about to be activated for a trial (verdict pending).
 
         Written before the flip: after a crash in between, recovery finds a pending record that
@@ -151,13 +147,13 @@ class ReleaseStore:
         self._save_history(history.put_in_service(
             self.history(), release.id, release.binary.name, origin, time.time()))
 
-    def judge(self, release: Release, verdict: Verdict, reason: str | None,
+    def judge(self, release: Release, verdict: ReleaseVerdict, reason: str | None,
               analysis: dict[str, Any] | None = None) -> None:
         """Record ``verdict`` (and a canary ``analysis``) on ``release`` in the history,
         durably."""
         run_steps(self.judge_steps(release, verdict, reason, analysis))
 
-    def judge_steps(self, release: Release, verdict: Verdict, reason: str | None,
+    def judge_steps(self, release: Release, verdict: ReleaseVerdict, reason: str | None,
                     analysis: dict[str, Any] | None = None) -> Generator[str, None, None]:
         """:meth:`judge`, yielding each step of the history file's ``SAVE_STEPS``."""
         records = history.decide(self.history(), release.id, verdict, reason, time.time(),
@@ -343,7 +339,8 @@ class ReleaseStore:
         activation or its trial, and no rollback goes to it. Either is what a refused swap
         leaves behind when it could not discard it at once."""
         verdicts = {r.release: r.verdict for r in self.history()}
-        unused = [r for r in self.releases() if verdicts.get(r.id, "rejected") == "rejected"]
+        unused = [r for r in self.releases()
+                  if verdicts.get(r.id, ReleaseVerdict.REJECTED) == ReleaseVerdict.REJECTED]
         if not unused:
             return
         pinned = self._pinned(unused)
@@ -351,7 +348,7 @@ class ReleaseStore:
             if release.id not in pinned:
                 run_steps(self._remove_steps(release))
                 _log.info("swap_release_discarded", release=release.id, reason=(
-                    "never accepted: " + ("rejected" if release.id in verdicts
+                    "never accepted: " + (ReleaseVerdict.REJECTED if release.id in verdicts
                                           else "no history record")))
 
     def _recover_history(self, active: Release | None) -> bool:

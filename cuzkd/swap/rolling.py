@@ -21,21 +21,22 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import enum
 import os
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 import structlog
 
-from cuzkd.errors import CuzkdError
-from cuzkd.states import ROLLBACK_RESULTS, SWAP_RESULTS, SwapResult
+from cuzkd.errors import ReleaseError, SwapCancelled, SwapInProgress
+from cuzkd.states import ROLLBACK_RESULTS, SWAP_RESULTS, OnInconclusive, SwapResult
 from cuzkd.status.document import Extensions, StatusDocument
 from cuzkd.swap import analysis
-from cuzkd.swap.history import Verdict
-from cuzkd.swap.releases import Release, ReleaseError, ReleaseStore
+from cuzkd.swap.history import ReleaseOrigin, ReleaseVerdict
+from cuzkd.swap.releases import Release, ReleaseStore
 
 #: Pause between two tries at accepting a release at start while an engine is not yet up.
 ACCEPT_RETRY = 1.0
@@ -68,7 +69,13 @@ class SwapTarget(Protocol):
 #: What the operator's ``--check`` command finds in its environment.
 CANARY_ENGINE_ENV = "CUZKD_CANARY_ENGINE"
 CANARY_STATUS_ENV = "CUZKD_CANARY_STATUS_URL"
-OnInconclusive = Literal["proceed", "rollback"]
+
+
+class Operation(enum.StrEnum):
+    """What the coordinator is doing: the ``operation`` of its log events."""
+
+    SWAP = "swap"
+    ROLLBACK = "rollback"
 
 
 @dataclass(frozen=True)
@@ -81,22 +88,14 @@ class AnalysisPlan:
     criteria: analysis.Criteria = field(default_factory=analysis.Criteria)
     #: the operator's check, already split (run without a shell)
     check: list[str] | None = None
-    on_inconclusive: OnInconclusive = "rollback"
-
-
-class SwapInProgress(CuzkdError):
-    """Another swap holds the lock; the caller answers 409."""
-
-
-class SwapCancelled(CuzkdError):
-    """:meth:`SwapCoordinator.close` came while the operation waited; the message says why."""
+    on_inconclusive: OnInconclusive = OnInconclusive.ROLLBACK
 
 
 @dataclass
 class _Underway:
     """What an operation found, and what it has put on trial: what a cancel puts back."""
 
-    operation: Literal["swap", "rollback"]
+    operation: Operation
     #: the release active when it began (None: none, or an unusable store)
     before: str | None
     #: a swap's new release, once put in service (verdict pending)
@@ -110,7 +109,7 @@ class SwapOutcome:
     previous: str | None
     reason: str | None = None
     engines: list[str] = field(default_factory=list)
-    #: the canary analysis verdict (``Verdict.as_json``) when the swap ran one
+    #: the canary analysis's report (``CanaryReport.as_json``) when the swap ran one
     analysis: dict[str, Any] | None = None
 
     def as_json(self) -> dict[str, Any]:
@@ -209,11 +208,11 @@ class SwapCoordinator:
     ) -> SwapOutcome:
         """Swap the active release to a copy of ``source`` and roll the engines onto it; with a
         ``plan``, the canaries first, judged by the analysis before the rest move."""
-        return await self._cancellable("swap", progress, lambda underway: self._swap(
+        return await self._cancellable(Operation.SWAP, progress, lambda underway: self._swap(
             source, smoke_args, smoke_timeout, settle, progress, plan, underway))
 
     async def _cancellable(
-        self, operation: Literal["swap", "rollback"], progress: Progress,
+        self, operation: Operation, progress: Progress,
         work: Callable[[_Underway], Coroutine[Any, Any, SwapOutcome]],
     ) -> SwapOutcome:
         """Run ``work`` as the one operation under way; a :meth:`close` meanwhile ends it
@@ -247,8 +246,8 @@ class SwapCoordinator:
                 self._step(progress, "rollback_impossible", reason=str(exc))
         trial = underway.trial
         if trial is not None and self.active_release() != trial.id and self._pending(trial):
-            await self._judge(trial, "rejected", f"cancelled: {reason}", progress)
-        if underway.operation == "swap":
+            await self._judge(trial, ReleaseVerdict.REJECTED, f"cancelled: {reason}", progress)
+        if underway.operation is Operation.SWAP:
             self._count(SwapResult.CANCELLED)
         else:
             self._count_rollback(SwapResult.CANCELLED)
@@ -261,7 +260,7 @@ class SwapCoordinator:
             record = self.store.verdict(release)
         except (ReleaseError, OSError):
             return False
-        return record is not None and record.verdict == "pending"
+        return record is not None and record.verdict == ReleaseVerdict.PENDING
 
     async def _unless_closed(self, wait: Awaitable[T]) -> T:
         """Await ``wait`` -- a wait on engines or on time -- unless :meth:`close` comes first:
@@ -303,7 +302,7 @@ class SwapCoordinator:
             self._step(progress, "smoke_test", release=release.id, cause=cause)
             if cause != "exit_0":
                 refusal = f"smoke test {list(smoke_args)} ended with {cause}"
-                await self._judge(release, "rejected", refusal, progress, trial=True)
+                await self._judge(release, ReleaseVerdict.REJECTED, refusal, progress, trial=True)
                 await self._discard(release, fresh, refusal, progress)
                 return self.refuse(refusal)
         engines = self.target.engine_names_using_binary()
@@ -314,7 +313,7 @@ class SwapCoordinator:
             self._step(progress, "analysis_baseline", engines=engines, seconds=plan.seconds)
             before = await self._unless_closed(self._window(engines, plan.seconds))
         try:
-            await asyncio.to_thread(self.store.put_in_service, release, "swap")
+            await asyncio.to_thread(self.store.put_in_service, release, ReleaseOrigin.SWAP)
             underway.trial = release
             previous = await asyncio.to_thread(self.store.activate, release)
         except (ReleaseError, OSError) as exc:
@@ -325,29 +324,30 @@ class SwapCoordinator:
             progress, "activated", release=release.id,
             previous=previous.id if previous else None,
         )
-        verdict: analysis.Verdict | None = None
+        report: analysis.CanaryReport | None = None
         if plan is None or not engines:
             moved, reason = await self._roll(engines, settle, progress)
         else:
             canaries, rest = engines[:plan.canary], engines[plan.canary:]
             moved, reason = await self._roll(canaries, settle, progress)
             if reason is None:
-                verdict = await self._analyse(canaries, rest, before, plan, progress)
-                reason = _analysis_refusal(verdict, plan)
+                report = await self._analyse(canaries, rest, before, plan, progress)
+                reason = _analysis_refusal(report, plan)
             if reason is None:
                 more, reason = await self._roll(rest, settle, progress)
                 moved += more
-        found = None if verdict is None else verdict.as_json()
+        found = None if report is None else report.as_json()
         if reason is None:
             self._count(SwapResult.OK)
             accepted = _healthy(engines, settle) + (
-                "" if verdict is None else f"; {verdict.summary()}")
-            await self._judge(release, "accepted", accepted, progress, analysis=found)
+                "" if report is None else f"; {report.summary()}")
+            await self._judge(release, ReleaseVerdict.ACCEPTED, accepted, progress,
+                              analysis=found)
             _log.info("swap_done", release=release.id, engines=engines)
             await self._prune(progress)
             return SwapOutcome(SwapResult.OK, release.id, previous.id if previous else None, None,
                                engines, found)
-        await self._judge(release, "rejected", reason, progress, analysis=found)
+        await self._judge(release, ReleaseVerdict.REJECTED, reason, progress, analysis=found)
         outcome = await self._undo(release, previous, moved, reason, settle, progress)
         # once the engines are back (a cancel counts otherwise)
         self._count(SwapResult.ROLLED_BACK)
@@ -355,28 +355,29 @@ class SwapCoordinator:
 
     async def _analyse(self, canaries: Sequence[str], rest: Sequence[str],
                        before: analysis.Tally | None, plan: AnalysisPlan,
-                       progress: Progress) -> analysis.Verdict:
+                       progress: Progress) -> analysis.CanaryReport:
         """Compare the canaries over ``plan.seconds`` with the old engines (``rest``), or
         with their own window before the swap (``before``); the operator's check runs
-        meanwhile. The verdict is streamed, logged and returned."""
+        meanwhile. The report is streamed, logged and returned."""
         self._step(progress, "analysing", canaries=list(canaries),
-                   baseline="self" if before is not None else list(rest), seconds=plan.seconds)
+                   baseline=analysis.Baseline.SELF if before is not None else list(rest),
+                   seconds=plan.seconds)
         windows, check_cause = await self._unless_closed(asyncio.gather(
             self._windows([*canaries, *rest], plan.seconds), self._check(canaries[0], plan)))
         ours = [windows.get(name) for name in canaries]
         kind: analysis.Baseline
         if before is not None:
-            baseline, kind = before, "self"
+            baseline, kind = before, analysis.Baseline.SELF
         else:
             baseline = analysis.combine(w for n in rest if (w := windows.get(n)) is not None)
-            kind = "peers"
+            kind = analysis.Baseline.PEERS
         missing = [name for name, window in zip(canaries, ours, strict=True) if window is None]
-        verdict = analysis.judge(analysis.combine(w for w in ours if w is not None), baseline,
-                                 plan.criteria, baseline_kind=kind, check=check_cause,
-                                 unread=missing)
-        self._step(progress, "analysis", verdict=verdict.result, summary=verdict.summary(),
-                   analysis=verdict.as_json())
-        return verdict
+        report = analysis.judge(analysis.combine(w for w in ours if w is not None), baseline,
+                                plan.criteria, baseline_kind=kind, check=check_cause,
+                                unread=missing)
+        self._step(progress, "analysis", verdict=report.result, summary=report.summary(),
+                   analysis=report.as_json())
+        return report
 
     async def _check(self, canary: str, plan: AnalysisPlan) -> str | None:
         """Run the operator's check against ``canary`` (no shell; ``--analysis`` bounds it);
@@ -420,7 +421,7 @@ class SwapCoordinator:
         rejected and the rollback undone: ``current`` flips back and the moved engines restart
         on the release that was active before.
         """
-        return await self._cancellable("rollback", progress,
+        return await self._cancellable(Operation.ROLLBACK, progress,
                                        lambda underway: self._rollback(settle, progress))
 
     async def _rollback(self, settle: float, progress: Progress) -> SwapOutcome:
@@ -439,12 +440,13 @@ class SwapCoordinator:
         moved, reason = await self._roll(engines, settle, progress)
         if reason is None:
             self._count_rollback(SwapResult.OK)
-            await self._judge(current, "rejected",
+            await self._judge(current, ReleaseVerdict.REJECTED,
                               f"rolled back by `cuzkd swap --rollback` to {target.id}",
                               progress)
             _log.info("swap_rollback_done", release=target.id, replaced=current.id)
             return SwapOutcome(SwapResult.OK, target.id, current.id, None, engines)
-        await self._judge(target, "rejected", f"rollback to it failed: {reason}", progress)
+        await self._judge(target, ReleaseVerdict.REJECTED, f"rollback to it failed: {reason}",
+                          progress)
         failure = await self._flip_back(moved, settle, progress)
         # once the engines are back (a cancel counts otherwise)
         self._count_rollback(SwapResult.FAILED)
@@ -492,11 +494,11 @@ class SwapCoordinator:
         except (ReleaseError, OSError) as exc:
             _log.error("release_acceptance_skipped", error=str(exc))
             return None
-        return active if record is not None and record.verdict == "pending" else None
+        return active if record is not None and record.verdict == ReleaseVerdict.PENDING else None
 
     def _accept(self, release: Release, engines: Sequence[str], settle: float) -> None:
         try:
-            self.store.judge(release, "accepted", _healthy(engines, settle))
+            self.store.judge(release, ReleaseVerdict.ACCEPTED, _healthy(engines, settle))
         except (ReleaseError, OSError) as exc:
             _log.error("swap_history_write_failed", release=release.id, error=str(exc))
             return
@@ -559,14 +561,15 @@ class SwapCoordinator:
         failure = await self._restart_each(moved, settle, progress)
         return None if failure is None else f"after rollback: {failure}"
 
-    async def _judge(self, release: Release, verdict: Verdict, reason: str, progress: Progress,
-                     *, trial: bool = False, analysis: dict[str, Any] | None = None) -> None:
+    async def _judge(self, release: Release, verdict: ReleaseVerdict, reason: str,
+                     progress: Progress, *, trial: bool = False,
+                     analysis: dict[str, Any] | None = None) -> None:
         """Record a verdict; a history that cannot be written is reported, never fatal (the
         engines' state is what it is). ``trial`` first records the release as put on trial
         (a release refused before activation)."""
         try:
             if trial:
-                await asyncio.to_thread(self.store.put_in_service, release, "swap")
+                await asyncio.to_thread(self.store.put_in_service, release, ReleaseOrigin.SWAP)
             await asyncio.to_thread(self.store.judge, release, verdict, reason, analysis)
         except (ReleaseError, OSError) as exc:
             _log.error("swap_history_write_failed", release=release.id, error=str(exc))
@@ -638,12 +641,13 @@ class SwapCoordinator:
         progress({"event": step, **fields})
 
 
-def _analysis_refusal(verdict: analysis.Verdict, plan: AnalysisPlan) -> str | None:
+def _analysis_refusal(report: analysis.CanaryReport, plan: AnalysisPlan) -> str | None:
     """Why the swap cannot go on after the analysis; None to move the rest."""
-    if verdict.result == "pass" or (verdict.result == "inconclusive"
-                                    and plan.on_inconclusive == "proceed"):
+    if report.result is analysis.AnalysisResult.PASS or (
+            report.result is analysis.AnalysisResult.INCONCLUSIVE
+            and plan.on_inconclusive == OnInconclusive.PROCEED):
         return None
-    return f"canary {verdict.summary()}"
+    return f"canary {report.summary()}"
 
 
 def _healthy(engines: Sequence[str], settle: float) -> str:

@@ -7,7 +7,8 @@ import asyncio
 import pytest
 from support.started import started
 
-from cuzkd.bundled.budget import BudgetExceededError, Ledger, MemoryBudget, Reservation
+from cuzkd.bundled.budget import Ledger, MemoryBudget, Reservation
+from cuzkd.errors import BudgetExceededError
 
 
 def test_ledger_two_phase_release() -> None:

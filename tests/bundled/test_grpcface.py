@@ -29,11 +29,10 @@ from cuzkd.bundled.grpcface import (
     start_grpc,
 )
 from cuzkd.bundled.pipeline import Engine
-from cuzkd.bundled.server import ListenError
 from cuzkd.bundled.settings import Sizes
 from cuzkd.cuzk import proving_pb2 as pb
 from cuzkd.cuzk.telemetry import outcomes_of
-from cuzkd.errors import EX_UNAVAILABLE, EX_USAGE
+from cuzkd.errors import EX_UNAVAILABLE, EX_USAGE, ListenError
 from cuzkd.units import parse_listen
 
 SMALL = Sizes(porep_c2=10, snap_update=10, window_post=11, winning_post=10)

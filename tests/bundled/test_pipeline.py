@@ -18,14 +18,10 @@ from support.bundled_inprocess import K, make_engine
 
 from cuzkd.bundled import prover
 from cuzkd.bundled.drain import DRAIN_TIMEOUT
-from cuzkd.bundled.jobs import (
-    CRITICAL_PRIORITY,
-    INJECTED_FAILURE,
-    EngineDrainingError,
-    Job,
-    JobRequestError,
-)
+from cuzkd.bundled.jobs import INJECTED_FAILURE, Job
 from cuzkd.bundled.pipeline import Engine
+from cuzkd.errors import EngineDrainingError, JobRequestError
+from cuzkd.priority import Priority
 from cuzkd.status.document import Buffers, StatusDocument, encode_status
 
 RSS_CHILD = Path(__file__).with_name("engine_rss_child.py")
@@ -106,7 +102,7 @@ async def test_a_critical_job_is_admitted_before_normal_ones_submitted_earlier(
     engine = engine_factory(budget_for(2))
     await engine.start()
     normal = [engine.submit("snap-update", partitions=2, size_log2=K) for _ in range(3)]
-    critical = engine.submit("winning-post", size_log2=K, priority=CRITICAL_PRIORITY)
+    critical = engine.submit("winning-post", size_log2=K, priority=Priority.CRITICAL)
     await asyncio.wait_for(asyncio.gather(*(j.finished.wait() for j in [*normal, critical])), 30)
     assert critical.state == "done" and critical.started_at is not None
     assert all(job.started_at is not None and critical.started_at < job.started_at

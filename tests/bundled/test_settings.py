@@ -12,15 +12,14 @@ import pytest
 from cuzkd.bundled.memlimit import cgroup_memory_limit, usable_memory_bytes
 from cuzkd.bundled.settings import (
     PARTITIONS,
-    ProverConfigError,
     _RawConfig,
     default_config,
     demo_config,
     load_config,
     resolve,
 )
-from cuzkd.config import ConfigError
 from cuzkd.config import load_config as load_supervisor_config
+from cuzkd.errors import ConfigError, ProverConfigError
 
 
 def write(tmp_path: Path, text: str) -> Path:

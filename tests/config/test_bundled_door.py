@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from cuzkd.config import ConfigError, demo_config, load_config, parse_config
+from cuzkd.config import demo_config, load_config, parse_config
 from cuzkd.config.addresses import door_address, engine_command, grpc_address
 from cuzkd.config.doors import plan_doors
+from cuzkd.errors import ConfigError
 
 
 def _write(tmp_path: Path, text: str) -> Path:

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from cuzkd.cli.dispatch import main as dispatch_main
-from cuzkd.config import Config, ConfigError, control_socket_despite_errors, load_config
+from cuzkd.config import Config, control_socket_despite_errors, load_config
 from cuzkd.config.addresses import control_socket, engine_command, status_address
 from cuzkd.config.loading import MAX_CONFIG_BYTES
 from cuzkd.config.schema import default_engines, visible_gpu_count
+from cuzkd.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 

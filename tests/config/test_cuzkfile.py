@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cuzkd.config import Config, ConfigError, load_config
+from cuzkd.config import Config, load_config
 from cuzkd.config.addresses import door_address, grpc_address, state_dir, status_address
 from cuzkd.config.cuzkfile import (
     DEFAULT_CUZK_CONFIG,
@@ -18,6 +18,7 @@ from cuzkd.config.cuzkfile import (
     cuzk_size,
     synthesis_capacity,
 )
+from cuzkd.errors import ConfigError
 
 GOOD_CUZK = '[daemon]\nlisten = "unix://{dir}/cuzk.sock"\nstatus_listen = "127.0.0.1:9821"\n'
 

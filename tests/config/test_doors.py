@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from cuzkd.cli.dispatch import main as dispatch_main
-from cuzkd.config import Config, ConfigError, load_config
+from cuzkd.config import Config, load_config
 from cuzkd.config.addresses import door_address, engine_command, grpc_address
 from cuzkd.config.doors import DoorPlan, plan_doors
+from cuzkd.errors import ConfigError
 from cuzkd.supervisor.engines.launch import EngineLaunch
 
 MIB = 2**20

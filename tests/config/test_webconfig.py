@@ -14,8 +14,9 @@ import pytest
 from support.tlsfiles import TlsFiles, make_tls_files, password_hash, write_web_config
 
 from cuzkd.cli.dispatch import main as dispatch_main
-from cuzkd.config import ConfigError, load_config
+from cuzkd.config import load_config
 from cuzkd.config.webconfig import read_web_config, tls_context
+from cuzkd.errors import ConfigError
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from cuzkd.bundled.backend import Backend, BackendError, select_backend
+from cuzkd.bundled.backend import Backend, select_backend
+from cuzkd.errors import BackendError
 
 
 @pytest.fixture(scope="session")

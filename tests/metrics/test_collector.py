@@ -307,7 +307,7 @@ def test_nvml_gpu_families(make_engine, scrape):
     assert not scrape(one([make_engine("e0")])).named("cuzkd_gpu_memory_used_bytes")
 
 
-def test_leftovers_of_failed_work_are_not_in_flight_queued_synthesizing_or_busy(
+def test_failed_work_is_not_in_flight_queued_synthesizing_or_busy(
         example_status, example_extensions, make_engine, scrape):
     """The deriver's stale jobs and phantom-busy workers (a plain cuzk's failed work): the
     stale porep-c2 job's partitions leave cuzk_partitions and what it holds of synthesis.active

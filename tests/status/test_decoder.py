@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from cuzkd.status.document import StatusDecodeError, StatusDecoder, decode_status
+from cuzkd.errors import StatusDecodeError
+from cuzkd.status.document import StatusDecoder, decode_status
 
 
 def encoded(raw: dict[str, Any]) -> bytes:

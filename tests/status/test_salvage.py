@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from support.big_status import big_document
 
-from cuzkd.status.document import StatusDecodeError, StatusDecoder, decode_status
+from cuzkd.errors import StatusDecodeError
+from cuzkd.status.document import StatusDecoder, decode_status
 from cuzkd.status.salvage import MAX_DETAILED, MESSAGE_CHARS, FieldError
 
 WRAPPED = 2**64 - 1  # a u64 counter decremented below zero

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 from support.cuzk_schema import SCHEMA, check, document_errors
 
-from cuzkd.status.document import StatusDecodeError, decode_status, encode_status
+from cuzkd.errors import StatusDecodeError
+from cuzkd.status.document import decode_status, encode_status
 from cuzkd.status.tracker import StatusTracker
 
 

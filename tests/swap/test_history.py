@@ -14,13 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from cuzkd.errors import HistoryError, ReleaseError
 from cuzkd.swap import history
-from cuzkd.swap.history import HistoryError, Record
+from cuzkd.swap.history import Record, ReleaseVerdict
 from cuzkd.swap.historyfile import HistoryFile
-from cuzkd.swap.releases import ReleaseError, ReleaseStore
+from cuzkd.swap.releases import ReleaseStore
 
 
-def rec(release: str, verdict: history.Verdict = "accepted", **fields) -> Record:
+def rec(release: str, verdict: ReleaseVerdict = ReleaseVerdict.ACCEPTED, **fields) -> Record:
     return Record(release=release, binary="cuzk", origin="swap", activated_at=1.0,
                   verdict=verdict, **fields)
 

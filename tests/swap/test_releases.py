@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from cuzkd.swap.releases import Release, ReleaseError, ReleaseStore
+from cuzkd.errors import ReleaseError
+from cuzkd.swap.releases import Release, ReleaseStore
 
 
 def snapshot(root: Path) -> dict[str, object]:

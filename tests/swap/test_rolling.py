@@ -14,17 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from cuzkd.errors import SwapInProgress
 from cuzkd.status.document import Extensions, Histogram
 from cuzkd.status.tracker import StatusTracker
 from cuzkd.swap.analysis import Criteria
 from cuzkd.swap.releases import ReleaseStore, source_release_id
-from cuzkd.swap.rolling import (
-    CANARY_ENGINE_ENV,
-    CANARY_STATUS_ENV,
-    AnalysisPlan,
-    SwapCoordinator,
-    SwapInProgress,
-)
+from cuzkd.swap.rolling import CANARY_ENGINE_ENV, CANARY_STATUS_ENV, AnalysisPlan, SwapCoordinator
 
 
 class ScriptedSupervisor:

@@ -53,7 +53,7 @@ can still act.
 
 The shell (:mod:`cuzkd.supervisor.door`) numbers calls, reads the few fields the book needs
 from a request (:class:`Call`), carries each decision out and reports back: :meth:`arrived`,
-:meth:`returned`, :meth:`admitting`, :meth:`stop_admitting`, :meth:`reading`, :meth:`gone`,
+:meth:`returned`, :meth:`admit`, :meth:`stop_admitting`, :meth:`reading`, :meth:`gone`,
 :meth:`expired` at :meth:`next_deadline`, :meth:`closed`. A decision
 about a call replaces whatever was under way for it: on a :class:`Send` or :class:`Hold` of a
 call already sent the shell drops that attempt and never reports it; a :class:`Refuse` ends
@@ -71,6 +71,7 @@ from dataclasses import dataclass, field
 
 from cuzkd.cuzk.reading import QueueReading
 from cuzkd.kinds import ProofKind
+from cuzkd.priority import Priority
 from cuzkd.states import DoorAbandon, DoorRefusal, DoorRetry
 
 #: The calls that are sent again when their engine is lost: cuzk makes a job of them, keyed by
@@ -92,9 +93,10 @@ PARTITIONED_KINDS = frozenset({ProofKind.POREP_C2, ProofKind.SNAP_UPDATE})
 #: A call's place by kind, as Curio sends them; every other call comes after these.
 KIND_PLACES: Mapping[str, int] = {ProofKind.WINNING_POST: 0, ProofKind.WINDOW_POST: 1}
 LAST_KIND_PLACE = 2
-#: cuzk's ``Priority`` values and the place each claims: CRITICAL, HIGH, NORMAL, LOW. A claim
-#: only lowers a call's place (PRIORITY_UNSPECIFIED claims nothing; an unknown value is NORMAL).
-CLAIMED_PLACES: Mapping[int, int] = {4: 0, 3: 1, 2: 2, 1: 3}
+#: The place each claimed priority takes. A claim only lowers a call's place
+#: (PRIORITY_UNSPECIFIED claims nothing; an unknown value is NORMAL).
+CLAIMED_PLACES: Mapping[int, int] = {Priority.CRITICAL: 0, Priority.HIGH: 1, Priority.NORMAL: 2,
+                                     Priority.LOW: 3}
 #: Readings in a row that must not show a call before a drain stops waiting for it: a job that
 #: just moved between cuzk's scheduler and its tracker is shown by neither for a moment.
 UNSEEN_READS = 2
@@ -177,8 +179,9 @@ class Call:
     method: str
     #: the request's size in bytes
     size: int
-    #: cuzk's ``Priority`` (0 unspecified .. 4 CRITICAL); any other value ranks as NORMAL
-    priority: int = 0
+    #: cuzk's :class:`~cuzkd.priority.Priority` as the request carries it; any number the enum
+    #: does not have ranks as NORMAL
+    priority: int = Priority.PRIORITY_UNSPECIFIED
     #: ``Prove``/``SubmitProof``: the ``request_id``; ``AwaitProof``/``CancelProof``: the
     #: ``job_id``; "" when none
     job: str = ""
@@ -458,7 +461,8 @@ def _place_of(call: Call) -> int:
     """A call's place in the door's order: its kind's, lowered by a claimed priority."""
     kind = KIND_PLACES.get(call.kind, LAST_KIND_PLACE) if call.method in RETRIABLE \
         else LAST_KIND_PLACE
-    claim = 0 if call.priority == 0 else CLAIMED_PLACES.get(call.priority, CLAIMED_PLACES[2])
+    claim = 0 if call.priority == Priority.PRIORITY_UNSPECIFIED \
+        else CLAIMED_PLACES.get(call.priority, CLAIMED_PLACES[Priority.NORMAL])
     return max(kind, claim)
 
 
@@ -558,7 +562,7 @@ class DoorBook:
 
     # -- engines ----------------------------------------------------------------------------
 
-    def admitting(self, engine: str, now: float) -> list[Decision]:
+    def admit(self, engine: str, now: float) -> list[Decision]:
         """``engine``'s process answered and may take calls: the held calls it can take now,
         released in order (the engine with the fewest in flight takes each). A process that
         ended is reported :meth:`gone` before the engine's next one is admitted."""

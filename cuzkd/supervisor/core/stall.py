@@ -5,12 +5,12 @@ the ordinary health check never fires. :class:`StallWatch` is fed every successf
 (the monotonic ``now`` and the document) and decides, purely, whether the engine is stalled:
 
 * **Work** is a listed partition not ``done``/``failed``, or ``queue_depth`` > 0. An engine
-  without work is never stalled, however long it idles. Of the leftovers of failed work a
+  without work is never stalled, however long it idles. Of the failed work a
   plain cuzk never takes off its document (the deriver's stale jobs and phantom-busy workers,
-  :mod:`cuzkd.status.leftovers`), a stale job with a ``failed`` partition and a phantom-busy
+  :mod:`cuzkd.status.failedwork`), a stale job with a ``failed`` partition and a phantom-busy
   worker are neither work nor progress: a long-running cuzk with failed jobs listed for good
   is not stalled by them. A job stale only for making no progress is no progress, but stays
-  work: telling a hung engine from one idle beside a leftover is this watchdog's call.
+  work: telling a hung engine from one idle beside failed work is this watchdog's call.
 * **Progress** is a partition phase transition (a listed partition in a new phase, one first
   seen past ``pending``, one that left the list unfinished, or the extensions' cumulative
   phase-transition count growing between polls) or a worker's busy span ending (its
@@ -139,7 +139,7 @@ class StallWatch:
             return None
         stale_jobs = [] if ext is None else ext.stale_jobs
         stale = frozenset(job.job_id for job in stale_jobs)
-        doc = without_leftovers(
+        doc = without_failed_work(
             doc, frozenset(job.job_id for job in stale_jobs if job.failed_partitions),
             frozenset(() if ext is None else ext.phantom_busy_workers))
         if self._progressed(doc, ext, stale):
@@ -195,7 +195,7 @@ class StallWatch:
         for job, before in previous.items():
             still = listed.get(job)
             if still == before or job in stale:
-                continue  # unchanged, or gone stale: a leftover, not a partition moving on
+                continue  # unchanged, or gone stale: failed work, not a partition moving on
             now = {} if still is None else _states(still)
             if any(index not in now and state not in TERMINAL_STATES
                    for index, state in _states(before).items()):
@@ -236,8 +236,8 @@ class StallWatch:
                              oldest_busy=oldest)
 
 
-def without_leftovers(doc: StatusDocument, failed: frozenset[str],
-                      phantom: frozenset[int]) -> StatusDocument:
+def without_failed_work(doc: StatusDocument, failed: frozenset[str],
+                        phantom: frozenset[int]) -> StatusDocument:
     """The document without the ``failed`` jobs, its phantom-busy workers shown idle."""
     if not failed and not phantom:
         return doc

@@ -21,6 +21,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from cuzkd.config.schema import DrainMode
 from cuzkd.states import OPERATOR_STOPS, DrainResult, StopReason
 
 #: Longest pause between two status reads while a drain waits (the health interval, if shorter).
@@ -30,7 +31,7 @@ DRAIN_POLL = 0.5
 #: finished is off its queues before its ``Prove`` reply (the proof) has left for the client,
 #: and a stop signal in between would throw the finished proof away. ``door``'s: one -- the
 #: door's count of calls in flight drops only once the engine's reply is in the door's hands.
-QUIET_READS = {"quiet": 1, "cuzk": 2, "door": 1}
+QUIET_READS = {DrainMode.QUIET: 1, DrainMode.CUZK: 2, DrainMode.DOOR: 1}
 
 
 def drain_budget(drain_timeout: float, stop_timeout: float, within: float | None) -> float:
@@ -95,7 +96,9 @@ class Finished:
 Step = RequestDrain | ReadStatus | DrainOver | SendSignal | WaitUntil | Finished
 
 
-class Phase(enum.Enum):
+class Stage(enum.Enum):
+    """Where one stop sequence stands; each stage ends by itself at the sequence's deadline."""
+
     DRAINING = "draining"
     SIGNAL_DUE = "signal_due"
     SIGNALLED = "signalled"
@@ -107,14 +110,14 @@ class Phase(enum.Enum):
 class StopSequence:
     """What one stop does next; build it with :meth:`begin`."""
 
-    #: ``http``, ``quiet``, ``cuzk`` or ``none`` (none when this stop skips the drain)
-    drain_mode: str
+    #: the engine's, or ``none`` when this stop skips the drain
+    drain_mode: DrainMode
     drain_timeout: float
     stop_timeout: float
     #: seconds between two status reads while draining
     read_every: float
-    phase: Phase
-    #: when the current phase ends by itself (drain_timeout, then stop_timeout)
+    stage: Stage
+    #: when the current stage ends by itself (drain_timeout, then stop_timeout)
     deadline: float
     started: float
     #: why a SIGKILL due at once is sent (``stalled``)
@@ -126,8 +129,8 @@ class StopSequence:
     quiet_reads: int = 0
 
     @classmethod
-    def begin(cls, now: float, *, drain_mode: str, drain_timeout: float, stop_timeout: float,
-              health_interval: float, kill_reason: str | None = None,
+    def begin(cls, now: float, *, drain_mode: DrainMode, drain_timeout: float,
+              stop_timeout: float, health_interval: float, kill_reason: str | None = None,
               within: float | None = None) -> StopSequence:
         """A stop starting at ``now``. ``drain_mode`` ``none`` skips the drain (the engine's
         setting, or a stop of an engine whose status never answered); ``kill_reason``: SIGKILL
@@ -135,17 +138,17 @@ class StopSequence:
         :func:`drain_budget`)."""
         drain_timeout = drain_budget(drain_timeout, stop_timeout, within)
         if kill_reason is not None:
-            phase, deadline = Phase.KILL_DUE, now
-        elif drain_mode != "none":
-            phase, deadline = Phase.DRAINING, now + drain_timeout
+            stage, deadline = Stage.KILL_DUE, now
+        elif drain_mode != DrainMode.NONE:
+            stage, deadline = Stage.DRAINING, now + drain_timeout
         else:
-            phase, deadline = Phase.SIGNAL_DUE, now
+            stage, deadline = Stage.SIGNAL_DUE, now
         return cls(drain_mode, drain_timeout, stop_timeout, min(health_interval, DRAIN_POLL),
-                   phase, deadline, now, kill_reason or "", next_read=now)
+                   stage, deadline, now, kill_reason or "", next_read=now)
 
     @property
     def draining(self) -> bool:
-        return self.phase is Phase.DRAINING
+        return self.stage is Stage.DRAINING
 
     def deadline_work_window(self, now: float, reason: StopReason) -> float | None:
         """Seconds this stop's drain leaves for deadline calls (a WinningPoSt no other engine
@@ -159,8 +162,8 @@ class StopSequence:
     def drain_answered(self, accepted: bool) -> None:
         """The drain request's answer: one refused ends the drain (no result is counted) and
         the stop signal is due at once."""
-        if not accepted and self.phase is Phase.DRAINING:
-            self.phase = Phase.SIGNAL_DUE
+        if not accepted and self.stage is Stage.DRAINING:
+            self.stage = Stage.SIGNAL_DUE
 
     def status_read(self, quiet: bool) -> None:
         """A status read while draining; ``quiet``: it showed the quiet moment the drain mode
@@ -173,35 +176,35 @@ class StopSequence:
     def step(self, now: float, *, exited: bool, killed: bool = False) -> Step:
         """What to do at ``now``. ``exited``: the process is gone; ``killed``: someone
         (a hurried shutdown) SIGKILLed it meanwhile, so a drain it ended in is no clean one."""
-        match self.phase:
-            case Phase.DRAINING:
+        match self.stage:
+            case Stage.DRAINING:
                 return self._drain_step(now, exited, killed)
-            case Phase.KILL_DUE:
+            case Stage.KILL_DUE:
                 if exited:  # gone before the stop began: nothing to kill, no work lost
                     return self._finish()
-                self.phase = Phase.DONE
+                self.stage = Stage.DONE
                 return SendSignal(kill=True, ends_work=True, why=self.kill_reason)
-            case Phase.SIGNAL_DUE:
+            case Stage.SIGNAL_DUE:
                 if exited:
                     return self._finish()
-                self.phase, self.deadline = Phase.SIGNALLED, now + self.stop_timeout
+                self.stage, self.deadline = Stage.SIGNALLED, now + self.stop_timeout
                 return SendSignal(kill=False, ends_work=True)
-            case Phase.SIGNALLED:
+            case Stage.SIGNALLED:
                 if exited:
                     return self._finish()
                 if now >= self.deadline:
-                    self.phase = Phase.DONE
+                    self.stage = Stage.DONE
                     return SendSignal(kill=True, ends_work=False, why="stop_timeout elapsed")
                 return WaitUntil(self.deadline)
         return Finished()
 
     def _drain_step(self, now: float, exited: bool, killed: bool) -> Step:
-        if self.drain_mode == "http" and not self.drain_requested:
+        if self.drain_mode == DrainMode.HTTP and not self.drain_requested:
             self.drain_requested = True
             return RequestDrain(by=self.deadline)
         if exited or self.quiet_seen or now >= self.deadline:
             clean = not killed if exited else self.quiet_seen
-            self.phase = Phase.DONE if exited else Phase.SIGNAL_DUE
+            self.stage = Stage.DONE if exited else Stage.SIGNAL_DUE
             return DrainOver(DrainResult.CLEAN if clean else DrainResult.TIMEOUT,
                              now - self.started)
         if now >= self.next_read:
@@ -210,5 +213,5 @@ class StopSequence:
         return WaitUntil(min(self.next_read, self.deadline))
 
     def _finish(self) -> Finished:
-        self.phase = Phase.DONE
+        self.stage = Stage.DONE
         return Finished()

@@ -23,7 +23,8 @@ from typing import Generic, TypeVar
 
 import structlog
 
-from cuzkd.config import Config, ConfigError, load_config
+from cuzkd.config import Config, load_config
+from cuzkd.errors import ConfigError
 
 _T = TypeVar("_T")
 log = structlog.get_logger("cuzkd.supervisor")

@@ -43,6 +43,7 @@ import structlog
 
 from cuzkd.cuzk import proving_pb2 as pb
 from cuzkd.kinds import ENUM_KINDS, ProofKind
+from cuzkd.priority import Priority
 from cuzkd.status.client import StatusSource, split_address
 
 log = structlog.get_logger("cuzkd.demo")
@@ -60,9 +61,9 @@ MAX_GAP = 60.0
 PERIOD = 0.5
 #: Curio's priority for each kind's Prove: a WinningPoSt missed loses a block reward, a
 #: WindowPoSt missed a sector's power; sector proofs wait.
-PRIORITIES: Mapping[str, pb.Priority] = {ProofKind.WINNING_POST: pb.CRITICAL,
-                                 ProofKind.WINDOW_POST: pb.HIGH,
-                                 ProofKind.SNAP_UPDATE: pb.NORMAL, ProofKind.POREP_C2: pb.NORMAL}
+PRIORITIES: Mapping[str, Priority] = {
+    ProofKind.WINNING_POST: Priority.CRITICAL, ProofKind.WINDOW_POST: Priority.HIGH,
+    ProofKind.SNAP_UPDATE: Priority.NORMAL, ProofKind.POREP_C2: Priority.NORMAL}
 #: The gRPC enum name of each kind a burst names (``POREP_SEAL_COMMIT``, ...).
 ENUMS: Mapping[str, str] = {kind: pb.ProofKind.Name(number)
                             for number, kind in ENUM_KINDS.items()}
@@ -139,7 +140,7 @@ class DoorCaller:
     async def _call(self, kind: str) -> None:
         request = pb.ProveRequest(submit=pb.SubmitProofRequest(
             request_id=f"{self._prefix}-{next(self._ids)}", proof_kind=ENUMS[kind],
-            priority=PRIORITIES[kind]))
+            priority=PRIORITIES[kind].name))
         try:
             reply = await self._prove(request, timeout=PROVE_TIMEOUT)
             if reply.result.status != pb.AwaitProofResponse.COMPLETED:

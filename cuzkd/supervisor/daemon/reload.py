@@ -28,7 +28,8 @@ from dataclasses import dataclass
 import structlog
 from aiohttp import web
 
-from cuzkd.config import Config, ConfigError, default_config, demo_config, plan_doors
+from cuzkd.config import Config, default_config, demo_config, plan_doors
+from cuzkd.errors import ConfigError
 from cuzkd.httperrors import error_response
 from cuzkd.supervisor.core.phase import SupervisorPhase
 from cuzkd.supervisor.daemon.configread import OffLoopReader, log_notices, reload_config

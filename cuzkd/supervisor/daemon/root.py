@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 import structlog
 
 from cuzkd.config import Config, control_socket, demo_config, plan_doors, state_dir
-from cuzkd.errors import CuzkdError
+from cuzkd.errors import CuzkdError, DoorAddressError, StartupError
 from cuzkd.gpus import GpuView
 from cuzkd.log.ratelimit import LimitedLog, RateLimiter
 from cuzkd.metrics.sample import ListenerAccess
@@ -28,7 +28,6 @@ from cuzkd.supervisor.daemon.reload import ConfigReloader
 from cuzkd.supervisor.daemon.signalinstall import LoopSignals
 from cuzkd.supervisor.daemon.startup import startup_fields
 from cuzkd.supervisor.daemon.statedir import ControlSocketLock, StateDirLock, unusable_dir
-from cuzkd.supervisor.door.binding import DoorAddressError
 from cuzkd.supervisor.door.control import door_routes
 from cuzkd.supervisor.door.doors import DOOR_CHANNEL, Doors, server_limits
 from cuzkd.supervisor.door.inherited import take_passed_sockets
@@ -42,7 +41,7 @@ from cuzkd.supervisor.web.control_routes import RouteHook, build_control_app
 from cuzkd.supervisor.web.listener import connection_limit
 from cuzkd.supervisor.web.metrics_routes import build_metrics_app
 from cuzkd.supervisor.web.readout import SupervisorReadout
-from cuzkd.supervisor.web.servers import Servers, StartupError
+from cuzkd.supervisor.web.servers import Servers
 from cuzkd.swap.control import swap_routes
 from cuzkd.swap.rolling import SwapCoordinator
 

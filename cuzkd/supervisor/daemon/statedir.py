@@ -20,15 +20,11 @@ import fcntl
 import os
 from pathlib import Path
 
-from cuzkd.config import Config, ConfigError, addresses
-from cuzkd.errors import CuzkdError
+from cuzkd.config import Config, addresses
+from cuzkd.errors import ConfigError, StateDirBusy
 
 #: Created and removed in the state dir at start: proof that cuzkd can write there.
 WRITE_PROBE = ".write-probe"
-
-
-class StateDirBusy(CuzkdError):
-    """Another live supervisor holds the lock; the message names it and what it holds."""
 
 
 class PidFileLock:

@@ -27,7 +27,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from cuzkd.errors import CuzkdError
+from cuzkd.errors import DoorAddressError
 from cuzkd.unixsock import remove_stale_socket
 
 #: How long a connect to the door's address may take before nothing is taken to answer there
@@ -36,11 +36,6 @@ PROBE_TIMEOUT = 2.0
 #: Hosts that bind every interface: a door there takes an unauthenticated ``Prove`` from any
 #: machine that can reach the host.
 WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})
-
-
-class DoorAddressError(CuzkdError):
-    """The door cannot listen where it should (something answers there, a bad group, a bind
-    failure); the message names the address. The supervisor does not start."""
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from typing import Any
 import msgspec
 
 from cuzkd.cuzk.reading import KindQueue, QueueReading
+from cuzkd.errors import ChannelClosed
 from cuzkd.metrics.door_metrics import DoorFigures
 from cuzkd.supervisor.core.doorbook import EngineReading
 
@@ -195,10 +196,6 @@ FromDoor = Hello | Ready | EngineState | Broken | Figures | Answer
 _encoder = msgspec.json.Encoder()
 _to_door = msgspec.json.Decoder(ToDoor)
 _from_door = msgspec.json.Decoder(FromDoor)
-
-
-class ChannelClosed(Exception):
-    """The other side went away, or broke the protocol (the message says how)."""
 
 
 def frame(message: ToDoor | FromDoor) -> bytes:

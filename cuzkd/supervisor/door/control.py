@@ -20,8 +20,8 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
+from cuzkd.errors import ChannelClosed
 from cuzkd.httperrors import error_response, read_body
-from cuzkd.supervisor.door.channel import ChannelClosed
 from cuzkd.supervisor.door.doors import Doors
 
 

@@ -40,6 +40,7 @@ from prometheus_client.metrics_core import Metric
 
 from cuzkd.config.doors import DoorPlan
 from cuzkd.config.schema import DoorConfig
+from cuzkd.errors import ChannelClosed
 from cuzkd.log.engineline import own_line
 from cuzkd.log.ratelimit import LimitedLog
 from cuzkd.metrics.door_metrics import DoorFigures, DoorMetrics
@@ -50,7 +51,6 @@ from cuzkd.supervisor.door.channel import (
     Answer,
     Ask,
     Broken,
-    ChannelClosed,
     Close,
     DoorSetup,
     EngineState,

@@ -40,6 +40,7 @@ from collections.abc import Callable
 import structlog
 
 from cuzkd.config.doors import DoorPlan
+from cuzkd.errors import ChannelClosed
 from cuzkd.log.configure import configure_logging
 from cuzkd.metrics.door_metrics import DoorMetrics
 from cuzkd.supervisor.core.doorbook import EngineEnd
@@ -51,7 +52,6 @@ from cuzkd.supervisor.door.channel import (
     Answer,
     Ask,
     Broken,
-    ChannelClosed,
     Close,
     DoorSetup,
     EngineState,

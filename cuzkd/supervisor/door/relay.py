@@ -32,6 +32,7 @@ import grpc
 import structlog
 
 from cuzkd.config.doors import DoorPlan
+from cuzkd.errors import BadRequest, GrpcError, RequestIdTooLong
 from cuzkd.errortext import error_text
 from cuzkd.log.ratelimit import LimitedLog
 from cuzkd.metrics.door_metrics import DoorMetrics
@@ -62,15 +63,13 @@ from cuzkd.supervisor.door.merge import merge_metrics, merge_preload, merge_stat
 from cuzkd.supervisor.door.requests import (
     REQUESTS,
     SERVICE,
-    BadRequest,
-    RequestIdTooLong,
     broken_reply,
     method_name,
     read_call,
     submitted_job,
 )
-from cuzkd.supervisor.door.seat import BROKEN, LOST, EngineSeat
-from cuzkd.supervisor.door.server import CallContext, GrpcError
+from cuzkd.supervisor.door.seat import EngineSeat, SendResult, Unanswered
+from cuzkd.supervisor.door.server import CallContext
 from cuzkd.supervisor.tasks import TaskSet
 
 log = structlog.get_logger("cuzkd.door")
@@ -149,12 +148,12 @@ class Door:
     # These run inside the runner's own handling (its exit, its state changes): whatever goes
     # wrong in the door is logged here and never breaks the engine's supervision.
 
-    def admitted(self, engine: str) -> None:
+    def admit(self, engine: str) -> None:
         self._log.info("door_engine_admitted", engine=engine, held=self._book.held_calls)
         with self._guarded("admitting", engine):
-            self._carry_out(self._book.admitting(engine, self._clock()))
+            self._carry_out(self._book.admit(engine, self._clock()))
 
-    def stopped_admitting(self, engine: str, drain_left: float | None) -> None:
+    def stop_admitting(self, engine: str, drain_left: float | None) -> None:
         now = self._clock()
         drain_until = None if drain_left is None else now + drain_left
         with self._guarded("stop_admitting", engine):
@@ -168,11 +167,11 @@ class Door:
         partitioned job keeps PoSts away until one shows partition 0 past cuzk's GPU queue)."""
         return self._book.wants_reading(engine)
 
-    def read(self, engine: str, reading: EngineReading) -> None:
+    def reading(self, engine: str, reading: EngineReading) -> None:
         with self._guarded("reading", engine):
             self._carry_out(self._book.reading(engine, self._clock(), reading))
 
-    def left(self, engine: str, end: EngineEnd) -> None:
+    def gone(self, engine: str, end: EngineEnd) -> None:
         with self._guarded("gone", engine):
             self._carry_out(self._book.gone(engine, self._clock(), end))
 
@@ -330,16 +329,16 @@ class Door:
                 if isinstance(placement, list):
                     ended = True
                     return await self._to_every(call, path, request, placement, context)
-                outcome = await self._send(call, path, request, placement, context)
-                if isinstance(outcome, bytes) and (why := broken_reply(method, outcome)):
+                result = await self._send(call, path, request, placement, context)
+                if isinstance(result, bytes) and (why := broken_reply(method, result)):
                     self._broken_answer(call, placement, why)
-                    outcome = BROKEN
-                if outcome is BROKEN:  # the book places it again, never on that process
+                    result = Unanswered.BROKEN
+                if result is Unanswered.BROKEN:  # the book places it again, never on that process
                     self._returned(call, Outcome.BROKEN)
-                if outcome in (LOST, BROKEN):
+                if isinstance(result, Unanswered):
                     continue  # its engine died under it: the book's next decision places it
                 ended = True
-                return await self._answer(caller, request, placement[0], outcome, context)
+                return await self._answer(caller, request, placement[0], result, context)
         finally:
             del self._callers[call.id]
             if not ended:  # its caller went away (cancelled, deadline): the book forgets it
@@ -374,28 +373,27 @@ class Door:
             self._metrics.answered_late(self.plan.name, call.kind)
 
     async def _send(self, call: Call, path: str, request: bytes, placement: Target,
-                    context: CallContext) -> object:
+                    context: CallContext) -> SendResult:
         engine, generation = placement
         timeout = read_timeout(call.method, context.time_remaining())
         return await self.seats[engine].send(path, request, generation, timeout)
 
-    async def _answer(self, caller: _Caller, request: bytes, engine: str, outcome: object,
-                      context: CallContext) -> bytes:
+    async def _answer(self, caller: _Caller, request: bytes, engine: str,
+                      answer: bytes | grpc.aio.AioRpcError, context: CallContext) -> bytes:
         """Report how the engine answered, then pass its answer on: the reply's bytes, its
         gRPC error, or (GetStatus/GetMetrics) the last good reply instead of an error."""
         call = caller.call
-        if isinstance(outcome, bytes):
-            job = submitted_job(outcome) if call.method == "SubmitProof" and not call.job else ""
-            self._returned(call, Outcome.OK, job, outcome)
-            self._answered(caller, request, outcome, grpc.StatusCode.OK.name)
-            self._replies.replied(call.method, engine, outcome)
-            return outcome
-        assert isinstance(outcome, grpc.aio.AioRpcError)
-        self._returned(call, Outcome.ERROR, answer=outcome)
-        self._answered(caller, request, None, outcome.code().name)
+        if isinstance(answer, bytes):
+            job = submitted_job(answer) if call.method == "SubmitProof" and not call.job else ""
+            self._returned(call, Outcome.OK, job, answer)
+            self._answered(caller, request, answer, grpc.StatusCode.OK.name)
+            self._replies.replied(call.method, engine, answer)
+            return answer
+        self._returned(call, Outcome.ERROR, answer=answer)
+        self._answered(caller, request, None, answer.code().name)
         if (last := self._reading(call.method)) is not None:
             return last
-        raise GrpcError(outcome.code(), outcome.details() or "")
+        raise GrpcError(answer.code(), answer.details() or "")
 
     async def _echo(self, caller: _Caller, request: bytes, answer: Answer,
                     context: CallContext) -> bytes:
@@ -421,15 +419,15 @@ class Door:
                 self._behind.start(self._read_behind(call, path, request, target))
             else:
                 waited.append(target)
-        outcomes = await asyncio.gather(*(self._send(call, path, request, target, context)
-                                          for target in waited))
+        results = await asyncio.gather(*(self._send(call, path, request, target, context)
+                                         for target in waited))
         replies: dict[str, bytes] = {}
         errors: list[grpc.aio.AioRpcError] = []
-        for target, outcome in zip(waited, outcomes, strict=True):
-            if (reply := self._heard(call, target, outcome)) is not None:
+        for target, result in zip(waited, results, strict=True):
+            if (reply := self._heard(call, target, result)) is not None:
                 replies[target[0]] = reply
-            elif isinstance(outcome, grpc.aio.AioRpcError):
-                errors.append(outcome)
+            elif isinstance(result, grpc.aio.AioRpcError):
+                errors.append(result)
         if call.method not in FROM_CACHE:  # PreloadSRS
             if replies:
                 return merge_preload(list(replies.values()))
@@ -445,22 +443,22 @@ class Door:
         """A lagging engine's status read that no caller waits for: a good reply is its last
         good reply from then on (and ends its lag)."""
         engine, generation = target
-        outcome = await self.seats[engine].send(path, request, generation, READING_TIMEOUT)
-        self._heard(call, target, outcome, behind=True)
+        result = await self.seats[engine].send(path, request, generation, READING_TIMEOUT)
+        self._heard(call, target, result, behind=True)
 
-    def _heard(self, call: Call, target: Target, outcome: object, *,
+    def _heard(self, call: Call, target: Target, result: SendResult, *,
                behind: bool = False) -> bytes | None:
         """Tell the reply cache how an engine answered a read sent to every engine (or behind
         the callers' backs); its reply, if a good one (garbage restarts it, as for any call)."""
         engine = target[0]
-        if isinstance(outcome, grpc.aio.AioRpcError) \
-                and outcome.code() is grpc.StatusCode.DEADLINE_EXCEEDED:
+        if isinstance(result, grpc.aio.AioRpcError) \
+                and result.code() is grpc.StatusCode.DEADLINE_EXCEEDED:
             self._replies.timed_out(call.method, engine)
-        if not isinstance(outcome, bytes):
+        if not isinstance(result, bytes):
             return None
-        if why := broken_reply(call.method, outcome):
+        if why := broken_reply(call.method, result):
             self._broken_answer(call, target, why)
-        reply = None if why else outcome
+        reply = None if why else result
         self._replies.replied(call.method, engine, reply, behind=behind)
         return reply
 

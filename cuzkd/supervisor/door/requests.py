@@ -15,6 +15,7 @@ from google.protobuf.message import DecodeError, Message
 from cuzkd.cuzk import proving_pb2 as pb
 from cuzkd.cuzk.wire import read_call as read_prove
 from cuzkd.cuzk.wire import read_submit
+from cuzkd.errors import BadRequest, RequestIdTooLong
 from cuzkd.kinds import ENUM_KINDS
 from cuzkd.supervisor.core.doorbook import Call
 
@@ -41,14 +42,6 @@ REPLIES: dict[str, type[Message]] = {
 #: 256 (``wdpost-<miner>-[<partition> ...]`` the longest), and cuzk puts each in its ``/status``,
 #: where ids of megabytes would grow the document past what cuzkd reads.
 MAX_REQUEST_ID_BYTES = 1024
-
-
-class BadRequest(ValueError):
-    """The bytes are not the method's request message (the message says which it expected)."""
-
-
-class RequestIdTooLong(BadRequest):
-    """The request names a ``request_id`` or ``job_id`` over :data:`MAX_REQUEST_ID_BYTES`."""
 
 
 def method_name(path: str) -> str | None:

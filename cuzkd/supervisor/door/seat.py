@@ -5,18 +5,19 @@ runner (admit, stop admitting, in flight, readings, gone) and carries the door's
 to the engine as raw bytes (``channel.unary_unary(method)`` with no serializers: nothing is
 decoded or encoded again). Which call goes where is the door's book's decision; the seat only
 sends, and knows which process a call went to: a call sent to a process that is gone is
-*lost* (:data:`LOST`), never an error for the caller, so the book can place it again.
+*lost* (:attr:`Unanswered.LOST`), never an error for the caller, so the book can place it again.
 
 grpc reports an engine's own ``UNAVAILABLE`` answer and a dead engine alike, so the seat
 decides by the process: a call that failed ``UNAVAILABLE``/``CANCELLED`` is the engine's answer
 if its process lives and its channel is ready again within :data:`OWN_ANSWER_WAIT`; only an
-exit the reaper saw (:data:`LOST`) or a channel that does not come back (:data:`BROKEN`) is
-a failure of the link.
+exit the reaper saw (:attr:`Unanswered.LOST`) or a channel that does not come back
+(:attr:`Unanswered.BROKEN`) is a failure of the link.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 from typing import Any, Protocol
 
 import grpc
@@ -25,11 +26,20 @@ from cuzkd.supervisor.core.doorbook import EngineEnd, EngineReading
 from cuzkd.supervisor.engines.seat import BrokenAnswers
 from cuzkd.supervisor.tasks import TaskSet
 
-#: What :meth:`EngineSeat.send` returns when the engine's process ended under the call (the
-#: book, told by the runner, has placed it again already).
-LOST = object()
-#: ... when the call's link broke and the process lives on: the book is to be told.
-BROKEN = object()
+
+class Unanswered(enum.Enum):
+    """Why :meth:`EngineSeat.send` has no answer of the engine's to give."""
+
+    #: the engine's process ended under the call (the book, told by the runner, has placed it
+    #: again already)
+    LOST = "lost"
+    #: the call's link broke and the process lives on: the book is to be told
+    BROKEN = "broken"
+
+
+#: What :meth:`EngineSeat.send` returns: the engine's reply, its gRPC error, or why there is none.
+SendResult = bytes | grpc.aio.AioRpcError | Unanswered
+
 #: How long a call that failed as a broken link would watches its engine's connection: one
 #: that stays up this long was the engine's own answer (a dying process's connection drops
 #: within milliseconds, and its channel shows it a moment after the call's failure).
@@ -52,23 +62,21 @@ REUSE = 0.25
 #: The codes grpc gives a call whose link failed (no answer of the engine's).
 LINK_FAILED = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED})
 
-Outcome = bytes | grpc.aio.AioRpcError | object
-
 
 class SeatOwner(Protocol):
     """The door a seat belongs to: what the runner says of the engine goes to its book."""
 
-    def admitted(self, engine: str) -> None: ...
+    def admit(self, engine: str) -> None: ...
 
-    def stopped_admitting(self, engine: str, drain_left: float | None) -> None: ...
+    def stop_admitting(self, engine: str, drain_left: float | None) -> None: ...
 
     def in_flight(self, engine: str) -> int: ...
 
     def wants_reading(self, engine: str) -> bool: ...
 
-    def read(self, engine: str, reading: EngineReading) -> None: ...
+    def reading(self, engine: str, reading: EngineReading) -> None: ...
 
-    def left(self, engine: str, end: EngineEnd) -> None: ...
+    def gone(self, engine: str, end: EngineEnd) -> None: ...
 
 
 class EngineSeat:
@@ -85,7 +93,7 @@ class EngineSeat:
         self._ended = asyncio.Event()
         self._calls: set[grpc.aio.UnaryUnaryCall[bytes, bytes]] = set()
         #: (method, process) -> the status read under way that callers share
-        self._reads: dict[tuple[str, int], asyncio.Future[Outcome]] = {}
+        self._reads: dict[tuple[str, int], asyncio.Future[SendResult]] = {}
         #: each shared read's last reply: (when it came, its generation, its bytes)
         self._replies: dict[str, tuple[float, int, bytes]] = {}
         self._tasks = TaskSet()
@@ -99,10 +107,10 @@ class EngineSeat:
         self._channel = grpc.aio.insecure_channel(address, options=self._options)
         self._ended = asyncio.Event()
         self._broken = broken
-        self._owner.admitted(self.name)
+        self._owner.admit(self.name)
 
     def stop_admitting(self, drain_left: float | None) -> None:
-        self._owner.stopped_admitting(self.name, drain_left)
+        self._owner.stop_admitting(self.name, drain_left)
 
     def in_flight(self) -> int:
         return self._owner.in_flight(self.name)
@@ -111,7 +119,7 @@ class EngineSeat:
         return self._owner.wants_reading(self.name)
 
     def reading(self, reading: EngineReading) -> None:
-        self._owner.read(self.name, reading)
+        self._owner.reading(self.name, reading)
 
     def gone(self, end: EngineEnd) -> None:
         """The process ended: every call on it is lost (the book places them again), the
@@ -119,7 +127,7 @@ class EngineSeat:
         self.generation += 1
         channel, self._channel = self._channel, None
         self._ended.set()
-        self._owner.left(self.name, end)
+        self._owner.gone(self.name, end)
         for call in list(self._calls):
             call.cancel()
         if channel is not None:
@@ -128,13 +136,13 @@ class EngineSeat:
     # -- the door's side -------------------------------------------------------------------
 
     async def send(self, method: str, request: bytes, generation: int,
-                   timeout: float | None) -> Outcome:
+                   timeout: float | None) -> SendResult:
         """Relay one call to the process of ``generation`` (the one the book placed it on):
-        its reply's bytes, its gRPC error, :data:`LOST` when that process is gone, or
-        :data:`BROKEN` when no answer came from it. Callers asking the same status read at
-        once share one call to the engine (:data:`SHARED_READS`), and its reply answers
-        those who ask within :data:`REUSE` after it: a flood of them costs the engine one
-        ``nvidia-smi`` at a time, and a few a second."""
+        its reply's bytes, its gRPC error, :attr:`Unanswered.LOST` when that process is gone,
+        or :attr:`Unanswered.BROKEN` when no answer came from it. Callers asking the same
+        status read at once share one call to the engine (:data:`SHARED_READS`), and its
+        reply answers those who ask within :data:`REUSE` after it: a flood of them costs the
+        engine one ``nvidia-smi`` at a time, and a few a second."""
         if method not in SHARED_READS or request:
             return await self._relay(method, request, generation, timeout)
         now = asyncio.get_running_loop().time()
@@ -148,17 +156,17 @@ class EngineSeat:
             read.add_done_callback(lambda done: self._read_done(method, generation, done))
         return await asyncio.shield(read)
 
-    def _read_done(self, method: str, generation: int, read: asyncio.Future[Outcome]) -> None:
+    def _read_done(self, method: str, generation: int, read: asyncio.Future[SendResult]) -> None:
         self._reads.pop((method, generation), None)
         if not read.cancelled() and read.exception() is None \
                 and isinstance(reply := read.result(), bytes):
             self._replies[method] = (asyncio.get_running_loop().time(), generation, reply)
 
     async def _relay(self, method: str, request: bytes, generation: int,
-                     timeout: float | None) -> Outcome:
+                     timeout: float | None) -> SendResult:
         channel = self._channel
         if channel is None or generation != self.generation:
-            return LOST
+            return Unanswered.LOST
         relay: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(method)
         call = relay(request, timeout=timeout, wait_for_ready=True)
         self._calls.add(call)
@@ -167,15 +175,15 @@ class EngineSeat:
             return reply
         except asyncio.CancelledError:
             if generation != self.generation and not _cancelling():
-                return LOST
+                return Unanswered.LOST
             raise
         except grpc.aio.AioRpcError as exc:
             if exc.code() not in LINK_FAILED:
                 return exc
             serves_on = await self._serves_on(channel, generation)
             if generation != self.generation:
-                return LOST
-            return exc if serves_on else BROKEN
+                return Unanswered.LOST
+            return exc if serves_on else Unanswered.BROKEN
         finally:
             self._calls.discard(call)
             call.cancel()
@@ -226,7 +234,7 @@ class EngineSeat:
         if generation != self.generation or self._broken is None:
             return
         broken, self._broken = self._broken, None
-        self._owner.stopped_admitting(self.name, None)
+        self._owner.stop_admitting(self.name, None)
         broken(why)
 
     async def close(self) -> None:

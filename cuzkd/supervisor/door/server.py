@@ -66,6 +66,7 @@ import h2.settings
 import hyperframe.frame
 import structlog
 
+from cuzkd.errors import GrpcError
 from cuzkd.log.ratelimit import LimitedLog
 
 log = structlog.get_logger("cuzkd.door")
@@ -91,15 +92,6 @@ class CallContext(Protocol):
     def time_remaining(self) -> float | None:
         """Seconds left of the caller's ``grpc-timeout`` (None: it set none)."""
         ...
-
-
-class GrpcError(Exception):
-    """Raised by a handler: the call ends with ``code`` and ``message``."""
-
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 #: A call's handler: (its path, its request message's bytes, its context) -> the reply's bytes.

@@ -26,8 +26,9 @@ from pathlib import Path
 import structlog
 
 from cuzkd.config import BINARY_PLACEHOLDER, SupervisorConfig
-from cuzkd.supervisor.proc.spawn import SpawnError
-from cuzkd.swap.releases import ReleaseError, ReleaseStore, release_of_pid, source_release_id
+from cuzkd.errors import ReleaseError, SpawnError
+from cuzkd.swap.history import ReleaseOrigin
+from cuzkd.swap.releases import ReleaseStore, release_of_pid, source_release_id
 
 log = structlog.get_logger("cuzkd.supervisor")
 
@@ -63,7 +64,7 @@ class EngineBinaries:
         active = self.store.active()
         if active is None:
             release = self.store.install(initial)
-            self.store.put_in_service(release, "initial_binary")
+            self.store.put_in_service(release, ReleaseOrigin.INITIAL_BINARY)
             self.store.activate(release)
             log.info("initial_binary_installed", release=release.id, source=str(initial))
             return

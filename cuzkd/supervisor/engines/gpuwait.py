@@ -18,7 +18,8 @@ import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 
-from cuzkd.gpus import GpuView, GpuViewError, NvmlDevice
+from cuzkd.errors import GpuViewError
+from cuzkd.gpus import GpuView, NvmlDevice
 from cuzkd.supervisor.core.gpugate import blocker
 
 #: How often the gate re-reads NVML while it waits (seconds).

@@ -50,7 +50,7 @@ class EngineInfo(msgspec.Struct, frozen=True, kw_only=True):
     release: str | None = None
     #: the last decoded status document's values that did not decode
     status_field_errors: str | None = None
-    #: a plain cuzk's listed jobs that are leftovers of failed work (the oldest first, at
+    #: a plain cuzk's listed jobs that are failed work (the oldest first, at
     #: most MAX_STALE_JOBS_SHOWN), and its workers shown proving but not busy
     stale_jobs: list[StaleJob] = []
     phantom_busy_workers: list[int] = []

@@ -56,7 +56,7 @@ class EngineReadings:
         """The engine for the control API, ``/status`` and the CLI; ``process``: the one
         running (None: none); ``release``: the one it executes."""
         m, source, stall = self._lifecycle, self._health.status_source, self._health.stall
-        stale, phantom = source.leftovers() if source is not None else ([], [])
+        stale, phantom = source.failed_work() if source is not None else ([], [])
         return EngineInfo(
             name=self._spec.name,
             state=m.state,

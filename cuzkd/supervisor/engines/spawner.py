@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from structlog.typing import FilteringBoundLogger
 
+from cuzkd.errors import SpawnError
 from cuzkd.log.ratelimit import LimitedLog, errno_name
 from cuzkd.supervisor.core.spawngate import SpawnGate, spawn_gate
 from cuzkd.supervisor.engines.launch import EngineLaunch
@@ -26,7 +27,7 @@ from cuzkd.supervisor.proc.children import SPAWN_ERRORS, ChildTable
 from cuzkd.supervisor.proc.descendants import DescendantWatch
 from cuzkd.supervisor.proc.oom import OomCounters
 from cuzkd.supervisor.proc.output import OutputLog, log_lines
-from cuzkd.supervisor.proc.spawn import SpawnError, spawn_error_is_transient
+from cuzkd.supervisor.proc.spawn import spawn_error_is_transient
 from cuzkd.supervisor.tasks import TaskSet
 
 

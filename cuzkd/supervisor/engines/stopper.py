@@ -18,6 +18,7 @@ from typing import Any
 from structlog.typing import FilteringBoundLogger
 
 from cuzkd.config import EngineConfig
+from cuzkd.config.schema import DrainMode
 from cuzkd.cuzk.reading import QueueReading
 from cuzkd.errortext import error_text
 from cuzkd.log.ratelimit import LimitedLog
@@ -92,7 +93,7 @@ class EngineStopper:
         spec = self._spec
         self._queues = None
         sequence = StopSequence.begin(
-            self._clock(), drain_mode=spec.drain_mode if stop.drain else "none",
+            self._clock(), drain_mode=spec.drain_mode if stop.drain else DrainMode.NONE,
             drain_timeout=spec.drain_timeout, stop_timeout=spec.stop_timeout,
             health_interval=spec.health_interval, kill_reason=stop.why if stop.kill else None,
             within=stop.within)

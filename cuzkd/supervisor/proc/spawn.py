@@ -35,7 +35,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
-from cuzkd.errors import CuzkdError
 from cuzkd.supervisor.core.exitcause import process_cause
 from cuzkd.supervisor.proc import execshim
 from cuzkd.supervisor.proc.reaper import ended
@@ -49,11 +48,6 @@ _SHIM = (sys.executable, "-I", "-S", "-c",
          Path(execshim.__file__).read_text(encoding="utf-8"))
 #: How much of a shim's stderr is read for the error when it did not run (a Python fatal error).
 _STDERR_KEPT = 8192
-
-
-class SpawnError(CuzkdError):
-    """A spawn refused before any process was started: there is no executable to give it
-    (``{binary}`` with no active release). Never transient: an operator must act."""
 
 
 #: Spawn errors that pass by themselves: descriptors, processes or memory short for a moment

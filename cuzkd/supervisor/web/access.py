@@ -36,12 +36,12 @@ from pathlib import Path
 import structlog
 from aiohttp import hdrs, web
 
-from cuzkd.config import ConfigError
 from cuzkd.config.loading import web_config_error
-from cuzkd.config.webconfig import WebConfig, WebConfigError, read_web_config, tls_context
+from cuzkd.config.webconfig import WebConfig, read_web_config, tls_context
+from cuzkd.errors import ConfigError, WebConfigError
 from cuzkd.httperrors import error_response
 from cuzkd.log.ratelimit import LimitedLog
-from cuzkd.supervisor.web.basicauth import BasicAuth, Verdict
+from cuzkd.supervisor.web.basicauth import AuthDecision, BasicAuth
 
 log = structlog.get_logger("cuzkd.supervisor")
 
@@ -158,11 +158,11 @@ class WebAccess:
         auth = self.auth
         if auth is None or request.path == OPEN_PATH:
             return await handler(request)
-        verdict = await auth.check(request.headers.get(hdrs.AUTHORIZATION),
-                                   source_of(request.remote))
-        if verdict is Verdict.ALLOWED:
+        decision = await auth.check(request.headers.get(hdrs.AUTHORIZATION),
+                                    source_of(request.remote))
+        if decision is AuthDecision.ALLOWED:
             return await handler(request)
-        if verdict is Verdict.THROTTLED:
+        if decision is AuthDecision.THROTTLED:
             self.throttled_total += 1
             self._limited.log(log, "warning", "metrics_auth_throttled",
                               detail="too many credential checks waiting from this address "

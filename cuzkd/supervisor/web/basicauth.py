@@ -13,9 +13,9 @@ A request's credentials are decided in this order, cheapest first:
    addresses (:class:`~.fairqueue.FairQueue`: :data:`MAX_WAITING` in all, :data:`PER_SOURCE`
    per address, start-time fair queueing): a flood from one address cannot take the place of
    a right password sent from another, which waits for the round running and then has its own
-   (behind at most one round per other address that also just came). A request
-   that gets no place is :attr:`Verdict.THROTTLED` -- answered 429 at once, never a 401: its
-   password was not checked, so it is not called wrong.
+   (behind at most one round per other address that also just came). A request that gets no
+   place is :attr:`AuthDecision.THROTTLED` -- answered 429 at once, never a 401: its password
+   was not checked, so it is not called wrong.
 
 An unknown user is checked against a dummy hash of the highest cost among the configured
 users' hashes (:func:`dummy_hash`, made again whenever the users change), so an unknown user
@@ -51,7 +51,7 @@ MIN_COST = 4
 _DIGEST_CHARS = 31
 
 
-class Verdict(enum.Enum):
+class AuthDecision(enum.Enum):
     """What :meth:`BasicAuth.check` decided."""
 
     ALLOWED = "allowed"
@@ -82,7 +82,7 @@ def dummy_hash(hashes: Iterable[bytes]) -> bytes:
 @dataclass(eq=False)
 class _Check:
     """A password waiting for, or in, its bcrypt round; ``verdict`` is bcrypt's (True: it
-    matches), or None when its place in the queue was taken (:data:`Verdict.THROTTLED`)."""
+    matches), or None when its place in the queue was taken (:data:`AuthDecision.THROTTLED`)."""
 
     password: bytes
     hashed: bytes
@@ -115,28 +115,28 @@ class BasicAuth:
         self._verified.keep_only(self._users)
         self.dummy = dummy_hash(self._users.values())
 
-    async def check(self, header: str | None, source: Hashable = "") -> Verdict:
+    async def check(self, header: str | None, source: Hashable = "") -> AuthDecision:
         """The verdict on ``header`` (an ``Authorization`` value) sent from ``source`` (the
         client's address, the unit of fairness)."""
         credentials = _credentials(header)
         if credentials is None:
-            return Verdict.REFUSED
+            return AuthDecision.REFUSED
         user, password = credentials
         hashed = self._users.get(user)
         digest = self._digest(password)
         if self._verified.holds(user, hashed, digest):
-            return Verdict.ALLOWED
+            return AuthDecision.ALLOWED
         refusal = self._digest(b"\0".join((user.encode(), hashed or b"", password)))
         if refusal in self._refused:
-            return Verdict.REFUSED
+            return AuthDecision.REFUSED
         ok = await self._round(source, password, hashed or self.dummy)
         if ok is None:
-            return Verdict.THROTTLED
+            return AuthDecision.THROTTLED
         if ok and hashed is not None:
             self._verified.remember(user, hashed, digest)
-            return Verdict.ALLOWED
+            return AuthDecision.ALLOWED
         self._refused.add(refusal)
-        return Verdict.REFUSED
+        return AuthDecision.REFUSED
 
     async def _round(self, source: Hashable, password: bytes, hashed: bytes) -> bool | None:
         """bcrypt's verdict on ``password`` after waiting for a round in ``source``'s queue;

@@ -19,7 +19,8 @@ import msgspec
 import structlog
 
 from cuzkd.config import control_socket, state_dir
-from cuzkd.gpus import GpuViewError, NvmlDevice
+from cuzkd.errors import GpuViewError
+from cuzkd.gpus import NvmlDevice
 from cuzkd.log.ratelimit import LimitedLog
 from cuzkd.metrics.sample import ListenerAccess, SupervisorSample
 from cuzkd.status.document import StatusDocument

@@ -24,7 +24,7 @@ from pathlib import Path
 import structlog
 from aiohttp import web
 
-from cuzkd.errors import CuzkdError
+from cuzkd.errors import StartupError
 from cuzkd.httperrors import JsonErrorsRunner
 from cuzkd.log.ratelimit import LimitedLog, errno_name
 from cuzkd.states import ConnectionClose
@@ -38,10 +38,6 @@ log = structlog.get_logger("cuzkd.supervisor")
 #: The least a request still in progress at exit gets to end, even with no grace left (aiohttp
 #: reads a wait of 0 as "no limit").
 MIN_HANDLER_WAIT = 0.5
-
-
-class StartupError(CuzkdError):
-    """The daemon cannot start (state dir locked, port taken); the message says why."""
 
 
 class Servers:

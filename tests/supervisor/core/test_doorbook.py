@@ -50,8 +50,8 @@ CRASHED, OOM = EngineEnd.CRASHED, EngineEnd.OOM_KILLED
 
 def test_a_call_goes_to_the_admitting_engine_with_the_fewest_in_flight() -> None:
     b = book()
-    b.admitting("a", 0.0)
-    b.admitting("b", 0.0)
+    b.admit("a", 0.0)
+    b.admit("b", 0.0)
     assert b.arrived(prove(1), 0.0) == [Send(1, "a", retain=True)]  # a tie: by name
     assert sent(b.arrived(prove(2), 0.0)) == {2: "b"}
     assert sent(b.arrived(prove(3), 0.0)) == {3: "a"}
@@ -72,7 +72,7 @@ def test_with_no_engine_up_calls_are_held_then_released_by_kind_as_curio_sends_t
         assert b.arrived(prove(call_id, priority=priority, kind=kind), float(call_id)) == [
             Hold(call_id, call_id + 600.0)]
     assert (b.held_calls, b.held_bytes) == (8, 8000)
-    released = b.admitting("a", 20.0)
+    released = b.admit("a", 20.0)
     assert [d.call for d in released] == [4, 3, 1, 5, 6, 8, 2, 7]
     assert all(isinstance(d, Send) and d.engine == "a" for d in released)
     assert {d.call: d.held_for for d in released if isinstance(d, Send)}[4] == 16.0
@@ -85,12 +85,12 @@ def test_get_status_and_get_metrics_are_never_held_but_answered_from_the_cache()
     assert b.arrived(Call(2, "GetMetrics", 0), 0.0) == [FromCache(2)]
     assert b.arrived(Call(2, "GetMetrics", 0), 0.5) == [FromCache(2)]  # it ended: number free
     assert b.held_calls == 0
-    b.admitting("a", 1.0)
+    b.admit("a", 1.0)
     assert b.arrived(Call(3, "GetStatus", 0), 1.0) == [Send(3, "a")]  # kept for no retry
     assert b.returned(3, 1.5, Outcome.BROKEN) == [FromCache(3)]  # its engine was lost under it
     b.arrived(Call(5, "GetStatus", 0), 1.5)
     assert b.gone("a", 1.6, CRASHED) == [FromCache(5)]
-    b.admitting("a", 1.7)
+    b.admit("a", 1.7)
     b.stop_admitting("a")
     assert b.arrived(Call(4, "GetMetrics", 0), 2.0) == [FromCache(4)]
     assert b.in_flight("a") == 0
@@ -100,8 +100,8 @@ def test_get_status_and_get_metrics_are_never_held_but_answered_from_the_cache()
 
 def test_a_common_door_asks_every_admitting_engine_for_status_metrics_and_srs() -> None:
     b = book(engines=("gpu1", "gpu0"))
-    b.admitting("gpu0", 0.0)
-    b.admitting("gpu1", 0.0)
+    b.admit("gpu0", 0.0)
+    b.admit("gpu1", 0.0)
     assert b.arrived(Call(1, "GetStatus", 0), 0.0) == [Broadcast(1, ("gpu1", "gpu0"))]
     assert b.arrived(Call(2, "GetMetrics", 0), 0.0) == [Broadcast(2, ("gpu1", "gpu0"))]
     assert b.arrived(Call(3, "PreloadSRS", 40), 0.0) == [Broadcast(3, ("gpu1", "gpu0"))]
@@ -114,7 +114,7 @@ def test_a_common_door_asks_every_admitting_engine_for_status_metrics_and_srs() 
 
 def test_a_door_with_one_engine_sends_status_reads_to_it_as_before() -> None:
     b = book(engines=("a",))
-    b.admitting("a", 0.0)
+    b.admit("a", 0.0)
     assert b.arrived(Call(1, "GetStatus", 0), 0.0) == [Send(1, "a")]
     assert b.arrived(Call(2, "PreloadSRS", 0), 0.0) == [Send(2, "a")]
 
@@ -123,8 +123,8 @@ def test_a_rolling_restart_of_a_common_door_holds_nothing_and_loses_nothing() ->
     """gpu0 stops (drained), its process ends, a new one starts; then gpu1 the same. Every
     call meanwhile goes at once to the engine that admits, the drained one's jobs finish."""
     b = book(engines=("gpu0", "gpu1"))
-    b.admitting("gpu0", 0.0)
-    b.admitting("gpu1", 0.0)
+    b.admit("gpu0", 0.0)
+    b.admit("gpu1", 0.0)
     on = {"gpu0": [1], "gpu1": []}
     assert sent(b.arrived(prove(1), 0.0)) == {1: "gpu0"}
     call = 2
@@ -142,7 +142,7 @@ def test_a_rolling_restart_of_a_common_door_holds_nothing_and_loses_nothing() ->
         assert b.gone(stopping, 2.0, EngineEnd.DRAINED) == []  # drained: nothing to place again
         assert b.arrived(Call(call, "GetStatus", 0), 2.5) == [Broadcast(call, (other,))]
         call += 1
-        b.admitting(stopping, 3.0)
+        b.admit(stopping, 3.0)
         on[stopping] = []
 
 
@@ -150,15 +150,15 @@ def test_a_common_door_with_every_engine_out_releases_winning_window_then_rest_a
         ) -> None:
     b = book(engines=("a", "b"))
     for engine in ("a", "b"):
-        b.admitting(engine, 0.0)
+        b.admit(engine, 0.0)
         b.stop_admitting(engine)  # both stopping at once (a restart of everything)
     for call_id, priority in enumerate([LOW, NORMAL, HIGH, CRITICAL], 1):
         assert b.arrived(prove(call_id, priority=priority), 1.0) == [
             Hold(call_id, 601.0)]
-    released = b.admitting("b", 2.0)
+    released = b.admit("b", 2.0)
     assert [(d.call, d.engine) for d in released if isinstance(d, Send)] == [
         (4, "b"), (3, "b"), (2, "b"), (1, "b")]  # LOW after NORMAL
-    assert b.admitting("a", 3.0) == []
+    assert b.admit("a", 3.0) == []
     # b has the four released: a takes the new calls until they are even, then in turn
     placed = [sent(b.arrived(prove(i), 3.0))[i] for i in range(5, 12)]
     assert placed == ["a", "a", "a", "a", "a", "b", "a"]
@@ -170,7 +170,7 @@ def test_a_common_door_with_no_engine_up_caches_reads_and_holds_a_preload_for_ev
     assert b.arrived(Call(1, "GetStatus", 0), 0.0) == [FromCache(1)]
     assert b.arrived(Call(2, "PreloadSRS", 40), 0.0) == [Hold(2, 600.0)]
     assert b.arrived(prove(3, priority=CRITICAL), 1.0) == [Hold(3, 601.0)]
-    assert b.admitting("b", 5.0) == [Send(3, "b", retain=True, held_for=4.0),
+    assert b.admit("b", 5.0) == [Send(3, "b", retain=True, held_for=4.0),
                                      Broadcast(2, ("b",), held_for=5.0)]
     assert b.held_calls == 0
 
@@ -186,7 +186,7 @@ def test_a_full_door_refuses_the_newcomer_but_a_critical_call_displaces_the_last
     winning = b.arrived(prove(5, priority=CRITICAL, size=10), 2.0)
     assert winning[0] == Hold(5, 602.0)
     assert refused(winning[1:]) == {3: DoorRefusal.HOLD_FULL_CALLS}  # released last: refused
-    assert [d.call for d in b.admitting("a", 3.0)] == [5, 1, 2]
+    assert [d.call for d in b.admit("a", 3.0)] == [5, 1, 2]
 
 
 def test_held_bytes_are_bounded_and_a_call_larger_than_the_bound_is_refused_whole() -> None:
@@ -228,23 +228,23 @@ def test_a_caller_leaving_while_held_withdraws_its_call() -> None:
     b = book()
     b.arrived(prove(1), 0.0)
     assert b.returned(1, 4.0, Outcome.CANCELLED) == [Withdrawn(1, 4.0)]
-    assert b.held_calls == 0 and b.admitting("a", 5.0) == []
+    assert b.held_calls == 0 and b.admit("a", 5.0) == []
     assert b.returned(1, 6.0, Outcome.OK) == []  # ended already: nothing more
 
 
 def test_a_late_report_of_a_replaced_attempt_does_not_end_the_held_call() -> None:
     b = book()
-    b.admitting("a", 0.0)
+    b.admit("a", 0.0)
     b.arrived(prove(1), 0.0)
     assert b.gone("a", 1.0, CRASHED) == [Hold(1, 601.0, DoorRetry.CRASH)]
     assert b.returned(1, 1.5, Outcome.BROKEN) == []  # the attempt on a's ended process
     assert b.held_calls == 1
-    assert sent(b.admitting("a", 2.0)) == {1: "a"}
+    assert sent(b.admit("a", 2.0)) == {1: "a"}
 
 
 def test_a_drain_sees_zero_in_flight_only_once_every_call_and_job_of_the_engine_returned() -> None:
     b = book()
-    b.admitting("a", 0.0)
+    b.admit("a", 0.0)
     b.arrived(prove(1), 0.0)
     b.arrived(submit(2, "snap-1-7"), 0.0)
     b.stop_admitting("a")
@@ -262,12 +262,12 @@ def test_a_drain_sees_zero_in_flight_only_once_every_call_and_job_of_the_engine_
     b.returned(5, 6.0, Outcome.OK)
     assert b.in_flight("a") == 0
     assert b.gone("a", 7.0, EngineEnd.DRAINED) == []
-    assert sent(b.admitting("a", 8.0)) == {3: "a"}
+    assert sent(b.admit("a", 8.0)) == {3: "a"}
 
 
 def test_an_await_of_a_job_no_engine_holds_is_not_found() -> None:
     b = book()
-    b.admitting("a", 0.0)
+    b.admit("a", 0.0)
     [refusal] = b.arrived(await_(1, "porep-[1 2]" + "x" * 500), 0.0)
     assert isinstance(refusal, Refuse)
     assert (refusal.reason, refusal.code) == (DoorRefusal.UNKNOWN_JOB, Code.NOT_FOUND)
@@ -280,8 +280,8 @@ def test_awaits_follow_their_job_to_the_engine_that_took_its_submit_even_when_he
     assert isinstance(b.arrived(await_(2, "j"), 1.0)[0], Hold)  # follows its held submit
     b.arrived(await_(9, "j"), 1.0)
     assert b.returned(9, 1.5, Outcome.CANCELLED) == [Withdrawn(9, 0.5)]  # the others stay
-    b.admitting("b", 2.0)
-    b.admitting("a", 2.0)  # fewer in flight than b after the release: the job stays on b
+    b.admit("b", 2.0)
+    b.admit("a", 2.0)  # fewer in flight than b after the release: the job stays on b
     assert b.in_flight("b") == 2
     b.returned(1, 3.0, Outcome.OK)
     assert b.arrived(await_(3, "j"), 3.0) == [Send(3, "b")]
@@ -298,8 +298,8 @@ def test_awaits_held_for_a_submit_that_is_refused_are_refused_with_it() -> None:
 
 def test_a_submit_without_request_id_is_tracked_by_the_job_id_of_its_reply() -> None:
     b = book()
-    b.admitting("a", 0.0)
-    b.admitting("b", 0.0)
+    b.admit("a", 0.0)
+    b.admit("b", 0.0)
     b.arrived(submit(1, ""), 0.0)
     b.arrived(prove(2), 0.0)  # on b
     b.returned(1, 1.0, Outcome.OK, job="uuid-1")
@@ -309,7 +309,7 @@ def test_a_submit_without_request_id_is_tracked_by_the_job_id_of_its_reply() -> 
 
 def test_a_failed_submit_leaves_no_job_behind() -> None:
     b = book()
-    b.admitting("a", 0.0)
+    b.admit("a", 0.0)
     b.arrived(submit(1, "j"), 0.0)
     assert b.arrived(await_(2, "j"), 0.0) == [Send(2, "a")]  # pipelined: the submit is on a
     b.returned(1, 1.0, Outcome.ERROR)
@@ -320,8 +320,8 @@ def test_a_failed_submit_leaves_no_job_behind() -> None:
 
 def test_an_oom_kill_sends_a_retained_prove_once_more_and_a_second_one_fails_it() -> None:
     b = book()
-    b.admitting("a", 0.0)
-    b.admitting("b", 0.0)
+    b.admit("a", 0.0)
+    b.admit("b", 0.0)
     assert b.arrived(prove(1, size=50 * MiB), 0.0) == [Send(1, "a", retain=True)]
     assert b.retained_bytes == 50 * MiB
     assert b.gone("a", 5.0, OOM) == [Send(1, "b", retry=DoorRetry.CRASH)]
@@ -335,13 +335,13 @@ def test_an_oom_kill_sends_a_retained_prove_once_more_and_a_second_one_fails_it(
 
 def test_a_crash_with_no_other_engine_holds_the_retry_for_the_next_process() -> None:
     b = book(hold_timeout=600.0)
-    b.admitting("a", 0.0)
+    b.admit("a", 0.0)
     b.arrived(prove(1, priority=LOW), 0.0)
     b.arrived(prove(2, priority=HIGH), 1.0)
     assert b.gone("a", 10.0, OOM) == [Hold(1, 610.0, DoorRetry.CRASH),
                                                 Hold(2, 610.0, DoorRetry.CRASH)]
     b.arrived(prove(3, priority=HIGH), 11.0)
-    released = b.admitting("a", 40.0)
+    released = b.admit("a", 40.0)
     assert [(d.call, d.held_for, d.retry) for d in released if isinstance(d, Send)] == [
         (2, 30.0, None), (3, 29.0, None), (1, 30.0, None)]  # a retry is counted on its Hold
     # HIGH first, then arrival order (a retry keeps its place)
@@ -350,7 +350,7 @@ def test_a_crash_with_no_other_engine_holds_the_retry_for_the_next_process() -> 
 
 def test_a_crash_fails_what_cannot_be_sent_again_and_forgets_the_jobs_it_had() -> None:
     b = book(retry=1500)
-    b.admitting("a", 0.0)
+    b.admit("a", 0.0)
     assert b.arrived(prove(1), 0.0) == [Send(1, "a", retain=True)]
     assert b.arrived(prove(2), 0.0) == [Send(2, "a", retain=False)]  # over retry_max_bytes
     b.arrived(Call(3, "PreloadSRS", 20), 0.0)
@@ -361,23 +361,23 @@ def test_a_crash_fails_what_cannot_be_sent_again_and_forgets_the_jobs_it_had() -
     assert refused(decisions) == {2: DoorRefusal.RETRY_FULL, 3: DoorRefusal.ENGINE_LOST,
                                   5: DoorRefusal.ENGINE_LOST}
     assert [d for d in decisions if isinstance(d, Hold)] == [Hold(1, 602.0, DoorRetry.CRASH)]
-    b.admitting("a", 3.0)
+    b.admit("a", 3.0)
     assert refused(b.arrived(await_(6, "j"), 3.0)) == {6: DoorRefusal.UNKNOWN_JOB}
 
 
 def test_a_job_its_engine_had_when_it_crashed_is_unknown_to_the_next_process() -> None:
     b = book()
-    b.admitting("a", 0.0)
+    b.admit("a", 0.0)
     b.arrived(submit(1, "j"), 0.0)
     b.returned(1, 1.0, Outcome.OK)
     assert b.gone("a", 2.0, CRASHED) == []
-    b.admitting("a", 3.0)
+    b.admit("a", 3.0)
     assert refused(b.arrived(await_(2, "j"), 3.0)) == {2: DoorRefusal.UNKNOWN_JOB}
 
 
 def test_a_failed_proof_is_an_ordinary_return_and_never_sent_again() -> None:
     b = book()
-    b.admitting("a", 0.0)
+    b.admit("a", 0.0)
     b.arrived(prove(1), 0.0)
     assert b.returned(1, 1.0, Outcome.OK) == []  # whatever its status: FAILED included
     assert b.retained_bytes == 0 and b.in_flight("a") == 0
@@ -386,7 +386,7 @@ def test_a_failed_proof_is_an_ordinary_return_and_never_sent_again() -> None:
 
 def test_a_broken_call_goes_to_another_process_never_back_to_the_one_that_broke_it() -> None:
     b = book()
-    b.admitting("a", 0.0)
+    b.admit("a", 0.0)
     b.arrived(submit(1, "j"), 0.0)
     b.arrived(prove(2), 0.0)
     assert b.returned(1, 1.0, Outcome.BROKEN) == [Hold(1, 601.0, DoorRetry.BROKEN)]
@@ -394,17 +394,17 @@ def test_a_broken_call_goes_to_another_process_never_back_to_the_one_that_broke_
     assert b.arrived(await_(5, "j"), 1.0) == [Hold(5, 601.0)]  # follows its submit, not to a
     assert sent(b.arrived(prove(3), 2.0)) == {3: "a"}  # others still go to a
     assert b.gone("a", 3.0, OOM)[0] == Hold(2, 603.0, DoorRetry.CRASH)
-    assert sent(b.admitting("a", 30.0)) == {1: "a", 2: "a", 3: "a", 5: "a"}  # a's next one
+    assert sent(b.admit("a", 30.0)) == {1: "a", 2: "a", 3: "a", 5: "a"}  # a's next one
     b.returned(1, 31.0, Outcome.OK)
     assert b.arrived(await_(4, "j"), 31.0) == [Send(4, "a")]
 
 
 def test_a_job_goes_where_its_broken_submit_is_sent_again() -> None:
     b = book()
-    b.admitting("a", 0.0)
+    b.admit("a", 0.0)
     b.arrived(submit(1, "j"), 0.0)
     b.returned(1, 1.0, Outcome.OK)
-    b.admitting("b", 1.0)
+    b.admit("b", 1.0)
     assert b.arrived(submit(2, "j"), 2.0) == [Send(2, "a", retain=True)]  # a has the job
     assert b.returned(2, 3.0, Outcome.BROKEN) == [Send(2, "b", retry=DoorRetry.BROKEN)]
     assert (b.in_flight("a"), b.in_flight("b")) == (0, 1)  # a's drain does not wait for it
@@ -414,8 +414,8 @@ def test_a_job_goes_where_its_broken_submit_is_sent_again() -> None:
 
 def test_a_broken_call_moves_to_another_engine_at_once_when_one_admits() -> None:
     b = book()
-    b.admitting("a", 0.0)
-    b.admitting("b", 0.0)
+    b.admit("a", 0.0)
+    b.admit("b", 0.0)
     b.arrived(prove(1), 0.0)
     assert b.returned(1, 1.0, Outcome.BROKEN) == [Send(1, "b", retry=DoorRetry.BROKEN)]
     assert refused(b.returned(1, 2.0, Outcome.BROKEN)) == {1: DoorRefusal.ENGINE_LOST}
@@ -426,7 +426,7 @@ def test_at_shutdown_the_door_serves_on_and_refuses_what_it_still_has_when_it_cl
     (and sends deadline calls to a draining engine), lets jobs be collected, and refuses only
     what is still held or in flight when it closes, naming the restart."""
     b = book()
-    b.admitting("a", 0.0)
+    b.admit("a", 0.0)
     b.arrived(submit(1, "j"), 0.0)
     b.returned(1, 1.0, Outcome.OK)
     b.arrived(prove(2), 1.0)  # in flight: the drain's to wait for
@@ -450,7 +450,7 @@ def test_at_shutdown_the_door_serves_on_and_refuses_what_it_still_has_when_it_cl
 
 def test_a_call_still_on_an_engine_when_the_door_closes_is_refused_naming_it() -> None:
     b = book()
-    b.admitting("a", 0.0)
+    b.admit("a", 0.0)
     b.arrived(prove(1), 0.0)
     [refusal] = b.closed(1.0)
     assert isinstance(refusal, Refuse) and refusal.reason is DoorRefusal.SHUTTING_DOWN
@@ -588,7 +588,7 @@ def test_ten_thousand_calls_through_two_crashing_engines_each_end_exactly_once(
             shell.jobs = {j: e for j, e in shell.jobs.items() if e != engine}
         elif roll < 0.02 and not engines[engine]:
             engines[engine] = True
-            shell.carry_out(b.admitting(engine, now))
+            shell.carry_out(b.admit(engine, now))
         elif roll < 0.025:
             drain = rng.choice([None, now + rng.uniform(0, 30)])
             shell.carry_out(b.stop_admitting(engine, now, drain))
@@ -621,7 +621,7 @@ def test_ten_thousand_calls_through_two_crashing_engines_each_end_exactly_once(
 def test_the_retry_says_whether_the_engine_crashed_or_was_stopped(end: EngineEnd,
                                                                    why: DoorRetry) -> None:
     b = book()
-    b.admitting("a", 0.0)
-    b.admitting("b", 0.0)
+    b.admit("a", 0.0)
+    b.admit("b", 0.0)
     b.arrived(prove(1), 0.0)
     assert b.gone("a", 1.0, end) == [Send(1, "b", retry=why)]

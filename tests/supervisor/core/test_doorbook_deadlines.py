@@ -73,7 +73,7 @@ def test_a_call_of_a_kind_without_deadline_waits_its_hold_timeout_whatever_its_c
 
 def test_a_winning_post_past_its_time_is_not_sent_again_after_a_crash() -> None:
     b = book(rules=CURIO_RULES)
-    b.admitting("a", 0.0)
+    b.admit("a", 0.0)
     assert b.arrived(prove(1, priority=CRITICAL), 0.0) == [Send(1, "a", retain=True)]
     b.arrived(prove(2), 0.0)
     decisions = b.gone("a", 16.0, EngineEnd.OOM_KILLED)
@@ -103,7 +103,7 @@ def test_released_calls_go_by_kind_then_deadline_first() -> None:
     b.arrived(prove(51, priority=HIGH, timeout=900.0), 1.0)
     b.arrived(prove(52, priority=HIGH, timeout=300.0), 2.0)
     b.arrived(prove(53, priority=CRITICAL), 3.0)
-    released = [d.call for d in b.admitting("a", 4.0)]
+    released = [d.call for d in b.admit("a", 4.0)]
     assert released[:4] == [53, 52, 51, 1]
 
 
@@ -133,7 +133,7 @@ def test_a_full_hold_displaces_a_call_past_its_deadline_first() -> None:
 
 def test_a_winning_post_goes_to_an_engine_draining_for_a_restart_while_it_fits() -> None:
     b = book(rules=CURIO_RULES)
-    b.admitting("a", 0.0)
+    b.admit("a", 0.0)
     b.arrived(prove(1), 0.0)
     assert b.stop_admitting("a", 1.0, drain_until=21.0) == []
     assert b.arrived(prove(2, priority=CRITICAL), 2.0) == [Send(2, "a", retain=True)]
@@ -151,7 +151,7 @@ def test_a_held_deadline_call_goes_once_an_operator_s_stop_opens_the_drain() -> 
     b = book(rules=CURIO_RULES)
     b.arrived(prove(1, priority=CRITICAL), 0.0)
     b.arrived(prove(2), 0.0)
-    b.admitting("a", 0.0)  # took both
+    b.admit("a", 0.0)  # took both
     b.stop_admitting("b")
     b.arrived(prove(3, priority=CRITICAL), 1.0)  # to a
     b.stop_admitting("a", 2.0, drain_until=30.0)
@@ -160,25 +160,25 @@ def test_a_held_deadline_call_goes_once_an_operator_s_stop_opens_the_drain() -> 
 
 def test_no_deadline_call_goes_to_an_engine_stopped_as_unhealthy_or_stalled() -> None:
     b = book(rules=CURIO_RULES)
-    b.admitting("a", 0.0)
+    b.admit("a", 0.0)
     b.stop_admitting("a", 0.0)  # a health kill's stop: no drain for deadline calls
     assert b.arrived(prove(1, priority=CRITICAL), 1.0) == [Hold(1, 16.0)]
 
 
 def test_an_admitting_engine_is_preferred_to_a_draining_one() -> None:
     b = book(rules=CURIO_RULES)
-    b.admitting("a", 0.0)
-    b.admitting("b", 0.0)
+    b.admit("a", 0.0)
+    b.admit("b", 0.0)
     b.stop_admitting("a", 0.0, drain_until=60.0)
     assert sent(b.arrived(prove(1, priority=CRITICAL), 1.0)) == {1: "b"}
 
 
 def test_a_held_winning_post_goes_to_a_draining_engine_when_its_stop_begins() -> None:
     b = book(rules=CURIO_RULES)
-    b.admitting("a", 0.0)
+    b.admit("a", 0.0)
     b.stop_admitting("a", 0.0)  # unhealthy: closed to it
     assert isinstance(b.arrived(prove(1, priority=CRITICAL), 1.0)[0], Hold)
-    b.admitting("b", 0.0)
+    b.admit("b", 0.0)
     b.arrived(prove(9), 1.0)
     b.gone("a", 1.5, EngineEnd.STOPPED)
     assert b.held_calls == 0  # b took it when it was admitted
@@ -195,7 +195,7 @@ def warm(b: object, engine: str) -> None:
 
 def test_an_engine_gets_one_post_at_a_time_winning_first_then_window_by_age() -> None:
     b = book(rules=ONE_POST)
-    b.admitting("a", 0.0)
+    b.admit("a", 0.0)
     warm(b, "a")
     assert sent(b.arrived(prove(1, priority=HIGH), 0.0)) == {1: "a"}  # a WindowPoSt
     assert b.arrived(prove(2, priority=HIGH), 1.0) == [
@@ -211,15 +211,15 @@ def test_an_engine_gets_one_post_at_a_time_winning_first_then_window_by_age() ->
 
 def test_an_engine_without_one_post_takes_posts_together() -> None:
     b = book(rules=CURIO_RULES)
-    b.admitting("a", 0.0)
+    b.admit("a", 0.0)
     assert sent(b.arrived(prove(1, priority=HIGH), 0.0)) == {1: "a"}
     assert sent(b.arrived(prove(2, priority=CRITICAL), 0.0)) == {2: "a"}
 
 
 def test_a_shared_door_sends_the_second_post_to_the_other_engine() -> None:
     b = book(rules=ONE_POST, engines=("a", "b"))
-    b.admitting("a", 0.0)
-    b.admitting("b", 0.0)
+    b.admit("a", 0.0)
+    b.admit("b", 0.0)
     assert sent(b.arrived(prove(1, priority=HIGH), 0.0)) == {1: "a"}
     assert sent(b.arrived(prove(2, priority=CRITICAL), 0.0)) == {2: "b"}
 
@@ -229,7 +229,7 @@ def test_no_post_beside_a_fresh_process_s_first_job_until_its_partition_0_left_t
     """cuzk numbers a process's first partitioned job 0: its partition 0 takes the PoSts' GPU
     queue key. A reading showing that partition on a GPU (or done) frees the PoSt slot."""
     b = book(rules=ONE_POST)
-    b.admitting("a", 0.0)
+    b.admit("a", 0.0)
     assert sent(b.arrived(prove(1, job="porep-1-1"), 0.0)) == {1: "a"}
     assert b.wants_reading("a")
     assert b.arrived(prove(2, priority=CRITICAL), 1.0) == [
@@ -250,7 +250,7 @@ def test_of_several_jobs_sent_at_once_cuzk_may_start_any_first(
     past the GPU queue -- not while one listed is short of it, nor on a reading listing none;
     and once a partitioned job's Prove has returned."""
     b = book(rules=ONE_POST)
-    b.admitting("a", 0.0)
+    b.admit("a", 0.0)
     for n in (1, 2, 3):
         b.arrived(prove(n, job=f"porep-1-{n}"), 0.0)
     assert b.arrived(prove(9, priority=CRITICAL), 1.0)[0] == Hold(
@@ -261,7 +261,7 @@ def test_of_several_jobs_sent_at_once_cuzk_may_start_any_first(
     assert b.reading("a", 4.0, EngineReading(started, started)) == [
         Send(9, "a", retain=True, held_for=3.0, serialized=True)]
     fresh = book(rules=ONE_POST)
-    fresh.admitting("a", 0.0)
+    fresh.admit("a", 0.0)
     for n in (1, 2):
         fresh.arrived(prove(n, job=f"porep-1-{n}"), 0.0)
     fresh.arrived(prove(9, priority=CRITICAL), 1.0)
@@ -270,7 +270,7 @@ def test_of_several_jobs_sent_at_once_cuzk_may_start_any_first(
 
 def test_a_fresh_process_s_first_partitioned_job_waits_for_a_post_in_flight() -> None:
     b = book(rules=ONE_POST)
-    b.admitting("a", 0.0)
+    b.admit("a", 0.0)
     assert sent(b.arrived(prove(1, priority=CRITICAL), 0.0)) == {1: "a"}
     assert b.arrived(prove(2), 0.1) == [Hold(2, 600.1, cause=HoldCause.POST_IN_FLIGHT)]
     assert sent(b.returned(1, 0.9, Outcome.OK)) == {2: "a"}
@@ -280,7 +280,7 @@ def test_a_fresh_process_s_first_partitioned_job_waits_for_a_post_in_flight() ->
 
 def test_a_first_job_refused_by_the_engine_leaves_the_process_fresh() -> None:
     b = book(rules=ONE_POST)
-    b.admitting("a", 0.0)
+    b.admit("a", 0.0)
     b.arrived(prove(1), 0.0)
     b.returned(1, 0.5, Outcome.ERROR)  # cuzk may never have dispatched it: job 0 is unused
     b.arrived(prove(2, priority=CRITICAL), 1.0)
@@ -290,7 +290,7 @@ def test_a_first_job_refused_by_the_engine_leaves_the_process_fresh() -> None:
 def test_a_post_waiting_its_turn_is_not_refused_for_the_hold_timeout_only_for_its_deadline(
         ) -> None:
     b = book(rules=ONE_POST, hold_timeout=60.0)
-    b.admitting("a", 0.0)
+    b.admit("a", 0.0)
     b.arrived(prove(1, priority=HIGH), 0.0)  # a WindowPoSt proving for minutes
     assert b.arrived(prove(2, priority=HIGH, timeout=1100.0), 1.0) == [
         Hold(2, 61.0, cause=HoldCause.POST_IN_FLIGHT)]
@@ -300,11 +300,11 @@ def test_a_post_waiting_its_turn_is_not_refused_for_the_hold_timeout_only_for_it
 
 def test_a_post_sent_again_after_a_crash_still_goes_alone() -> None:
     b = book(rules=ONE_POST)
-    b.admitting("a", 0.0)
+    b.admit("a", 0.0)
     b.arrived(prove(1, priority=HIGH), 0.0)
     b.gone("a", 1.0, EngineEnd.OOM_KILLED)
     b.arrived(prove(2, priority=CRITICAL), 2.0)
-    released = b.admitting("a", 3.0)
+    released = b.admit("a", 3.0)
     assert sent(released) == {2: "a"}  # WinningPoSt first; the WindowPoSt waits for it
     assert [d.cause for d in b.arrived(prove(3, priority=HIGH), 3.0)
             if isinstance(d, Hold)] == [HoldCause.POST_IN_FLIGHT]
@@ -313,7 +313,7 @@ def test_a_post_sent_again_after_a_crash_still_goes_alone() -> None:
 
 def test_a_post_job_submitted_keeps_the_slot_until_collected_or_its_deadline() -> None:
     b = book(rules=ONE_POST)
-    b.admitting("a", 0.0)
+    b.admit("a", 0.0)
     warm(b, "a")
     b.arrived(replace(prove(1, priority=CRITICAL, job="winpost-1"), method="SubmitProof"), 1.0)
     b.returned(1, 1.1, Outcome.OK)
@@ -325,7 +325,7 @@ def test_a_post_job_submitted_keeps_the_slot_until_collected_or_its_deadline() -
 
 def test_readings_while_running_show_no_queue_and_abandon_nothing() -> None:
     b = book(rules=ONE_POST)
-    b.admitting("a", 0.0)
+    b.admit("a", 0.0)
     b.arrived(prove(1, priority=HIGH), 0.0)
     empty = EngineReading(frozenset(), queues=QueueReading({"window-post": KindQueue(0, 0)}))
     assert b.reading("a", 1.0, empty) == [] and b.reading("a", 2.0, empty) == []

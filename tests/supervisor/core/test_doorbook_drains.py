@@ -32,7 +32,7 @@ def listed(*ids: str, **jobs: tuple[int, int]) -> EngineReading:
 
 def test_a_prove_cuzk_no_longer_lists_stops_holding_the_drain_after_two_reads() -> None:
     b = book(rules=CURIO_RULES)
-    b.admitting("a", 0.0)
+    b.admit("a", 0.0)
     b.arrived(prove(1, job="porep-1-1"), 0.0)
     b.arrived(prove(2, job="porep-1-2"), 0.0)
     b.stop_admitting("a", 1.0, drain_until=181.0)
@@ -50,7 +50,7 @@ def test_a_prove_cuzk_no_longer_lists_stops_holding_the_drain_after_two_reads() 
 def test_a_prove_still_queued_in_cuzk_s_scheduler_holds_the_drain() -> None:
     """cuzk lists a job in /status only once dispatched; queued it is pending in GetStatus."""
     b = book(rules=CURIO_RULES)
-    b.admitting("a", 0.0)
+    b.admit("a", 0.0)
     b.arrived(prove(1, job="porep-1-1"), 0.0)
     b.stop_admitting("a", 1.0, drain_until=181.0)
     for at in (1.0, 1.5, 2.0):
@@ -64,7 +64,7 @@ def test_a_prove_still_queued_in_cuzk_s_scheduler_holds_the_drain() -> None:
 
 def test_an_overwritten_post_stops_holding_the_drain_when_its_queue_shows_nothing() -> None:
     b = book(rules=CURIO_RULES)
-    b.admitting("a", 0.0)
+    b.admit("a", 0.0)
     b.arrived(prove(1, priority=HIGH, job="wdpost-1-[0]"), 0.0)
     b.arrived(prove(2, priority=HIGH, job="wdpost-1-[1]"), 0.0)
     b.stop_admitting("a", 1.0, drain_until=181.0)
@@ -78,7 +78,7 @@ def test_an_overwritten_post_stops_holding_the_drain_when_its_queue_shows_nothin
 
 def test_a_post_past_its_deadline_stops_holding_the_drain_at_once() -> None:
     b = book(rules=CURIO_RULES)
-    b.admitting("a", 0.0)
+    b.admit("a", 0.0)
     b.arrived(prove(1, priority=CRITICAL), 0.0)
     b.stop_admitting("a", 1.0, drain_until=181.0)
     assert b.reading("a", 19.0, listed(winning_post=(0, 1))) == []
@@ -88,7 +88,7 @@ def test_a_post_past_its_deadline_stops_holding_the_drain_at_once() -> None:
 
 def test_a_submitted_job_nobody_awaits_stops_holding_the_drain_after_a_grace() -> None:
     b = book(rules=CURIO_RULES)
-    b.admitting("a", 0.0)
+    b.admit("a", 0.0)
     b.arrived(submit(1, "snap-1-7"), 0.0)
     b.returned(1, 0.5, Outcome.OK)
     b.arrived(await_(2, "snap-1-7"), 0.6)
@@ -104,7 +104,7 @@ def test_a_submitted_job_nobody_awaits_stops_holding_the_drain_after_a_grace() -
 
 def test_an_await_of_an_abandoned_job_is_abandoned_with_it() -> None:
     b = book(rules=CURIO_RULES)
-    b.admitting("a", 0.0)
+    b.admit("a", 0.0)
     b.arrived(submit(1, "snap-1-7"), 0.0)
     b.returned(1, 0.5, Outcome.OK)
     assert b.arrived(await_(2, "snap-1-7"), 0.6) == [Send(2, "a")]
@@ -119,18 +119,18 @@ def test_an_await_of_an_abandoned_job_is_abandoned_with_it() -> None:
 def test_an_abandoned_call_is_sent_to_the_next_process() -> None:
     """cuzk dropped it (a PoSt overwritten): the next process proves it, once."""
     b = book(rules=CURIO_RULES)
-    b.admitting("a", 0.0)
+    b.admit("a", 0.0)
     b.arrived(prove(1, priority=HIGH, job="wdpost-1-[0]"), 0.0)
     b.stop_admitting("a", 1.0, drain_until=181.0)
     b.reading("a", 1.0, listed())
     assert len(b.reading("a", 1.5, listed())) == 1
     b.gone("a", 2.0, EngineEnd.DRAINED)
-    assert sent(b.admitting("a", 40.0)) == {1: "a"}
+    assert sent(b.admit("a", 40.0)) == {1: "a"}
 
 
 def test_a_late_answer_of_an_abandoned_call_is_an_ordinary_answer() -> None:
     b = book(rules=CURIO_RULES)
-    b.admitting("a", 0.0)
+    b.admit("a", 0.0)
     b.arrived(prove(1, job="porep-1-1"), 0.0)
     b.stop_admitting("a", 1.0, drain_until=181.0)
     b.reading("a", 1.0, listed())

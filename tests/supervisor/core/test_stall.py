@@ -267,7 +267,7 @@ def test_a_running_phase_growing_is_no_progress_but_a_partition_leaving_unfinish
     assert [t for t, _ in run(watch, polls)] == [5.0 + AFTER]
 
 
-def test_leftovers_of_failed_work_are_neither_work_nor_progress() -> None:
+def test_failed_work_is_neither_work_nor_progress() -> None:
     """A plain cuzk lists a failed job for good (partitions stuck in gpu, a worker left
     proving): with the deriver's stale job and phantom worker that engine is idle, never
     stalled; a real job frozen beside the leftover still stalls, and so does a job stale only

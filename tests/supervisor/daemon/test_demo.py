@@ -16,8 +16,9 @@ import pytest
 from support.live import scrape
 from support.supervisor_harness import start_supervisor, write_config
 
-from cuzkd.config import ConfigError, engine_command, parse_config
+from cuzkd.config import engine_command, parse_config
 from cuzkd.cuzk import proving_pb2 as pb
+from cuzkd.errors import ConfigError
 from cuzkd.status.document import PARTITIONS
 from cuzkd.supervisor.daemon.demo import (
     EXTRA_SECTOR_JOBS,

@@ -25,7 +25,8 @@ from support.supervisor_harness import (
 )
 from support.waiting import wait_until
 
-from cuzkd.config import ConfigError, load_config
+from cuzkd.config import load_config
+from cuzkd.errors import ConfigError
 from cuzkd.supervisor.daemon import configread
 from cuzkd.supervisor.daemon.configread import OffLoopReader, reload_config
 

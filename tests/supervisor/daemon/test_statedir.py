@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from support.supervisor_harness import start_supervisor, write_config
 
-from cuzkd.supervisor.daemon.statedir import StateDirBusy, StateDirLock
+from cuzkd.errors import StateDirBusy
+from cuzkd.supervisor.daemon.statedir import StateDirLock
 
 
 def test_second_owner_is_refused_naming_the_first(tmp_path: Path) -> None:

@@ -15,7 +15,8 @@ import structlog
 from support.door_process import door_plan, running_doors
 from support.ports import free_port
 
-from cuzkd.supervisor.door.binding import DoorAddressError, UnixAddress, UnixBind, claim
+from cuzkd.errors import DoorAddressError
+from cuzkd.supervisor.door.binding import UnixAddress, UnixBind, claim
 
 
 def test_an_address_something_answers_on_is_refused_naming_it(tmp_path: Path) -> None:

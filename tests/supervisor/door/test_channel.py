@@ -9,13 +9,13 @@ import asyncio
 import pytest
 
 from cuzkd.cuzk.reading import KindQueue, QueueReading
+from cuzkd.errors import ChannelClosed
 from cuzkd.metrics.door_metrics import DoorMetrics
 from cuzkd.supervisor.core.doorbook import EngineEnd, EngineReading
 from cuzkd.supervisor.door.channel import (
     MAX_MESSAGE,
     Admit,
     Broken,
-    ChannelClosed,
     EngineState,
     Figures,
     Gone,

@@ -27,8 +27,8 @@ from support.waiting import until
 
 from cuzkd.config.doors import DoorPlan
 from cuzkd.cuzk import proving_pb2 as pb
+from cuzkd.errors import ChannelClosed
 from cuzkd.supervisor.core.doorbook import EngineEnd, EngineReading
-from cuzkd.supervisor.door.channel import ChannelClosed
 from cuzkd.supervisor.door.doors import Doors
 
 SERVICE = "/cuzk.v1.ProvingEngine/"

@@ -23,11 +23,11 @@ import pytest
 from support.h2_client import RawH2, message
 from support.waiting import until
 
+from cuzkd.errors import GrpcError
 from cuzkd.metrics.door_metrics import SERVER_BOUNDS
 from cuzkd.supervisor.door.server import BOUNDS as BOUNDS_HELD
 from cuzkd.supervisor.door.server import (
     CallContext,
-    GrpcError,
     GrpcServer,
     ServerBounds,
     parse_timeout,

@@ -16,7 +16,8 @@ import structlog
 from support.supervisor_harness import scripted_engine, start_supervisor, write_config
 
 from cuzkd.config import parse_config
-from cuzkd.gpus import GpuViewError, NvmlDevice, load_gpu_view
+from cuzkd.errors import GpuViewError
+from cuzkd.gpus import NvmlDevice, load_gpu_view
 from cuzkd.states import State
 from cuzkd.supervisor.core.gpugate import blocker, cuda_env
 from cuzkd.supervisor.daemon.root import Supervisor

@@ -22,7 +22,13 @@ from support.waiting import until
 
 from cuzkd.log.ratelimit import LimitedLog
 from cuzkd.supervisor.web.access import WebAccess
-from cuzkd.supervisor.web.basicauth import MAX_WAITING, PER_SOURCE, BasicAuth, Verdict, hash_cost
+from cuzkd.supervisor.web.basicauth import (
+    MAX_WAITING,
+    PER_SOURCE,
+    AuthDecision,
+    BasicAuth,
+    hash_cost,
+)
 
 
 def _header(password: str = PASSWORD, user: str = USER) -> str:
@@ -37,15 +43,15 @@ async def test_a_right_password_is_allowed_while_another_address_floods() -> Non
     flood = [asyncio.ensure_future(auth.check(_header(f"guess-{i}"), "192.0.2.66"))
              for i in range(200)]
     await until(lambda: auth.throttled > 0, "the flood throttled beyond its share")
-    assert await auth.check(_header(), "192.0.2.1") is Verdict.ALLOWED
+    assert await auth.check(_header(), "192.0.2.1") is AuthDecision.ALLOWED
     verdicts = await asyncio.gather(*flood)
-    assert set(verdicts) == {Verdict.REFUSED, Verdict.THROTTLED}
+    assert set(verdicts) == {AuthDecision.REFUSED, AuthDecision.THROTTLED}
     # each refused guess had a round, the right one too; the throttled ones none
-    assert verdicts.count(Verdict.REFUSED) + 1 == auth.bcrypt_rounds
-    assert verdicts.count(Verdict.THROTTLED) == auth.throttled
+    assert verdicts.count(AuthDecision.REFUSED) + 1 == auth.bcrypt_rounds
+    assert verdicts.count(AuthDecision.THROTTLED) == auth.throttled
     rounds = auth.bcrypt_rounds
-    assert await auth.check(_header(), "192.0.2.99") is Verdict.ALLOWED  # from the cache
-    assert await auth.check(_header("guess-0"), "192.0.2.66") is Verdict.REFUSED  # refused
+    assert await auth.check(_header(), "192.0.2.99") is AuthDecision.ALLOWED  # from the cache
+    assert await auth.check(_header("guess-0"), "192.0.2.66") is AuthDecision.REFUSED  # refused
     assert auth.bcrypt_rounds == rounds
 
 
@@ -76,10 +82,10 @@ async def test_a_new_address_takes_a_place_from_the_longest_queue(
     await until(lambda: auth.throttled == 2, "a place taken for the new address")
     assert auth.waiting == MAX_WAITING
     gate.set()
-    assert await right is Verdict.ALLOWED
+    assert await right is AuthDecision.ALLOWED
     verdicts = await asyncio.gather(*waiting)
-    assert verdicts.count(Verdict.THROTTLED) == 2
-    assert verdicts.count(Verdict.REFUSED) == len(waiting) - 2
+    assert verdicts.count(AuthDecision.THROTTLED) == 2
+    assert verdicts.count(AuthDecision.REFUSED) == len(waiting) - 2
 
 
 async def test_a_check_whose_waiter_went_frees_its_place(gate: threading.Event) -> None:
@@ -90,13 +96,13 @@ async def test_a_check_whose_waiter_went_frees_its_place(gate: threading.Event) 
                             for n in range(3))
     await until(lambda: auth.waiting == PER_SOURCE, "one round taken, two checks waiting")
     assert auth.bcrypt_rounds == 1
-    assert await auth.check(_header("guess-x"), "192.0.2.1") is Verdict.THROTTLED
+    assert await auth.check(_header("guess-x"), "192.0.2.1") is AuthDecision.THROTTLED
     second.cancel()
     await until(lambda: auth.waiting == 1, "the cancelled check's place freed")
     fourth = asyncio.ensure_future(auth.check(_header("guess-4"), "192.0.2.1"))
     await until(lambda: auth.waiting == 2, "the place taken again")
     gate.set()
-    assert [await first, await third, await fourth] == [Verdict.REFUSED] * 3
+    assert [await first, await third, await fourth] == [AuthDecision.REFUSED] * 3
     assert second.cancelled()
     assert auth.bcrypt_rounds == 3
 
@@ -105,7 +111,7 @@ async def test_malformed_and_unknown_credentials_are_refused() -> None:
     auth = BasicAuth({USER: password_hash()})
     for header in (None, "Bearer x", "Basic !!!", "Basic " + "bm9jb2xvbg==",
                    _header(PASSWORD, "nobody"), _header("x" * 100)):
-        assert await auth.check(header) is Verdict.REFUSED, header
+        assert await auth.check(header) is AuthDecision.REFUSED, header
 
 
 async def test_an_unknown_user_is_checked_against_the_highest_cost(tmp_path: Path) -> None:
@@ -115,7 +121,7 @@ async def test_an_unknown_user_is_checked_against_the_highest_cost(tmp_path: Pat
     access = WebAccess(str(path), LimitedLog())
     auth = access.auth
     assert auth is not None and hash_cost(auth.dummy) == 4
-    assert await auth.check(_header(), "192.0.2.1") is Verdict.ALLOWED
+    assert await auth.check(_header(), "192.0.2.1") is AuthDecision.ALLOWED
     rounds = auth.bcrypt_rounds
     old_hash = path.read_text().split("'")[1]
     slower = bcrypt.hashpw(b"other", bcrypt.gensalt(6)).decode()
@@ -123,12 +129,12 @@ async def test_an_unknown_user_is_checked_against_the_highest_cost(tmp_path: Pat
                     encoding="utf-8")
     access.refresh()
     assert access.last_reload_ok and access.auth is auth and hash_cost(auth.dummy) == 6
-    assert await auth.check(_header(), "192.0.2.1") is Verdict.ALLOWED
+    assert await auth.check(_header(), "192.0.2.1") is AuthDecision.ALLOWED
     assert auth.bcrypt_rounds == rounds  # USER's hash did not change: still verified
     path.write_text(f"basic_auth_users:\n  {USER}: '{password_hash('new', cost=5)}'\n",
                     encoding="utf-8")
     access.refresh()
     assert hash_cost(auth.dummy) == 5
-    assert await auth.check(_header(), "192.0.2.1") is Verdict.REFUSED  # the old password
-    assert await auth.check(_header("new"), "192.0.2.1") is Verdict.ALLOWED
+    assert await auth.check(_header(), "192.0.2.1") is AuthDecision.REFUSED  # the old password
+    assert await auth.check(_header("new"), "192.0.2.1") is AuthDecision.ALLOWED
     assert auth.bcrypt_rounds == rounds + 2

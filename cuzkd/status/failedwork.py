@@ -3,7 +3,7 @@
 cuzk never finishes failed work in the document (``docs/status.md``): after a synthesis or GPU
 error the job stays in ``pipelines`` for good, its partitions can stay ``gpu`` and its worker
 can stay ``proving`` until it starts another partition. Read at face value, a long-running
-engine's leftovers are in flight, queued GPU work, synthesizing, progress for the stall
+engine's failed work is in flight, queued GPU work, synthesizing, progress for the stall
 watchdog, and busy workers. :class:`JobProgress` tells them apart:
 
 * A job is **stale** when it has a ``failed`` partition, or has made no progress -- no
@@ -74,7 +74,7 @@ class JobProgress:
         self._jobs = self._observing
 
     def stale(self, pipeline: Pipeline, now: float) -> bool:
-        """The job (observed in this document) is a leftover of failed work."""
+        """The job (observed in this document) is failed work."""
         states = [p.state for p in pipeline.partitions]
         if "failed" in states:
             return True
