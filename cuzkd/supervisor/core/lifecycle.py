@@ -43,13 +43,13 @@ class Stop:
     stop_timeout; report ``exited``. ``kill``: SIGKILL at once (a stalled engine has nothing
     left to drain, a broken one nothing worth draining), ``why`` says why in the kill's log.
     ``reason``: why the supervisor stops it; ``within``: seconds the whole stop may take (a
-    shutdown's grace; None: its own budget). Equality compares what the stop does, not why."""
+    shutdown's grace; None: its own budget)."""
 
     kill: bool = False
     drain: bool = False
     why: str = ""
-    reason: StopReason = field(default=StopReason.OPERATOR, compare=False)
-    within: float | None = field(default=None, compare=False)
+    reason: StopReason = StopReason.OPERATOR
+    within: float | None = None
 
 
 @dataclass(frozen=True)

@@ -26,9 +26,9 @@ from cuzkd.supervisor.core.drain import door_reading
 from cuzkd.supervisor.core.freezes import said_nothing
 from cuzkd.supervisor.core.lifecycle import Action, Lifecycle
 from cuzkd.supervisor.core.stall import StallEvidence, StallWatch
-from cuzkd.supervisor.engines.process import EngineProcess
 from cuzkd.supervisor.engines.runclock import RunClock
 from cuzkd.supervisor.engines.seat import DoorSeat
+from cuzkd.supervisor.engines.spawnrecord import SpawnRecord
 from cuzkd.supervisor.proc.descendants import DescendantWatch
 
 
@@ -73,7 +73,7 @@ class HealthWatch:
         self._cadence.spawned()
         self.stall.started(now)
 
-    async def run(self, process: EngineProcess) -> None:
+    async def run(self, process: SpawnRecord) -> None:
         """Run the health loop for as long as ``process`` lives: a loop that dies of an
         exception (a bug, a document nobody foresaw) is logged, counted and started again after
         ``health_interval`` -- an engine is never left without health checks while it runs."""
@@ -88,7 +88,7 @@ class HealthWatch:
                                   exc_info=exc)
             await asyncio.sleep(self._spec.health_interval)
 
-    async def _loop(self, process: EngineProcess) -> None:
+    async def _loop(self, process: SpawnRecord) -> None:
         cadence, lifecycle, clock = self._cadence, self._lifecycle, self._run_clock
         source = self.status_source
         if source is None:
@@ -125,7 +125,7 @@ class HealthWatch:
                 process.oom.refresh()
                 self._watch_stall(source, now)
 
-    def _note_descendants(self, process: EngineProcess) -> None:
+    def _note_descendants(self, process: SpawnRecord) -> None:
         """Remember the live process's descendants (to stop them when it exits)."""
         if not process.exited.is_set():
             self._descendants.note(process.pid,

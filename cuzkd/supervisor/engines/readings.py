@@ -22,9 +22,9 @@ from cuzkd.supervisor.core.lifecycle import Lifecycle
 from cuzkd.supervisor.core.outputbudget import OutputBudget
 from cuzkd.supervisor.engines.healthwatch import HealthWatch
 from cuzkd.supervisor.engines.info import MAX_STALE_JOBS_SHOWN, EngineInfo
-from cuzkd.supervisor.engines.process import EngineProcess
 from cuzkd.supervisor.engines.runclock import RunClock
 from cuzkd.supervisor.engines.spawner import EngineSpawner
+from cuzkd.supervisor.engines.spawnrecord import SpawnRecord
 from cuzkd.supervisor.engines.stopper import EngineStopper
 from cuzkd.supervisor.engines.telemetry import GrpcTelemetry
 from cuzkd.supervisor.proc.descendants import DescendantWatch
@@ -52,7 +52,7 @@ class EngineReadings:
         self._log = log
         self._limited = limited
 
-    def info(self, process: EngineProcess | None, release: str | None) -> EngineInfo:
+    def entry(self, process: SpawnRecord | None, release: str | None) -> EngineInfo:
         """The engine for the control API, ``/status`` and the CLI; ``process``: the one
         running (None: none); ``release``: the one it executes."""
         m, source, stall = self._lifecycle, self._health.status_source, self._health.stall
@@ -81,7 +81,7 @@ class EngineReadings:
             phantom_busy_workers=phantom,
         )
 
-    async def sample(self, process: EngineProcess | None, max_age: float) -> EngineSample:
+    async def sample(self, process: SpawnRecord | None, max_age: float) -> EngineSample:
         """The engine for a scrape. Whatever goes wrong reading its document or its process
         tree costs only those figures (status absent, so ``cuzkd_engine_up`` 0), logged: one
         engine never fails the scrape of every other."""

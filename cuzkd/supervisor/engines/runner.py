@@ -59,11 +59,11 @@ from cuzkd.supervisor.core.stall import StallWatch
 from cuzkd.supervisor.engines.healthwatch import HealthWatch
 from cuzkd.supervisor.engines.info import EngineInfo
 from cuzkd.supervisor.engines.launch import BinaryResolver, EngineLaunch
-from cuzkd.supervisor.engines.process import EngineProcess
 from cuzkd.supervisor.engines.readings import EngineReadings
 from cuzkd.supervisor.engines.runclock import RunClock
 from cuzkd.supervisor.engines.seat import DoorSeat
 from cuzkd.supervisor.engines.spawner import EngineSpawner, SpawnFailed
+from cuzkd.supervisor.engines.spawnrecord import SpawnRecord
 from cuzkd.supervisor.engines.stderrtail import ExitedTail
 from cuzkd.supervisor.engines.stopper import EngineStopper, QueueReader
 from cuzkd.supervisor.engines.telemetry import GrpcTelemetry
@@ -123,7 +123,7 @@ class EngineRunner:
         #: telemetry (a bundled engine's /status tells all of it), and given to its seat
         self._grpc_address = grpc_address(config, spec)
         self._seat = seat
-        self._process: EngineProcess | None = None
+        self._process: SpawnRecord | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._tasks = TaskSet()
         self._changed = asyncio.Event()
@@ -231,7 +231,7 @@ class EngineRunner:
     def info(self, release: str | None = None) -> EngineInfo:
         """This engine for the control API, ``/status`` and the CLI; ``release``: the one its
         process executes (the engine set knows the releases)."""
-        return self._readings.info(self._process, release)
+        return self._readings.entry(self._process, release)
 
     async def sample(self, max_age: float) -> EngineSample:
         """This engine for a scrape (:meth:`EngineReadings.sample

@@ -21,7 +21,7 @@ from cuzkd.errors import SpawnError
 from cuzkd.log.ratelimit import LimitedLog, errno_name
 from cuzkd.supervisor.core.spawngate import SpawnGate, spawn_gate
 from cuzkd.supervisor.engines.launch import EngineLaunch
-from cuzkd.supervisor.engines.process import EngineProcess
+from cuzkd.supervisor.engines.spawnrecord import SpawnRecord
 from cuzkd.supervisor.engines.stderrtail import StderrTail
 from cuzkd.supervisor.proc.children import SPAWN_ERRORS, ChildTable
 from cuzkd.supervisor.proc.descendants import DescendantWatch
@@ -106,7 +106,7 @@ class EngineSpawner:
                        else "engine_spawn_abandoned", reason="stop requested")
         return True
 
-    def spawn(self) -> EngineProcess | SpawnFailed:
+    def spawn(self) -> SpawnRecord | SpawnFailed:
         """Spawn a process now, its output read under the engine's logger."""
         try:
             argv = self._launch.command()
@@ -125,7 +125,7 @@ class EngineSpawner:
         self._tasks.start(log_lines(child.stdout, self._output, "stdout", child.pid))
         self.stderr.read_by(self._tasks.start(log_lines(
             child.stderr, self._output, "stderr", child.pid, tail=self.stderr.spawned())))
-        return EngineProcess(child, started_at=time.time(), oom=OomCounters(child.pid))
+        return SpawnRecord(child, started_at=time.time(), oom=OomCounters(child.pid))
 
     def process_ended(self, pids_of_it: set[int]) -> None:
         """A process exited: ``pids_of_it`` (it, its descendants) hold nothing of the GPUs the

@@ -36,8 +36,8 @@ from cuzkd.supervisor.core.stopsequence import (
     WaitUntil,
 )
 from cuzkd.supervisor.engines.drainrequest import ENGINE_DEADLINE_SLACK, request_drain
-from cuzkd.supervisor.engines.process import EngineProcess
 from cuzkd.supervisor.engines.seat import DoorSeat
+from cuzkd.supervisor.engines.spawnrecord import SpawnRecord
 
 #: Reads an engine's GetStatus queues: (its gRPC address, a timeout) -> the reading.
 QueueReader = Callable[[str, float], Coroutine[Any, Any, QueueReading]]
@@ -72,7 +72,7 @@ class EngineStopper:
         #: the last GetStatus of the current stop's drain (None: none read in this stop)
         self._queues: QueueReading | None = None
 
-    async def run(self, stop: Stop, process: EngineProcess, source: StatusSource | None) -> None:
+    async def run(self, stop: Stop, process: SpawnRecord, source: StatusSource | None) -> None:
         """Carry out ``stop`` on ``process`` (nothing once it exited); a failure (a bug) still
         ends in the process's end: its group is SIGKILLed, so the engine never stays
         ``stopping`` with nothing stopping it."""
@@ -85,7 +85,7 @@ class EngineStopper:
             if not process.exited.is_set():
                 process.kill()
 
-    async def _carry_out(self, stop: Stop, process: EngineProcess,
+    async def _carry_out(self, stop: Stop, process: SpawnRecord,
                          source: StatusSource | None) -> None:
         """The stop sequence's steps: drain (at most drain_timeout, less when the stop must end
         ``within`` seconds), the stop signal, SIGKILL of the group after stop_timeout; ``kill``
@@ -140,7 +140,7 @@ class EngineStopper:
         except TimeoutError:
             return False
 
-    async def _request_drain(self, process: EngineProcess) -> bool:
+    async def _request_drain(self, process: SpawnRecord) -> bool:
         """Ask the engine to drain (``http``); False, logged, when it did not accept."""
         assert self._status_address is not None  # config: http needs the engine's address
         error = await request_drain(self._status_address,
@@ -187,7 +187,7 @@ class EngineStopper:
                               key="GetStatus", error=self._queues.error)
         return self._queues
 
-    def _count_lost(self, reason: StopReason, process: EngineProcess,
+    def _count_lost(self, reason: StopReason, process: SpawnRecord,
                     source: StatusSource | None) -> None:
         """Count the partitions and jobs in flight as the engine is stopped, by the last status
         read (and, for a cuzk engine, the drain's last GetStatus), when the stop counts them."""

@@ -81,7 +81,7 @@ def test_silent_status_while_running_kills_and_counts_unhealthy() -> None:
     m = running(machine(), now=0.0)
     m.poll(1.0, ok=True)
     assert m.poll(5.9, ok=False) == []
-    assert m.poll(6.0, ok=False) == [Stop()]
+    assert m.poll(6.0, ok=False) == [Stop(reason=StopReason.UNHEALTHY)]
     assert m.state is State.STOPPING
     actions = m.exited("signal_SIGTERM", clean=False, now=6.1)
     assert m.exits == {"unhealthy": 1}
@@ -112,7 +112,7 @@ def test_never_answering_is_killed_after_start_timeout() -> None:
     m.start_requested(0.0)
     m.spawned(5, 0.0)
     assert m.poll(9.9, ok=False) == []
-    assert m.poll(10.0, ok=False) == [Stop()]
+    assert m.poll(10.0, ok=False) == [Stop(reason=StopReason.START_TIMEOUT)]
     m.exited("signal_SIGKILL", clean=False, now=10.5)
     assert m.exits == {"start_timeout": 1}
 
@@ -123,7 +123,8 @@ def test_status_errors_are_kept_named_in_the_kill_and_cleared_by_an_answer() -> 
     m.spawned(5, 0.0)
     m.poll(1.0, ok=False, error="HTTP 500 Internal Server Error")
     assert m.last_error == "HTTP 500 Internal Server Error"
-    assert m.poll(10.0, ok=False, error="no answer from unix:/s within 1s") == [Stop()]
+    assert m.poll(10.0, ok=False, error="no answer from unix:/s within 1s") == [
+        Stop(reason=StopReason.START_TIMEOUT)]
     assert m.take_transitions()[-1].reason == (
         "status did not answer within start_timeout (last error: no answer from unix:/s "
         "within 1s)")
@@ -136,7 +137,7 @@ def test_status_errors_are_kept_named_in_the_kill_and_cleared_by_an_answer() -> 
     m.poll(11.5, ok=True)
     assert m.last_error is None
     m.poll(12.0, ok=False, error="invalid status document: JSON is malformed")
-    assert m.poll(16.5, ok=False) == [Stop()]
+    assert m.poll(16.5, ok=False) == [Stop(reason=StopReason.UNHEALTHY)]
     assert m.take_transitions()[-1].reason == (
         "status silent for unhealthy_after (last error: invalid status document: JSON is "
         "malformed)")
@@ -238,7 +239,7 @@ def test_settled_makes_a_process_only_engine_running_and_counts_as_healthy() -> 
 
 def test_a_stall_kills_at_once_and_respawns_counting_stalled() -> None:
     m = running(machine(restart="never"))
-    assert m.stalled(1.0) == [Stop(kill=True, why="stalled")]
+    assert m.stalled(1.0) == [Stop(kill=True, why="stalled", reason=StopReason.STALL)]
     assert m.state is State.STOPPING
     assert m.exited("signal_SIGKILL", clean=False, now=1.1) == [Spawn()]
     assert (m.exits, m.last_exit_cause) == ({"stalled": 1}, "stalled")
@@ -254,7 +255,7 @@ def test_a_stall_outside_running_does_nothing() -> None:
 
 def test_intent_causes_stopped_and_swap_override_the_process_cause() -> None:
     m = running(machine())
-    assert m.restart_requested(1.0, swap=True) == [Stop(drain=True)]
+    assert m.restart_requested(1.0, swap=True) == [Stop(drain=True, reason=StopReason.SWAP)]
     assert m.exited("signal_SIGTERM", clean=False, now=1.1) == [Spawn()]
     m.spawned(2, 1.2)
     m.poll(1.3, ok=True)
@@ -303,7 +304,7 @@ def test_every_event_returns_a_list_of_actions_for_the_shell_to_carry_out() -> N
     assert m.spawned(1, 0.0) == []
     assert m.settled(0.5) == []  # a process-only engine alive through its settle time
     assert m.state is State.RUNNING
-    assert m.stalled(1.0) == [Stop(kill=True, why="stalled")]
+    assert m.stalled(1.0) == [Stop(kill=True, why="stalled", reason=StopReason.STALL)]
     assert m.exited("signal_SIGKILL", False, 1.1) == [Spawn()]  # the first restart: at once
     assert m.backoff_elapsed(2.1) == []  # not in backoff
     assert m.spawn_waiting("waiting for the previous process's leftovers to stop") == []

@@ -16,7 +16,10 @@ from cuzkd.supervisor.proc.oom import OomCounters
 
 
 @dataclass
-class EngineProcess:
+class SpawnRecord:
+    """One engine process as the supervisor spawned it (the reaper's `ChildProcess`) and what
+    it has done to it since."""
+
     child: ChildProcess
     #: unix time of its spawn
     started_at: float
