@@ -30,6 +30,7 @@ from cuzkd.bundled.finalizers import Finalizers
 from cuzkd.bundled.gpuworkers import GpuWorkers, worker_slots
 from cuzkd.bundled.jobbook import JobBook
 from cuzkd.bundled.jobs import Job, checked_request
+from cuzkd.bundled.partitionwork import PartitionWork
 from cuzkd.bundled.plans import PlanCache
 from cuzkd.bundled.scheduler import Scheduler
 from cuzkd.bundled.settings import ProverConfig
@@ -61,13 +62,12 @@ class Engine:
         self._pools = ThreadPools(config.synthesis_threads, len(workers))
         self._plans = PlanCache(backend.xp)
         self._partition_tasks: set[asyncio.Task[None]] = set()
-        self._synthesis = Synthesis(
-            config.synthesis_rounds, self._pools.synthesis, tracker, budget, self._book,
-            clock=clock, publish=self._publish, spawn=self._spawn)
+        work = PartitionWork(tracker, budget, self._book, clock=clock, publish=self._publish,
+                             spawn=self._spawn)
+        self._synthesis = Synthesis(config.synthesis_rounds, self._pools.synthesis, work)
         self._scheduler = Scheduler(backend, budget, self._book, clock=clock,
                                     publish=self._publish, synthesize=self._synthesis.start)
-        self._finalizers = Finalizers(self._pools.finalize, tracker, budget, self._book,
-                                      clock=clock, publish=self._publish, spawn=self._spawn)
+        self._finalizers = Finalizers(self._pools.finalize, work)
         self._gpus = GpuWorkers(workers, backend, self._pools.device, self._plans, tracker,
                                 self._book, self._finalizers, clock=clock,
                                 publish=self._publish, slowdown=config.test_slowdown)

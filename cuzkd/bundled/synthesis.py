@@ -5,16 +5,12 @@ the partition's reservation and queues the witness for the GPU workers."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 from cuzkd.bundled import prover
-from cuzkd.bundled.budget import MemoryBudget
-from cuzkd.bundled.jobbook import JobBook
 from cuzkd.bundled.jobs import Job
+from cuzkd.bundled.partitionwork import PartitionWork
 from cuzkd.bundled.threads import run_in
-from cuzkd.status.tracker import StatusTracker
 
 #: A synthesized partition: its job, its index and its witness.
 Synthesized = tuple[Job, int, prover.Witness]
@@ -24,19 +20,11 @@ class Synthesis:
     """Synthesizes admitted partitions; the witnesses wait in :attr:`witnesses` for a GPU
     worker."""
 
-    def __init__(self, rounds: int, pool: ThreadPoolExecutor, tracker: StatusTracker,
-                 budget: MemoryBudget, book: JobBook, *, clock: Callable[[], float],
-                 publish: Callable[[], None],
-                 spawn: Callable[[Coroutine[Any, Any, None]], None]) -> None:
-        """``rounds``: ProverConfig.synthesis_rounds; ``spawn`` runs a partition's task."""
+    def __init__(self, rounds: int, pool: ThreadPoolExecutor, work: PartitionWork) -> None:
+        """``rounds``: ProverConfig.synthesis_rounds."""
         self._rounds = rounds
         self._pool = pool
-        self._tracker = tracker
-        self._budget = budget
-        self._book = book
-        self._clock = clock
-        self._publish = publish
-        self._spawn = spawn
+        self._work = work
         self.witnesses: asyncio.Queue[Synthesized] = asyncio.Queue()
         self._active = 0
 
@@ -47,30 +35,30 @@ class Synthesis:
 
     def start(self, job: Job, index: int) -> None:
         """Synthesize an admitted partition."""
-        self._spawn(self._synthesize(job, index))
+        self._work.spawn(self._synthesize(job, index))
 
     async def _synthesize(self, job: Job, index: int) -> None:
         self._active += 1
-        self._publish()
+        self._work.publish()
         try:
             witness, started, ended = await run_in(self._pool, self._in_thread, job, index)
         except Exception as exc:
-            self._book.partition_failed(job, index, f"synthesis failed: {exc!r}")
+            self._work.book.partition_failed(job, index, f"synthesis failed: {exc!r}")
             return
         finally:
             self._active -= 1
         job.synth_secs[index] = ended - started
         job.synth_span.cover(started, ended)
-        self._budget.release_synth((job.job_id, index))
-        self._tracker.partition_synth_end(job.job_id, index)
+        self._work.budget.release_synth((job.job_id, index))
+        self._work.tracker.partition_synth_end(job.job_id, index)
         self.witnesses.put_nowait((job, index, witness))
-        self._publish()
+        self._work.publish()
 
     def _in_thread(self, job: Job, index: int) -> tuple[prover.Witness, float, float]:
         """Runs on a synthesis thread: the partition is ``synthesizing`` only from the moment a
         thread works on it (admitted partitions queued for a thread stay ``pending``).
         Returns the witness and when its synthesis started and ended."""
-        self._tracker.partition_synth_start(job.job_id, index)
-        started = self._clock()
+        self._work.tracker.partition_synth_start(job.job_id, index)
+        started = self._work.clock()
         witness = prover.synthesize(job.job_id, index, job.size_log2, self._rounds)
-        return witness, started, self._clock()
+        return witness, started, self._work.clock()

@@ -8,7 +8,7 @@ import asyncio
 from cuzkd.bundled.budget import MemoryBudget
 from cuzkd.bundled.drain import DRAIN_TIMEOUT, Drain
 from cuzkd.bundled.jobbook import JobBook
-from cuzkd.bundled.jobs import NORMAL_PRIORITY
+from cuzkd.priority import Priority
 from cuzkd.status.tracker import StatusTracker
 
 
@@ -21,7 +21,7 @@ def book_of(now: list[float]) -> JobBook:
 async def test_a_drain_ends_once_the_last_open_job_finished() -> None:
     now = [50.0]
     book = book_of(now)
-    job = book.accept("winning-post", 1, 10, "", NORMAL_PRIORITY, 0.0)
+    job = book.accept("winning-post", 1, 10, "", Priority.NORMAL, 0.0)
     expired: list[str] = []
     drain = Drain(book, clock=lambda: now[0], expire=expired.append)
     assert drain.remaining_secs() is None and not drain.begun
@@ -37,7 +37,7 @@ async def test_a_drain_ends_once_the_last_open_job_finished() -> None:
 
 async def test_a_cut_drain_fails_what_is_open_with_drain_timeout() -> None:
     book = book_of([0.0])
-    book.accept("winning-post", 1, 10, "", NORMAL_PRIORITY, 0.0)
+    book.accept("winning-post", 1, 10, "", Priority.NORMAL, 0.0)
     expired: list[str] = []
     drain = Drain(book, clock=lambda: 0.0, expire=expired.append)
     drain.begin(3600.0)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from cuzkd.bundled.budget import MemoryBudget
 from cuzkd.bundled.jobbook import JobBook
-from cuzkd.bundled.jobs import NORMAL_PRIORITY, Job
+from cuzkd.bundled.jobs import Job
+from cuzkd.priority import Priority
 from cuzkd.status.tracker import StatusTracker
 
 
@@ -19,7 +20,7 @@ def book_of(retain_jobs: int = 10) -> tuple[JobBook, list[float]]:
 
 
 def accept(book: JobBook, partitions: int = 1, request_id: str = "") -> Job:
-    return book.accept("winning-post", partitions, 10, request_id, NORMAL_PRIORITY, 0.0)
+    return book.accept("winning-post", partitions, 10, request_id, Priority.NORMAL, 0.0)
 
 
 def test_a_job_ends_when_its_last_partition_does() -> None:
