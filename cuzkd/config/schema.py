@@ -93,15 +93,17 @@ class DrainMode(enum.StrEnum):
     NONE = "none"
 
 
-#: What an ``[[engine]]`` runs, which decides how cuzkd talks to it: ``bundled`` (cuzkd's own
-#: demo engine, no ``command``), ``process`` (a command watched by its process alone), ``http``
-#: (a command with a ``GET /status`` at ``status_url``) and ``cuzk`` (Curio's cuzk daemon, its
-#: addresses read from its own TOML). Unset, the type is inferred from ``command`` and
-#: ``status_url`` as before types existed.
 class EngineType(enum.StrEnum):
+    """What an ``[[engine]]`` runs, which decides how cuzkd talks to it (``type``). Unset, the
+    type is inferred from ``command`` and ``status_url`` as before types existed."""
+
+    #: cuzkd's own demo engine, no ``command``
     BUNDLED = "bundled"
+    #: a command watched by its process alone
     PROCESS = "process"
+    #: a command with a ``GET /status`` at ``status_url``
     HTTP = "http"
+    #: Curio's cuzk daemon, its addresses read from its own TOML
     CUZK = "cuzk"
 
 

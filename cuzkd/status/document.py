@@ -29,7 +29,7 @@ import msgspec
 from cuzkd.errors import StatusDecodeError, Unsalvageable
 from cuzkd.errortext import error_text
 from cuzkd.kinds import ProofKind, normalise_kind
-from cuzkd.status.salvage import FieldError, Reason, Salvage
+from cuzkd.status.salvage import FieldError, FieldErrorReason, Salvage
 
 #: cuzk's unsigned integers. The upper bound matters: JSON integers decode to arbitrary-precision
 #: Python ints, and one too large for a float (10**400) would make the exporter's ``float()``
@@ -327,7 +327,7 @@ class Decoded(NamedTuple):
 
     document: StatusDocument
     field_errors: tuple[FieldError, ...] = ()
-    field_error_counts: Mapping[Reason, int] = {}
+    field_error_counts: Mapping[FieldErrorReason, int] = {}
 
     def left_out(self) -> str | None:
         """The first field error with its path, and how many more; None for none."""
