@@ -114,7 +114,7 @@ class _Rendering:
     def drop_report(self, drop: DropReport) -> str | None:
         """The line that tells of a gap in the log (None when warnings are not logged)."""
         line: str | None = self._renderer.warning(
-            "log_lines_dropped", reason=drop.reason, lines=drop.lines,
+            "log_lines_dropped", reason=str(drop.reason), lines=drop.lines,
             seconds=round(drop.seconds, 3))
         return line
 

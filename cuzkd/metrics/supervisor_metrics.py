@@ -16,7 +16,7 @@ from cuzkd import __version__
 from cuzkd.gpus import NvmlDevice
 from cuzkd.kinds import ProofKind
 from cuzkd.labelbudget import DEFAULT_LIMITS, MAX_VALUE_LENGTH
-from cuzkd.log.queue import DROP_REASONS
+from cuzkd.log.queue import DropReason
 from cuzkd.metrics.sample import EngineSample, SupervisorSample
 from cuzkd.metrics.tally import first_by
 from cuzkd.states import (
@@ -184,7 +184,8 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
     log_dropped = _by_result(c("cuzkd_log_lines_dropped_total",
                                "Lines of the supervisor's own log it dropped: queue_full (its "
                                "reader did not keep up) or write_error (writing failed).",
-                               labels=["reason"]), DROP_REASONS, sample.log_lines_dropped_total)
+                               labels=["reason"]),
+                             tuple(DropReason), sample.log_lines_dropped_total)
     connections_closed = _by_result(
         c("cuzkd_metrics_connections_closed_total",
           "Connections of the metrics listener cuzkd closed, by reason: refused (at the "
