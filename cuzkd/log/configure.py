@@ -36,7 +36,8 @@ class LogFormat(enum.StrEnum):
 
 
 class LogLevel(enum.StrEnum):
-    """The least severe level logged (``--log-level``, ``[supervisor] log_level``)."""
+    """A level of cuzkd's log; the least severe one logged is ``--log-level`` (``[supervisor]
+    log_level``)."""
 
     DEBUG = "debug"
     INFO = "info"
