@@ -14,13 +14,13 @@ import statistics
 import time
 
 from cuzkd.status.document import (
-    PARTITION_STATES,
     Allocations,
     Buffers,
     Counters,
     GpuWorker,
     Memory,
     Partition,
+    PartitionState,
     Pipeline,
     StatusDocument,
     Synthesis,
@@ -33,7 +33,7 @@ from cuzkd.supervisor.core.stall import StallWatch
 def document(jobs: int, moved: bool) -> StatusDocument:
     pipelines = []
     for j in range(jobs):
-        parts = [Partition(index=i, state=PARTITION_STATES[(i + j) % 4], synth_ms=1000 + i,
+        parts = [Partition(index=i, state=tuple(PartitionState)[(i + j) % 4], synth_ms=1000 + i,
                            gpu_ms=None) for i in range(10)]
         if moved and j == 0:
             parts[0] = Partition(index=0, state="done", synth_ms=1000, gpu_ms=500)

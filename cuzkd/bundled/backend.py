@@ -9,11 +9,12 @@ never pay for the import.
 from __future__ import annotations
 
 import contextlib
+import enum
 import importlib
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
@@ -21,7 +22,15 @@ from cuzkd.bundled.field import ArrayModule
 from cuzkd.errors import BackendError
 from cuzkd.status.document import GpuDevice
 
-BackendName = Literal["numpy", "cupy"]
+
+class BackendName(enum.StrEnum):
+    """Where the bundled engine computes (``backend``); a selected :class:`Backend` is never
+    ``auto``."""
+
+    #: CuPy when it and a CUDA device are there, else NumPy
+    AUTO = "auto"
+    NUMPY = "numpy"
+    CUPY = "cupy"
 
 
 @dataclass(frozen=True)
@@ -35,7 +44,7 @@ class Backend:
 
     def device(self, ordinal: int) -> AbstractContextManager[Any]:
         """Context making ``ordinal`` the current device (a no-op on NumPy)."""
-        if self.name == "cupy":
+        if self.name == BackendName.CUPY:
             ctx: AbstractContextManager[Any] = self.xp.cuda.Device(ordinal)
             return ctx
         return contextlib.nullcontext()
@@ -43,17 +52,17 @@ class Backend:
     @property
     def computes_on_host(self) -> bool:
         """True for NumPy: the device phase's working set and tables are host memory."""
-        return self.name == "numpy"
+        return self.name == BackendName.NUMPY
 
     @property
     def to_host(self) -> Callable[[Any], Any]:
-        return self.xp.asnumpy if self.name == "cupy" else np.asarray
+        return self.xp.asnumpy if self.name == BackendName.CUPY else np.asarray
 
     def memory(self) -> list[GpuDevice]:
         """Per-device driver memory (``memGetInfo``) and allocator pool bytes; zeros on CPU."""
         out: list[GpuDevice] = []
         for ordinal, name in self.devices:
-            if self.name == "cupy":
+            if self.name == BackendName.CUPY:
                 with self.xp.cuda.Device(ordinal):
                     free, total = self.xp.cuda.runtime.memGetInfo()
                     pool = int(self.xp.get_default_memory_pool().total_bytes())
@@ -102,14 +111,14 @@ def _try_cupy() -> tuple[Any, list[tuple[int, str]]] | None:
     return (cupy, devices) if devices else None
 
 
-def select_backend(prefer: Literal["auto", "numpy", "cupy"] = "auto",
+def select_backend(prefer: BackendName = BackendName.AUTO,
                    devices: Sequence[int] = ()) -> Backend:
     """Pick the backend; ``devices`` (GPU ordinals) restricts CuPy to those devices."""
-    found = None if prefer == "numpy" else _try_cupy()
+    found = None if prefer == BackendName.NUMPY else _try_cupy()
     if found is None:
-        if prefer == "cupy":
+        if prefer == BackendName.CUPY:
             raise BackendError("backend 'cupy' requested but CuPy or a CUDA device is missing")
-        return Backend(name="numpy", xp=np, devices=((0, "cpu"),))
+        return Backend(name=BackendName.NUMPY, xp=np, devices=((0, "cpu"),))
     cupy, available = found
     if devices:
         known = dict(available)
@@ -117,5 +126,5 @@ def select_backend(prefer: Literal["auto", "numpy", "cupy"] = "auto",
         if missing:
             raise BackendError(f"GPU ordinals {missing} not present (found {sorted(known)})")
         available = [(d, known[d]) for d in devices]
-    return Backend(name="cupy", xp=cupy, devices=tuple(available),
+    return Backend(name=BackendName.CUPY, xp=cupy, devices=tuple(available),
                    uuids=_cupy_uuids(cupy, [ordinal for ordinal, _ in available]))

@@ -44,7 +44,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from cuzkd.bundled.jobs import Job
+from cuzkd.bundled.jobs import Job, JobState
 from cuzkd.bundled.pipeline import Engine
 from cuzkd.cuzk import proving_pb2 as pb
 from cuzkd.errors import EX_UNAVAILABLE, EX_USAGE, EngineDrainingError, GrpcError, ListenError
@@ -97,7 +97,7 @@ def result_of(job: Job) -> pb.AwaitProofResponse:
         job_id=job.request_id, queue_wait_ms=_ms(started - job.submitted_at), srs_load_ms=0,
         synthesis_ms=_ms(job.synth_span.seconds), gpu_compute_ms=_ms(job.gpu_span.seconds),
         total_ms=_ms(job.finished_at - job.submitted_at))
-    if job.state == "done":
+    if job.state == JobState.DONE:
         reply.status = pb.AwaitProofResponse.COMPLETED
         reply.proof = msgspec.json.encode(job.proofs)
     else:
@@ -114,7 +114,7 @@ def queues_of(engine: Engine) -> dict[ProofKind, tuple[int, int]]:
             continue
         kind = ProofKind(job.proof_kind)
         pending, in_progress = queues[kind]
-        queues[kind] = (pending + 1, in_progress) if job.state == "queued" else (
+        queues[kind] = (pending + 1, in_progress) if job.state == JobState.QUEUED else (
             pending, in_progress + 1)
     return queues
 
@@ -191,9 +191,10 @@ class ProvingFace:
         job = self.submit(decode(pb.SubmitProofRequest, raw))
         place = (-job.priority, job.submitted_at)  # the scheduler's order
         ahead = sum(1 for other in self.engine.jobs.values()
-                    if other.state == "queued" and (-other.priority, other.submitted_at) < place)
+                    if other.state == JobState.QUEUED
+                    and (-other.priority, other.submitted_at) < place)
         return pb.SubmitProofResponse(job_id=job.request_id,
-                                      queue_position=ahead if job.state == "queued" else 0)
+                                      queue_position=ahead if job.state == JobState.QUEUED else 0)
 
     async def await_proof(self, raw: bytes) -> pb.AwaitProofResponse:
         job_id = decode(pb.AwaitProofRequest, raw).job_id

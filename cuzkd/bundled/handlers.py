@@ -108,7 +108,7 @@ async def serve(config: ProverConfig, listen: str, grpc_listen: str | None = Non
         if grpc_listen is not None:
             grpc_server, grpc_address = await start_grpc(engine, grpc_listen)
         _log.info("engine_listening", address=address, grpc_address=grpc_address,
-                  backend=backend.name,
+                  backend=str(backend.name),
                   devices=[name for _, name in backend.devices], workers=len(engine.workers),
                   memory_budget_bytes=config.memory_budget_bytes, pid=os.getpid())
         drained = await engine.drained()

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import structlog
 
 from cuzkd.bundled.budget import MemoryBudget
-from cuzkd.bundled.jobs import Job, injected_failure
+from cuzkd.bundled.jobs import Job, JobState, injected_failure
 from cuzkd.priority import Priority
 from cuzkd.status.tracker import StatusTracker
 
@@ -119,7 +119,7 @@ class JobBook:
         self._open_jobs -= 1
         if self._open_jobs == 0:
             self._no_open_jobs.set()
-        job.state = "failed" if job.failed else "done"
+        job.state = JobState.FAILED if job.failed else JobState.DONE
         self._tracker.job_completed(job.job_id, job.proof_kind, not job.failed)
         wall = round(job.finished_at - job.submitted_at, 6)
         if job.failed:

@@ -4,15 +4,24 @@ submission may get."""
 from __future__ import annotations
 
 import asyncio
+import enum
 from dataclasses import dataclass, field
-from typing import Literal
 
 from cuzkd.bundled import prover
 from cuzkd.bundled.settings import MAX_SIZE_LOG2, MIN_SIZE_LOG2, PARTITIONS, ProverConfig
 from cuzkd.errors import JobRequestError
 from cuzkd.priority import Priority
 
-JobState = Literal["queued", "running", "done", "failed"]
+
+class JobState(enum.StrEnum):
+    """Where a job of the bundled engine is: the ``state`` of its HTTP API's job views."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+
+
 MAX_PARTITIONS = 1024
 #: The error of the partition a test-only failure rate fails (ProverConfig.test_failure_rate).
 INJECTED_FAILURE = "injected failure (test-only failure rate)"
@@ -73,7 +82,7 @@ class Job:
     request_id: str = ""
     #: higher is admitted first; HTTP jobs are NORMAL
     priority: Priority = Priority.NORMAL
-    state: JobState = "queued"
+    state: JobState = JobState.QUEUED
     started_at: float | None = None
     finished_at: float | None = None
     error: str | None = None

@@ -22,6 +22,7 @@ from typing import Any, TextIO
 
 import aiohttp
 
+from cuzkd.bundled.jobs import JobState
 from cuzkd.errors import BenchError
 from cuzkd.status.document import StatusDocument, decode_status
 
@@ -161,7 +162,7 @@ async def run_bench(engine: str, *, jobs: int, kind: str, partitions: int | None
                     continue
                 async with session.get(f"{base}/v1/jobs/{job_id}") as response:
                     view = await _json(response)
-                if view["state"] not in ("done", "failed"):
+                if view["state"] not in (JobState.DONE, JobState.FAILED):
                     break
                 finished[job_id] = view
             if progress is not None:
@@ -178,7 +179,7 @@ async def run_bench(engine: str, *, jobs: int, kind: str, partitions: int | None
     if progress is not None:
         progress.write("\n")
     views = [finished[job_id] for job_id in ids]
-    done = [v for v in views if v["state"] == "done"]
+    done = [v for v in views if v["state"] == JobState.DONE]
     total_partitions = sum(v["partitions"] for v in done)
     synth = [s for v in done for s in v["timings"]["synth_secs"] if s is not None]
     gpu = [s for v in done for s in v["timings"]["gpu_secs"] if s is not None]

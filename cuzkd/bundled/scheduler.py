@@ -16,7 +16,7 @@ from cuzkd.bundled import prover
 from cuzkd.bundled.backend import Backend
 from cuzkd.bundled.budget import MemoryBudget
 from cuzkd.bundled.jobbook import JobBook
-from cuzkd.bundled.jobs import Job
+from cuzkd.bundled.jobs import Job, JobState
 from cuzkd.errors import BudgetExceededError
 
 _log = structlog.get_logger("cuzkd.engine")
@@ -121,7 +121,7 @@ class Scheduler:
     def _admit(self, job: Job, index: int) -> None:
         if job.started_at is None:
             job.started_at = self._clock()
-            job.state = "running"
+            job.state = JobState.RUNNING
             _log.info("job_started", job_id=job.job_id, proof_kind=job.proof_kind,
                       partitions=job.partitions, size_log2=job.size_log2,
                       queued_secs=round(job.started_at - job.submitted_at, 6))

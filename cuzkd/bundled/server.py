@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from cuzkd.bundled.jobs import Job
+from cuzkd.bundled.jobs import Job, JobState
 from cuzkd.bundled.pipeline import Engine
 from cuzkd.errors import (
     EX_UNAVAILABLE,
@@ -145,7 +145,7 @@ def job_view(job: Job, now: float) -> dict[str, Any]:
             "gpu_secs": job.gpu_secs,
         },
     }
-    if job.state == "done":
+    if job.state == JobState.DONE:
         view["verified"] = all(job.verified)
         view["proofs"] = [msgspec.to_builtins(proof) for proof in job.proofs]
     return view

@@ -26,11 +26,12 @@ import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import msgspec
 
 from cuzkd import validation
+from cuzkd.bundled.backend import BackendName
 from cuzkd.bundled.memlimit import usable_memory_bytes
 from cuzkd.errors import KindTwice, ProverConfigError
 from cuzkd.kinds import typed_table
@@ -60,7 +61,7 @@ class _RawConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     safety_margin: str | int = "5GiB"
     workers_per_gpu: Annotated[int, msgspec.Meta(ge=1, le=64)] = 2
     devices: list[Annotated[int, msgspec.Meta(ge=0)]] = msgspec.field(default_factory=list)
-    backend: Literal["auto", "numpy", "cupy"] = "auto"
+    backend: BackendName = BackendName.AUTO
     synthesis_threads: Annotated[int, msgspec.Meta(ge=0, le=1024)] = 0
     synthesis_rounds: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 1
     drain_timeout: str | float | int = "30s"
@@ -74,7 +75,7 @@ class ProverConfig:
     memory_budget_bytes: int
     workers_per_gpu: int = 2
     devices: tuple[int, ...] = ()
-    backend: Literal["auto", "numpy", "cupy"] = "auto"
+    backend: BackendName = BackendName.AUTO
     synthesis_threads: int = 1
     synthesis_rounds: int = 1
     drain_timeout_secs: float = 30.0

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from cuzkd.kinds import ProofKind, deprecation, normalise_kind
-from cuzkd.log.configure import LOG_FORMATS
+from cuzkd.log.configure import LogFormat, LogLevel
 from cuzkd.status.document import PARTITIONS
 
 
@@ -31,9 +31,10 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     engine.add_argument("--grpc-listen", metavar="ADDR",
                         help="also serve cuzk's gRPC (cuzk.v1.ProvingEngine) at "
                              "unix:///ABSOLUTE/PATH or HOST:PORT (default: not served)")
-    engine.add_argument("--log-level", default="info",
-                        choices=["debug", "info", "warning", "error"])
-    engine.add_argument("--log-format", choices=LOG_FORMATS, default="auto",
+    engine.add_argument("--log-level", default=LogLevel.INFO.value,
+                        choices=[level.value for level in LogLevel])
+    engine.add_argument("--log-format", choices=[f.value for f in LogFormat],
+                        default=LogFormat.AUTO.value,
                         help="console lines, JSON lines, or auto: console on a terminal, "
                              "else JSON (under a supervisor: JSON, re-logged as fields)")
     # Test-only switches: a release that proves slower or fails jobs, for exercising swap

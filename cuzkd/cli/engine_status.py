@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from cuzkd.status.document import PARTITION_STATES, StatusDocument
+from cuzkd.status.document import PartitionState, StatusDocument, WorkerState
 from cuzkd.supervisor.engines.info import EngineInfo
 from cuzkd.units import format_bytes, format_duration
 
@@ -90,7 +90,7 @@ def _workers_table(doc: StatusDocument, phantom: frozenset[int]) -> list[str]:
     """A worker the supervisor found shown proving but not busy is ``phantom``."""
     rows = [["WORKER", "GPU", "STATE", "BUSY", "PARTITION", "JOB"]]
     for w in doc.gpu_workers:
-        state = "phantom" if w.state == "proving" and w.worker_id in phantom else w.state
+        state = "phantom" if w.state == WorkerState.PROVING and w.worker_id in phantom else w.state
         rows.append([str(w.worker_id), str(w.gpu_ordinal), state,
                      "-" if w.busy_secs is None else _seconds(w.busy_secs),
                      "-" if w.current_partition is None else str(w.current_partition),
@@ -103,12 +103,12 @@ def _workers_table(doc: StatusDocument, phantom: frozenset[int]) -> list[str]:
 def _pipelines_table(doc: StatusDocument) -> list[str]:
     if not doc.pipelines:
         return ["no jobs"]
-    rows = [["JOB", "KIND", "AGE", "DONE", *(p.upper() for p in PARTITION_STATES)]]
+    rows = [["JOB", "KIND", "AGE", "DONE", *(p.upper() for p in PartitionState)]]
     for p in doc.pipelines:
         phases = Counter(part.state for part in p.partitions)
         rows.append([p.job_id, p.proof_kind, _seconds(p.started_secs_ago),
                      f"{p.partitions_done}/{p.total_partitions}",
-                     *(str(phases[s]) for s in PARTITION_STATES)])
+                     *(str(phases[s]) for s in PartitionState)])
     return _table(rows)
 
 

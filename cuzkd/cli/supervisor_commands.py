@@ -33,7 +33,7 @@ from cuzkd.config import (
 )
 from cuzkd.errors import ConfigError, ControlRequestFailed, ControlUnavailable
 from cuzkd.errortext import error_text
-from cuzkd.log.configure import LOG_FORMATS
+from cuzkd.log.configure import LogFormat
 from cuzkd.states import ALIVE
 from cuzkd.status.document import StatusDecoder, StatusDocument
 from cuzkd.supervisor.engines.info import EngineInfo
@@ -55,7 +55,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     run.add_argument("--demo", action="store_true",
                      help="drive bursts of jobs of every proof kind, with idle gaps, into the "
                           "bundled engines (run as demo engines)")
-    run.add_argument("--log-format", choices=LOG_FORMATS,
+    run.add_argument("--log-format", choices=[f.value for f in LogFormat],
                      help="console lines, JSON lines, or auto: console on a terminal, else "
                           "JSON (default: the config's supervisor.log_format, auto)")
     run.set_defaults(handler=_run)

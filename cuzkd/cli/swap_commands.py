@@ -23,6 +23,7 @@ from cuzkd.cli.control_client import BASE_URL, call, control_session
 from cuzkd.config import control_socket, load_or_default
 from cuzkd.errors import EX_TEMPFAIL
 from cuzkd.states import OnInconclusive, SwapResult
+from cuzkd.swap.history import ReleaseVerdict
 
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
@@ -155,11 +156,11 @@ def describe_active(release: dict[str, Any]) -> str | None:
     if release["id"] is None:
         return None
     line = f"active release {release['id']}: {release['verdict'] or 'not in the history'}"
-    if release["verdict"] == "pending":
+    if release["verdict"] == ReleaseVerdict.PENDING:
         line += " (not yet healthy through the settle period)"
     elif release["verdict"] is not None:
         line += f" at {when(release['decided_at'])}"
-    if release["verdict"] == "rejected":
+    if release["verdict"] == ReleaseVerdict.REJECTED:
         line += f": {release['reason']}"
     return line
 

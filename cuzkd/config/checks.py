@@ -18,7 +18,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from cuzkd.config.addresses import control_socket, status_address
-from cuzkd.config.schema import Config, DrainMode, EngineConfig
+from cuzkd.config.schema import Config, DrainMode, EngineConfig, EngineType
 from cuzkd.errors import ConfigError
 from cuzkd.units import parse_listen
 
@@ -198,12 +198,13 @@ def _engine_type_problem(eng: EngineConfig) -> tuple[str, str] | None:
     type always does)."""
     if eng.type is None:
         return None
-    if eng.type == "bundled" and eng.command is not None:
+    if eng.type == EngineType.BUNDLED and eng.command is not None:
         return "command", "the bundled engine has no `command` (set another type)"
-    if eng.type != "bundled" and eng.command is None:
-        return "type", f"type {eng.type!r} needs a `command` (only the bundled engine has none)"
-    if eng.type == "http" and not eng.status_url:
+    if eng.type != EngineType.BUNDLED and eng.command is None:
+        return "type", (f"type {str(eng.type)!r} needs a `command` "
+                        "(only the bundled engine has none)")
+    if eng.type == EngineType.HTTP and not eng.status_url:
         return "status_url", "type 'http' needs a status_url"
-    if eng.type == "process" and eng.status_url:
+    if eng.type == EngineType.PROCESS and eng.status_url:
         return "status_url", "type 'process' has no status (use type 'http')"
     return None

@@ -16,14 +16,14 @@ from __future__ import annotations
 import enum
 import signal
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 import msgspec
 
 from cuzkd.config.cuzkfile import CuzkFile
 from cuzkd.kinds import ProofKind
 from cuzkd.labelbudget import DEFAULT_LIMITS
-from cuzkd.log.configure import LogFormat
+from cuzkd.log.configure import LogFormat, LogLevel
 from cuzkd.procfs import PROC_ROOT
 
 #: argv[0] placeholder for "the active release's binary" (resolved at spawn time by swap).
@@ -55,9 +55,24 @@ _POSITIVE_INT = Annotated[int, msgspec.Meta(ge=1)]
 #: A label budget: distinct values of one label (cuzkd.labelbudget); the upper bound keeps a
 #: typo (an extra 0s) from undoing the bound the budget exists for.
 _LABEL_LIMIT = Annotated[int, msgspec.Meta(ge=1, le=100_000)]
-Restart = Literal["always", "on-failure", "never"]
-LogLevel = Literal["debug", "info", "warning", "error"]
-StallAction = Literal["restart", "alert"]
+
+
+class Restart(enum.StrEnum):
+    """Which unexpected exits of an engine's process start it again (``restart``)."""
+
+    ALWAYS = "always"
+    #: non-zero exits and signals only
+    ON_FAILURE = "on-failure"
+    NEVER = "never"
+
+
+class StallAction(enum.StrEnum):
+    """What the stall watchdog does at a stall's onset (``stall_action``), beside its log event."""
+
+    #: SIGKILL at once, then a restart through the backoff, whatever ``restart`` says
+    RESTART = "restart"
+    #: the log event and the stall metrics only
+    ALERT = "alert"
 
 
 class DrainMode(enum.StrEnum):
@@ -78,17 +93,24 @@ class DrainMode(enum.StrEnum):
     NONE = "none"
 
 
-#: What an ``[[engine]]`` runs, which decides how cuzkd talks to it: ``bundled`` (cuzkd's own
-#: demo engine, no ``command``), ``process`` (a command watched by its process alone), ``http``
-#: (a command with a ``GET /status`` at ``status_url``) and ``cuzk`` (Curio's cuzk daemon, its
-#: addresses read from its own TOML). Unset, the type is inferred from ``command`` and
-#: ``status_url`` as before types existed.
-EngineType = Literal["bundled", "process", "http", "cuzk"]
+class EngineType(enum.StrEnum):
+    """What an ``[[engine]]`` runs, which decides how cuzkd talks to it (``type``). Unset, the
+    type is inferred from ``command`` and ``status_url`` as before types existed."""
+
+    #: cuzkd's own demo engine, no ``command``
+    BUNDLED = "bundled"
+    #: a command watched by its process alone
+    PROCESS = "process"
+    #: a command with a ``GET /status`` at ``status_url``
+    HTTP = "http"
+    #: Curio's cuzk daemon, its addresses read from its own TOML
+    CUZK = "cuzk"
+
 
 #: Defaults an explicit ``type`` brings, under ``[engine_defaults]`` and the engine's own keys
 #: (the values as a file spells them). docs/configuration.md says why each differs.
 TYPE_DEFAULTS: dict[EngineType, dict[str, object]] = {
-    "cuzk": {
+    EngineType.CUZK: {
         # cuzk binds /status right after reading its config and listing its GPUs, before its
         # gRPC listener and before any SRS load (on demand, or Curio's PreloadSRS, 30-90 s):
         # seconds. Longer would leave a cuzk whose status_listen failed to bind (it runs on
@@ -109,9 +131,9 @@ class SupervisorConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     state_dir: str = ""
     control_socket: str = ""
     shutdown_grace: Seconds = Seconds(30)
-    log_level: LogLevel = "info"
+    log_level: LogLevel = LogLevel.INFO
     #: "auto": console lines on a terminal, JSON lines elsewhere; `run --log-format` overrides
-    log_format: LogFormat = "auto"
+    log_format: LogFormat = LogFormat.AUTO
     #: swap: the binary ``{binary}`` engines run before the first swap (optional)
     initial_binary: str = ""
     #: swap: how many releases to keep on disk
@@ -235,7 +257,7 @@ class EngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     env: dict[str, str] = msgspec.field(default_factory=dict)
     status_url: str = ""
     listen: str = ""
-    restart: Restart = "always"
+    restart: Restart = Restart.ALWAYS
     backoff_initial: Seconds = Seconds(0.1)
     backoff_max: Seconds = Seconds(30)
     backoff_multiplier: Annotated[float, msgspec.Meta(ge=1.0, le=100.0)] = 2.0
@@ -258,7 +280,7 @@ class EngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     drain_timeout: Seconds = Seconds(20)
     #: stall watchdog: work and no progress for this long is a stall ("0s": off)
     stall_after: Seconds = Seconds(600)
-    stall_action: StallAction = "restart"
+    stall_action: StallAction = StallAction.RESTART
     #: a plain cuzk document's job whose partitions have not moved for this long is a
     #: failed work (cuzkd/status/failedwork.py: 10 min is many times cuzk's slowest
     #: step, a ~150 s PoRep on a small host); a job with a failed partition is one at once
@@ -292,16 +314,16 @@ class EngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
         if self.type is not None:
             return self.type
         if self.command is None:
-            return "bundled"
-        return "http" if self.status_url else "process"
+            return EngineType.BUNDLED
+        return EngineType.HTTP if self.status_url else EngineType.PROCESS
 
     @property
     def bundled(self) -> bool:
-        return self.engine_type == "bundled"
+        return self.engine_type == EngineType.BUNDLED
 
     @property
     def cuzk(self) -> bool:
-        return self.engine_type == "cuzk"
+        return self.engine_type == EngineType.CUZK
 
     @property
     def door_on(self) -> bool:

@@ -20,10 +20,11 @@ functions when the files change (:mod:`cuzkd.supervisor.web.access`).
 
 from __future__ import annotations
 
+import enum
 import re
 import ssl
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 import yaml
@@ -36,17 +37,37 @@ EXPORTER_TOOLKIT_RELEASE = "v0.17.1"
 #: Largest web config read: a real one is well under a KiB per user.
 MAX_WEB_CONFIG_BYTES = 1 * 2**20
 
-#: exporter-toolkit's TLS version names.
-_VERSIONS = {"TLS10": ssl.TLSVersion.TLSv1, "TLS11": ssl.TLSVersion.TLSv1_1,
-             "TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}
-TlsVersionName = Literal["TLS10", "TLS11", "TLS12", "TLS13"]
-#: Go's client auth policies Python's ssl can enforce: it verifies a certificate it receives
-#: (optional or required), or asks for none. ``RequestClientCert`` and
-#: ``RequireAnyClientCert`` (alias ``RequireClientCert``) accept a certificate *without*
-#: verifying it, which ssl cannot do: refused in :data:`_REFUSED`.
-_CLIENT_AUTH = {"NoClientCert": ssl.CERT_NONE, "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
-                "RequireAndVerifyClientCert": ssl.CERT_REQUIRED}
-ClientAuthName = Literal["NoClientCert", "VerifyClientCertIfGiven", "RequireAndVerifyClientCert"]
+
+
+class TlsVersionName(enum.StrEnum):
+    """exporter-toolkit's TLS version names (``min_version``, ``max_version``)."""
+
+    TLS10 = "TLS10"
+    TLS11 = "TLS11"
+    TLS12 = "TLS12"
+    TLS13 = "TLS13"
+
+
+_VERSIONS: dict[TlsVersionName, ssl.TLSVersion] = {
+    TlsVersionName.TLS10: ssl.TLSVersion.TLSv1, TlsVersionName.TLS11: ssl.TLSVersion.TLSv1_1,
+    TlsVersionName.TLS12: ssl.TLSVersion.TLSv1_2, TlsVersionName.TLS13: ssl.TLSVersion.TLSv1_3}
+
+
+class ClientAuthName(enum.StrEnum):
+    """Go's client auth policies Python's ssl can enforce (``client_auth_type``): it verifies a
+    certificate it receives (optional or required), or asks for none. ``RequestClientCert`` and
+    ``RequireAnyClientCert`` (alias ``RequireClientCert``) accept a certificate *without*
+    verifying it, which ssl cannot do: refused in :data:`_REFUSED`."""
+
+    NO_CLIENT_CERT = "NoClientCert"
+    VERIFY_CLIENT_CERT_IF_GIVEN = "VerifyClientCertIfGiven"
+    REQUIRE_AND_VERIFY_CLIENT_CERT = "RequireAndVerifyClientCert"
+
+
+_CLIENT_AUTH: dict[ClientAuthName, ssl.VerifyMode] = {
+    ClientAuthName.NO_CLIENT_CERT: ssl.CERT_NONE,
+    ClientAuthName.VERIFY_CLIENT_CERT_IF_GIVEN: ssl.CERT_OPTIONAL,
+    ClientAuthName.REQUIRE_AND_VERIFY_CLIENT_CERT: ssl.CERT_REQUIRED}
 _UNVERIFIED_CLIENT_AUTH = ("RequestClientCert", "RequireAnyClientCert", "RequireClientCert")
 
 #: Keys of that release cuzkd refuses, and why (the reason is the operator's message).
@@ -85,12 +106,12 @@ class TlsServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
 
     cert_file: str = ""
     key_file: str = ""
-    client_auth_type: ClientAuthName = "NoClientCert"
+    client_auth_type: ClientAuthName = ClientAuthName.NO_CLIENT_CERT
     client_ca_file: str = ""
     #: a PEM bundle given inline (exporter-toolkit's ``client_ca``)
     client_ca: str = ""
-    min_version: TlsVersionName = "TLS12"
-    max_version: TlsVersionName = "TLS13"
+    min_version: TlsVersionName = TlsVersionName.TLS12
+    max_version: TlsVersionName = TlsVersionName.TLS13
     prefer_server_cipher_suites: bool = True
 
 
@@ -203,7 +224,8 @@ def _check(config: WebConfig) -> None:
         if tls.client_ca_file and tls.client_ca:
             raise WebConfigError("tls_server_config.client_ca", "give client_ca or "
                                  "client_ca_file, not both")
-        if (tls.client_ca_file or tls.client_ca) and tls.client_auth_type == "NoClientCert":
+        if ((tls.client_ca_file or tls.client_ca)
+                and tls.client_auth_type == ClientAuthName.NO_CLIENT_CERT):
             raise WebConfigError("tls_server_config.client_auth_type", "a client CA is set "
                                  "but NoClientCert asks for no client certificate")
         if _VERSIONS[tls.min_version] > _VERSIONS[tls.max_version]:

@@ -12,10 +12,11 @@ What an engine's output line becomes in this log is :mod:`cuzkd.log.engineline`'
 
 from __future__ import annotations
 
+import enum
 import sys
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal, TextIO, get_args
+from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
     import structlog
@@ -23,11 +24,28 @@ if TYPE_CHECKING:
     from cuzkd.log.queue import DropReport
     from cuzkd.log.sink import LogSink
 
-LogFormat = Literal["auto", "console", "json"]
-LOG_FORMATS: tuple[str, ...] = get_args(LogFormat)
 
 
-def configure_logging(*, level: str = "info", log_format: LogFormat = "auto",
+class LogFormat(enum.StrEnum):
+    """How log lines are written (``--log-format``, ``[supervisor] log_format``)."""
+
+    #: console lines on a terminal, JSON lines elsewhere
+    AUTO = "auto"
+    CONSOLE = "console"
+    JSON = "json"
+
+
+class LogLevel(enum.StrEnum):
+    """A level of cuzkd's log; the least severe one logged is ``--log-level`` (``[supervisor]
+    log_level``)."""
+
+    DEBUG = "debug"
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+
+def configure_logging(*, level: LogLevel = LogLevel.INFO, log_format: LogFormat = LogFormat.AUTO,
                       stream: TextIO | None = None) -> None:
     """Configure structlog for this process (``auto``: JSON unless ``stream`` is a TTY); each
     line is written to ``stream`` (stderr) as it is logged: the CLI commands, ``cuzkd engine``."""
@@ -35,7 +53,8 @@ def configure_logging(*, level: str = "info", log_format: LogFormat = "auto",
     _Rendering(level, log_format, out).install(_writer(out))
 
 
-def configure_queued_logging(*, level: str = "info", log_format: LogFormat = "auto",
+def configure_queued_logging(*, level: LogLevel = LogLevel.INFO,
+                             log_format: LogFormat = LogFormat.AUTO,
                              stream: TextIO | None = None) -> LogSink:
     """As :func:`configure_logging`, but lines reach ``stream``'s descriptor through a
     :class:`~cuzkd.log.sink.LogSink` (``cuzkd run``: a stalled reader must never stall the
@@ -52,14 +71,15 @@ def configure_queued_logging(*, level: str = "info", log_format: LogFormat = "au
 class _Rendering:
     """The processor chain of this process's log lines, for ``out``."""
 
-    def __init__(self, level: str, log_format: LogFormat, out: TextIO) -> None:
+    def __init__(self, level: LogLevel, log_format: LogFormat, out: TextIO) -> None:
         import logging  # here: the config (and so `cuzkd status`) imports this module's types
 
         import structlog
 
         from cuzkd.log.console import render_console
 
-        use_json = log_format == "json" or (log_format == "auto" and not out.isatty())
+        use_json = log_format == LogFormat.JSON or (
+            log_format == LogFormat.AUTO and not out.isatty())
         renderer: structlog.typing.Processor = (
             structlog.processors.JSONRenderer()
             if use_json
@@ -95,7 +115,7 @@ class _Rendering:
     def drop_report(self, drop: DropReport) -> str | None:
         """The line that tells of a gap in the log (None when warnings are not logged)."""
         line: str | None = self._renderer.warning(
-            "log_lines_dropped", reason=drop.reason, lines=drop.lines,
+            "log_lines_dropped", reason=str(drop.reason), lines=drop.lines,
             seconds=round(drop.seconds, 3))
         return line
 

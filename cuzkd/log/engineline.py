@@ -23,11 +23,12 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from cuzkd.log.configure import LogLevel
 from cuzkd.log.controls import strip_controls
 from cuzkd.log.tracingline import parse_tracing_line
 
 #: The levels an engine's line is logged at; ``critical`` is capped to ``error``.
-_LEVELS = ("debug", "info", "warning", "error")
+_LEVELS = frozenset(LogLevel)
 _CAPPED = {"critical": "error", "fatal": "error"}
 #: Fields cuzkd sets on an engine's record (and the logging method's own parameter names): an
 #: engine's field of the same name is kept as ``engine_<name>``. ``exc_info`` and

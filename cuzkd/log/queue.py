@@ -14,19 +14,25 @@ No threads and no clock here: the caller holds the lock and passes ``now``.
 
 from __future__ import annotations
 
+import enum
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 #: Bytes of rendered lines queued (or being written) at most: 4 MiB, over a second of an
 #: engine logging as fast as it can (~8,000 lines/s), and more than a long line (engine lines
 #: are cut at 64 KiB; escaped in JSON, one grows a few times, see :meth:`offer`).
 MAX_QUEUED_BYTES = 4 << 20
 
-#: Why a line never reached the log: the ``reason`` label of ``cuzkd_log_lines_dropped_total``.
-DropReason = Literal["queue_full", "write_error"]
-DROP_REASONS: tuple[DropReason, ...] = ("queue_full", "write_error")
+
+class DropReason(enum.StrEnum):
+    """Why a line never reached the log: the ``reason`` label of
+    ``cuzkd_log_lines_dropped_total``."""
+
+    #: its reader did not keep up
+    QUEUE_FULL = "queue_full"
+    #: writing it failed
+    WRITE_ERROR = "write_error"
 
 
 @dataclass(frozen=True)
@@ -53,7 +59,7 @@ class LineQueue:
         #: reason -> (lines dropped, time of the first) not reported yet
         self._unreported: dict[DropReason, tuple[int, float]] = {}
         #: reason -> lines dropped since the start (``cuzkd_log_lines_dropped_total``)
-        self.dropped_total: dict[str, int] = dict.fromkeys(DROP_REASONS, 0)
+        self.dropped_total = {reason.value: 0 for reason in DropReason}
 
     @property
     def has_lines(self) -> bool:
@@ -65,7 +71,7 @@ class LineQueue:
         taken only by an idle writer, so one long line is never lost to the bound alone."""
         if self._dropping or (self._bytes and self._bytes + len(line) > self._max_bytes):
             self._dropping = True
-            self._drop("queue_full", 1, now)
+            self._drop(DropReason.QUEUE_FULL, 1, now)
             return False
         self._lines.append(line)
         self._bytes += len(line)
@@ -87,7 +93,7 @@ class LineQueue:
         """
         self._bytes -= sum(len(line) for line in batch)
         if failed:
-            self._drop("write_error", failed, now)
+            self._drop(DropReason.WRITE_ERROR, failed, now)
         if self._lines:
             return []
         self._dropping = False

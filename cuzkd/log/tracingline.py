@@ -25,9 +25,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from cuzkd.log.configure import LogLevel
+
 #: cuzk's levels as cuzkd's (tracing has no ``critical``; ``TRACE`` is below our ``debug``).
-LEVELS = {"ERROR": "error", "WARN": "warning", "INFO": "info", "DEBUG": "debug",
-          "TRACE": "debug"}
+LEVELS = {"ERROR": LogLevel.ERROR, "WARN": LogLevel.WARNING, "INFO": LogLevel.INFO,
+          "DEBUG": LogLevel.DEBUG, "TRACE": LogLevel.DEBUG}
 
 _HEAD = re.compile(
     r"(?P<timestamp>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:?\d\d))"
@@ -50,7 +52,7 @@ class TracingLine:
     prefix without its last colon (``""``: none)."""
 
     timestamp: str
-    level: str
+    level: LogLevel
     target: str
     message: str
     fields: dict[str, str | int | float | bool]

@@ -41,14 +41,15 @@ from cuzkd.metrics.tally import (
     stale_synthesis,
     unfinished_jobs,
 )
-from cuzkd.status.derive import PHANTOM_REASONS
+from cuzkd.status.derive import PhantomReason
 from cuzkd.status.document import (
     COUNTED_PHASES,
-    PARTITION_STATES,
     Allocation,
     Extensions,
     Histogram,
+    PartitionState,
     StatusDocument,
+    WorkerState,
 )
 
 _E = ["engine"]
@@ -203,7 +204,8 @@ class EngineFamilies:
             if worker.worker_id not in kept.workers:
                 continue
             labels = [engine, str(worker.worker_id), str(worker.gpu_ordinal)]
-            proving = worker.state == "proving" and worker.worker_id not in failed_work.phantom
+            proving = (worker.state == WorkerState.PROVING
+                       and worker.worker_id not in failed_work.phantom)
             self.worker_busy.add_metric(labels, 1 if proving else 0)
             current = worker.busy_secs if proving and worker.busy_secs is not None else 0.0
             self.worker_current.add_metric(labels, current)
@@ -248,7 +250,7 @@ class EngineFamilies:
         for kind in kept.kinds:
             self.stale_jobs.add_metric([engine, kind], stale_by_kind.get(kind, 0))
         for reason, spans in sorted(ext.phantom_busy_total.items()):
-            if reason in PHANTOM_REASONS:
+            if reason in _PHANTOM_REASONS:
                 self.phantom_busy.add_metric([engine, reason], spans)
         for kind in kept.kinds:
             entered = ext.phase_transitions.get(kind, {})
@@ -306,7 +308,9 @@ def _put(family: GaugeMetricFamily | CounterMetricFamily, labels: list[str],
 
 
 #: A proof kind with no job listed now still gets all six phases, at 0.
-_NO_PARTITIONS: dict[str, int] = dict.fromkeys(PARTITION_STATES, 0)
+_NO_PARTITIONS: dict[PartitionState, int] = dict.fromkeys(PartitionState, 0)
+#: The reasons exported: another key of an engine's own extensions gets no series.
+_PHANTOM_REASONS: frozenset[str] = frozenset(PhantomReason)
 
 
 #: What survives from one scrape to the next, keyed on content so that a change is always seen:

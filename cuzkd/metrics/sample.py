@@ -14,6 +14,7 @@ from cuzkd.cuzk.telemetry import Telemetry
 from cuzkd.gpus import NvmlDevice
 from cuzkd.labelbudget import LabelBudgets
 from cuzkd.status.document import Extensions, StatusDocument
+from cuzkd.status.salvage import FieldErrorReason
 
 
 @dataclass(frozen=True)
@@ -64,9 +65,8 @@ class EngineSample:
     #: logged (those lines', and the cut-off rest of lines over the length limit)
     output_dropped_lines_total: int = 0
     output_dropped_bytes_total: int = 0
-    #: reason (cuzkd.status.salvage.REASONS) -> values left out of the engine's decoded
-    #: status documents
-    status_field_errors_total: Mapping[str, int] = field(default_factory=dict)
+    #: reason -> values left out of the engine's decoded status documents
+    status_field_errors_total: Mapping[FieldErrorReason, int] = field(default_factory=dict)
     #: seconds from the spawn to the first status answer, of the last process that answered
     #: (None before any, and for an engine without a status URL)
     first_answer_seconds: float | None = None

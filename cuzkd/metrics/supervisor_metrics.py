@@ -16,7 +16,7 @@ from cuzkd import __version__
 from cuzkd.gpus import NvmlDevice
 from cuzkd.kinds import ProofKind
 from cuzkd.labelbudget import DEFAULT_LIMITS, MAX_VALUE_LENGTH
-from cuzkd.log.queue import DROP_REASONS
+from cuzkd.log.queue import DropReason
 from cuzkd.metrics.sample import EngineSample, SupervisorSample
 from cuzkd.metrics.tally import first_by
 from cuzkd.states import (
@@ -27,7 +27,7 @@ from cuzkd.states import (
     DrainResult,
     State,
 )
-from cuzkd.status.salvage import REASONS as FIELD_ERROR_REASONS
+from cuzkd.status.salvage import FieldErrorReason
 
 
 def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample]) -> list[Metric]:
@@ -68,7 +68,7 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
                      labels=e)
     field_errors = c("cuzkd_status_field_errors_total",
                      "Values of decoded status documents left out because they did not decode, "
-                     f"by reason ({', '.join(FIELD_ERROR_REASONS)}); the rest of each document "
+                     f"by reason ({', '.join(FieldErrorReason)}); the rest of each document "
                      "is exported.", labels=["engine", "reason"])
     descendants_killed = c(
         "cuzkd_engine_descendants_killed_total",
@@ -129,7 +129,7 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
         fetch_errors.add_metric(name, engine.fetch_errors_total)
         if engine.first_answer_seconds is not None:
             first_answer.add_metric(name, engine.first_answer_seconds)
-        for why in FIELD_ERROR_REASONS:
+        for why in FieldErrorReason:
             field_errors.add_metric([engine.name, why],
                                     engine.status_field_errors_total.get(why, 0))
         descendants_killed.add_metric(name, engine.descendants_killed_total)
@@ -184,7 +184,8 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
     log_dropped = _by_result(c("cuzkd_log_lines_dropped_total",
                                "Lines of the supervisor's own log it dropped: queue_full (its "
                                "reader did not keep up) or write_error (writing failed).",
-                               labels=["reason"]), DROP_REASONS, sample.log_lines_dropped_total)
+                               labels=["reason"]),
+                             tuple(DropReason), sample.log_lines_dropped_total)
     connections_closed = _by_result(
         c("cuzkd_metrics_connections_closed_total",
           "Connections of the metrics listener cuzkd closed, by reason: refused (at the "

@@ -19,11 +19,11 @@ from prometheus_client.utils import floatToGoString
 from cuzkd.labelbudget import LabelBudgets
 from cuzkd.status.derive import pipeline_in_flight
 from cuzkd.status.document import (
-    PARTITION_STATES,
     Allocation,
     Extensions,
     Histogram,
     Partition,
+    PartitionState,
     Pipeline,
     StatusDocument,
 )
@@ -108,7 +108,8 @@ def admitted(labels: LabelBudgets, status: StatusDocument,
         circuits=frozenset(labels.keep("circuit", sorted(circuits), str)))
 
 
-def partitions_by_phase(pipelines: Iterable[Pipeline]) -> dict[str, dict[str, int]]:
+def partitions_by_phase(pipelines: Iterable[Pipeline],
+                        ) -> dict[str, dict[PartitionState, int]]:
     """proof_kind -> phase -> partitions in that phase now; all six phases present, 0 if none.
 
     A job listed twice (same ``job_id``) is counted once.
@@ -129,12 +130,12 @@ class PhaseTally:
 
     def __init__(self) -> None:
         #: job_id -> (proof kind, partitions as counted, phase -> count of its partitions)
-        self._jobs: dict[str, tuple[str, list[Partition], dict[str, int]]] = {}
+        self._jobs: dict[str, tuple[str, list[Partition], dict[PartitionState, int]]] = {}
         #: proof kind -> phase -> partitions, over ``_jobs``; and the jobs of each kind
-        self._totals: dict[str, dict[str, int]] = {}
+        self._totals: dict[str, dict[PartitionState, int]] = {}
         self._listed: dict[str, int] = {}
 
-    def count(self, pipelines: Iterable[Pipeline]) -> dict[str, dict[str, int]]:
+    def count(self, pipelines: Iterable[Pipeline]) -> dict[str, dict[PartitionState, int]]:
         before, jobs = self._jobs, {}
         for pipeline in pipelines:
             job_id = pipeline.job_id
@@ -153,11 +154,12 @@ class PhaseTally:
         self._jobs = jobs
         return {kind: dict(by_phase) for kind, by_phase in self._totals.items()}
 
-    def _add(self, job: tuple[str, list[Partition], dict[str, int]], sign: int) -> None:
+    def _add(self, job: tuple[str, list[Partition], dict[PartitionState, int]],
+             sign: int) -> None:
         kind, _, counts = job
         by_phase = self._totals.get(kind)
         if by_phase is None:
-            by_phase = self._totals[kind] = dict.fromkeys(PARTITION_STATES, 0)
+            by_phase = self._totals[kind] = dict.fromkeys(PartitionState, 0)
         for phase, n in counts.items():
             by_phase[phase] += sign * n
         listed = self._listed[kind] = self._listed.get(kind, 0) + sign
@@ -165,8 +167,8 @@ class PhaseTally:
             del self._totals[kind], self._listed[kind]
 
 
-def _phase_counts(partitions: list[Partition]) -> dict[str, int]:
-    counts: dict[str, int] = {}
+def _phase_counts(partitions: list[Partition]) -> dict[PartitionState, int]:
+    counts: dict[PartitionState, int] = {}
     for partition in partitions:
         counts[partition.state] = counts.get(partition.state, 0) + 1
     return counts
@@ -179,9 +181,14 @@ def stale_synthesis(pipelines: Iterable[Pipeline], stale: frozenset[str]) -> int
     held = 0
     for pipeline in first_by(pipelines, lambda p: p.job_id):
         if pipeline.job_id in stale:
-            held += sum(1 for part in pipeline.partitions if part.state == "synthesizing" or (
-                part.state == "failed" and part.synth_ms is not None and part.gpu_ms is None))
+            held += sum(1 for part in pipeline.partitions if _holds_synthesis(part))
     return held
+
+
+def _holds_synthesis(part: Partition) -> bool:
+    """Shown ``synthesizing``, or failed in its synthesis."""
+    return part.state == PartitionState.SYNTHESIZING or (
+        part.state == PartitionState.FAILED and part.synth_ms is not None and part.gpu_ms is None)
 
 
 def unfinished_jobs(pipelines: Iterable[Pipeline]) -> int:

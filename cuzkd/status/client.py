@@ -60,6 +60,7 @@ from cuzkd.status.document import (
 )
 from cuzkd.status.lightpolls import LightPolls
 from cuzkd.status.reader import StatusReader
+from cuzkd.status.salvage import FieldErrorReason
 
 #: Default cap on a status body. cuzk's document is at most a few MB even with thousands of
 #: jobs listed; the cap only stops an engine streaming without end from eating our memory.
@@ -264,8 +265,8 @@ class StatusSource:
         self.last_error_counted = False
 
     @property
-    def field_errors_total(self) -> Counter[str]:
-        """Reason (salvage.REASONS) -> values left out of the decoded documents."""
+    def field_errors_total(self) -> Counter[FieldErrorReason]:
+        """Reason (salvage.FieldErrorReason) -> values left out of the decoded documents."""
         return self._reader.field_errors_total
 
     @property

@@ -19,6 +19,7 @@ from cuzkd.status.document import (
     DURATION_BUCKETS,
     JOB_DURATION_BUCKETS,
     Histogram,
+    PartitionState,
 )
 
 
@@ -87,7 +88,7 @@ class KindCounters:
         self._jobs[kind] = HistogramAccumulator(JOB_DURATION_BUCKETS)
         return True
 
-    def entered(self, kind: str, phase: str) -> None:
+    def entered(self, kind: str, phase: PartitionState) -> None:
         """Count one partition entering ``phase`` (one of COUNTED_PHASES)."""
         if self.ensure_kind(kind):
             self._phases[kind][phase] += 1

@@ -33,6 +33,7 @@ docs/status.md lists these approximations.
 
 from __future__ import annotations
 
+import enum
 import time
 from collections.abc import Callable
 
@@ -49,6 +50,7 @@ from cuzkd.status.document import (
     StaleJob,
     StatusDocument,
     WorkerBusyTotal,
+    WorkerState,
 )
 from cuzkd.status.failedwork import STALE_AFTER_SECS, JobProgress
 
@@ -62,14 +64,26 @@ RESTART_SLACK_SECS = 5.0
 #: "unknown", not "nothing loaded"; past this it is believed.
 SRS_HOLD_SECS = 120.0
 
-#: Why a worker shown ``proving`` is not busy (the bounded ``reason`` of phantom-busy spans):
-#: its job is not listed, is failed work, or lists that partition not in ``gpu``.
-PHANTOM_REASONS: tuple[str, ...] = ("job_not_listed", "job_stale", "partition_not_gpu")
+
+class PhantomReason(enum.StrEnum):
+    """Why a worker shown ``proving`` is not busy: the ``reason`` label of
+    ``cuzk_gpu_worker_phantom_busy_total``."""
+
+    JOB_NOT_LISTED = "job_not_listed"
+    #: its job is failed work
+    JOB_STALE = "job_stale"
+    #: its job lists that partition not in ``gpu``
+    PARTITION_NOT_GPU = "partition_not_gpu"
+
 
 #: Pipeline order without ``pending`` (where partitions start) and ``failed`` (off-pipeline).
-_FORWARD: tuple[PartitionState, ...] = ("synthesizing", "synth_done", "gpu", "done")
-_RANK: dict[PartitionState, int] = {p: i for i, p in enumerate(("pending", *_FORWARD))}
-_PAST_SYNTHESIS: frozenset[PartitionState] = frozenset(("synth_done", "gpu", "done"))
+_FORWARD: tuple[PartitionState, ...] = (
+    PartitionState.SYNTHESIZING, PartitionState.SYNTH_DONE, PartitionState.GPU,
+    PartitionState.DONE)
+_RANK: dict[PartitionState, int] = {
+    p: i for i, p in enumerate((PartitionState.PENDING, *_FORWARD))}
+_PAST_SYNTHESIS: frozenset[PartitionState] = frozenset({
+    PartitionState.SYNTH_DONE, PartitionState.GPU, PartitionState.DONE})
 
 
 def reached_rank(part: Partition) -> int:
@@ -78,13 +92,13 @@ def reached_rank(part: Partition) -> int:
     For ``failed`` only the durations tell: ``gpu_ms`` set means it entered ``gpu`` (hence
     ``synth_done``), ``synth_ms`` set means it entered ``synthesizing``.
     """
-    if part.state != "failed":
+    if part.state != PartitionState.FAILED:
         return _RANK[part.state]
     if part.gpu_ms is not None:
-        return _RANK["gpu"]
+        return _RANK[PartitionState.GPU]
     if part.synth_ms is not None:
-        return _RANK["synthesizing"]
-    return _RANK["pending"]
+        return _RANK[PartitionState.SYNTHESIZING]
+    return _RANK[PartitionState.PENDING]
 
 
 def entered_phases(previous: Partition | None, current: Partition) -> list[PartitionState]:
@@ -93,8 +107,8 @@ def entered_phases(previous: Partition | None, current: Partition) -> list[Parti
         return []  # nothing follows done or failed; a change after them is ignored
     seen_rank = 0 if previous is None else reached_rank(previous)
     entered = [p for p in _FORWARD if seen_rank < _RANK[p] <= reached_rank(current)]
-    if current.state == "failed":
-        entered.append("failed")
+    if current.state == PartitionState.FAILED:
+        entered.append(PartitionState.FAILED)
     return entered
 
 
@@ -158,7 +172,8 @@ class _WorkerSpans:
         return self.finished_secs + (0.0 if self.phantom else running)
 
     def observe(self, worker: GpuWorker, now: float, gpu_ms: Callable[[str, int], int | None],
-                phantom: Callable[[str, int], str | None], engine_start: float) -> str | None:
+                phantom: Callable[[str, int], PhantomReason | None], engine_start: float,
+                ) -> PhantomReason | None:
         """Fold in the worker as one document shows it at ``now``; ``gpu_ms`` looks up the
         ``gpu_ms`` of a partition that document lists ``done``, ``phantom`` why a partition is
         not one a worker can be busy with (None: it is in ``gpu`` in a live job). No span
@@ -173,7 +188,7 @@ class _WorkerSpans:
         previous, self.observed_at = max(self.observed_at, engine_start), now
         span: tuple[str, int] | None = None
         started = now
-        if (worker.state == "proving" and worker.current_job is not None
+        if (worker.state == WorkerState.PROVING and worker.current_job is not None
                 and worker.current_partition is not None and worker.busy_secs is not None):
             span = (worker.current_job, worker.current_partition)
             started = now - max(0.0, worker.busy_secs)
@@ -193,7 +208,7 @@ class _WorkerSpans:
         return None
 
     def _same_span(self, now: float, gpu_ms: Callable[[str, int], int | None],
-                   reason: str | None) -> str | None:
+                   reason: PhantomReason | None) -> PhantomReason | None:
         if self.phantom:
             return None  # still shown proving it: still not busy
         if reason is None:
@@ -277,7 +292,7 @@ class ExtensionDeriver:
         self._engine_start: float | None = None
         self._progress = JobProgress(self._stale_after)
         self._stale: dict[str, StaleJob] = {}
-        self._phantom_total = dict.fromkeys(PHANTOM_REASONS, 0)
+        self._phantom_total = {reason.value: 0 for reason in PhantomReason}
         self._srs: list[Allocation] = []  # the last non-empty allocations.srs ...
         self._srs_seen = 0.0  # ... when it was seen
         self._held_srs: list[Allocation] = []
@@ -388,17 +403,18 @@ class ExtensionDeriver:
             job_id=pipeline.job_id, proof_kind=pipeline.proof_kind,
             age_secs=pipeline.started_secs_ago,
             idle_secs=self._progress.idle_secs(pipeline.job_id, now),
-            failed_partitions=sum(1 for p in pipeline.partitions if p.state == "failed"))
+            failed_partitions=sum(1 for p in pipeline.partitions
+                                  if p.state == PartitionState.FAILED))
 
-    def _phantom_reason(self, job_id: str, index: int) -> str | None:
+    def _phantom_reason(self, job_id: str, index: int) -> PhantomReason | None:
         """Why a worker shown proving (job_id, index) cannot be busy with it, or None."""
         job = self._jobs.get(job_id)
         if job is None:
-            return "job_not_listed"
+            return PhantomReason.JOB_NOT_LISTED
         if job_id in self._stale:
-            return "job_stale"
-        if not any(p.index == index and p.state == "gpu" for p in job.listed):
-            return "partition_not_gpu"
+            return PhantomReason.JOB_STALE
+        if not any(p.index == index and p.state == PartitionState.GPU for p in job.listed):
+            return PhantomReason.PARTITION_NOT_GPU
         return None
 
     def _finished_gpu_ms(self, job_id: str, index: int) -> int | None:
@@ -407,7 +423,7 @@ class ExtensionDeriver:
         if job is None:
             return None
         part = next((p for p in job.listed if p.index == index), None)
-        return part.gpu_ms if part is not None and part.state == "done" else None
+        return part.gpu_ms if part is not None and part.state == PartitionState.DONE else None
 
     def _time_job(self, pipeline: Pipeline, running: bool, now: float) -> _JobClock:
         """The job's clock after this observation; its duration is recorded when it finishes."""
@@ -446,7 +462,8 @@ class ExtensionDeriver:
             if record is None:
                 record = seen[part.index] = _SeenPartition(part)
             elif record.last.state not in TERMINAL_STATES and (
-                    part.state == "failed" or reached_rank(part) >= reached_rank(record.last)):
+                    part.state == PartitionState.FAILED
+                    or reached_rank(part) >= reached_rank(record.last)):
                 # Never move backwards (a regression would recount later), but always remember
                 # a failure: a partition failed after synth_done proves a lower rank than it was
                 # seen at, and left unrecorded would count ``failed`` again at every poll.
@@ -456,11 +473,12 @@ class ExtensionDeriver:
 
     def _record_durations(self, kind: str, part: Partition, record: _SeenPartition) -> None:
         synth_finished = part.state in _PAST_SYNTHESIS or (
-            part.state == "failed" and part.gpu_ms is not None)
+            part.state == PartitionState.FAILED and part.gpu_ms is not None)
         if not record.synth_recorded and part.synth_ms is not None and synth_finished:
             self._kinds.observe_synth(kind, part.synth_ms / 1000)
             record.synth_recorded = True
-        if not record.gpu_recorded and part.gpu_ms is not None and part.state == "done":
+        if (not record.gpu_recorded and part.gpu_ms is not None
+                and part.state == PartitionState.DONE):
             self._kinds.observe_gpu(kind, part.gpu_ms / 1000)
             record.gpu_recorded = True
 

@@ -20,15 +20,16 @@ and ``docs/status.md`` for the extensions.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal, NamedTuple, TypeVar
+from typing import Annotated, Any, NamedTuple, TypeVar
 
 import msgspec
 
 from cuzkd.errors import StatusDecodeError, Unsalvageable
 from cuzkd.errortext import error_text
 from cuzkd.kinds import ProofKind, normalise_kind
-from cuzkd.status.salvage import FieldError, Reason, Salvage
+from cuzkd.status.salvage import FieldError, FieldErrorReason, Salvage
 
 #: cuzk's unsigned integers. The upper bound matters: JSON integers decode to arbitrary-precision
 #: Python ints, and one too large for a float (10**400) would make the exporter's ``float()``
@@ -45,32 +46,37 @@ Figure = NonNegInt | None
 PARTITIONS: dict[str, int] = {ProofKind.POREP_C2: 10, ProofKind.SNAP_UPDATE: 16,
                               ProofKind.WINDOW_POST: 1, ProofKind.WINNING_POST: 1}
 
-# Every struct below is ``gc=False``: a document is a tree (frozen, never referring back to
-# itself), so the cycle collector need not track its thousands of partitions -- tracking them
-# doubled the cost of decoding a busy engine's 1 MB document.
+class PartitionState(enum.StrEnum):
+    """A partition's phase, in pipeline order (``failed`` can follow any of them): the
+    ``phase`` label of the partition series."""
 
-PartitionState = Literal["pending", "synthesizing", "synth_done", "gpu", "done", "failed"]
-WorkerState = Literal["idle", "proving"]
+    PENDING = "pending"
+    SYNTHESIZING = "synthesizing"
+    SYNTH_DONE = "synth_done"
+    GPU = "gpu"
+    DONE = "done"
+    FAILED = "failed"
 
-#: Partition phases in pipeline order (``failed`` can follow any of them).
-PARTITION_STATES: tuple[PartitionState, ...] = (
-    "pending",
-    "synthesizing",
-    "synth_done",
-    "gpu",
-    "done",
-    "failed",
-)
+
+class WorkerState(enum.StrEnum):
+    """What a GPU worker is doing."""
+
+    IDLE = "idle"
+    PROVING = "proving"
+
 
 #: Where a partition ends: it never leaves these.
-TERMINAL_STATES: frozenset[PartitionState] = frozenset(("done", "failed"))
+TERMINAL_STATES: frozenset[PartitionState] = frozenset({PartitionState.DONE, PartitionState.FAILED})
 #: Work started and not finished: what a stop now would throw away.
-IN_FLIGHT_STATES: frozenset[PartitionState] = frozenset(("synthesizing", "synth_done", "gpu"))
+IN_FLIGHT_STATES: frozenset[PartitionState] = frozenset({
+    PartitionState.SYNTHESIZING, PartitionState.SYNTH_DONE, PartitionState.GPU})
 #: Compute in progress: a quiet moment has none of these.
-BUSY_STATES: frozenset[PartitionState] = frozenset(("synthesizing", "gpu"))
+BUSY_STATES: frozenset[PartitionState] = frozenset({
+    PartitionState.SYNTHESIZING, PartitionState.GPU})
 
 #: The phases whose entries are counted cumulatively (``pending`` is where partitions start).
-COUNTED_PHASES: tuple[PartitionState, ...] = ("synthesizing", "synth_done", "gpu", "done", "failed")
+COUNTED_PHASES: tuple[PartitionState, ...] = tuple(
+    state for state in PartitionState if state is not PartitionState.PENDING)
 
 #: Upper bounds (seconds) of the fixed phase-duration histogram buckets. From a few
 #: milliseconds (small reference-engine partitions) to minutes (32 GiB PoRep synthesis).
@@ -87,6 +93,10 @@ JOB_DURATION_BUCKETS: tuple[float, ...] = (
     900.0, 1200.0, 1800.0, 2700.0, 3600.0,
 )
 
+
+# Every struct below is ``gc=False``: a document is a tree (frozen, never referring back to
+# itself), so the cycle collector need not track its thousands of partitions -- tracking them
+# doubled the cost of decoding a busy engine's 1 MB document.
 
 class Memory(msgspec.Struct, frozen=True, gc=False):
     total_bytes: Figure
@@ -317,7 +327,7 @@ class Decoded(NamedTuple):
 
     document: StatusDocument
     field_errors: tuple[FieldError, ...] = ()
-    field_error_counts: Mapping[Reason, int] = {}
+    field_error_counts: Mapping[FieldErrorReason, int] = {}
 
     def left_out(self) -> str | None:
         """The first field error with its path, and how many more; None for none."""

@@ -76,9 +76,9 @@ class JobProgress:
     def stale(self, pipeline: Pipeline, now: float) -> bool:
         """The job (observed in this document) is failed work."""
         states = [p.state for p in pipeline.partitions]
-        if "failed" in states:
+        if PartitionState.FAILED in states:
             return True
-        if all(state == "done" for state in states):
+        if all(state == PartitionState.DONE for state in states):
             return False  # finished (a job without partitions: nothing left to do)
         seen = self._observing.get(pipeline.job_id)
         return seen is not None and now - seen.progress_at >= self._stale_after

@@ -10,6 +10,7 @@ from typing import Any
 from cuzkd.log.ratelimit import LimitedLog
 from cuzkd.status.derive import ExtensionDeriver
 from cuzkd.status.document import Extensions, StaleJob, StatusDecoder, StatusDocument
+from cuzkd.status.salvage import FieldErrorReason
 
 
 class StatusReader:
@@ -22,8 +23,8 @@ class StatusReader:
         self._new_deriver = deriver
         self._deriver = deriver()
         self._decoder = StatusDecoder()
-        #: reason (salvage.REASONS) -> values left out of the decoded documents
-        self.field_errors_total: Counter[str] = Counter()
+        #: reason -> values left out of the decoded documents
+        self.field_errors_total: Counter[FieldErrorReason] = Counter()
         #: the last decoded document's field errors (Decoded.left_out); None when clean
         self.field_errors: str | None = None
         #: field errors repeat with every document: one line per 10 s
@@ -36,8 +37,9 @@ class StatusReader:
         self.field_errors = decoded.left_out()
         if decoded.field_errors:
             self.field_errors_total.update(decoded.field_error_counts)
+            reasons = {str(why): n for why, n in decoded.field_error_counts.items()}
             self._limited.log(self._log, "warning", "engine_status_fields_left_out",
-                              errors=self.field_errors, reasons=decoded.field_error_counts)
+                              errors=self.field_errors, reasons=reasons)
         return decoded.document
 
     def derive(self, document: StatusDocument) -> None:

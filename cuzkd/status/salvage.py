@@ -15,7 +15,7 @@ against the very same struct definitions and keep what decodes:
   a histogram whose bucket list holds a bad count (its entries are positional), and at the top a
   document whose section is missing or not an object -- which is then no status document.
 
-Each bad value is counted by a bounded :data:`Reason` (a metric label), and the first
+Each bad value is counted by a bounded :class:`FieldErrorReason` (a metric label), and the first
 :data:`MAX_DETAILED` are each one :class:`FieldError`: where (the JSON path, as msgspec writes
 it), why, and msgspec's own message. The walk takes a value apart (its members kept as raw
 JSON, unknown keys skipped) only where the strict decode of it fails, so a document with one
@@ -24,6 +24,7 @@ odd field costs about one more scan of it, not a Python-speed walk of every fiel
 
 from __future__ import annotations
 
+import enum
 import functools
 import json
 import re
@@ -32,17 +33,23 @@ import typing
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 
 from cuzkd.errors import Unsalvageable
 
-#: Why a value was refused: the ``reason`` label of ``cuzkd_status_field_errors_total``.
-#: ``invalid_utf8``: a string with bytes that are no UTF-8 (one odd byte costs its value).
-Reason = Literal["out_of_range", "wrong_type", "unknown_value", "invalid_utf8", "missing"]
-REASONS: tuple[Reason, ...] = ("out_of_range", "wrong_type", "unknown_value", "invalid_utf8",
-                               "missing")
+
+class FieldErrorReason(enum.StrEnum):
+    """Why a value was refused: the ``reason`` label of ``cuzkd_status_field_errors_total``."""
+
+    OUT_OF_RANGE = "out_of_range"
+    WRONG_TYPE = "wrong_type"
+    UNKNOWN_VALUE = "unknown_value"
+    #: a string with bytes that are no UTF-8 (one odd byte costs its value)
+    INVALID_UTF8 = "invalid_utf8"
+    MISSING = "missing"
+
 
 #: Characters of a dict key quoted in a path (keys are the engine's strings, of any length).
 KEY_CHARS = 40
@@ -63,7 +70,7 @@ class FieldError:
 
     #: where, as in msgspec's messages: ``$.buffers.synth_in_flight``, ``$.pipelines[3].state``
     path: str
-    reason: Reason
+    reason: FieldErrorReason
     #: msgspec's message, e.g. "Expected `int` <= 9223372036854775807"
     message: str
 
@@ -138,7 +145,7 @@ class Salvage:
 
     def __init__(self, first: Mapping[str, Decode] | None = None) -> None:
         self.errors: list[FieldError] = []
-        self.counts: Counter[Reason] = Counter()
+        self.counts: Counter[FieldErrorReason] = Counter()
         self._first = first or {}
 
     def document(self, cls: type[msgspec.Struct], data: bytes) -> Any:
@@ -176,7 +183,7 @@ class Salvage:
             if member is msgspec.UNSET:
                 if field.required:
                     bad = self._bad(path, f"Object missing required field `{field.encode_name}`",
-                                    "missing")
+                                    FieldErrorReason.MISSING)
                     if not field_plan.nullable:
                         return bad
                     values[field.name] = None
@@ -235,7 +242,7 @@ class Salvage:
         assert container.item is not None
         return container.item.flat and len(self.errors) >= MAX_DETAILED
 
-    def _bad(self, path: str, message: str, reason: Reason | None = None) -> _Bad:
+    def _bad(self, path: str, message: str, reason: FieldErrorReason | None = None) -> _Bad:
         if len(message) > MESSAGE_CHARS:
             message = message[:MESSAGE_CHARS] + "..."
         error = FieldError(path, reason or _reason(message), message)
@@ -245,15 +252,16 @@ class Salvage:
         return _Bad(error)
 
 
-def _reason(message: str) -> Reason:
+def _reason(message: str) -> FieldErrorReason:
     """The bounded reason of one of msgspec's messages about a single value."""
     if message.startswith("Invalid enum value"):
-        return "unknown_value"
+        return FieldErrorReason.UNKNOWN_VALUE
     if message.startswith("Invalid UTF-8"):
-        return "invalid_utf8"
+        return FieldErrorReason.INVALID_UTF8
     if ", got `" not in message and _RANGE.search(message):
-        return "out_of_range"  # "Expected `int` <= 9223372036854775807", "Number out of range"
-    return "wrong_type"
+        # "Expected `int` <= 9223372036854775807", "Number out of range"
+        return FieldErrorReason.OUT_OF_RANGE
+    return FieldErrorReason.WRONG_TYPE
 
 
 def _quoted(key: str) -> str:

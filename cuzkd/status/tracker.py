@@ -50,6 +50,7 @@ from cuzkd.status.document import (
     StatusDocument,
     Synthesis,
     WorkerBusyTotal,
+    WorkerState,
 )
 
 _log = structlog.get_logger("cuzkd.status")
@@ -57,10 +58,10 @@ _log = structlog.get_logger("cuzkd.status")
 
 #: target phase -> the phase a partition must be in to enter it (``failed``: any non-terminal).
 _REQUIRED_PREVIOUS: dict[PartitionState, PartitionState] = {
-    "synthesizing": "pending",
-    "synth_done": "synthesizing",
-    "gpu": "synth_done",
-    "done": "gpu",
+    PartitionState.SYNTHESIZING: PartitionState.PENDING,
+    PartitionState.SYNTH_DONE: PartitionState.SYNTHESIZING,
+    PartitionState.GPU: PartitionState.SYNTH_DONE,
+    PartitionState.DONE: PartitionState.GPU,
 }
 
 _BUFFER_FIELDS: tuple[str, ...] = tuple(Buffers.__struct_fields__)
@@ -78,7 +79,7 @@ class _PartitionRecord:
     __slots__ = ("gpu_end", "gpu_start", "state", "synth_end", "synth_start")
 
     def __init__(self) -> None:
-        self.state: PartitionState = "pending"
+        self.state = PartitionState.PENDING
         self.synth_start: float | None = None
         self.synth_end: float | None = None
         self.gpu_start: float | None = None
@@ -183,13 +184,13 @@ class StatusTracker:
 
     def partition_synth_start(self, job_id: str, partition: int) -> None:
         with self._lock:
-            found = self._advance(job_id, partition, "synthesizing")
+            found = self._advance(job_id, partition, PartitionState.SYNTHESIZING)
             if found is not None:
                 found[1].synth_start = self._clock()
 
     def partition_synth_end(self, job_id: str, partition: int) -> None:
         with self._lock:
-            found = self._advance(job_id, partition, "synth_done")
+            found = self._advance(job_id, partition, PartitionState.SYNTH_DONE)
             if found is not None:
                 job, part = found
                 part.synth_end = self._clock()
@@ -202,7 +203,7 @@ class StatusTracker:
             worker = self._worker(worker_id, job_id, partition)
             if worker is None:
                 return
-            found = self._advance(job_id, partition, "gpu")
+            found = self._advance(job_id, partition, PartitionState.GPU)
             if found is None:
                 return
             now = self._clock()
@@ -215,7 +216,7 @@ class StatusTracker:
         """The partition is done; the worker goes idle only if this is still its current one."""
         with self._lock:
             now = self._clock()
-            found = self._advance(job_id, partition, "done")
+            found = self._advance(job_id, partition, PartitionState.DONE)
             if found is not None:
                 job, part = found
                 part.gpu_end = now
@@ -229,7 +230,7 @@ class StatusTracker:
         """Fail from any non-terminal phase; freezes the running phase's duration and ends the
         span of a worker whose current partition this is."""
         with self._lock:
-            found = self._advance(job_id, partition, "failed")
+            found = self._advance(job_id, partition, PartitionState.FAILED)
             if found is None:
                 return
             now = self._clock()
@@ -357,14 +358,14 @@ class StatusTracker:
         job = self._jobs.get(job_id)
         if job is None or not 0 <= partition < len(job.partitions):
             _log.debug("status_partition_unknown", job_id=job_id, partition=partition,
-                       transition=target)
+                       transition=str(target))
             return None
         part = job.partitions[partition]
         required = _REQUIRED_PREVIOUS.get(target)
         allowed = part.state not in TERMINAL_STATES if required is None else part.state == required
         if not allowed:
             _log.debug("status_transition_out_of_order", job_id=job_id, partition=partition,
-                       state=part.state, transition=target)
+                       state=str(part.state), transition=str(target))
             return None
         part.state = target
         self._kinds.entered(job.proof_kind, target)
@@ -391,9 +392,9 @@ class StatusTracker:
             partitions: list[Partition] = []
             done = 0
             for index, part in enumerate(job.partitions):
-                if part.state == "done":
+                if part.state == PartitionState.DONE:
                     done += 1
-                elif part.state == "synthesizing":
+                elif part.state == PartitionState.SYNTHESIZING:
                     synth_active += 1
                 partitions.append(Partition(
                     index=index,
@@ -418,7 +419,7 @@ class StatusTracker:
             workers.append(GpuWorker(
                 worker_id=worker_id,
                 gpu_ordinal=worker.gpu_ordinal,
-                state="idle" if current is None else "proving",
+                state=WorkerState.IDLE if current is None else WorkerState.PROVING,
                 current_job=None if current is None else current[0],
                 current_partition=None if current is None else current[1],
                 busy_secs=None if current is None else now - worker.busy_since,

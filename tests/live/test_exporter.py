@@ -21,7 +21,7 @@ from support.live import Exposition, LabelSet, by_label, promtool_check_metrics
 from support.live_stack import BAD_DOCUMENTS, BUNDLED, CUZK, VICTIM_BACKOFF, LiveStack
 from support.waiting import wait_until
 
-from cuzkd.status.document import PARTITION_STATES
+from cuzkd.status.document import PartitionState
 
 BUNDLED_RE = "|".join(BUNDLED)
 
@@ -139,7 +139,7 @@ def expected_example_series(doc: dict[str, Any], engine: str) -> dict[tuple[str,
     phases = Counter((p["proof_kind"], part["state"]) for p in doc["pipelines"]
                      for part in p["partitions"])
     for kind in kinds:
-        for phase in PARTITION_STATES:
+        for phase in PartitionState:
             put("cuzk_partitions", phases[kind, phase], proof_kind=kind, phase=phase)
         put("cuzk_jobs_completed_total", counters["completed_by_kind"].get(kind, 0),
             proof_kind=kind)

@@ -12,9 +12,9 @@ from cuzkd.states import WORK_LOST_REASONS, DrainResult, State, StopReason
 from cuzkd.status.document import (
     COUNTED_PHASES,
     JOB_DURATION_BUCKETS,
-    PARTITION_STATES,
     GpuWorker,
     Histogram,
+    PartitionState,
     StaleJob,
 )
 
@@ -35,7 +35,7 @@ def test_example_document_values(example_status, make_engine, scrape):
                        gpu="0") == 0
     # partitions by phase: porep-c2 4 done, 1 gpu, 1 synth_done, 3 synthesizing, 1 pending
     porep = {"pending": 1, "synthesizing": 3, "synth_done": 1, "gpu": 1, "done": 4, "failed": 0}
-    snap = dict.fromkeys(PARTITION_STATES, 0) | {"done": 16}
+    snap = dict.fromkeys(PartitionState, 0) | {"done": 16}
     for kind, expected in (("porep-c2", porep), ("snap-update", snap)):
         for phase, count in expected.items():
             assert s.get_value("cuzk_partitions", engine="e0", proof_kind=kind,
@@ -326,7 +326,7 @@ def test_failed_work_is_not_in_flight_queued_synthesizing_or_busy(
     assert s.get_value("cuzk_gpu_worker_busy", engine="e0", worker="0", gpu="0") == 0
     assert s.get_value("cuzk_gpu_worker_current_busy_seconds", engine="e0", worker="0",
                        gpu="0") == 0
-    for phase in PARTITION_STATES:
+    for phase in PartitionState:
         assert s.get_value("cuzk_partitions", engine="e0", proof_kind="porep-c2",
                            phase=phase) == 0
     assert s.get_value("cuzk_synthesis_active", engine="e0") == 0  # its 3 synthesizing

@@ -10,7 +10,7 @@ import structlog
 
 from cuzkd.metrics.sample import SupervisorSample
 from cuzkd.status.document import StatusDecoder
-from cuzkd.status.salvage import REASONS
+from cuzkd.status.salvage import FieldErrorReason
 
 
 def one(engines):
@@ -40,7 +40,7 @@ def test_a_wrapped_counter_leaves_out_its_series_and_exports_the_others(
 
 def test_every_field_error_reason_is_exported_at_zero(make_engine, scrape):
     s = scrape(one([make_engine("e0")]))
-    for reason in REASONS:
+    for reason in FieldErrorReason:
         assert s.get_value("cuzkd_status_field_errors_total", engine="e0", reason=reason) == 0
 
 

@@ -21,7 +21,8 @@ from cuzkd.status.document import BUSY_STATES, IN_FLIGHT_STATES, PartitionState,
 from cuzkd.supervisor.core.doorbook import EngineReading
 
 #: A partition's states once it has left cuzk's GPU queue: on a GPU, or finished either way.
-PAST_GPU_QUEUE: frozenset[PartitionState] = frozenset({"gpu", "done", "failed"})
+PAST_GPU_QUEUE: frozenset[PartitionState] = frozenset({
+    PartitionState.GPU, PartitionState.DONE, PartitionState.FAILED})
 
 
 def count_partitions(doc: StatusDocument | None, states: frozenset[PartitionState]) -> int:
@@ -43,7 +44,7 @@ def jobs_in_flight(doc: StatusDocument | None) -> dict[str, list[str]]:
     jobs: dict[str, list[str]] = {}
     for pipe in doc.pipelines if doc is not None else ():
         states = {part.state for part in pipe.partitions}
-        if "failed" not in states and states - {"done"}:
+        if PartitionState.FAILED not in states and states - {PartitionState.DONE}:
             jobs.setdefault(reported_kind(pipe.proof_kind), []).append(pipe.job_id)
     return jobs
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from cuzkd.config.schema import Restart
 from cuzkd.states import (
     ALIVE,
     AT_REST,
@@ -69,7 +70,7 @@ Action = Spawn | Stop | ScheduleStart | CancelScheduledStart
 
 @dataclass(frozen=True)
 class Policy:
-    restart: str  # always | on-failure | never
+    restart: Restart
     start_timeout: float
     unhealthy_after: float
 
@@ -311,8 +312,8 @@ class Lifecycle:
         if reason in OPERATOR_STOPS:
             self._move(State.STOPPED, f"stopped ({cause})")
             return []
-        wants_restart = reason is StopReason.STALL or self.policy.restart == "always" or (
-            self.policy.restart == "on-failure" and not clean
+        wants_restart = reason is StopReason.STALL or self.policy.restart == Restart.ALWAYS or (
+            self.policy.restart == Restart.ON_FAILURE and not clean
         )
         if not wants_restart:
             self._move(State.STOPPED if clean else State.FAILED, f"exited ({cause}), "

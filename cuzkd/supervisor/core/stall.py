@@ -31,18 +31,20 @@ the stall lasts (progress or the end of the work clears it) and ``stalls_total``
 
 from __future__ import annotations
 
+import enum
 import math
 from dataclasses import dataclass
 
 import msgspec
 
 from cuzkd.status.document import (
-    PARTITION_STATES,
     TERMINAL_STATES,
     Extensions,
     Histogram,
     Partition,
+    PartitionState,
     StatusDocument,
+    WorkerState,
 )
 
 #: Limit multiplier before the first progress after a (re)start.
@@ -54,6 +56,15 @@ MIN_BUSY_LIMIT = 300.0
 #: ... and the p99 counts only once the histogram has this many observations.
 MIN_OBSERVATIONS = 20
 
+
+
+class StallReason(enum.StrEnum):
+    """Which limit a stall passed: the ``reason`` of the ``engine_stalled`` log event."""
+
+    #: work and no progress for ``stall_after`` (its startup multiple before the first)
+    NO_PROGRESS = "no_progress"
+    #: a worker on one partition longer than its proof kind's busy limit
+    WORKER_BUSY_TOO_LONG = "worker_busy_too_long"
 
 
 @dataclass(frozen=True)
@@ -69,13 +80,12 @@ class BusySpan:
 class StallEvidence:
     """What the structured ``engine_stalled`` log event reports."""
 
-    #: ``no_progress`` or ``worker_busy_too_long``
-    reason: str
+    reason: StallReason
     #: the limit that was exceeded, seconds
     limit_seconds: float
     #: seconds since the last progress (or since work appeared / the process started)
     since_progress_seconds: float
-    #: partitions listed now, per phase
+    #: partitions listed now, per phase (plain-string keys: the log event shows the dict)
     phases: dict[str, int]
     #: None when the engine's value did not decode
     queue_depth: int | None
@@ -169,7 +179,7 @@ class StallWatch:
             listed[p.job_id] = [*listed[p.job_id], *p.partitions] if p.job_id in listed \
                 else p.partitions
         spans = {w.worker_id: (w.current_job, w.current_partition)
-                 if w.state == "proving" and w.current_job is not None
+                 if w.state == WorkerState.PROVING and w.current_job is not None
                  and w.current_partition is not None else None
                  for w in doc.gpu_workers}
         transitions = (None if ext is None else  # a count that did not decode adds nothing
@@ -190,7 +200,8 @@ class StallWatch:
             if before == parts:
                 continue
             was = {} if before is None else _states(before)
-            if any(was.get(index, "pending") != state for index, state in _states(parts).items()):
+            if any(was.get(index, PartitionState.PENDING) != state
+                   for index, state in _states(parts).items()):
                 return True  # a partition in a new phase, or first seen past pending
         for job, before in previous.items():
             still = listed.get(job)
@@ -211,23 +222,24 @@ class StallWatch:
         limit = self.after if self._last_progress is not None else STARTUP_FACTOR * self.after
         oldest = _oldest_busy(doc)
         if now - since >= limit:
-            return self._build("no_progress", limit, now - since, doc, oldest)
+            return self._build(StallReason.NO_PROGRESS, limit, now - since, doc, oldest)
         age = now - self._started_at
         histograms = {} if ext is None else ext.gpu_duration_seconds
         kinds = {p.job_id: p.proof_kind for p in doc.pipelines}
         for w in doc.gpu_workers:
-            if w.state != "proving" or w.busy_secs is None or w.current_job is None:
+            if w.state != WorkerState.PROVING or w.busy_secs is None or w.current_job is None:
                 continue
             kind_limit = busy_limit(histograms.get(kinds.get(w.current_job, "")))
             # No span is older than the process: a larger busy_secs is the document's error.
             if min(w.busy_secs, age) >= kind_limit:
-                return self._build("worker_busy_too_long", kind_limit, now - since, doc, oldest)
+                return self._build(StallReason.WORKER_BUSY_TOO_LONG, kind_limit, now - since,
+                                   doc, oldest)
         return None
 
     @staticmethod
-    def _build(reason: str, limit: float, since: float, doc: StatusDocument,
+    def _build(reason: StallReason, limit: float, since: float, doc: StatusDocument,
                oldest: BusySpan | None) -> StallEvidence:
-        phases: dict[str, int] = dict.fromkeys(PARTITION_STATES, 0)
+        phases = {state.value: 0 for state in PartitionState}
         for p in doc.pipelines:
             for part in p.partitions:
                 phases[part.state] += 1
@@ -244,19 +256,19 @@ def without_failed_work(doc: StatusDocument, failed: frozenset[str],
     return msgspec.structs.replace(
         doc,
         pipelines=[p for p in doc.pipelines if p.job_id not in failed],
-        gpu_workers=[msgspec.structs.replace(w, state="idle", current_job=None,
+        gpu_workers=[msgspec.structs.replace(w, state=WorkerState.IDLE, current_job=None,
                                              current_partition=None, busy_secs=None)
                      if w.worker_id in phantom else w for w in doc.gpu_workers])
 
 
-def _states(parts: list[Partition]) -> dict[int, str]:
+def _states(parts: list[Partition]) -> dict[int, PartitionState]:
     """Partition index -> phase (a partition listed twice: the later entry)."""
     return {part.index: part.state for part in parts}
 
 
 def _oldest_busy(doc: StatusDocument) -> BusySpan | None:
     kinds = {p.job_id: p.proof_kind for p in doc.pipelines}
-    busy = [w for w in doc.gpu_workers if w.state == "proving" and w.busy_secs is not None
+    busy = [w for w in doc.gpu_workers if w.state == WorkerState.PROVING and w.busy_secs is not None
             and w.current_job is not None and w.current_partition is not None]
     if not busy:
         return None

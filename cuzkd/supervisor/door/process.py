@@ -41,7 +41,7 @@ import structlog
 
 from cuzkd.config.doors import DoorPlan
 from cuzkd.errors import ChannelClosed
-from cuzkd.log.configure import configure_logging
+from cuzkd.log.configure import LogFormat, configure_logging
 from cuzkd.metrics.door_metrics import DoorMetrics
 from cuzkd.supervisor.core.doorbook import EngineEnd
 from cuzkd.supervisor.door.channel import (
@@ -312,7 +312,7 @@ class DoorProcess:
 
 
 def main(argv: list[str]) -> int:
-    configure_logging(log_format="json")
+    configure_logging(log_format=LogFormat.JSON)
     return asyncio.run(DoorProcess().run(argv[0]))
 
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from structlog.typing import FilteringBoundLogger
 
 from cuzkd.config import EngineConfig
+from cuzkd.config.schema import StallAction
 from cuzkd.errortext import error_text
 from cuzkd.labelbudget import LabelBudgets
 from cuzkd.log.ratelimit import LimitedLog
@@ -149,13 +150,13 @@ class HealthWatch:
         """One structured event per stall, then the configured action."""
         busy = evidence.oldest_busy
         self._log.warning(
-            "engine_stalled", pid=self._lifecycle.pid, reason=evidence.reason,
-            action=self._spec.stall_action, limit_seconds=evidence.limit_seconds,
+            "engine_stalled", pid=self._lifecycle.pid, reason=str(evidence.reason),
+            action=str(self._spec.stall_action), limit_seconds=evidence.limit_seconds,
             since_progress_seconds=round(evidence.since_progress_seconds, 3),
             last_progress_at=time.time() - evidence.since_progress_seconds,
             phases=evidence.phases, queue_depth=evidence.queue_depth,
             oldest_busy=None if busy is None else {
                 "worker": busy.worker, "job": busy.job, "partition": busy.partition,
                 "proof_kind": busy.proof_kind, "busy_seconds": busy.busy_seconds})
-        if self._spec.stall_action == "restart":
+        if self._spec.stall_action == StallAction.RESTART:
             self._apply(self._lifecycle.stalled(now))

@@ -160,7 +160,7 @@ class EngineStopper:
         doc = source.latest()
         if doc is None:
             return False
-        if self._spec.drain_mode != "cuzk" or self._grpc_address is None:
+        if self._spec.drain_mode != DrainMode.CUZK or self._grpc_address is None:
             return is_quiet(doc)
         return cuzk_idle(doc, await self._read_queues())
 
