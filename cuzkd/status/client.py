@@ -247,7 +247,8 @@ class StatusSource:
         return self._reader.field_errors
 
     async def poll(self) -> bool:
-        """Health poll: True when a fresh document answered (see the module doc)."""
+        """Health poll: True when a fresh document answered, decoded only as far as used
+        (docs/status.md, *Fetching*)."""
         return await self._refresh()
 
     async def fetch(self, max_age: float) -> StatusDocument | None:

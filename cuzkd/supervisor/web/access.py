@@ -29,7 +29,8 @@ from cuzkd.supervisor.web.basicauth import AuthDecision, BasicAuth
 
 log = structlog.get_logger("cuzkd.supervisor")
 
-#: The route a liveness probe calls: open without credentials (see the module's docstring).
+#: The route a liveness probe calls: open without credentials, since a probe must not need the
+#: scrape password in its spec and it says only that the supervisor runs.
 OPEN_PATH = "/healthz"
 #: What a 401 asks for (RFC 7617); the realm names what the password is for.
 CHALLENGE = 'Basic realm="cuzkd", charset="UTF-8"'
@@ -142,7 +143,7 @@ class WebAccess:
     @web.middleware
     async def guard(self, request: web.Request, handler: _Handler) -> web.StreamResponse:
         """The app's first middleware: a 401 unless the request may pass, or a 429 when its
-        password could not be checked yet (see the module)."""
+        password could not be checked yet: unknown paths answer 401 too, so they tell nothing."""
         auth = self.auth
         if auth is None or request.path == OPEN_PATH:
             return await handler(request)
