@@ -1,28 +1,14 @@
 """Label budgets: how many distinct values one engine may give each label of its series.
 
-Label values such as proof kinds, worker ids, GPU ordinals and circuit ids are the engine's
-own strings and numbers. A sane engine has a handful (cuzk: 4 proof kinds, a few GPUs x 2
-workers); a broken or hostile one can name 100,000 kinds in one document, which made a
-/metrics of hundreds of MB that took seconds to render and broke the host's whole scrape, and
-made the supervisor's per-kind state grow with every new name. Every per-kind, per-worker,
-per-GPU and per-circuit series, and every per-value state the supervisor keeps for an engine,
-therefore goes through that engine's budget for the label:
-
-* the first ``limit`` distinct values seen are admitted and keep their slot while the
-  engine's process lives, even when they stop appearing: a counter's series never vanishes to
-  hand its slot to another value, so counters stay monotonic and an engine churning names
-  cannot rotate through an unbounded number of series over time;
-* every later value, and any value longer than :data:`MAX_VALUE_LENGTH`, is refused: its
-  series are left out, each one left out of a scrape is counted
-  (``cuzkd_label_values_dropped_total{engine,label}``) and logged, at most one line per engine
-  and label per 10 s;
-* :meth:`LabelBudgets.clear` frees every slot when a new process of the engine starts (its
-  counters start again at 0 anyway).
-
-:class:`LabelBudget` is the pure rule for one label; :class:`LabelBudgets` is one engine's set,
-with the counting and the log line: callers exporting series use :meth:`LabelBudgets.keep`,
-state kept between documents asks :meth:`LabelBudgets.budget`'s ``admits``. The values of
-``_info`` labels, which name no series, are shortened instead (:func:`attribute_value`).
+Label values such as proof kinds, worker ids, GPU ordinals and circuit ids are the engine's own
+words, and a broken or hostile engine naming 100,000 kinds once broke the host's whole scrape.
+Every per-value series and every per-value state the supervisor keeps for an engine therefore
+passes its budget for the label: the first values seen keep their slot while the engine's process
+lives, later ones are refused, counted and logged. :class:`LabelBudget` is the pure rule for one
+label; :class:`LabelBudgets` is one engine's set, with the counting and the log line: exporters
+use :meth:`LabelBudgets.keep`, state kept between documents asks :meth:`LabelBudgets.budget`'s
+``admits``, and :func:`attribute_value` shortens ``_info`` values instead. See docs/metrics.md,
+*Label budgets*.
 """
 
 from __future__ import annotations

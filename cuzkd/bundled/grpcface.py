@@ -1,34 +1,11 @@
-"""cuzk's gRPC service, ``cuzk.v1.ProvingEngine``, served by the bundled engine beside its
-HTTP API (``cuzkd engine --grpc-listen``): what Curio calls, so a door, the demo and every test
-can talk to the bundled engine as they talk to cuzk, without cuzk and without a GPU.
+"""cuzk's gRPC service, ``cuzk.v1.ProvingEngine``, served by the bundled engine beside its HTTP
+API (``cuzkd engine --grpc-listen``), so a door, the demo and every test can talk to the bundled
+engine as Curio talks to cuzk, without cuzk and without a GPU.
 
-The calls go through the same :class:`~cuzkd.bundled.pipeline.Engine` as ``POST /v1/jobs``: one
-memory budget, one set of GPU workers, one ``/status``. Where cuzk's behaviour is known
-(docs/engine.md lists it) this answers as cuzk does:
-
-* ``Prove`` = ``SubmitProof`` + ``AwaitProof``; the job's id is the request's ``request_id``
-  (the engine's own id when it is empty). A request id whose job is still open joins that
-  job (a client's retry proves once); one whose job finished proves again (a retry after a
-  failure). Jobs are admitted by ``priority`` (CRITICAL first), first-come first-served
-  within one. WindowPoSt and WinningPoSt are proved whole: one unit of NTT work, as cuzk proves
-  them outside its partitioned pipeline. The reply's timings are measured: ``queue_wait_ms``
-  (accepted until its first partition was admitted), ``synthesis_ms`` and ``gpu_compute_ms``
-  (first start to last end of the phase over its partitions: they overlap, so these are no
-  sums), ``total_ms``; ``srs_load_ms`` is 0 (no SRS: the NTT tables a first proof of a size
-  builds are inside its ``gpu_compute_ms``).
-* ``AwaitProof`` of an id the engine does not hold (never given, or retired after the engine's
-  last 1000 finished jobs): NOT_FOUND; ``timeout_ms`` is ignored, as cuzk ignores it.
-* ``CancelProof``: ``was_running = false``; ``EvictSRS``: ``false``, 0 (cuzk implements
-  neither); ``PreloadSRS``: ``already_loaded``, 0 ms (nothing to load).
-* ``GetStatus``: one ``gpus`` entry per GPU worker (as cuzk lists them), queues per kind,
-  totals and uptime; ``GetMetrics``: cuzk's families as Prometheus text.
-
-Better behaved than cuzk where cuzk's behaviour is a hazard: a draining engine refuses new
-proofs with UNAVAILABLE (cuzk accepts calls it will never finish), a request that is no
-protobuf, names no known kind or an absurd request id is INVALID_ARGUMENT -- that call only.
-
-Requests and replies pass as bytes (no (de)serializer in grpc): a request that does not decode
-is this module's to refuse with a status, not grpc's to log as an internal error.
+:class:`ProvingFace` answers each call through the same :class:`~cuzkd.bundled.pipeline.Engine`
+as ``POST /v1/jobs``, as cuzk answers it where cuzk's behaviour is known, and better behaved
+where cuzk's is a hazard. Each method's answer is the table in docs/engine.md, *cuzk's gRPC
+(`--grpc-listen`)*.
 """
 
 from __future__ import annotations
@@ -76,6 +53,8 @@ PRIORITIES: Mapping[int, Priority] = {
 M = TypeVar("M", bound=Message)
 
 
+# Requests and replies pass grpc as bytes, with no (de)serializer: a request that does not decode
+# is this module's to refuse with a status, not grpc's to log as an internal error.
 def decode(message: type[M], raw: bytes) -> M:
     try:
         return message.FromString(raw)

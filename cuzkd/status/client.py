@@ -1,41 +1,13 @@
 """Fetching an engine's ``/status`` document, shared by health polls and metric scrapes.
 
-One :class:`StatusSource` per engine. A busy cuzk serves 0.25-1 MB, written in many small
-pieces; the body is read to its end whatever the framing (Content-Length, chunked, or until
-the connection closes), over TCP or a Unix socket, with a running cap (:data:`MAX_BODY_BYTES`).
-
-Health polls (:meth:`StatusSource.poll`) fetch a fresh document every ``health_interval`` and
-decode only what is used. A plain cuzk document is decoded whole at every poll, because the
-:class:`~cuzkd.status.derive.ExtensionDeriver` must see each one to rebuild cumulative counters.
-An engine whose last decoded document carried ``cuzkd_extensions`` uses nothing of a poll's
-document but its arrival: the poll checks that a whole JSON object came back and keeps the
-bytes, and whoever reads them -- a scrape, the stall watch -- decodes them once. Every
-:data:`~cuzkd.status.lightpolls.DECODE_EVERY`-th poll decodes anyway
-(:class:`~cuzkd.status.lightpolls.LightPolls` decides). Scrapes (:meth:`StatusSource.fetch`)
-accept a document up to a second old, so several Prometheus servers scraping at once cost the
-engine one request; concurrent requests are coalesced into one in flight.
-
-Every failure -- refused, timed out, HTTP error, too large, garbage, no status document -- is
-one ``fetch_errors_total`` increment and one :attr:`StatusSource.last_error` that says why, never
-an exception: an engine serving garbage is unhealthy, it never breaks the caller. A fetch that
-got no answer while the owner's ``starting`` says the engine is starting (its process has not
-answered yet, within its start_timeout: the supervisor decides) is its start, not a fault: it
-sets ``last_error`` but is not counted (:attr:`StatusSource.last_error_counted`); a wrong answer
-is counted whenever it comes. A kept body
-that fails to decode when it is read makes the following polls decode whole, so such an engine
-turns unhealthy (at the latest after ``DECODE_EVERY`` polls when nothing reads its documents)
-instead of answering "healthy" to polls and "broken" to scrapes.
-
-A document with odd values is no failure: the decoder leaves those values out (see
-:class:`~cuzkd.status.document.StatusDecoder`), the fetch succeeds, and each decoded document's
-field errors are counted by reason (``field_errors_total``), named in
-:attr:`StatusSource.field_errors` (the first path, and how many more) and in one log line per
-10 s. The supervisor's own failure on a document (a bug in the deriver) is logged and costs the
-derived extensions, never the engine's health.
-
-Its parts: :class:`StatusHttp` gets a body, :class:`~cuzkd.status.reader.StatusReader` decodes
-it and feeds the deriver, :class:`KeptReading` is the last good one; every age and duration is
-read from the ``clock`` the owner passes in.
+One :class:`StatusSource` per engine: :meth:`StatusSource.poll` fetches a fresh document every
+``health_interval`` and decodes only what is used, :meth:`StatusSource.fetch` serves scrapes a
+document up to a second old with concurrent requests coalesced. Every failure is one
+``fetch_errors_total`` increment and a :attr:`StatusSource.last_error` that says why, never an
+exception, so an engine serving garbage is unhealthy and never breaks its caller. Its parts:
+:class:`StatusHttp` gets a body, :class:`~cuzkd.status.reader.StatusReader` decodes it and feeds
+the deriver, :class:`KeptReading` is the last good one; every age is read from the ``clock`` the
+owner passes in. The rules are docs/status.md, *Fetching*.
 """
 
 from __future__ import annotations
@@ -275,7 +247,8 @@ class StatusSource:
         return self._reader.field_errors
 
     async def poll(self) -> bool:
-        """Health poll: True when a fresh document answered (see the module doc)."""
+        """Health poll: True when a fresh document answered, decoded only as far as used
+        (docs/status.md, *Fetching*)."""
         return await self._refresh()
 
     async def fetch(self, max_age: float) -> StatusDocument | None:

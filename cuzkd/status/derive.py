@@ -1,34 +1,12 @@
 """Approximate cumulative extensions for engines that serve cuzk's plain document.
 
-A real cuzk only shows states at the moment of each poll. The supervisor feeds every document
-it fetches (health polls and scrapes) to an :class:`ExtensionDeriver`, which turns successive
-observations into the same :class:`~cuzkd.status.document.Extensions` our own engine serves:
-
-* **Phase entries** -- each (job, partition)'s last seen state is remembered; a partition first
-  seen, or seen further along the pipeline, counts every phase it must have entered since (a
-  partition seen ``pending`` then ``gpu`` passed ``synthesizing`` and ``synth_done`` too). A
-  ``failed`` partition counts the phases its ``synth_ms``/``gpu_ms`` prove it reached, then
-  ``failed``. No entry is counted twice.
-* **Busy seconds** -- a worker's span is identified by (current_job, current_partition) and
-  placed by ``busy_secs`` (it began that long before it was first seen). A span that ended
-  between two polls ends at its partition's own end (its start + ``gpu_ms``, when the next
-  document lists the partition ``done``), never after the worker's next span began, never
-  before its last sighting; without ``gpu_ms``, when the next span began or, gone idle,
-  half-way between the two polls. Spans that
-  begin and end between two polls are invisible and not counted (docs/status.md).
-* **Histograms** -- a partition seen with a finished phase records that phase's duration once.
-* **Job durations** -- a job first seen in flight started ``started_secs_ago`` before that
-  observation; it ends at the first observation that shows it finished (every partition done or
-  failed) or no longer lists it. The end is late by up to one poll interval; a job first seen
-  already finished is not timed (its end is unknown).
-
-Jobs that leave the document are forgotten (bounded memory); the counters stay, for the proof
-kinds and workers the engine's label budgets admit (:mod:`cuzkd.labelbudget`: the same
-budgets its series pass, so the counters kept are those exported; a kind or worker refused
-keeps no state, however many an engine names over time). An engine
-restart (uptime went down, or the engine's start time jumped forward by more than
-:data:`RESTART_SLACK_SECS`) resets everything, which Prometheus treats as a counter reset.
-docs/status.md lists these approximations.
+A real cuzk only shows states at the moment of each poll. :class:`ExtensionDeriver` is fed every
+document the supervisor fetches and turns successive observations into the same
+:class:`~cuzkd.status.document.Extensions` the bundled engine serves: phase entries, busy
+seconds, histograms and job durations, kept only for the kinds and workers the engine's label
+budgets admit (:mod:`cuzkd.labelbudget`), reset when the engine restarts. What each figure
+misses is docs/status.md, *Derived extensions for a real cuzk (approximations)*, and
+docs/metrics.md, *What is approximate for a plain cuzk document*.
 """
 
 from __future__ import annotations

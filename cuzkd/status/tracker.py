@@ -1,26 +1,11 @@
 """The engine's live status model: lifecycle events in, cuzk's ``/status`` document out.
 
-The reference engine reports every partition transition and every GPU worker span here, from
-worker threads and from its event loop; :meth:`StatusTracker.snapshot` turns the state into a
-:class:`~cuzkd.status.document.StatusDocument` with cuzk's exact fields plus the cumulative
-``cuzkd_extensions`` block a real cuzk cannot serve.
-
-Two rules shape the code:
-
-* **The split-proving race.** A worker starts partition A, hands A's finish to a finalizer and
-  starts B before the finalizer calls :meth:`~StatusTracker.partition_gpu_end` for A. That call
-  must not clear the worker: a worker's busy state is cleared only when its *current*
-  (job, partition) is the one being ended. Busy-time accounting follows the same rule; a span
-  ends when it is ended or replaced by the worker's next ``gpu_start``, so time is never counted
-  twice nor lost.
-* **Never raise into the engine** for an id it no longer (or never) knew: unknown jobs,
-  partitions, workers and out-of-order transitions are logged at debug level and ignored.
-  Wrong argument *names or values* (negative depths, unknown buffer fields) are programming
-  errors and do raise.
-
-One :class:`threading.Lock` guards everything; the budget object is read before taking it, so
-a budget that calls back into the tracker cannot deadlock. Snapshot cost is linear in
-jobs x partitions.
+The reference engine reports every partition transition and every GPU worker span to a
+:class:`StatusTracker`, from worker threads and from its event loop; :meth:`StatusTracker.snapshot`
+turns the state into a :class:`~cuzkd.status.document.StatusDocument` with cuzk's exact fields
+plus the cumulative ``cuzkd_extensions`` block a real cuzk cannot serve. It never raises into the
+engine for an id it no longer or never knew, and keeps split GPU proving's busy time exact. The
+rules are docs/status.md, *Partition and worker rules*.
 """
 
 from __future__ import annotations
@@ -125,7 +110,12 @@ def _phase_ms(start: float | None, end: float | None, now: float) -> int | None:
 
 
 class StatusTracker:
-    """Thread-safe status model of one engine. See the module docstring for the rules."""
+    """Thread-safe status model of one engine (docs/status.md, *Partition and worker rules*).
+
+    Unknown ids and out-of-order transitions are logged at debug level and ignored, but wrong
+    argument names or values, such as a negative depth or an unknown buffer field, are
+    programming errors and raise.
+    """
 
     def __init__(
         self,
@@ -137,6 +127,8 @@ class StatusTracker:
         self._budget = budget
         self._clock = clock
         self._retain = retain_finished_secs
+        # One lock guards everything; the budget is read before taking it, so a budget that
+        # calls back into the tracker cannot deadlock.
         self._lock = threading.Lock()
         self._started_at = clock()
         self._workers: dict[int, _WorkerRecord] = {}
@@ -300,7 +292,8 @@ class StatusTracker:
     # --- the document ---------------------------------------------------------------------
 
     def snapshot(self) -> StatusDocument:
-        """cuzk's document (same fields, types, meanings) with ``cuzkd_extensions`` filled."""
+        """cuzk's document (same fields, types, meanings) with ``cuzkd_extensions`` filled;
+        its cost is linear in jobs x partitions."""
         memory, max_concurrent = self._read_budget()
         with self._lock:
             now = self._clock()

@@ -1,65 +1,12 @@
 """The gRPC door's book: which engine gets a call, which calls wait and how long, what each
-engine still has in flight, what a lost engine's calls become. Pure: fed ``now``, returns
-decisions.
+engine still has in flight, and what a lost engine's calls become.
 
-cuzkd stands in the one address Curio dials (docs/door.md) and relays every call to an engine
-behind it. The book keeps each call's deadline as well as the call: a WinningPoSt proved after
-its epoch is a lost block, so a call of a kind with a deadline (``[metrics] proof_deadlines``:
-WinningPoSt 20 s, WindowPoSt 20 min) is due at its arrival plus that deadline, or at its
-caller's own gRPC deadline if earlier, and is refused (``deadline``) the moment it can no
-longer be proved in time -- its deadline less its kind's proving allowance -- while its caller
-can still act.
-
-- **Held.** While no engine can take a call (starting, restarting, swapping, in backoff) it is
-  held, within ``hold_max_calls``, ``hold_max_bytes`` and ``hold_timeout``, and released the
-  moment one can, in the door's order: by kind as Curio sends them (WinningPoSt, WindowPoSt,
-  then the rest; a claimed ``Priority`` may lower a call's place, never raise it), then deadline
-  first, then arrival. A full door refuses the held call released last (one past its deadline
-  first), so a WinningPoSt is never refused for a crowd of PoReps claiming CRITICAL.
-- **Draining is not closed to deadline work.** An engine being stopped takes no new calls, but
-  a deadline call no admitting engine can take goes to one draining for an operator's stop
-  (restart, swap, reload, rollback, shutdown) while its allowance fits before that drain's
-  deadline; never to one stopped as unhealthy, stalled or answering garbage. An ``AwaitProof``
-  of a job a draining engine holds still goes to it.
-- **In flight.** :meth:`DoorBook.in_flight` -- calls sent and not returned, plus jobs a
-  ``SubmitProof`` gave it that no ``AwaitProof`` collected -- is what a ``door`` drain waits to
-  see reach 0. It waits for work the engine is doing, not for work it dropped: the engine's
-  readings (:meth:`DoorBook.reading`: ``/status`` and ``GetStatus`` while it drains) end the
-  wait for a call the engine shows it no longer has (:class:`~cuzkd.states.DoorAbandon`).
-- **cuzk's PoSt defect avoided.** cuzk queues every PoSt for its GPUs under one key, which a
-  second PoSt (or partition 0 of a fresh process's first partitioned job) overwrites: the
-  overwritten call never returns. An engine with ``one_post`` gets one PoSt at a time, and
-  none once a fresh process has partitioned work until a reading shows every job it lists with
-  partition 0 past cuzk's GPU queue, or a partitioned job's ``Prove`` has returned.
-- **A lost engine.** When an engine's process ends (or the link to it breaks) under a ``Prove``
-  or ``SubmitProof``, the call is sent once more -- the same bytes, so the same ``request_id``
-  -- to another engine, or held for the engine's next process; a second loss fails it. After
-  a crash the calls that were in flight are suspects: each is sent again with no other suspect
-  on its engine (fresh calls may share it), so a poison request crashes an engine beside no
-  innocent call; a suspect alone on its engine at its second crash is quarantined (its
-  ``request_id`` refused for ``quarantine`` seconds), and the crash that made the others
-  suspects is explained. An OOM kill and cuzkd's own kills make no suspects.
-- **One request id, one proof.** A ``request_id`` in flight is the door's once: the same call
-  again (same method, same bytes) waits for the first one's answer (:class:`Join`, then
-  :class:`Echo`), the same id with other bytes is refused ``already_exists``.
-- **Shared doors.** Several engines may share a door (one cuzk per GPU): each call goes to the
-  admitting engine with the fewest in flight, and ``GetStatus``, ``GetMetrics``,
-  ``PreloadSRS`` go to every admitting one (:class:`Broadcast`), their replies merged by the
-  shell.
-- **Shutdown.** cuzkd's door serves until its process exits, and the book knows no shutdown:
-  its engines drain as for any operator's stop, so deadline calls go to them while they fit
-  and the rest wait; what is held or in flight when the door closes is refused then
-  (:meth:`DoorBook.closed`).
-
-The shell (:mod:`cuzkd.supervisor.door`) numbers calls, reads the few fields the book needs
-from a request (:class:`Call`), carries each decision out and reports back: :meth:`arrived`,
-:meth:`returned`, :meth:`admit`, :meth:`stop_admitting`, :meth:`reading`, :meth:`gone`,
-:meth:`expired` at :meth:`next_deadline`, :meth:`closed`. A decision
-about a call replaces whatever was under way for it: on a :class:`Send` or :class:`Hold` of a
-call already sent the shell drops that attempt and never reports it; a :class:`Refuse` ends
-the call at its caller (dropping any attempt). Each :class:`Send` is reported back once, by
-:meth:`returned`, unless a later decision replaced it; a held call's caller leaving is
-``returned(..., CANCELLED)``. :class:`Abandoned` and :class:`Quarantined` only inform.
+:class:`DoorBook` is pure, fed ``now`` and returning decisions (:class:`Send`, :class:`Hold`,
+:class:`Refuse`, :class:`Broadcast`, :class:`Join`, :class:`Echo`, ...), so every rule a caller
+relies on is tested on plain values; the shell in :mod:`cuzkd.supervisor.door` relays the bytes
+and carries the decisions out. What the rules promise each call is docs/door.md, *What it
+promises each call*; how they are decided is *The book's decisions: held calls, in flight, one
+retry* there.
 """
 
 from __future__ import annotations
@@ -476,6 +423,16 @@ class DoorBook:
     echo); an engine's :meth:`in_flight` is 0 only when all its calls returned (or were
     abandoned) and all its jobs were collected (or abandoned); an engine with ``one_post`` has
     one PoSt in flight at most; an engine has one suspect in flight at most.
+
+    The shell numbers calls, reads the few fields the book needs from a request (:class:`Call`)
+    and reports back through :meth:`arrived`, :meth:`returned`, :meth:`admit`,
+    :meth:`stop_admitting`, :meth:`reading`, :meth:`gone`, :meth:`expired` at
+    :meth:`next_deadline`, and :meth:`closed`. A decision about a call replaces whatever was
+    under way for it: on a :class:`Send` or :class:`Hold` of a call already sent the shell drops
+    that attempt and never reports it, and a :class:`Refuse` ends the call at its caller. Each
+    :class:`Send` is reported back once, by :meth:`returned`, unless a later decision replaced
+    it; a held call's caller leaving is ``returned(..., CANCELLED)``. :class:`Abandoned` and
+    :class:`Quarantined` only inform.
     """
 
     def __init__(self, *, hold_timeout: float, hold_max_calls: int, hold_max_bytes: int,

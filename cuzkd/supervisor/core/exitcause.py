@@ -1,29 +1,14 @@
 """Why an engine process ended, as one label value from a fixed, documented set.
 
-An operator reading ``cuzkd_engine_exits_total{cause=...}`` needs the cause they can act on,
-not the raw wait status: a SIGKILL from the kernel's OOM killer and one from the supervisor's
-own stop escalation look the same to ``waitpid``. So causes are decided by precedence:
-
-1. the supervisor's own stop reason -- :data:`cuzkd.states.STOP_EXIT_CAUSES`: ``stopped`` (an
-   operator's stop or restart, a reload, shutdown), ``swap`` (a binary swap's rolling restart),
-   ``unhealthy``, ``stalled``, ``start_timeout`` -- decided by the lifecycle, which knows why it
-   stopped the process;
-2. ``oom_killed``: a SIGKILL the supervisor did not send, while an OOM-kill counter moved (see
-   :mod:`cuzkd.supervisor.proc.oom`);
-3. ``core_dumped``: the process dumped core (WCOREDUMP: SIGSEGV, SIGABRT, ... with core
-   dumps enabled);
-4. ``signal_NAME``: killed by another signal (``signal_SIGKILL``, ``signal_SIGTERM``);
-5. for an engine of type ``cuzk``, its own exit statuses (from its source): 101 ``panic`` (a
-   Rust panic on the main thread), 1 ``error`` (``Error: ...`` from main: a bad config, a
-   listener it could not bind), 2 ``usage`` (its command line refused);
-6. ``daemonized``: exited 0 while its descendants ran on -- it forked into the background, so
-   cuzkd supervises nothing (and ends them: see :data:`DAEMONIZED_ERROR`); not clean;
-7. ``exit_N``: exited with status N (``exit_0`` is a clean exit).
-
-Pure: the caller decodes the wait status (:func:`cuzkd.supervisor.proc.reaper.ended`), reads
-the counters and says whether it sent SIGKILL itself. What a cuzk exit said it died of is read
-from its last stderr lines by :func:`exit_message` once they are all read (they may still be in
-the pipe when the exit is reaped): the cause is known at once, its words a moment later.
+An operator reading ``cuzkd_engine_exits_total{cause=...}`` needs a cause to act on, not the raw
+wait status: the kernel's OOM killer and the supervisor's own stop escalation both SIGKILL. So
+causes go by precedence: the supervisor's own stop reason first, decided by the lifecycle which
+knows why it stopped the process, then :func:`process_cause`: an OOM kill, a core dump, a
+signal, a cuzk's own exit statuses, a daemonized engine, the plain exit status. It is pure: the
+caller decodes the wait status (:func:`cuzkd.supervisor.proc.reaper.ended`), reads the OOM
+counters and says whether it sent SIGKILL itself. :func:`exit_message` reads a cuzk exit's words
+from its last stderr lines once they are all read, a moment after the cause. The table is
+docs/supervisor.md, *Exit causes*.
 """
 
 from __future__ import annotations

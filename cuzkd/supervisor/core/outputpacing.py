@@ -1,28 +1,13 @@
 """When to stop reading a flooding child's pipe, and for how long: the pipe paces the writer.
 
-Reading keeps pace with any writer: an engine writing short lines flat out cost the supervisor
-50-100 % of a core (one endless line 40-75 %) even with every line refused by its output budget,
-only to count and drop what it read. So once the reader *discards* -- the budget refused a line,
-or the rest of an over-long line was cut -- it stops reading for a pause at the end of each
-*window* (a pipe's worth read, :data:`OutputPacer.pipe_bytes`): the pipe fills and the engine's
-writes block on it, paced by the kernel's back-pressure at no cost to the supervisor. After the
-pause the reader reads again: what waited in the pipe is read in bulk (the budget admits what it
-refilled meanwhile, the rest is counted with a ``bytes.count``, the stderr tail sees it all),
-and a window without a discard ends the pacing. Nothing is ever discarded unread: the kernel
-holds the bytes, it does not drop them.
-
-How long: a pause is sized to what its window cost the reading thread (its CPU time, fed in
-like a clock): ``cost * (1 - SHARE) / SHARE``, so that reading a flood takes about
-:data:`SHARE` of a core -- on a fast machine the pauses are short and the engine writes fast,
-on a loaded one they lengthen. Two bounds keep the engine's side of it: a pause is at most
-:data:`MAX_PAUSE`, and at most a pipe's worth at :data:`FLOOR_BYTES_PER_SECOND` (a pipe left at
-Linux's 64 KiB default: 62.5 ms); since each window reads a whole pipe's worth, a writer is
-never held below that rate. Real cuzk logs synchronously: a pause stalls its logging threads
-for as long as it lasts, hence short pauses rather than few. :data:`MIN_PAUSE` bounds the
-wake-ups (a timer each, outside any window's cost).
-
-A pause is never cut short: a paused reader sees its child's exit when it reads again, one
-pause later at most. Pure: the caller passes the CPU clock and acts on the pauses.
+Reading keeps pace with any writer, and counting and dropping a flood flat out cost the
+supervisor 50-100 % of a core. So once the reader discards, :class:`OutputPacer` pauses it after
+each pipe's worth read, and the kernel's back-pressure holds the writer at no cost. A pause is
+sized from the reading thread's CPU time, fed in like a clock, so that reading a flood takes
+about :data:`SHARE` of a core, bounded by :data:`MAX_PAUSE` and :data:`FLOOR_BYTES_PER_SECOND`;
+real cuzk logs synchronously, hence short pauses rather than few. A pause is never cut short: a
+paused reader sees its child's exit one pause later at most. Pure: the caller passes the CPU
+clock and acts on the pauses. See docs/supervisor.md, *Engine output limits*.
 """
 
 from __future__ import annotations
@@ -36,7 +21,8 @@ from dataclasses import dataclass
 SHARE = 0.05
 #: The longest pause: the longest a pause stalls a writer blocked on its full pipe.
 MAX_PAUSE = 0.1
-#: The shortest pause: at most 1/MIN_PAUSE wake-ups a second per pipe.
+#: The shortest pause: at most 1/MIN_PAUSE wake-ups a second per pipe, each a timer outside any
+#: window's cost.
 MIN_PAUSE = 0.005
 #: The slowest a paced writer is held to: a pause never exceeds a pipe's worth at this rate.
 FLOOR_BYTES_PER_SECOND = float(1 << 20)

@@ -1,32 +1,13 @@
 """What each signal means to the supervisor: one table, and the decision for one arrival.
 
-A signal the supervisor has no handler for does what the kernel's default says, and for most
-signals that is to end the process on the spot: no log line, no drain; then ``PDEATHSIG``
-SIGKILLs every engine and every proof in flight is lost. A habitual ``kill -USR1`` (the "dump
-your state" convention of many daemons), a stray ``SIGALRM`` from a library, a
-``SIGRTMIN+n`` meant for something else must never cost that. So every signal whose default is
-to terminate (or to dump core without being a fault) is handled (see :data:`TABLE`):
-
-- ``SIGTERM``/``SIGINT`` stop (the second one hurries: SIGKILL the engines now);
-- ``SIGHUP`` reloads the config (ignored while starting or stopping);
-- ``SIGUSR1`` writes each engine's state to the log (what ``cuzkd status`` shows);
-- ``SIGQUIT`` writes the stacks of every asyncio task and thread -- never kills (the JVM's and
-  Go's convention; a core dump of a daemon holding engines is never what is wanted);
-- the rest -- ``SIGUSR2``, ``SIGALRM``, ``SIGVTALRM``, ``SIGPROF``, ``SIGIO``, ``SIGPWR``,
-  ``SIGXCPU``, ``SIGXFSZ``, ``SIGSTKFLT``, ``SIGRTMIN``..``SIGRTMAX`` -- mean nothing and are
-  ignored with a rate-limited log line.
-
-Left alone on purpose (:data:`LEFT_ALONE`): the faults (``SIGSEGV``, ``SIGBUS``, ``SIGFPE``,
-``SIGILL``, ``SIGSYS``, ``SIGABRT``, ``SIGTRAP``) keep their default -- a process that faulted
-cannot be trusted to go on, and the core dump is the evidence; ``SIGPIPE`` stays ignored
-(Python's start-up does it; writes fail with ``EPIPE`` instead); ``SIGCHLD`` is the child
-table's (the reaper); the job-control and informational signals (``SIGTSTP``, ``SIGTTIN``,
-``SIGTTOU``, ``SIGCONT``, ``SIGWINCH``, ``SIGURG``) do nothing harmful by default.
-
-Handling them also keeps them working as PID 1 in a container, where the kernel drops every
-signal that has no handler. This module is pure (numbers and phase names in, a decision out);
-:mod:`cuzkd.supervisor.daemon.signalinstall` puts the table in place, the daemon carries
-decisions out.
+A signal with no handler does the kernel's default, which for most is to end the process on
+the spot: no log line, no drain, and PDEATHSIG then SIGKILLs every engine and its proofs in
+flight. So every signal whose default is to terminate, or to dump core without being a fault,
+gets a meaning in :data:`TABLE` (stop, reload, dump state, dump stacks, ignore), and
+:data:`LEFT_ALONE` keeps the faults and the harmless ones at their default. Handling them also
+keeps them working as PID 1 in a container. This module is pure, numbers and phase names in and
+a decision out; :mod:`cuzkd.supervisor.daemon.signalinstall` installs the table and the daemon
+carries decisions out. See docs/supervisor.md, *Signals* and *Stray signals and start-up*.
 """
 
 from __future__ import annotations
@@ -63,11 +44,14 @@ TABLE: dict[int, Meaning] = {
     signal.SIGINT: Meaning.STOP,
     signal.SIGHUP: Meaning.RELOAD,
     signal.SIGUSR1: Meaning.DUMP_STATE,
+    # never kills, as the JVM and Go do: a core dump of a daemon holding engines is never wanted
     signal.SIGQUIT: Meaning.DUMP_STACKS,
     **dict.fromkeys(_MEANINGLESS, Meaning.IGNORE),
 }
 
-#: Signals deliberately given no handler (see the module docstring for why).
+#: Signals deliberately given no handler: a process that faulted cannot be trusted to go on and
+#: its core is the evidence; SIGPIPE stays ignored as Python's start-up set it; SIGCHLD is the
+#: reaper's; job control and the informational signals do nothing harmful by default.
 LEFT_ALONE = frozenset(_present("SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL", "SIGSYS", "SIGABRT",
                                 "SIGTRAP", "SIGPIPE", "SIGCHLD", "SIGTSTP", "SIGTTIN", "SIGTTOU",
                                 "SIGCONT", "SIGWINCH", "SIGURG", "SIGKILL", "SIGSTOP"))

@@ -1,32 +1,12 @@
 """The stall watchdog: an engine that answers its health check but has stopped making progress.
 
 A hung CUDA kernel or a deadlocked worker leaves ``/status`` answering while nothing moves, so
-the ordinary health check never fires. :class:`StallWatch` is fed every successful health poll
-(the monotonic ``now`` and the document) and decides, purely, whether the engine is stalled:
-
-* **Work** is a listed partition not ``done``/``failed``, or ``queue_depth`` > 0. An engine
-  without work is never stalled, however long it idles. Of the failed work a
-  plain cuzk never takes off its document (the deriver's stale jobs and phantom-busy workers,
-  :mod:`cuzkd.status.failedwork`), a stale job with a ``failed`` partition and a phantom-busy
-  worker are neither work nor progress: a long-running cuzk with failed jobs listed for good
-  is not stalled by them. A job stale only for making no progress is no progress, but stays
-  work: telling a hung engine from one idle beside failed work is this watchdog's call.
-* **Progress** is a partition phase transition (a listed partition in a new phase, one first
-  seen past ``pending``, one that left the list unfinished, or the extensions' cumulative
-  phase-transition count growing between polls) or a worker's busy span ending (its
-  (job, partition) changed or it went idle).
-* **Stalled** when there has been work and no progress for ``stall_after`` (counted from the
-  later of the last progress and the moment work appeared). After a (re)start, until the first
-  progress, the limit is :data:`STARTUP_FACTOR` × ``stall_after``: loading parameters takes
-  minutes.
-* **A worker busy too long** on one partition is a stall too: longer than
-  max(:data:`BUSY_P99_FACTOR` × that proof kind's GPU-phase p99, :data:`MIN_BUSY_LIMIT`), the
-  p99 used once the histogram holds :data:`MIN_OBSERVATIONS` observations. A span is never
-  taken as older than the process: a document claiming one from its first poll is its own
-  error, and believing it would kill every new process at its first poll.
-
-:meth:`StallWatch.observe` returns the evidence once, at the onset; ``stalled`` stays True while
-the stall lasts (progress or the end of the work clears it) and ``stalls_total`` counts onsets.
+the ordinary health check never fires. :class:`StallWatch` is fed successful health polls, the
+monotonic ``now`` and the document, and decides purely whether the engine has had work and no
+progress for too long, or a worker busy on one partition for too long. :meth:`StallWatch.observe`
+returns the evidence once, at the onset; ``stalled`` stays True while the stall lasts and
+``stalls_total`` counts onsets. What counts as work and progress, and the limits, are
+docs/supervisor.md, *The stall watchdog* and *Failed-work leftovers*.
 """
 
 from __future__ import annotations

@@ -1,31 +1,13 @@
 """``cuzkd run --demo``: a job load shaped like production, so every dashboard moves.
 
-A proving host does not see a steady trickle: sectors arrive in batches, the engine works
-through a burst, then idles until the next one, and WindowPoSt and WinningPoSt proofs come in
-between. A steady load kept every worker busy all the time, so the busy gauges, the budget and
-the synthesis panels were flat lines. Here each bundled engine gets, in turn:
-
-* a **burst** of 2-4 jobs submitted at once: 1-3 sector jobs (snap-update or porep-c2; the
-  first alternates between the two) and one PoSt (window-post and winning-post in turn), so any
-  two bursts in a row hold every kind. The engine gives each kind its real partition count
-  (16, 10, 1, 1);
-* once the engine has finished as many jobs as the burst submitted, an **idle gap** as long as
-  the burst took, times a random factor in [0.5, 1.5] (at least ``MIN_GAP``), so each worker is
-  busy about half of the time whatever the machine's speed.
-
-:class:`BurstShape` is the pure decision for one engine (fed the engine's clock and finished
-job count, tested directly); :func:`drive` is the I/O loop. Engines that do not answer
-(starting, restarting) are skipped until they do, a restarted engine ends its burst: the demo
-never fails the supervisor. The bundled engines run as ``cuzkd engine --demo``, whose small
-budget the bursts fill and whose synthesis costs as much as proving.
-
-An engine behind a front door (each bundled engine under ``--demo``, unless its ``door`` is
-"off") gets its jobs the way Curio sends them: one gRPC ``Prove`` per job through the door, all
-of a burst's at once, each with a fresh request id and Curio's priority (:data:`PRIORITIES`),
-so the door's metrics and panels move too. Its finished count is then the demo's own count of
-Prove calls that returned (a reply, a failure or an error): a call the door refused or held
-past its timeout still ends its part of the burst, where a /status counter would never move.
-An engine without a door gets ``POST /v1/jobs`` and is paced on its /status counters.
+:class:`BurstShape` is the pure decision for one engine, fed the engine's clock and finished
+job count: a burst of jobs of every kind, then an idle gap as long as the burst took, give or
+take half. :func:`drive` is the I/O loop. An engine behind a front door gets its jobs as Curio
+sends them, one gRPC ``Prove`` each with Curio's priority (:data:`PRIORITIES`), and its finished
+count is the demo's own count of returned Prove calls, since a call the door refused moves no
+/status counter; an engine without a door gets ``POST /v1/jobs``. The shape is in
+docs/operations.md, *The dashboards, panel by panel*.
+The door's side is docs/door.md, *A bundled engine's seat*.
 """
 
 from __future__ import annotations

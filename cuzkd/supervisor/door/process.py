@@ -2,28 +2,14 @@
 
     python -m cuzkd.supervisor.door.process CHANNEL_PATH
 
-The supervisor spawns it (:mod:`.doors`) on its main thread, as it spawns an engine -- through
-the exec shim, with ``PR_SET_PDEATHSIG`` -- and hands it, as inherited descriptors, the
-listening socket of each door (bound by cuzkd or passed by systemd: they stay the supervisor's,
-so connections wait in the kernel's backlog while a door process is replaced); it dials the
-supervisor's channel (:mod:`.channel`) at ``CHANNEL_PATH``. Here each door is a
-:class:`~.relay.Door` -- its book, its seats, its relay -- served by an HTTP/2 server of
-cuzkd's own (:mod:`.server`), which holds the bounds no caller may pass. The supervisor tells it
-how the engines stand; it tells the supervisor each engine's calls in flight and its figures.
-One process for every door: a host has one door in the common case (several GPUs' engines
-behind one address), and one process is one channel, one set of bounds, one memory cap to
-reason about.
-
-A channel that breaks costs no call: the doors serve on with the engines as they last stood,
-the process dials again, and the state it is told then is applied by serial (what it already
-had is left as it is). Without a channel for :data:`~.channel.ORPHAN_GRACE` it refuses what it
-holds and ends.
-
-Whatever a caller sends costs this process, never the supervisor: it caps its own memory
-(``[door] memory_max``, as ``RLIMIT_DATA``: beyond it allocations fail and it dies, to be
-started again at once) and raises its ``oom_score_adj`` so the kernel's OOM killer takes it
-before a cuzk holding tens of GiB of parameters. Its log lines (JSON on stderr) are re-logged by
-the supervisor under ``cuzkd.door``.
+The supervisor spawns it (:mod:`.doors`) as it spawns an engine, hands it each door's listening
+socket and lets it dial the supervisor's channel (:mod:`.channel`) at ``CHANNEL_PATH``. Each
+door here is a :class:`~.relay.Door` served by cuzkd's own HTTP/2 server (:mod:`.server`), so
+whatever a caller sends costs this process, which caps its own memory and offers itself to the
+OOM killer first, never the supervisor. One process serves every door: one channel, one set of
+bounds and one memory cap to reason about. Its log lines, JSON on stderr, are re-logged by the
+supervisor under ``cuzkd.door``. See docs/door.md, *The door's own process, and what a caller
+may take of it*, and the *The door process* item of *The shell around the book*.
 """
 
 from __future__ import annotations

@@ -1,46 +1,12 @@
-"""The door process's gRPC server: unary calls over cleartext HTTP/2 (prior knowledge, as
-grpc-go and grpc's C core dial ``unix://`` and ``host:port`` insecure), on the ``h2`` library.
+"""The door process's gRPC server: unary calls over cleartext HTTP/2 with prior knowledge, on the
+``h2`` library, as grpc-go and grpc's C core dial ``unix://`` and ``host:port`` insecure.
 
-Why not grpcio's server: it lets Python set no resource quota and cannot tell connections apart
-in a handler, so it cannot hold a caller to its share. A hostile local client speaking raw
-HTTP/2 took everything from grpcio's door: streams reset flat out, thousands of calls on one
-connection, 127 MiB requests announced and never sent, replies never read, connections that
-never say a word. Here each bound is held where the bytes arrive, counted by name when hit
-(:data:`BOUNDS`), and never costs a call already admitted:
-
-- ``connections``: at most :attr:`ServerBounds.max_connections` (less a descriptor reserve);
-  at the bound the connection idle longest gets GOAWAY to make room, else the next waits in the
-  kernel's backlog (the listening socket is the supervisor's; nothing is refused);
-- ``preface_timeout``: a connection that has not sent HTTP/2's preface in time is closed;
-- ``streams``: calls at once on a connection, advertised in ``SETTINGS_MAX_CONCURRENT_STREAMS``
-  (grpc's clients keep their further calls until a stream is free); a client that opens more
-  breaks HTTP/2 -- h2 holds the bound from the first frame -- and its connection is cut;
-- ``header_list``: a call's metadata; ``message_size``: a request's declared length;
-- ``request_bytes``: bytes of requests being received, per connection and in all: past either,
-  their DATA is not acknowledged, so HTTP/2 flow control holds the sender -- all but the
-  connection's oldest request (past the total, the oldest of one connection in all), which
-  moves on, so requests that together pass a budget finish one by one instead of each
-  holding the bytes the others wait for. What held calls had sent within their windows is
-  kept up to :attr:`ServerBounds.held_request_bytes` in all; past it the call is refused
-  ``REFUSED_STREAM`` (unprocessed: grpc's clients may send it again);
-- ``request_stall``: a request whose sender, its window open, delivers less than
-  :attr:`ServerBounds.min_request_rate` over :attr:`ServerBounds.request_stall_timeout` is
-  reset (a client announcing 127 MiB and going silent, or trickling, gives its bytes back);
-- ``reply_bytes``, ``reply_stall``: reply bytes a caller has not read (its window shut); the
-  stalest is reset past the budget, any that has not moved for :attr:`ServerBounds.
-  reply_stall_timeout`;
-- ``rapid_reset``: a connection resetting streams faster than :attr:`ServerBounds.
-  resets_per_second` gets GOAWAY ``ENHANCE_YOUR_CALM`` and is closed; a stream reset before its
-  request completed costs no handler;
-- ``frame_size``: a frame whose header claims more than HTTP/2's 16 KiB ends its connection
-  at the header (h2 would buffer it whole first: 16 MiB a connection);
-- ``idle``: a connection without a call for :attr:`ServerBounds.idle_timeout` gets GOAWAY
-  (``NO_ERROR``: its next call opens another), never a plain close with a call open.
-
-Each connection is read in chunks of at most :attr:`ServerBounds.read_chunk` bytes, so one
-flooding connection holds the loop for one chunk's frames at a time. A call's handler runs
-once its request has ended, as a task cancelled when the client resets the stream, its
-``grpc-timeout`` passes or the connection drops -- as grpc.aio cancels a handler.
+grpcio's server lets Python set no resource quota and cannot tell connections apart in a
+handler, so it cannot hold a caller to its share; this one holds each bound where the bytes
+arrive, counts it by name when hit (:data:`BOUNDS`) and never costs a call already admitted.
+The bounds are :class:`ServerBounds`; what each lets a caller take is docs/door.md, *The door's
+own process, and what a caller may take of it*, and why the server is built this way is the
+*The server* item of *The shell around the book* there.
 """
 
 from __future__ import annotations
@@ -100,8 +66,9 @@ Handler = Callable[[str, bytes, CallContext], Awaitable[bytes]]
 
 @dataclass(frozen=True)
 class ServerBounds:
-    """What a caller may take (see the module's docstring); the defaults are far above
-    anything an honest Curio does."""
+    """What a caller may take (docs/door.md's bounds table); the defaults are far above
+    anything an honest Curio does. An idle connection's GOAWAY says ``NO_ERROR``, so the
+    caller's next call opens another."""
 
     max_connections: int = 512
     max_streams: int = 128

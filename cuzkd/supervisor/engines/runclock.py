@@ -1,26 +1,15 @@
 """The clock the supervisor holds its engines to: monotonic time less the time it did not run.
 
-Every deadline kept against an engine -- ``unhealthy_after``, ``status_timeout``,
-``start_timeout``, ``stall_after``, the stop sequence's ``drain_timeout`` and ``stop_timeout`` --
-is measured on a monotonic clock. When the supervisor itself stops running (``kill -STOP``, a VM
-paused, a host deep in swap, a log write blocked on a stalled journald), that clock moves on, and
-at the first wake-up every deadline has passed at once although the engines answered all along:
-their replies are waiting in the sockets. Blaming them for it would kill every engine, skipping
-the drain, for a fault of the supervisor's own.
-
-From inside a process the only sign of a freeze is a timer firing late. :class:`RunClock` keeps one
-timer of its own, a heartbeat every :data:`HEARTBEAT` seconds, and whenever it is read it compares
-the monotonic clock with the heartbeat's due time: lateness beyond
-:data:`~cuzkd.supervisor.core.freezes.FREEZE_THRESHOLD` is a freeze, seen by the first reading after
-the resume -- whichever callback reads first, so no decision is ever taken on a clock that still
-counts the freeze. :meth:`RunClock.now` is the monotonic clock less every freeze, so a deadline read
-from it
-excludes them; :attr:`RunClock.frozen_seconds_total` read before and after a wait tells how
-much of it the supervisor spent frozen, so a status poll whose timeout ran out mostly while
-nothing read the reply says nothing about the engine
-(:func:`~cuzkd.supervisor.core.freezes.said_nothing`), and fresh evidence gathered after the
-supervisor runs again decides. The arithmetic is
-:class:`~cuzkd.supervisor.core.freezes.FreezeLedger`'s, pure and fed plain numbers.
+When the supervisor itself stops running, say under ``kill -STOP``, in a paused VM or behind a
+log write blocked on a stalled journald, the monotonic clock moves on and every deadline kept
+against an engine would pass at once although the engines answered all along. From inside a
+process the only sign of a freeze is a timer firing late, so :class:`RunClock` keeps a heartbeat
+every :data:`HEARTBEAT` seconds and, whenever it is read, counts its lateness beyond
+:data:`~cuzkd.supervisor.core.freezes.FREEZE_THRESHOLD` as a freeze. :meth:`RunClock.now` is the
+monotonic clock less every freeze, and :attr:`RunClock.frozen_seconds_total` read around a wait
+tells whether a failed poll says anything (:func:`~cuzkd.supervisor.core.freezes.said_nothing`).
+The arithmetic is :class:`~cuzkd.supervisor.core.freezes.FreezeLedger`'s, pure. See
+docs/supervisor.md, *Lifecycle rules*.
 """
 
 from __future__ import annotations
@@ -39,7 +28,7 @@ log = structlog.get_logger("cuzkd.supervisor")
 HEARTBEAT = 0.25
 
 class RunClock:
-    """The supervisor's clock for its engines' deadlines (see the module doc).
+    """The supervisor's clock for its engines' deadlines: monotonic time less every freeze.
 
     ``clock`` is the raw monotonic clock (tests on virtual time pass ``loop.time``). Until
     :meth:`start` the heartbeat does not run and no freeze is ever seen: the plain monotonic

@@ -1,42 +1,11 @@
 """The exec shim: the child's half of an engine spawn, so that no Python runs between fork and exec.
 
-``subprocess.Popen(preexec_fn=...)`` runs Python in the forked child while the supervisor has
-other threads (config reads, ``asyncio.to_thread``): Python documents that such a child can
-deadlock before exec (a lock another thread held at the fork is never released in the child),
-and the preexec path makes the parent take the import lock and run every
-``os.register_at_fork`` hook -- logging's module lock among them -- before each fork. So
-:class:`~cuzkd.supervisor.proc.spawn.EngineProcess` lets Popen fork and exec *this module* as a
-fresh, single-threaded interpreter with no ``preexec_fn`` (Popen's vfork fast path, no Python
-in the fork), and the shim then:
-
-1. sets ``PR_SET_PDEATHSIG=SIGKILL`` and checks that ``getppid()`` is still the supervisor,
-   exiting with :data:`EXIT_SUPERVISOR_GONE` if not (it died before the prctl took effect, so
-   the signal will never come);
-2. reads the engine's spec -- executable candidates, argv, environment -- from the memfd the
-   supervisor filled before the fork (:func:`encode_spec`);
-3. restores SIGPIPE and SIGXFSZ to their defaults: Popen's ``restore_signals`` did so for the
-   shim, then the interpreter's start-up ignored them again, and ignored signals survive exec;
-4. writes :data:`STARTED` to the report pipe and ``execve()``\\ s the engine in place -- the
-   same pid, so the pid the supervisor registered, its session and its process group are the
-   engine's -- trying the candidates as Popen's own child does (the first error other than
-   ENOENT/ENOTDIR is the one reported). If every exec fails it writes the errno, in decimal,
-   to the report pipe and exits :data:`EXIT_EXEC_FAILED`. The pipe is close-on-exec, so the
-   supervisor reading EOF right after :data:`STARTED` knows the exec succeeded, and the engine
-   never sees the descriptor; EOF with nothing at all means the shim never got that far (its
-   interpreter could not start, it was killed, it failed), which is a spawn error too, not an
-   engine that exited.
-
-It runs as ``python -I -S -c SOURCE SUPERVISOR_PID SPEC_FD REPORT_FD`` and imports only what
-a bare interpreter has (``os``, ``errno``, ``_signal``) plus ``ctypes`` for the two libc calls
-(prctl, execve): no site-packages, no cuzkd, about 20 ms of start-up (docs/benchmarks.md).
-The source is read when the supervisor starts, so a cuzkd upgraded on disk under a running
-supervisor cannot hand it a shim speaking another protocol.
-
-``PR_SET_PDEATHSIG`` survives the ``execve``, exactly as when prctl ran in a ``preexec_fn``:
-the kernel clears it only for an exec that raises privileges (a set-user-ID or set-group-ID
-binary, file capabilities; not under ``NoNewPrivileges``). It fires when the *thread* that
-forked the child exits, hence engines are spawned on the main thread only
-(:class:`~cuzkd.supervisor.proc.spawn.EngineProcess` checks).
+Popen forks and execs this module as a fresh, single-threaded ``python -I -S`` with no
+``preexec_fn``; :func:`main` arms ``PR_SET_PDEATHSIG``, checks its parent, reads the engine's
+spec from a memfd (:func:`encode_spec`) and execs the engine in place, reporting a failed exec's
+errno on a close-on-exec pipe. It imports only what a bare interpreter has, plus ``ctypes`` for
+prctl and execve, to start in about 20 ms. Why a shim and what each step guards against is
+docs/design/supervisor.md, *Spawning: preexec_fn while threads run*.
 """
 
 from __future__ import annotations
@@ -155,9 +124,13 @@ def main(supervisor_pid: int, spec_fd: int, report_fd: int) -> int:
     candidates, args, envp = decode_spec(_read_all(spec_fd))
     os.close(spec_fd)
     os.set_inheritable(report_fd, False)  # pass_fds made it inheritable; the engine must not get it
+    # Popen's restore_signals reset these for the shim, then the interpreter's start-up ignored
+    # them again, and ignored signals survive exec.
     for signum in (_signal.SIGPIPE, _signal.SIGXFSZ):
         _signal.signal(signum, _signal.SIG_DFL)
     os.write(report_fd, STARTED)  # nothing but the exec is left to fail
+    # The errno in decimal. The pipe is close-on-exec: EOF right after STARTED means the exec
+    # succeeded, and EOF with nothing at all means the shim never got this far.
     os.write(report_fd, b"%d" % exec_first(libc, candidates, args, envp))
     return EXIT_EXEC_FAILED
 

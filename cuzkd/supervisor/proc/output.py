@@ -1,29 +1,13 @@
 """Re-logging a child's output: each line it writes becomes one event in the supervisor's log.
 
-Engines and one-shot commands write to pipes the supervisor reads until EOF. What costs the
-supervisor is turning a line into an event, and only the lines an engine's
-:class:`~cuzkd.supervisor.core.outputbudget.OutputBudget` admits get that far; once a line of a
-read is refused, the rest of that read (at most 256 KiB, arrived at the same moment) is
-counted in bulk, at the cost of a ``bytes.count`` (under a nanosecond a byte), and the budget
-reports the suppressed lines once per interval (``engine_output_suppressed``). The log behind
-it drops rather than blocks too (:mod:`cuzkd.log.sink`).
-
-While nothing is discarded the pipe is read as fast as the child writes (it holds
-:data:`PIPE_BYTES`, so a moment's business of the supervisor holds no child up). A flood --
-lines the budget refuses, or an over-long line's rest cut -- is paced instead
-(:class:`~cuzkd.supervisor.core.outputpacing.OutputPacer`): after each pipe's worth read the
-reader stops reading for a short pause (at most 100 ms, sized so that reading the flood takes
-~5 % of a core), the pipe fills and the child's writes block on it, then what waited is read
-in bulk. Reading every byte a flat-out writer wrote cost a whole core; the kernel's
-back-pressure costs nothing. Nothing is discarded unread, so counts and the stderr tail are
-what they would be without it.
-
-A line is never held beyond :data:`MAX_LINE_BYTES`: a longer one is cut, its head logged with
-``truncated=true`` and the rest discarded up to its newline, a read at a time (an endless line
-costs a ``bytes.find`` per read, nothing held). Invalid UTF-8 is replaced, never fatal, and
-nothing a line holds ends the reader while the child lives (:func:`relog_line`). A stderr
-``tail`` gets every line, logged or suppressed, so the last lines of a dying engine (a
-multi-line panic) are all there, in order.
+Engines and one-shot commands write to pipes the supervisor reads until EOF. Turning a line into
+an event is what costs, so only the lines an engine's
+:class:`~cuzkd.supervisor.core.outputbudget.OutputBudget` admits get that far and the rest of a
+refused read is counted in bulk; a flood is paced by its own pipe
+(:class:`~cuzkd.supervisor.core.outputpacing.OutputPacer`), and a line is cut at
+:data:`MAX_LINE_BYTES`. :func:`relog_line` logs one line and never raises, and a stderr ``tail``
+gets every line, logged or suppressed, so a dying engine's multi-line panic is all there. The
+rules and figures are docs/supervisor.md, *Engine output limits* and *Engine lines as events*.
 """
 
 from __future__ import annotations

@@ -1,29 +1,13 @@
 """Who may use the metrics listener: its ``[metrics] web_config`` (TLS, basic auth, headers),
 kept current while cuzkd runs.
 
-The settings are read at start (a bad file has already stopped the start: the config loader
-reads it too) and re-read when one of their files changed -- the web config, the certificate,
-its key, the client CA file -- judged on each new connection by ``stat`` (inode, size, mtime,
-ctime: a rename onto the path and an in-place write both count). A new connection is the only
-moment the TLS context matters, a stat of four files costs microseconds, and Prometheus keeps
-its connection alive, so a rotated certificate is served on the next connection after it is
-written, with no timer and no restart. exporter-toolkit reads its file on every request; cuzkd
-does the same work only when something changed.
-
-A re-read that fails (a certificate written before its key, a typo) keeps the last good
-settings, logs ``metrics_web_config_reload_failed`` once until the files change again, and
-sets :attr:`WebAccess.last_reload_ok` False (``cuzkd_metrics_web_config_last_reload_successful``
-and its alert). Turning TLS on or off is refused the same way: a listener that starts plain
-must not be believed encrypted, one that starts encrypted must never fall back to plain.
-
-Basic auth applies to every route but ``/healthz``: a liveness probe (Docker's HEALTHCHECK,
-kubelet's probes) must not need the scrape password in its spec, and ``/healthz`` says only
-that the supervisor runs. Unknown paths answer 401 too, so they tell nothing either. A request
-whose password was not checked because its address already had its share of the checks waiting
-for a bcrypt round (:mod:`.basicauth`, a flood) is answered 429 with ``Retry-After``: not a
-401, which would call an unchecked password wrong. Fairness is per client address
-(:func:`source_of`): an IPv6 client per /64, the block one host is usually given, so that an
-attacker cannot take a share per address of its block.
+:class:`WebAccess` holds the settings in use and re-reads them when one of their files changed,
+judged by ``stat`` on each new connection: that is the only moment the TLS context matters and
+four stats cost microseconds, so a rotated certificate serves the next connection with no timer
+and no restart, where exporter-toolkit reads its file on every request. A re-read that fails
+keeps the last good settings. :func:`source_of` is the unit of fairness for the bcrypt queue.
+What is protected, rotation and bad input are docs/operations.md, *TLS and basic auth on the
+metrics listener*.
 """
 
 from __future__ import annotations
@@ -45,7 +29,8 @@ from cuzkd.supervisor.web.basicauth import AuthDecision, BasicAuth
 
 log = structlog.get_logger("cuzkd.supervisor")
 
-#: The route a liveness probe calls: open without credentials (see the module's docstring).
+#: The route a liveness probe calls: open without credentials, since a probe must not need the
+#: scrape password in its spec and it says only that the supervisor runs.
 OPEN_PATH = "/healthz"
 #: What a 401 asks for (RFC 7617); the realm names what the password is for.
 CHALLENGE = 'Basic realm="cuzkd", charset="UTF-8"'
@@ -59,7 +44,10 @@ _Stamp = tuple[int, int, int, int] | None
 
 def source_of(remote: str | None) -> str:
     """The unit of fairness for a client address: the address, an IPv6 one's /64 (an
-    IPv4-mapped one is its IPv4 address: a dual-stack listener sees IPv4 clients so)."""
+    IPv4-mapped one is its IPv4 address: a dual-stack listener sees IPv4 clients so).
+
+    A /64 is the block one host is usually given, so an attacker cannot take a share per
+    address of its block."""
     if not remote:
         return ""
     try:
@@ -81,6 +69,7 @@ def _stamps(files: tuple[str, ...]) -> tuple[_Stamp, ...]:
         except OSError:
             stamps.append(None)
         else:
+            # a rename onto the path and an in-place write both change one of these
             stamps.append((st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
     return tuple(stamps)
 
@@ -154,7 +143,7 @@ class WebAccess:
     @web.middleware
     async def guard(self, request: web.Request, handler: _Handler) -> web.StreamResponse:
         """The app's first middleware: a 401 unless the request may pass, or a 429 when its
-        password could not be checked yet (see the module)."""
+        password could not be checked yet: unknown paths answer 401 too, so they tell nothing."""
         auth = self.auth
         if auth is None or request.path == OPEN_PATH:
             return await handler(request)

@@ -1,27 +1,13 @@
 """Basic auth against a web config's ``basic_auth_users``: bcrypt once, then a cached digest.
 
-A request's credentials are decided in this order, cheapest first:
-
-1. a password already verified for its user (:class:`~.authcache.Verified`, compared in
-   constant time) is allowed at once: no bcrypt round, no queue -- Prometheus' scrapes are
-   answered however many wrong passwords wait;
-2. a password already refused for that user and hash (:class:`~.authcache.Refused`) is refused
-   at once;
-3. anything else needs a bcrypt round. Rounds run one at a time in a thread (bcrypt releases
-   the GIL: the event loop, the engines' polls and the other scrapes go on), so a flood costs
-   one core at most. The requests waiting for one are bounded and shared fairly between client
-   addresses (:class:`~.fairqueue.FairQueue`: :data:`MAX_WAITING` in all, :data:`PER_SOURCE`
-   per address, start-time fair queueing): a flood from one address cannot take the place of
-   a right password sent from another, which waits for the round running and then has its own
-   (behind at most one round per other address that also just came). A request that gets no
-   place is :attr:`AuthDecision.THROTTLED` -- answered 429 at once, never a 401: its password
-   was not checked, so it is not called wrong.
-
-An unknown user is checked against a dummy hash of the highest cost among the configured
-users' hashes (:func:`dummy_hash`, made again whenever the users change), so an unknown user
-takes as long as a known one: timing does not tell which users exist. (Users of lower cost than
-the highest still answer faster than unknown ones; give all users one cost.) No password or
-hash is ever logged: the caller logs that a request was refused.
+:class:`BasicAuth` decides a request's credentials cheapest first: a password already verified
+for its user is allowed at once, with no bcrypt round and no queue, so Prometheus' scrapes are
+answered however many wrong passwords wait; one already refused is refused at once; anything
+else waits in a :class:`~.fairqueue.FairQueue` for a bcrypt round, run one at a time in a thread.
+A request that gets no place is :attr:`AuthDecision.THROTTLED`, answered 429 and never 401,
+since its password was not checked. An unknown user is checked against :func:`dummy_hash` so
+timing does not tell which users exist. No password or hash is ever logged. See
+docs/operations.md, *TLS and basic auth on the metrics listener*.
 """
 
 from __future__ import annotations

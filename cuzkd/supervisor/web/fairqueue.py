@@ -1,33 +1,14 @@
 """Who waits for the next bcrypt round: a bounded queue shared fairly between sources.
 
-Before cuzkd has verified a password it cannot tell a right one from a wrong one: both cost a
-bcrypt round, and the rounds run one at a time. A single bounded FIFO let a flood of wrong
-passwords hold every place, so after a restart (nothing verified yet) Prometheus' right
-password was refused with all the others for as long as the flood lasted. Here each source (a
-client address: see :func:`cuzkd.supervisor.web.access.source_of`) has a FIFO of its own:
-
-* a source may hold at most ``per_source`` places: a flood from one address gets that many and
-  the rest of its requests are refused at once, without a round;
-* when all ``capacity`` places are taken, a source holding fewer than the longest queue's
-  length less one takes a place from that queue (its newest request, which waited least, is
-  refused): a new source is refused only when every place belongs to a different source;
-* :meth:`FairQueue.take` serves the sources by start-time fair queueing: each item is tagged
-  with the round it may start in -- its source's previous item's tag plus one, but never
-  earlier than the tag of the item taken last (the system's virtual time) -- and the lowest tag
-  goes first (ties: the one that came first). Sources that stay busy are served in turn; a
-  source that had nothing waiting starts at the current tag, so it goes before a busy source's
-  next item: a right password arriving in a flood from one address waits for the round running
-  and then has its own, never for the flood's queued ones.
-
-A source's tag outlives its queue only while it is ahead of the virtual time (it was served
-recently: a newcomer's start would be earlier), and at most :data:`REMEMBERED` per place are
-kept: forgetting one gives that source at most one turn early, while keeping every one would let
-a flood from ever new addresses (each served at once, the virtual time standing still) grow
-memory without bound.
-
-A source that floods from many addresses (more than ``capacity``) can still keep a new one out
-while it lasts; one address, or a few, cannot. The queue is pure (no event loop, no clock):
-:class:`~cuzkd.supervisor.web.basicauth.BasicAuth` puts its checks in it and takes them out.
+Until a password is verified a right one costs a bcrypt round like a wrong one, and the rounds
+run one at a time; a single bounded FIFO let a flood of wrong passwords hold every place, so
+after a restart Prometheus' right password was refused for as long as the flood lasted.
+:class:`FairQueue` gives each source, a client address (:func:`cuzkd.supervisor.web.access.
+source_of`), a FIFO of its own within a shared bound and serves them by start-time fair
+queueing. A flood from one address or a few cannot keep a new one out; one from more addresses
+than ``capacity`` still can while it lasts. The queue is pure, with no event loop or clock:
+:class:`~cuzkd.supervisor.web.basicauth.BasicAuth` puts its checks in and takes them out. See
+docs/supervisor.md, *TLS and basic auth (`[metrics] web_config`)*.
 """
 
 from __future__ import annotations
@@ -40,7 +21,9 @@ from typing import Generic, TypeVar
 
 T = TypeVar("T")
 
-#: Tags of sources with nothing waiting kept, per place (see the module).
+#: Tags of sources with nothing waiting kept, per place. Forgetting one gives that source at
+#: most one turn early; keeping every one would let a flood from ever new addresses, each served
+#: at once with the virtual time standing still, grow memory without bound.
 REMEMBERED = 4
 
 
@@ -91,7 +74,13 @@ class FairQueue(Generic[T]):
         return len(queue) if queue is not None else 0
 
     def admit(self, source: Hashable, item: T) -> Admission[T]:
-        """Give ``item`` of ``source`` a place if it may have one (see the module)."""
+        """Give ``item`` of ``source`` a place if it may have one.
+
+        A source holds at most ``per_source`` places, so the rest of a one-address flood is
+        refused without a round. When all ``capacity`` places are taken, a source holding fewer
+        than the longest queue's length less one takes that queue's newest place, which waited
+        least; a new source is refused only when every place belongs to a different source.
+        """
         own = self.waiting(source)
         if own >= self.per_source:
             return Admission(False)
@@ -110,7 +99,15 @@ class FairQueue(Generic[T]):
         return Admission(True, evicted)
 
     def take(self) -> T | None:
-        """The next item to serve: the lowest tag's (see the module); None when none waits."""
+        """The next item to serve, None when none waits.
+
+        Each item is tagged with the round it may start in: its source's previous tag plus one,
+        never earlier than the tag taken last (the virtual time). The lowest tag goes first,
+        ties by arrival, so busy sources are served in turn and a source that had nothing
+        waiting goes before a busy one's next item: a right password in a one-address flood
+        waits for the round running, never for the flood's queued ones. A source's tag outlives
+        its queue only while it is ahead of the virtual time.
+        """
         if not self._queues:
             return None
         source = min(self._queues, key=lambda s: (self._queues[s][0].tag,

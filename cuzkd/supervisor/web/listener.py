@@ -1,34 +1,13 @@
 """The metrics listener: a bounded number of connections, idle ones closed.
 
-Every TCP connection to ``/metrics`` holds a descriptor. Without a bound, 100 idle connections
-under ``ulimit -n 64`` took every descriptor the supervisor had: the control socket could not
-accept, status fetches and engine spawns failed with ``EMFILE``. asyncio's own server accepts
-as many connections as are pending, so the listener accepts by itself: only while fewer than
-``limit()`` connections are open (the descriptor limit less a reserve for everything else the
-supervisor does); a client connecting at the limit is accepted and closed at once (reset), so
-it fails fast and tries again, rather than queueing behind the idle connections that fill the
-limit (it would wait in the backlog while each batch of them idles out). A connection on
-which no byte moved for ``idle`` seconds is closed (aiohttp's keep-alive timeout only covers
-the time after a response). ``/metrics`` thus answers again as soon as connections go, and the
-rest of the supervisor never runs out of descriptors because of this port.
-
-A byte moved when one arrived, or when the response's bytes moved anywhere between cuzkd and
-the client: the transport's buffer or the kernel's send queue (``SIOCOUTQ``) changed since the
-last look, or the transport resumed writing (the rule is
-:mod:`~cuzkd.supervisor.core.idlewatch`'s). A response still being read, however slowly, is
-therefore never idle -- closing it at 12.9 s cut a 1 MB/s scrape of a large ``/metrics`` --
-and the outbox's response deadline (:mod:`.outbox`) ends one that reads too slowly. Each
-transport's high-water mark is 0, so the outbox's slices wait in cuzkd's memory one at a time.
-
-The HTTP side is aiohttp's: each accepted socket is handed to ``loop.connect_accepted_socket``
-with the runner's protocol factory, wrapped to count the connection and watch its silence.
-
-With TLS (``[metrics] web_config``) each connection gets the context ``tls()`` returns when it
-is accepted -- the current one, so a rotated certificate serves the next connection. Its
-handshake counts against the limit like any connection and must end within ``idle`` seconds:
-a client that connects and sends nothing, or half a ClientHello, is closed then; garbage instead
-of a ClientHello fails the handshake at once. Both are counted and told to
-``on_handshake_failed`` (the caller rate-limits its logs), never raised.
+Every connection to ``/metrics`` holds a descriptor, and 100 idle ones under ``ulimit -n 64``
+once took every descriptor the supervisor had. :class:`GatedListener` therefore accepts by
+itself, only while fewer than ``limit()`` connections are open, and closes a connection on which
+no byte moved for ``idle`` seconds, by :mod:`~cuzkd.supervisor.core.idlewatch`'s rule. The HTTP
+side is aiohttp's, each accepted socket handed to ``loop.connect_accepted_socket``; with TLS each
+connection gets the context ``tls()`` returns then, so a rotated certificate serves the next
+one. The limits are docs/supervisor.md, *Descriptors and repeated errors* and *Slow readers:
+bounded responses (memory and time)*.
 """
 
 from __future__ import annotations
@@ -156,6 +135,9 @@ class GatedListener:
             loop.remove_reader(sock)
         self._accepting = False
 
+    # asyncio's own server accepts as many connections as are pending. At the limit a client is
+    # accepted and reset at once so it fails fast and tries again, rather than waiting in the
+    # backlog while each batch of idle connections times out.
     def _accept(self, listening: socket.socket) -> None:
         loop = asyncio.get_running_loop()
         for _ in range(BACKLOG):  # then let the loop run other callbacks
@@ -201,7 +183,9 @@ class GatedListener:
             tls = await loop.start_tls(raw, counted, context, server_side=True,
                                        ssl_handshake_timeout=self.idle,
                                        ssl_shutdown_timeout=TLS_SHUTDOWN_TIMEOUT)
-        except OSError as exc:  # ssl.SSLError, a handshake timeout, a reset during it
+        # ssl.SSLError, a handshake timeout, a reset during it: garbage instead of a ClientHello
+        # fails at once, a silent or half-sent one when ``idle`` runs out
+        except OSError as exc:
             conn.close()
             counted.release()
             if context is None:
