@@ -73,7 +73,11 @@ def run_steps(steps: Generator[str, None, T]) -> T:
 
 
 class ReleaseStore:
-    """Releases under ``state_dir``; one operation at a time (the caller serialises swaps)."""
+    """Releases under ``state_dir``; one operation at a time (the caller serialises swaps).
+
+    Wide, not deep: its methods are the store's verbs (install, activate, judge, roll back,
+    prune, recover, each with its steps) over three attributes, all keeping the same on-disk
+    invariants."""
 
     def __init__(self, state_dir: Path) -> None:
         self.state_dir = Path(state_dir).absolute()

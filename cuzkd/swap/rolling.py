@@ -129,7 +129,10 @@ def _ignore(event: dict[str, Any]) -> None:
 
 
 class SwapCoordinator:
-    """Runs swaps and rollbacks one at a time, judges releases and counts the results."""
+    """Runs swaps and rollbacks one at a time, judges releases and counts the results.
+
+    Wide, not deep: a swap's and a rollback's steps (install, the canary, judging it, the
+    rolling restart, accepting the release) are its methods, over one swap at a time."""
 
     def __init__(
         self,

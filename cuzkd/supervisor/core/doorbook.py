@@ -416,6 +416,10 @@ def _place_of(call: Call) -> int:
 class DoorBook:
     """Every call of one door, from arrival to its end, and the engines behind it.
 
+    Large on purpose: its many small methods are one decision table over one state (the calls
+    and the engines), and every invariant below spans all of them, so splitting it would put
+    one invariant in several places.
+
     Invariants (tests/supervisor/core/test_doorbook.py): held calls at most ``hold_max_calls``
     and ``hold_max_bytes``; none held past its ``until`` once :meth:`expired` has run then;
     retained bytes at most ``retry_max_bytes``; a call is sent twice at most; every call

@@ -105,7 +105,8 @@ class _Caller:
 
 class Door:
     """One :class:`~cuzkd.config.doors.DoorPlan`'s book and seats (its server is
-    :class:`~.doors.Doors`')."""
+    :class:`~.doors.Doors`'). Its methods carry out the book's decisions, one per kind of
+    decision or call, over the book and the seats."""
 
     def __init__(self, plan: DoorPlan, clock: Callable[[], float],
                  metrics: DoorMetrics, on_change: Callable[[], None] = lambda: None) -> None:

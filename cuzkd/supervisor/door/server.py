@@ -355,7 +355,10 @@ class GrpcServer:
 
 
 class _Connection(asyncio.BufferedProtocol):
-    """One client connection: its h2 state machine, its calls, its share of the budgets."""
+    """One client connection: its h2 state machine, its calls, its share of the budgets.
+
+    Its methods are h2's events and the bounds each one is checked against; they share the
+    connection's state, so they stay in one class."""
 
     def __init__(self, server: GrpcServer) -> None:
         self.server = server

@@ -71,6 +71,10 @@ class BinaryReleases(Protocol):
 
 
 class EngineSet:
+    """Every configured engine's runner, and what is done to them as a group: start, reload,
+    shutdown, the control API's and the swap's targets. Wide, not deep: one method per group
+    operation or query over the runners."""
+
     def __init__(self, config: Config, children: ChildTable, *,
                  binaries: BinaryReleases, phase: PhaseView,
                  on_change: Callable[[], None] = lambda: None,

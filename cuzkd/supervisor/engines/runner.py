@@ -78,7 +78,10 @@ log = structlog.get_logger("cuzkd.supervisor")
 
 
 class EngineRunner:
-    """Runs one configured engine; its processes are spawned through the ``children`` table."""
+    """Runs one configured engine: takes requests, carries out the lifecycle's actions and
+    handles its process's exits; its processes are spawned through the ``children`` table.
+    Wide, not deep: the rest of the supervisor talks to this one object per engine, so its
+    queries stay here while the work is its parts' (spawner, stopper, health watch, readings)."""
 
     def __init__(
         self,
