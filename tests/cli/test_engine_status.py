@@ -271,8 +271,9 @@ def test_status_name_json_and_watch_on_a_bundled_engine(tmp_path: Path) -> None:
 
         argv = [sys.executable, "-m", "cuzkd", "status", "b0", "--watch", "0.1", "--config",
                 str(config)]
+        # PYTHONFAULTHANDLER: should Ctrl-C not end it, SIGABRT prints where it is
         piped = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 text=True)
+                                 text=True, env={**os.environ, "PYTHONFAULTHANDLER": "1"})
         assert piped.stdout is not None
         headlines = 0
         while headlines < 2:
@@ -280,7 +281,15 @@ def test_status_name_json_and_watch_on_a_bundled_engine(tmp_path: Path) -> None:
             assert line, piped.stderr.read() if piped.stderr else ""
             headlines += line.startswith("b0  running")
         piped.send_signal(signal.SIGINT)
-        rest, err = piped.communicate(timeout=30)
+        try:
+            rest, err = piped.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            signals = {who: [line for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                             if line.startswith(("State", "Sig", "ShdPnd"))]
+                       for who, pid in (("watch", piped.pid), ("test", os.getpid()))}
+            piped.send_signal(signal.SIGABRT)
+            _, err = piped.communicate(timeout=30)
+            pytest.fail(f"Ctrl-C did not end --watch within 30 s: {signals}\n{err}")
         assert piped.returncode == 0, err
         assert "\x1b" not in rest and "Traceback" not in err
 
