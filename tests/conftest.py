@@ -7,12 +7,30 @@ any sibling directory.
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _default_dispositions() -> None:
+    """Undo SIGHUP, SIGINT and SIGQUIT ignored by whoever started the suite.
+
+    A suite started with ``nohup`` or as ``cmd &`` from a script inherits them ignored, and so
+    would every program a test starts: Ctrl-C would not end ``cuzkd status --watch`` and SIGHUP
+    would not kill the cuzk stand-in. The tests check what a program does as a shell or systemd
+    starts it, with the default dispositions (each xdist worker imports this file too).
+    """
+    for signum in (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT):
+        if signal.getsignal(signum) == signal.SIG_IGN:
+            default = signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL
+            signal.signal(signum, default)
+
+
+_default_dispositions()
 FIXTURES_DIR = REPO_ROOT / "tests" / "fixtures"
 
 

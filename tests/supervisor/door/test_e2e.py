@@ -23,18 +23,20 @@ from support.waiting import wait_until
 
 from cuzkd.cuzk import proving_pb2 as pb
 
-#: a PoRep C2 job in 0.45 s, a PoSt in 1.5 s (long enough to be caught in flight)
+#: a PoRep C2 job in 0.45 s, a PoSt in 3 s: long enough to be caught in flight, and to outlast
+#: the shutdown test's steps on a loaded machine (a drain that ends before its WinningPoSt is
+#: sent leaves no draining engine to prove it)
 KNOBS = {"CUZK_STANDIN_SYNTH_SECS": "0.2", "CUZK_STANDIN_GPU_SECS": "0.05",
-         "CUZK_STANDIN_POST_SECS": "1.5"}
+         "CUZK_STANDIN_POST_SECS": "3"}
 @pytest.fixture(scope="module")
 def door(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Door]:
     tmp = tmp_path_factory.mktemp("door")
     table, address = cuzk_engine(tmp, "cz", env=KNOBS, door="", backoff_initial="100ms",
-                                 stop_timeout="1s", drain_timeout="8s")
-    # a PoSt of the stand-in is proved in 1.5 s: 2 s of allowance fit a drain
-    sup = start_supervisor(write_config(tmp, [table], supervisor={"shutdown_grace": "10s"},
-                                        door={"proving_allowance": {"winning-post": "2s",
-                                                                    "window-post": "2s"}}))
+                                 stop_timeout="1s", drain_timeout="15s")
+    # a PoSt of the stand-in is proved in 3 s: 4 s of allowance fit a drain
+    sup = start_supervisor(write_config(tmp, [table], supervisor={"shutdown_grace": "20s"},
+                                        door={"proving_allowance": {"winning-post": "4s",
+                                                                    "window-post": "4s"}}))
     try:
         yield Door(tmp, sup, address)
     finally:
