@@ -158,14 +158,19 @@ def test_at_shutdown_the_door_serves_on_deadline_calls_go_to_the_draining_engine
         wait_until(lambda: door.sup.events("supervisor_stopping"), 20, "the shutdown")
         held = prove_later(channel, "porep-c2", "porep-1000-2000")
         winning = prove_later(channel, "winning-post", "winpost-1000-beef")
+        # when each call ended, taken as it ends: cuzkd may exit (and refuse the PoRep) right
+        # after the WinningPoSt's proof, before this thread looks again
+        ended: dict[str, float] = {}
+        for name, call in (("held", held), ("winning", winning)):
+            call.add_done_callback(lambda _, name=name: ended.setdefault(name, time.monotonic()))
         assert winning.result(20).result.status == pb.AwaitProofResponse.COMPLETED
-        assert not held.done()
         done = in_flight.result(20)
         error = held.exception(20)
     assert done.result.status == pb.AwaitProofResponse.COMPLETED
     assert isinstance(error, grpc.RpcError)
     assert error.code() is grpc.StatusCode.UNAVAILABLE
     assert "cuzkd stopped (a restart or a stop) while the call was held" in error.details()
+    assert ended["held"] >= ended["winning"]  # the PoRep was still held when the PoSt was proved
     assert door.sup.proc.wait(20) == 0
     drained = door.sup.events("engine_drained", engine="cz")
     assert drained[-1]["result"] == "clean"
