@@ -147,17 +147,19 @@ def test_a_door_whose_address_already_answers_refuses_to_start(door: Door) -> No
 def test_at_shutdown_the_door_serves_on_deadline_calls_go_to_the_draining_engine(
         door: Door) -> None:
     """Last: it ends the module's supervisor. A WindowPoSt is on the GPU when SIGTERM comes:
-    the engine drains for it. Meanwhile a WinningPoSt is sent to the draining engine and
-    proved, a PoRep is held, and when cuzkd exits the PoRep is refused UNAVAILABLE naming the
-    restart; the WindowPoSt's caller gets its proof."""
+    the engine drains for it. A WinningPoSt waiting behind it in the door (one PoSt at a time)
+    is sent to the draining engine and proved, a PoRep sent during the drain is held, and when
+    cuzkd exits the PoRep is refused UNAVAILABLE naming the restart; the WindowPoSt's caller
+    gets its proof. The WinningPoSt is in the door before SIGTERM, so the drain cannot end
+    before it arrives, however slow the machine."""
     door.running()
     with door.channel() as channel:
         in_flight = prove_later(channel, "window-post", "wdpost-1000-[1 0] dl 3")
         wait_until(lambda: engine_holds(channel, "wdpost-1000-[1 0] dl 3"), 20, "the PoSt")
+        winning = prove_later(channel, "winning-post", "winpost-1000-beef")
         door.sup.proc.send_signal(signal.SIGTERM)
         wait_until(lambda: door.sup.events("supervisor_stopping"), 20, "the shutdown")
         held = prove_later(channel, "porep-c2", "porep-1000-2000")
-        winning = prove_later(channel, "winning-post", "winpost-1000-beef")
         # when each call ended, taken as it ends: cuzkd may exit (and refuse the PoRep) right
         # after the WinningPoSt's proof, before this thread looks again
         ended: dict[str, float] = {}
