@@ -209,6 +209,16 @@ class RequestIdTooLong(BadRequest):
     (:data:`cuzkd.supervisor.door.requests.MAX_REQUEST_ID_BYTES`)."""
 
 
+class HandoverRefused(CuzkdError):
+    """A hand-over of ``cuzkd upgrade`` this program cannot adopt (another format, a config
+    it refuses): the upgrade is refused with this reason and nothing changes."""
+
+
+class UpgradeRefused(CuzkdError):
+    """``cuzkd upgrade`` was refused (the moment, or the new program's dry run) or failed:
+    the supervisor runs on as it was."""
+
+
 class ChannelClosed(CuzkdError):
     """The other side of the door's channel went away, or broke the protocol (the message
     says how)."""

@@ -58,6 +58,8 @@ class Phase(enum.StrEnum):
     RELOADING = "reloading"
     #: shutdown: no engine starts any more
     STOPPING = "stopping"
+    #: ``cuzkd upgrade`` asks the new program's dry run, then re-executes: no reload meanwhile
+    UPGRADING = "upgrading"
 
 
 class ExitCause(enum.StrEnum):

@@ -15,10 +15,12 @@ from collections.abc import Sequence
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    if list(sys.argv[1:] if argv is None else argv)[:1] == ["run"]:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["run"]:
         from cuzkd.supervisor.daemon import signalinstall
 
         signalinstall.hold()
+        signalinstall.unblock_after_exec(args)  # cuzkd upgrade's exec blocked them all
     from cuzkd.cli.dispatch import main as dispatch_main
 
     return dispatch_main(argv)

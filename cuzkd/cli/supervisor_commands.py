@@ -1,5 +1,5 @@
 """Subcommands of the supervisor: ``run``, ``check-config``, ``status``, ``reload``,
-``start|stop|restart``.
+``start|stop|restart``, ``upgrade``.
 
 Config and control-socket errors propagate to :func:`cuzkd.cli.dispatch.main`, which maps them to
 exit codes (78, 69, 1).
@@ -31,7 +31,7 @@ from cuzkd.config import (
     load_or_default,
     plan_doors,
 )
-from cuzkd.errors import ConfigError, ControlRequestFailed, ControlUnavailable
+from cuzkd.errors import ConfigError, ControlRequestFailed, ControlUnavailable, UpgradeRefused
 from cuzkd.errortext import error_text
 from cuzkd.log.configure import LogFormat
 from cuzkd.states import ALIVE
@@ -41,6 +41,10 @@ from cuzkd.units import format_bytes, format_duration
 
 #: Seconds a control request may take (start/stop/restart: more, from the engine's timeouts).
 DEFAULT_TIMEOUT = 120.0
+#: How long ``cuzkd upgrade`` waits for the outcome once the exec is under way.
+UPGRADE_WAIT = 60.0
+#: How long the supervisor's answer to an upgrade may take: the new program's dry run.
+DRY_RUN_WAIT = 90.0
 #: Beyond the longest wait the supervisor bounds its answer by (an engine's stop sequence, its
 #: start_timeout + START_WAIT_SLACK), how long a control request still waits for that answer:
 #: the supervisor's bound decides the outcome, never the client's timeout.
@@ -58,7 +62,20 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     run.add_argument("--log-format", choices=[f.value for f in LogFormat],
                      help="console lines, JSON lines, or auto: console on a terminal, else "
                           "JSON (default: the config's supervisor.log_format, auto)")
+    # cuzkd upgrade's own: the new program's dry run, and its exec (see cuzkd.supervisor.proc
+    # .reexec); never typed by a person
+    run.add_argument("--handover", metavar="FD", type=int, help=argparse.SUPPRESS)
+    run.add_argument("--handover-check", metavar="FD:FD", help=argparse.SUPPRESS)
     run.set_defaults(handler=_run)
+
+    upgrade = sub.add_parser("upgrade", help="re-execute the supervisor as the cuzkd now "
+                                             "installed, keeping its engines and door running")
+    upgrade.add_argument("--check", action="store_true",
+                         help="only ask the new program whether it can take over (dry run)")
+    upgrade.add_argument("--config", metavar="PATH", help="config naming the control socket")
+    upgrade.add_argument("--timeout", metavar="SECONDS", type=float, default=UPGRADE_WAIT,
+                         help=f"how long to wait for the outcome (default {UPGRADE_WAIT:g})")
+    upgrade.set_defaults(handler=_upgrade)
 
     check = sub.add_parser("check-config", help="validate a config file without starting")
     check.add_argument("path", metavar="PATH")
@@ -101,15 +118,52 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from cuzkd.log.configure import configure_queued_logging  # the daemon's imports: `run` only
+    from cuzkd.supervisor.daemon.adoption import check_handover, take_handover
     from cuzkd.supervisor.daemon.root import Supervisor
 
-    config = load_or_default(args.config)
+    if args.handover_check is not None:
+        return check_handover(args.handover_check)
+    handover = None if args.handover is None else take_handover(args.handover)
+    config = load_or_default(args.config) if handover is None else handover.config
     sink = configure_queued_logging(level=config.supervisor.log_level,
                                     log_format=args.log_format or config.supervisor.log_format)
     try:
-        return asyncio.run(Supervisor(config, demo=args.demo, log_drops=sink.dropped).run())
+        return asyncio.run(Supervisor(
+            config, demo=args.demo or (handover is not None and handover.handed.demo),
+            log_drops=sink.dropped, log_flush=sink.flush_for_exec, log_format=args.log_format,
+            handover=None if handover is None else handover.handed).run())
     finally:
         sink.close()
+
+
+def _upgrade(args: argparse.Namespace) -> int:
+    """``cuzkd upgrade [--check]``: exit 0 once the new code runs (or, with --check, would
+    take over); 1 when refused or failed, with why (the supervisor runs on as it was, unless
+    the new code failed after the exec: then it stopped the engines and exited 1)."""
+    config = load_or_default(args.config, resolve_hosts=False)
+    socket = control_socket(config)
+    accepted = call(socket, "POST", "/v1/upgrade", timeout=DRY_RUN_WAIT,
+                    body={"check": bool(args.check)})
+    if args.check:
+        print(f"upgrade possible: cuzkd {accepted['old']} -> {accepted['new']} "
+              f"({accepted['program']})")
+        return 0
+    print(f"upgrading: cuzkd {accepted['old']} -> {accepted['new']} ...", flush=True)
+    deadline = time.monotonic() + args.timeout
+    while time.monotonic() < deadline:
+        try:
+            last = call(socket, "GET", "/v1/upgrade", timeout=args.timeout)["last"]
+        except ControlUnavailable:
+            raise UpgradeRefused("the supervisor exited during the upgrade (the new code "
+                                 "failed after the exec): see its log") from None
+        if last is not None and last["id"] == accepted["id"]:
+            if last["outcome"] != "upgraded":
+                raise UpgradeRefused(f"upgrade {last['outcome']}: {last['error']}")
+            print(f"upgraded: cuzkd {last['old']} -> {last['new']} (same pid; supervision "
+                  f"gap {last['gap_seconds']:.3f} s)")
+            return 0
+        time.sleep(0.05)
+    raise UpgradeRefused(f"no outcome within {args.timeout:g} s: see the supervisor's log")
 
 
 def _check_config(args: argparse.Namespace) -> int:

@@ -21,6 +21,7 @@ from cuzkd.config.addresses import (
 )
 from cuzkd.config.doors import DoorPlan, describe_deadlines, plan_doors
 from cuzkd.config.loading import (
+    config_from_text,
     control_socket_despite_errors,
     demo_config,
     load_config,
@@ -43,6 +44,7 @@ __all__ = [
     "DoorPlan",
     "EngineConfig",
     "SupervisorConfig",
+    "config_from_text",
     "control_socket",
     "control_socket_despite_errors",
     "default_config",

@@ -83,21 +83,31 @@ def load_config(path: str | Path, *, resolve_hosts: bool = True,
     """
     where = str(path)
     try:
-        raw = tomllib.loads(_read_config_bytes(path, fifo_wait).decode())
+        data = _read_config_bytes(path, fifo_wait)
     except TimeoutError:  # an OSError: before the handler below
         raise ConfigError(f"{where}: no writer sent it within {fifo_wait:g}s (a FIFO)") from None
     except FileNotFoundError:
         raise ConfigError(f"{where}: file not found") from None
     except OSError as exc:
         raise ConfigError(f"{where}: cannot read: {exc.strerror}") from None
+    try:
+        text = data.decode()
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{where}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at "
                           f"offset {exc.start}); TOML files must be UTF-8") from None
+    return config_from_text(text, where, resolve_hosts=resolve_hosts)
+
+
+def config_from_text(text: str, where: str, *, resolve_hosts: bool = True) -> Config:
+    """:func:`load_config` of a file's ``text`` as read from ``where`` (``cuzkd upgrade``
+    hands the running config's text to the new program)."""
+    try:
+        raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{where}: invalid TOML: {exc}") from None
     except RecursionError:  # tomllib recurses into nested arrays: "a = [[[[..." 4 MiB deep
         raise ConfigError(f"{where}: invalid TOML: nested too deeply") from None
-    config = parse_config(raw, where)
+    config = msgspec.structs.replace(parse_config(raw, where), text=text)
     if resolve_hosts:
         check_metrics_host(config, where)
         check_web_config(config.metrics.web_config, where)
@@ -173,7 +183,7 @@ def parse_config(raw: Mapping[str, Any], where: str) -> Config:
     """Validate an already-parsed TOML document (``where`` names it in messages)."""
     data = dict(raw)
     notices = _kind_tables(data, where)
-    for internal in ("path", "demo", "notices"):  # fields of Config no file sets
+    for internal in ("path", "demo", "notices", "text"):  # fields of Config no file sets
         if internal in data:
             raise ConfigError(f"{where}: key `{internal}`: unknown key")
     defaults = data.pop("engine_defaults", {})

@@ -384,6 +384,9 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
     #: proof kind name, still accepted), each naming the file and the key; shown by
     #: ``check-config`` and logged by the daemon at start and at each reload
     notices: tuple[str, ...] = ()
+    #: set by the loader, never by the file: the file's text as read (``cuzkd upgrade`` hands
+    #: it to the new program, which runs the same config)
+    text: str | None = None
 
 
 def visible_gpu_count(proc_root: Path = PROC_ROOT) -> int:

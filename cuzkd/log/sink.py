@@ -73,6 +73,14 @@ class LogSink:
         self._thread.join(timeout)
         return not self._thread.is_alive()
 
+    def flush_for_exec(self, timeout: float) -> int:
+        """Write what is queued within ``timeout`` seconds and end (``cuzkd upgrade`` execs
+        next); the lines still queued then, dropped and counted."""
+        if self.close(timeout):
+            return 0
+        with self._wakeup:
+            return self._queue.abandon()
+
     def _run(self) -> None:
         while True:
             with self._wakeup:

@@ -12,7 +12,7 @@ thread would not let the loop run any sooner.
 from __future__ import annotations
 
 import gzip
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import structlog
@@ -20,8 +20,10 @@ from aiohttp import hdrs, web
 from aiohttp.typedefs import LooseHeaders
 from prometheus_client import GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.exposition import choose_encoder, gzip_accepted
+from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from cuzkd.metrics.carry import CounterCarry
 from cuzkd.metrics.collector import SampleCollector
 from cuzkd.metrics.exposition import encode_openmetrics, encode_text
 from cuzkd.metrics.sample import SupervisorSample
@@ -55,17 +57,25 @@ def self_collectors() -> list[Collector]:
             GCCollector(registry=CollectorRegistry())]
 
 
-def render(sample: SupervisorSample, *, accept: str, accept_encoding: str,
-           extra: Sequence[Collector] = ()) -> Exposition:
-    """Render ``sample`` (and the ``extra`` collectors) in the format the headers ask for."""
+def collect(sample: SupervisorSample, extra: Sequence[Collector] = (),
+            carry: CounterCarry | None = None) -> Iterable[Metric]:
+    """Every family of ``sample`` and the ``extra`` collectors, with ``carry``'s counts added
+    (the counters of the program this one replaced: ``cuzkd upgrade``)."""
     registry = CollectorRegistry()
     registry.register(SampleCollector(sample))
     for collector in extra:
         registry.register(collector)
+    return registry.collect() if carry is None else carry.apply(registry.collect())
+
+
+def render(sample: SupervisorSample, *, accept: str, accept_encoding: str,
+           extra: Sequence[Collector] = (), carry: CounterCarry | None = None) -> Exposition:
+    """Render ``sample`` (and the ``extra`` collectors) in the format the headers ask for."""
+    families = collect(sample, extra, carry)
     # prometheus_client negotiates (format, version, escaping); our encoders write the bytes.
     _, content_type = choose_encoder(accept)
     openmetrics = content_type.startswith("application/openmetrics-text")
-    body = (encode_openmetrics if openmetrics else encode_text)(registry.collect())
+    body = (encode_openmetrics if openmetrics else encode_text)(families)
     if gzip_accepted(accept_encoding):
         return Exposition(gzip.compress(body, compresslevel=_GZIP_LEVEL), content_type, True)
     return Exposition(body, content_type, False)
@@ -78,10 +88,11 @@ async def _whole(request: web.Request, body: bytes,
 
 
 def make_metrics_handler(provider: SampleProvider, send: BodySender = _whole,
-                         collectors: Sequence[Collector] = ()) -> Handler:
+                         collectors: Sequence[Collector] = (),
+                         carry: CounterCarry | None = None) -> Handler:
     """Return an aiohttp handler that samples the supervisor and renders the exposition
-    (with ``collectors``, the supervisor's long-lived ones: the front doors'), answered
-    through ``send`` (by default one ``Response``).
+    (with ``collectors``, the supervisor's long-lived ones: the front doors'; and ``carry``'s
+    counts, after ``cuzkd upgrade``), answered through ``send`` (by default one ``Response``).
 
     A sample or rendering failure answers 500 with a short text and is logged with its
     traceback: Prometheus then records ``up == 0`` for the supervisor, which is the truth.
@@ -93,7 +104,7 @@ def make_metrics_handler(provider: SampleProvider, send: BodySender = _whole,
             sample = await provider()
             out = render(sample, accept=request.headers.get(hdrs.ACCEPT, ""),
                          accept_encoding=request.headers.get(hdrs.ACCEPT_ENCODING, ""),
-                         extra=own)
+                         extra=own, carry=carry)
         except Exception as exc:
             _log.exception("metrics_scrape_failed")
             return web.Response(status=500, text=f"metrics unavailable: {type(exc).__name__}\n")

@@ -119,7 +119,7 @@ class SupervisorSample:
     #: freezes of the supervisor itself (it did not run: SIGSTOP, a VM pause) and their seconds
     freezes_total: int = 0
     frozen_seconds_total: float = 0.0
-    #: reason (queue_full, write_error) -> lines the supervisor's log never got
+    #: reason (queue_full, write_error, upgrade) -> lines the supervisor's log never got
     log_lines_dropped_total: Mapping[str, int] = field(default_factory=dict)
     #: reason (cuzkd.supervisor.web: refused, idle, deadline, send_budget) -> connections of
     #: the metrics listener cuzkd closed

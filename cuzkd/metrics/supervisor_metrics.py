@@ -183,7 +183,8 @@ def supervisor_families(sample: SupervisorSample, engines: Sequence[EngineSample
     frozen.add_metric([], sample.frozen_seconds_total)
     log_dropped = _by_result(c("cuzkd_log_lines_dropped_total",
                                "Lines of the supervisor's own log it dropped: queue_full (its "
-                               "reader did not keep up) or write_error (writing failed).",
+                               "reader did not keep up), write_error (writing failed) or "
+                               "upgrade (still queued when cuzkd upgrade re-executed it).",
                                labels=["reason"]),
                              tuple(DropReason), sample.log_lines_dropped_total)
     connections_closed = _by_result(

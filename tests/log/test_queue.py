@@ -26,7 +26,7 @@ def test_a_full_queue_drops_until_the_writer_caught_up_then_reports_the_gap_once
         DropReport("queue_full", lines=3, since=1.0, seconds=4.0)]
     assert queue.offer(b"gggg", now=6.0)
     assert queue.written(queue.take(), 0, now=7.0) == []  # reported once
-    assert queue.dropped_total == {"queue_full": 3, "write_error": 0}
+    assert queue.dropped_total == {"queue_full": 3, "write_error": 0, "upgrade": 0}
 
 
 def test_lines_queued_after_a_batch_are_kept_and_wait_for_the_next_one() -> None:
@@ -57,4 +57,4 @@ def test_failed_writes_are_counted_and_reported_after_a_write_succeeds() -> None
     queue.unreported([report])
     queue.offer(b"d", now=2.0)
     assert queue.written(queue.take(), 1, now=3.0) == [DropReport("write_error", 3, 1.0, 2.0)]
-    assert queue.dropped_total == {"queue_full": 0, "write_error": 3}  # each line once
+    assert queue.dropped_total == {"queue_full": 0, "write_error": 3, "upgrade": 0}  # each line once

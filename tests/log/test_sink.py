@@ -71,7 +71,7 @@ async def test_a_reader_that_stops_reading_never_stalls_the_loop() -> None:
             assert line == f"{expected:08d} {PAD}"
             expected += 1
     assert expected == written
-    assert sink.dropped() == {"queue_full": dropped, "write_error": 0}
+    assert sink.dropped() == {"queue_full": dropped, "write_error": 0, "upgrade": 0}
 
 
 def test_a_closed_reader_costs_lines_never_the_process() -> None:
@@ -81,7 +81,7 @@ def test_a_closed_reader_costs_lines_never_the_process() -> None:
         for i in range(3):
             sink.write(f"line {i}")  # EPIPE in the writer: counted, never raised
         assert sink.close()
-        assert sink.dropped() == {"queue_full": 0, "write_error": 3}
+        assert sink.dropped() == {"queue_full": 0, "write_error": 3, "upgrade": 0}
 
 
 def test_a_non_blocking_descriptor_waits_rather_than_drops() -> None:
@@ -95,7 +95,7 @@ def test_a_non_blocking_descriptor_waits_rather_than_drops() -> None:
         data = read_until(r, b"end\n")
         assert sink.close()
     assert data.decode().splitlines() == [*lines, "end"]
-    assert sink.dropped() == {"queue_full": 0, "write_error": 0}
+    assert sink.dropped() == {"queue_full": 0, "write_error": 0, "upgrade": 0}
 
 
 def test_close_writes_the_last_lines_and_does_not_wait_for_a_stalled_reader() -> None:

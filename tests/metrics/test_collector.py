@@ -241,11 +241,12 @@ def test_config_reload_families(make_engine, scrape):
     assert not s.named("cuzkd_config_last_reload_success_timestamp_seconds")
 
 
-def test_log_lines_dropped_by_reason_both_always_present(make_engine, scrape):
+def test_log_lines_dropped_by_reason_every_reason_always_present(make_engine, scrape):
     s = scrape(one([make_engine("e0")], log_lines_dropped_total={"queue_full": 12}))
     assert s.named("cuzkd_log_lines_dropped_total") == {
-        (("reason", "queue_full"),): 12, (("reason", "write_error"),): 0}
-    assert len(scrape(one([make_engine("e0")])).named("cuzkd_log_lines_dropped_total")) == 2
+        (("reason", "queue_full"),): 12, (("reason", "write_error"),): 0,
+        (("reason", "upgrade"),): 0}
+    assert len(scrape(one([make_engine("e0")])).named("cuzkd_log_lines_dropped_total")) == 3
 
 
 def test_metrics_connections_closed_by_reason_all_always_present(make_engine, scrape):

@@ -185,9 +185,12 @@ def start_supervisor(config: Path, *, env: Mapping[str, str] | None = None,
                      extra_args: Sequence[str] = (), prefix: Sequence[str] = (),
                      wait: bool = True, timeout: float = 20.0,
                      output: int | None = None,
-                     pass_fds: Sequence[int] = ()) -> RunningSupervisor:
-    """Start ``cuzkd run --config CONFIG`` (optionally under ``prefix``, e.g. unshare); its
-    stdout and stderr go to its log file, or to the descriptor ``output`` (a pipe)."""
+                     pass_fds: Sequence[int] = (),
+                     program: Sequence[str] = (sys.executable, "-m", "cuzkd")
+                     ) -> RunningSupervisor:
+    """Start ``cuzkd run --config CONFIG`` (optionally under ``prefix``, e.g. unshare; the
+    cuzkd ``program``: another's, for ``cuzkd upgrade``); its stdout and stderr go to its log
+    file, or to the descriptor ``output`` (a pipe)."""
     import tomllib
 
     raw = tomllib.loads(config.read_text())
@@ -196,7 +199,7 @@ def start_supervisor(config: Path, *, env: Mapping[str, str] | None = None,
     log_path = config.with_name(f"{config.stem}.log")
     log_fh = log_path.open("ab")
     proc = subprocess.Popen(
-        [*prefix, sys.executable, "-m", "cuzkd", "run", "--config", str(config), *extra_args],
+        [*prefix, *program, "run", "--config", str(config), *extra_args],
         stdin=subprocess.DEVNULL, stdout=log_fh if output is None else output,
         stderr=subprocess.STDOUT,
         env={**os.environ, **(env or {})}, pass_fds=pass_fds,

@@ -55,3 +55,12 @@ class FreezeLedger:
             added = now - due
         self.frozen_total += added
         return added
+
+    @classmethod
+    def carried(cls, frozen_total: float, freezes: int, handed_at: float,
+                now: float) -> FreezeLedger:
+        """The ledger of the program this one replaced (``cuzkd upgrade``), with its exec's
+        gap -- from its last decision at ``handed_at`` to ``now`` -- as one more freeze,
+        however short: nothing was watching the engines meanwhile."""
+        gap = max(0.0, now - handed_at)
+        return cls(frozen_total + gap, freezes + 1, handed_at, now)

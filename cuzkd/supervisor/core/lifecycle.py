@@ -30,6 +30,7 @@ from cuzkd.states import (
 )
 from cuzkd.supervisor.core.backoff import Backoff
 from cuzkd.supervisor.core.exitcause import DAEMONIZED_ERROR
+from cuzkd.supervisor.core.handover import LifecycleState
 
 
 @dataclass(frozen=True)
@@ -341,6 +342,37 @@ class Lifecycle:
         if self.state is not State.BACKOFF:
             return []
         return [Spawn()]
+
+    # -- cuzkd upgrade -----------------------------------------------------------------
+
+    def handover(self) -> LifecycleState:
+        """Everything this machine knows, for the program that replaces the supervisor; only
+        taken at rest or running (:mod:`~cuzkd.supervisor.core.upgradegate`): no stop is
+        under way."""
+        assert self._stop_reason is None and not self._restart_after_stop
+        return LifecycleState(
+            state=self.state.value, pid=self.pid, spawned_at=self.spawned_at,
+            healthy_since=self.healthy_since, last_ok=self.last_ok,
+            next_start_at=self.next_start_at, restarts=self.restarts, exits=dict(self.exits),
+            last_exit_cause=self.last_exit_cause, last_error=self.last_error,
+            first_answer_seconds=self.first_answer_seconds, started_once=self._started_once,
+            exit_unexplained=self._exit_unexplained, backoff_failures=self.backoff.failures)
+
+    def adopt(self, handed: LifecycleState, now: float) -> list[Action]:
+        """Carry on from ``handed`` (:meth:`handover` of the old code); the action that
+        continues it: a backoff's timer for what is left of it at ``now``."""
+        self.state = State(handed.state)
+        self.pid, self.spawned_at = handed.pid, handed.spawned_at
+        self.healthy_since, self.last_ok = handed.healthy_since, handed.last_ok
+        self.next_start_at = handed.next_start_at
+        self.restarts, self.exits = handed.restarts, Counter(handed.exits)
+        self.last_exit_cause, self.last_error = handed.last_exit_cause, handed.last_error
+        self.first_answer_seconds = handed.first_answer_seconds
+        self._started_once, self._exit_unexplained = handed.started_once, handed.exit_unexplained
+        self.backoff.failures = handed.backoff_failures
+        if self.state is State.BACKOFF and self.next_start_at is not None:
+            return [ScheduleStart(max(0.0, self.next_start_at - now))]
+        return []
 
     def take_transitions(self) -> list[Transition]:
         taken, self._transitions = self._transitions, []

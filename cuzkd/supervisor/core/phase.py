@@ -1,7 +1,8 @@
 """The supervisor's phase and the last reload's outcome: one owner, one source of truth.
 
 ``starting`` (the state dir is locked, the engines are being started from the file just read)
-→ ``running`` ⇄ ``reloading`` (a reload reads and applies the file again) → ``stopping``
+→ ``running`` ⇄ ``reloading`` (a reload reads and applies the file again), ⇄ ``upgrading``
+(``cuzkd upgrade``: its dry run, then the exec; back to ``running`` when refused) → ``stopping``
 (from any phase, for good: the first stop signal or ``request_stop``). Whether a reload may
 run, whether a signal reloads, whether the engine set may still start an engine and what
 ``/v1/supervisor`` calls the supervisor's ``state`` are all read from here, so they can never
@@ -70,6 +71,8 @@ class SupervisorPhase(PhaseView):
             return "stopping"
         if self._phase is Phase.STARTING:
             return "still starting"
+        if self._phase is Phase.UPGRADING:
+            return "upgrading"
         self._phase = Phase.RELOADING
         return None
 
@@ -87,3 +90,19 @@ class SupervisorPhase(PhaseView):
             return False
         self._phase = Phase.RUNNING
         return True
+
+    def begin_upgrade(self) -> None:
+        """An upgrade passed its gate (:func:`~cuzkd.supervisor.core.upgradegate.upgrade_refusal`
+        asked this phase first): ``upgrading`` until it is refused, or the program is replaced."""
+        if self._phase is Phase.RUNNING:
+            self._phase = Phase.UPGRADING
+
+    def end_upgrade(self) -> None:
+        """The upgrade was refused or its exec failed: ``running`` again, unless a stop came."""
+        if self._phase is Phase.UPGRADING:
+            self._phase = Phase.RUNNING
+
+    def adopted(self, reload_ok: bool, reload_success_at: float) -> None:
+        """This program took a running supervisor over (``cuzkd upgrade``): the last reload's
+        outcome is the old code's."""
+        self._reload_ok, self._reload_success_at = reload_ok, reload_success_at

@@ -9,18 +9,26 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 
 import structlog
 
+from cuzkd import __version__
 from cuzkd.config import Config, control_socket, demo_config, plan_doors, state_dir
 from cuzkd.errors import CuzkdError, DoorAddressError, StartupError
 from cuzkd.gpus import GpuView
 from cuzkd.log.ratelimit import LimitedLog, RateLimiter
+from cuzkd.metrics.carry import CounterCarry, carried_samples
+from cuzkd.metrics.http import collect, self_collectors
 from cuzkd.metrics.sample import ListenerAccess
+from cuzkd.states import Phase
 from cuzkd.supervisor.core import signals
+from cuzkd.supervisor.core.handover import FORMAT as HANDOVER_FORMAT
+from cuzkd.supervisor.core.handover import Handover, Listeners, Locks
 from cuzkd.supervisor.core.phase import SupervisorPhase
+from cuzkd.supervisor.core.upgradegate import upgrade_refusal
 from cuzkd.supervisor.daemon import demo, dumps, errorlog
 from cuzkd.supervisor.daemon.configread import log_notices
 from cuzkd.supervisor.daemon.notify import Notifier
@@ -28,12 +36,14 @@ from cuzkd.supervisor.daemon.reload import ConfigReloader
 from cuzkd.supervisor.daemon.signalinstall import LoopSignals
 from cuzkd.supervisor.daemon.startup import startup_fields
 from cuzkd.supervisor.daemon.statedir import ControlSocketLock, StateDirLock, unusable_dir
+from cuzkd.supervisor.daemon.upgrade import Upgrader
 from cuzkd.supervisor.door.control import door_routes
 from cuzkd.supervisor.door.doors import DOOR_CHANNEL, Doors, server_limits
 from cuzkd.supervisor.door.inherited import take_passed_sockets
 from cuzkd.supervisor.engines.binaries import EngineBinaries
 from cuzkd.supervisor.engines.engineset import EngineSet
 from cuzkd.supervisor.proc.children import ChildTable
+from cuzkd.supervisor.proc.reexec import launcher
 from cuzkd.supervisor.proc.spawn import set_child_subreaper
 from cuzkd.supervisor.tasks import TaskSet
 from cuzkd.supervisor.web.access import WebAccess
@@ -63,11 +73,24 @@ class Supervisor:
         demo: bool = False,
         gpu_view: GpuView | None = None,
         log_drops: Callable[[], Mapping[str, int]] = dict,
+        log_flush: Callable[[float], int] = lambda timeout: 0,
+        log_format: str | None = None,
+        handover: Handover | None = None,
+        command: Sequence[str] = (),
     ) -> None:
+        """``log_drops``/``log_flush``: the log sink's drop counts, and its flush before
+        ``cuzkd upgrade`` execs; ``log_format``: ``cuzkd run --log-format``, kept by an
+        upgrade; ``handover``: the old code's, when this program replaced it in place;
+        ``command``: runs the cuzkd installed where this one was started from (default: from
+        ``sys.argv[0]``)."""
         # --demo: bundled engines start as demo engines behind doors (demo_config), reloads too.
         config = demo_config(config) if demo else config
         #: starting, running, reloading, stopping; the last reload's outcome
         self.phase = SupervisorPhase(started_at=time.time())
+        #: the old code's hand-over (``cuzkd upgrade``), adopted by run()
+        self._handed = handover
+        #: the counters of the program this one replaced, carried in every scrape
+        self._carry = CounterCarry(handover.samples if handover is not None else ())
         #: every child's spawn and exit goes through here (see cuzkd.supervisor.proc.children)
         self.children = ChildTable()
         # Built once, from the config at start: a reload keeps the store and the coordinator.
@@ -108,9 +131,18 @@ class Supervisor:
         self._reloader = ConfigReloader(self.engines, self.phase, self._notifier,
                                         status_line=self.readout.status_line,
                                         on_applied=self._notify_status)
+        self._lock = StateDirLock(state_dir(config))
+        self._control_lock = ControlSocketLock(control_socket(config))
+        self._upgrader = Upgrader(
+            self.phase, self._notifier, self.children,
+            command=command or launcher(sys.argv[0]),
+            exec_args=["--log-format", log_format] if log_format else [],
+            refusal=self._upgrade_refusal, handover=self._handover,
+            quiesce=self._servers.quiesce, resume=self._servers.resume, flush_log=log_flush,
+            status_line=self.readout.status_line)
         self._control_routes = [*control_routes, swap_routes(self.swaps),
                                 self._reloader.routes(),
-                                door_routes(self.doors)]
+                                door_routes(self.doors), self._upgrader.routes()]
 
     @property
     def config(self) -> Config:
@@ -123,35 +155,45 @@ class Supervisor:
         """Run until SIGTERM/SIGINT (or :meth:`request_stop`); the exit code."""
         loop = asyncio.get_running_loop()
         errorlog.install(loop, self._limited)
-        lock = StateDirLock(state_dir(self.config))
-        control_lock = ControlSocketLock(control_socket(self.config))
+        lock, control_lock, handed = self._lock, self._control_lock, self._handed
         try:
-            self._lock(lock, control_lock)
+            self._take_locks(handed)
         except CuzkdError as exc:  # busy: 1; a directory it cannot write: a config error, 78
             log.error("supervisor_start_failed", error=str(exc))
             lock.release()
             return exc.exit_code
         if not set_child_subreaper():
             log.warning("subreaper_refused", detail="orphaned grandchildren will not be reaped")
-        self.children.install(loop)
+        gap = None if handed is None else self.engines.clock.adopt(
+            handed.frozen_seconds, handed.freezes, handed.handed_at)
+        if handed is None:
+            self.children.install(loop)
         self.engines.clock.start()  # from now on a freeze of the supervisor is seen
         loop_signals = LoopSignals(loop, self._on_signal)
         for signum in loop_signals.install():  # those that came during start-up, replayed
             self._on_signal(signum)
         try:
             await self.engines.load_gpu_view()
-            await self.engines.stop_previous_leftovers()
+            if handed is None:
+                await self.engines.stop_previous_leftovers()
             await asyncio.to_thread(self.binaries.prepare)
-            await self._start_servers()
-            await self.doors.start()
+            if handed is not None:
+                await self._adopt(handed, loop)
+            else:
+                await self._start_servers()
+                await self.doors.start()
             started = startup_fields(self.config, *self._metrics_bound,
                                      self.swaps.active_release(), self.access.web)
             if "metrics_exposed" in started:
                 log.warning("metrics_listener_exposed", listen=self.config.metrics.listen,
                             detail=started["metrics_exposed"])
-            log.info("supervisor_started", pid=os.getpid(), **started)
-            log_notices(self.config)
-            self.engines.start_all()  # after a stop signal during start-up: none started
+            if handed is None:
+                log.info("supervisor_started", pid=os.getpid(), **started)
+                log_notices(self.config)
+                self.engines.start_all()  # after a stop signal during start-up: none started
+            else:
+                assert gap is not None
+                self._upgrader.adopted(handed, gap)
             self.phase.started()
             self._notifier.send("READY=1", self.readout.status_line())
             self._tasks.start(self.swaps.accept_when_healthy(
@@ -168,7 +210,11 @@ class Supervisor:
                                         hurry=self._stop_signals > 1)
             await self.engines.stop_adopted()
             return 0
-        except (StartupError, DoorAddressError) as exc:
+        except (StartupError, DoorAddressError, OSError, ValueError) as exc:
+            if handed is not None:
+                return await self._upgrade_failed(exc)
+            if not isinstance(exc, CuzkdError):
+                raise
             log.error("supervisor_start_failed", error=str(exc))
             return exc.exit_code
         finally:
@@ -176,7 +222,61 @@ class Supervisor:
             control_lock.release()
             lock.release()
 
-    def _lock(self, lock: StateDirLock, control_lock: ControlSocketLock) -> None:
+    async def _upgrade_failed(self, exc: Exception) -> int:
+        """The new code could not take everything over: it stops the engines it has as a
+        shutdown does and exits 1 (docs/operations.md, *Upgrading cuzkd in place*)."""
+        log.error("supervisor_upgrade_failed", error=str(exc), outcome="failed",
+                  detail="the new code could not take the supervisor over: stopping the "
+                         "engines as a shutdown does")
+        self.phase.stop()
+        self._notifier.send("STOPPING=1", "STATUS=upgrade failed: stopping engines")
+        await self.engines.stop_all(self._grace_left())
+        return 1
+
+    def _take_locks(self, handed: Handover | None) -> None:
+        """The state dir's and control socket's locks: taken, or held on from the old code."""
+        if handed is None:
+            self._lock_dirs(self._lock, self._control_lock)
+        else:
+            self._lock.adopt(handed.locks.state_dir)
+            self._control_lock.adopt(handed.locks.control_socket)
+
+    async def _adopt(self, handed: Handover, loop: asyncio.AbstractEventLoop) -> None:
+        """Carry on from the old code's hand-over: the engines (their seats first), then the
+        reaper -- every adopted child registered, so an exit during the exec is its owner's
+        -- then the door process and the listeners."""
+        self.readout.started_at = handed.started_at
+        self.phase.adopted(handed.reload_ok, handed.reload_success_at)
+        if handed.door is not None:
+            self.doors.adopt_seats(handed.door.seats)
+        self.engines.adopt_all(handed.engines)
+        if handed.door is not None:
+            await self.doors.adopt(handed.door)
+        self.children.install(loop)
+        await self._start_servers(handed.listeners)
+
+    async def _handover(self, upgrade_id: str, mask: list[int]) -> Handover:
+        """Everything the program that replaces this one needs (see
+        :mod:`~cuzkd.supervisor.core.handover`), as it stands now."""
+        sample = await self.readout.sample()
+        families = collect(sample, [*self_collectors(), self.doors], self._carry)
+        config, clock = self.config, self.engines.clock
+        return Handover(
+            format=HANDOVER_FORMAT, version=__version__, upgrade_id=upgrade_id,
+            config_text=config.text, config_path=config.path, demo=config.demo,
+            signal_mask=mask, handed_at=clock.raw(),
+            frozen_seconds=clock.frozen_seconds_total, freezes=clock.freezes,
+            started_at=self.readout.started_at, reload_ok=self.phase.reload_ok,
+            reload_success_at=self.phase.reload_success_at,
+            locks=Locks(self._lock.fileno(), self._control_lock.fileno()),
+            listeners=self._servers.handover(), engines=self.engines.handover(),
+            door=self.doors.handover(), samples=carried_samples(families))
+
+    def _upgrade_refusal(self, phase: Phase) -> str | None:
+        return upgrade_refusal(phase, swapping=self.swaps.busy,
+                               engines=self.engines.moments())
+
+    def _lock_dirs(self, lock: StateDirLock, control_lock: ControlSocketLock) -> None:
         """Take the state dir and the control socket (StateDirBusy when another supervisor
         has one); a directory that cannot be written is the config's mistake, named."""
         try:
@@ -198,15 +298,15 @@ class Supervisor:
         self.swaps.close(SHUTDOWN_REASON)
         self._stop_event.set()
 
-    async def _start_servers(self) -> None:
+    async def _start_servers(self, handed: Listeners | None = None) -> None:
         await self._servers.start(
             build_control_app(self.engines, self.readout.about, self.swaps.active_verdict,
                               self._control_routes),
             control_socket(self.config),
             build_metrics_app(self.readout, self._servers.outbox, self.access,
-                              [self.doors]),
+                              [self.doors], self._carry),
             self.config.metrics.listen, lambda: connection_limit(len(self.engines)),
-            self.access.tls, self._metrics_listening)
+            self.access.tls, self._metrics_listening, handed)
 
     def _metrics_listening(self, host: str, port: int) -> None:
         self._metrics_bound = (host, port)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import faulthandler
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import FrameType
 
 from cuzkd.supervisor.core.signals import TABLE
@@ -88,6 +88,27 @@ def widen_signal_stack() -> None:
     memory = libc.malloc(SIGNAL_STACK_BYTES)
     if memory:
         libc.sigaltstack(ctypes.byref(StackT(memory, 0, SIGNAL_STACK_BYTES)), None)
+
+
+def unblock_after_exec(argv: Sequence[str]) -> None:
+    """For ``cuzkd run --handover FD`` (``cuzkd upgrade``'s exec): put back the signal mask the
+    old code had before it blocked every signal for the exec. Run right after :func:`hold`,
+    so a signal that came in the gap is noted now and handled as during start-up (a
+    ``SIGTERM`` is one stop). The mask is read from the hand-over in place (``pread``: the
+    daemon reads the whole of it later)."""
+    if "--handover" not in argv:
+        return
+    import os
+
+    import msgspec
+
+    fd = int(argv[argv.index("--handover") + 1])
+    chunks, offset = [], 0
+    while chunk := os.pread(fd, 1 << 20, offset):
+        chunks.append(chunk)
+        offset += len(chunk)
+    handed = msgspec.json.decode(b"".join(chunks))
+    signal.pthread_sigmask(signal.SIG_SETMASK, handed.get("signal_mask", []))
 
 
 def handover() -> list[int]:

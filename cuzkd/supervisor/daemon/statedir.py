@@ -49,6 +49,16 @@ class PidFileLock:
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
 
+    def adopt(self, fd: int) -> None:
+        """Hold the lock the program this one replaced held (``cuzkd upgrade``): the same
+        open file, so the ``flock`` never lapsed."""
+        os.set_inheritable(fd, False)
+        self._fd = fd
+
+    def fileno(self) -> int:
+        assert self._fd is not None
+        return self._fd
+
     def release(self) -> None:
         if self._fd is not None:
             os.close(self._fd)

@@ -149,6 +149,15 @@ class UnixBind:
             shutil.rmtree(staging, ignore_errors=True)
         return sock
 
+    @classmethod
+    def published(cls, where: UnixAddress, mode: int, group: str) -> UnixBind:
+        """The socket the old code published at ``where`` (``cuzkd upgrade``): this program
+        removes it at close, as if it had bound it."""
+        bind = cls(where, mode, group)
+        with contextlib.suppress(OSError):
+            bind._inode = where.path.lstat().st_ino
+        return bind
+
     def remove(self) -> None:
         """Unlink the socket at close, if the file there is still the one published (a
         successor may have bound its own since)."""

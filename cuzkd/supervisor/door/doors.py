@@ -27,6 +27,7 @@ import contextlib
 import itertools
 import os
 import signal
+import socket
 import sys
 import time
 from collections import Counter
@@ -45,6 +46,7 @@ from cuzkd.log.engineline import own_line
 from cuzkd.log.ratelimit import LimitedLog
 from cuzkd.metrics.door_metrics import DoorFigures, DoorMetrics
 from cuzkd.supervisor.core.backoff import Backoff
+from cuzkd.supervisor.core.handover import Child, DoorHandover, SeatState
 from cuzkd.supervisor.door.channel import (
     BACKLOG,
     VERSION,
@@ -67,6 +69,7 @@ from cuzkd.supervisor.door.inherited import Inherited
 from cuzkd.supervisor.door.remote import RemoteSeat
 from cuzkd.supervisor.door.sockets import DoorSockets
 from cuzkd.supervisor.engines.seat import DoorSeat
+from cuzkd.supervisor.proc.adopted import AdoptedProcess
 from cuzkd.supervisor.proc.children import SPAWN_ERRORS, ChildProcess, ChildTable
 from cuzkd.supervisor.proc.output import OutputLog, log_lines
 from cuzkd.supervisor.proc.spawn import exit_cause
@@ -174,6 +177,46 @@ class Doors:
         with contextlib.suppress(TimeoutError):  # calls wait in the backlog until it serves
             await asyncio.wait_for(self._first_ready.wait(), READY_WAIT)
 
+    async def adopt(self, handed: DoorHandover) -> None:
+        """Carry on from the old code's :meth:`handover` (``cuzkd upgrade``; its seats taken
+        by :meth:`adopt_seats` first): the same sockets,
+        the channel's listener (the door process dials it again and is told the same state),
+        the door process watched again, the counts of those that ended before."""
+        self._sockets.adopt(handed.sockets)
+        channel = socket.socket(fileno=handed.channel)
+        channel.set_inheritable(False)
+        self._channel_server = await asyncio.start_unix_server(self._talk, sock=channel)
+        self._base.absorb(handed.ended, gauges=False)
+        self.restarts, self.exits = handed.restarts, Counter(handed.exits)
+        if handed.process is None:
+            self._spawn()
+            return
+        proc = AdoptedProcess(handed.process.pid, handed.process.stdout, handed.process.stderr)
+        self._children.adopt(proc, self._on_exit)
+        self._watch(proc, self._clock() - handed.ran_for)
+        self._ready = handed.ready
+
+    def adopt_seats(self, handed: dict[str, SeatState]) -> None:
+        """The engines' seats as the old code left them: before the runners adopt their
+        processes (an admitted one's seat is its runner's again)."""
+        for engine, seat in handed.items():
+            if engine in self.seats:
+                self.seats[engine].adopt(seat)
+
+    def handover(self) -> DoorHandover | None:
+        """The doors for the program that replaces the supervisor (None: no door)."""
+        if self._channel_server is None:
+            return None
+        proc = self._process
+        return DoorHandover(
+            sockets=self._sockets.by_address(),
+            channel=self._channel_server.sockets[0].fileno(),
+            process=None if proc is None else Child(proc.pid, proc.stdout.fileno(),
+                                                    proc.stderr.fileno()),
+            ran_for=self._clock() - self._started_at, ready=self._ready,
+            restarts=self.restarts, exits=dict(self.exits), ended=self._base.snapshot(),
+            seats={engine: seat.handover() for engine, seat in self.seats.items()})
+
     async def close(self, grace: float) -> None:
         """cuzkd exits (the engines have stopped): the door process refuses what it still has
         (at least :data:`REFUSALS_GRACE` for that), ends, and the sockets go."""
@@ -209,9 +252,14 @@ class Doors:
                               error=str(exc))
             self._restart_later()
             return
-        self._process, self._started_at = proc, self._clock()
-        self._exited = asyncio.Event()
         log.info("door_process_spawned", pid=proc.pid)
+        self._watch(proc, self._clock())
+
+    def _watch(self, proc: ChildProcess, started_at: float) -> None:
+        """The door process serves (spawned, or adopted): its output read under
+        ``cuzkd.door``."""
+        self._process, self._started_at = proc, started_at
+        self._exited = asyncio.Event()
         notes = OutputLog(lines=structlog.get_logger("cuzkd.door"), notes=log, record=own_line)
         self._tasks.start(log_lines(proc.stderr, notes, "stderr", proc.pid))
         self._tasks.start(log_lines(proc.stdout, notes, "stdout", proc.pid))

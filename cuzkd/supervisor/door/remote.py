@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from cuzkd.supervisor.core.doorbook import EngineEnd, EngineReading
+from cuzkd.supervisor.core.handover import SeatState
 from cuzkd.supervisor.door.channel import (
     Admit,
     Broken,
@@ -57,6 +58,10 @@ class RemoteSeat:
         self._address, self._broken, self._stopping = address, broken, False
         self._send(Admit(self.engine, address, self._serial))
 
+    def adopted(self, broken: BrokenAnswers) -> None:
+        if self._address is not None:
+            self._broken = broken
+
     def stop_admitting(self, drain_left: float | None) -> None:
         self._stopping = True
         self._drain_until = None if drain_left is None else self._clock() + drain_left
@@ -94,6 +99,22 @@ class RemoteSeat:
     def door_lost(self) -> None:
         """The door process ended: the calls it had died with their connections."""
         self._in_flight, self._wants_reading = 0, False
+
+    # -- cuzkd upgrade ---------------------------------------------------------------------
+
+    def handover(self) -> SeatState:
+        """What the door process was told of the engine (no stop is under way: the upgrade's
+        gate)."""
+        gone = self._last_gone
+        return SeatState(self._address, self._serial,
+                         None if gone is None else (gone.end, gone.serial))
+
+    def adopt(self, handed: SeatState) -> None:
+        """Carry on from the old code's seat: the same process admitted by the same serial,
+        so the door process, told the state again, finds nothing new."""
+        self._address, self._serial = handed.address, handed.serial
+        if handed.last_gone is not None:
+            self._last_gone = Gone(self.engine, *handed.last_gone)
 
     def replay(self) -> list[ToDoor]:
         """What a door process that dials the channel must be told of the engine: how its

@@ -109,6 +109,9 @@ class EngineSeat:
         self._broken = broken
         self._owner.admit(self.name)
 
+    def adopted(self, broken: BrokenAnswers) -> None:
+        self._broken = broken
+
     def stop_admitting(self, drain_left: float | None) -> None:
         self._owner.stop_admitting(self.name, drain_left)
 

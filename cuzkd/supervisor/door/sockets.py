@@ -14,7 +14,13 @@ import structlog
 
 from cuzkd.config.doors import DoorPlan
 from cuzkd.supervisor.core.listenfds import match
-from cuzkd.supervisor.door.binding import UnixAddress, UnixBind, claim, listen_tcp
+from cuzkd.supervisor.door.binding import (
+    UnixAddress,
+    UnixBind,
+    claim,
+    listen_tcp,
+    parse_address,
+)
 from cuzkd.supervisor.door.inherited import Inherited
 
 log = structlog.get_logger("cuzkd.supervisor")
@@ -41,9 +47,24 @@ class DoorSockets:
             log.info("door_listening", door=plan.name, address=plan.address,
                      engines=list(plan.engines), **self._where(plan, sock))
 
+    def adopt(self, handed: dict[str, int]) -> None:
+        """Take the sockets the old code listened on (``cuzkd upgrade``): door address ->
+        descriptor. A Unix door's file is the one published, removed at close as if bound
+        here."""
+        for plan in self._plans:
+            sock = self._sockets[plan.address] = socket.socket(fileno=handed[plan.address])
+            sock.set_inheritable(False)
+            where = parse_address(plan.address)
+            if isinstance(where, UnixAddress):
+                self._unix.append(UnixBind.published(where, plan.socket_mode, plan.socket_group))
+
     def fileno(self, address: str) -> int:
         """The descriptor of the door listening at ``address``."""
         return self._sockets[address].fileno()
+
+    def by_address(self) -> dict[str, int]:
+        """Door address -> descriptor, for the hand-over."""
+        return {address: sock.fileno() for address, sock in self._sockets.items()}
 
     def filenos(self) -> list[int]:
         """Every door's descriptor, for the door process to inherit."""

@@ -31,9 +31,11 @@ from cuzkd.metrics.sample import EngineSample
 from cuzkd.states import AT_REST, START_SETTLED, State, StopReason
 from cuzkd.status.client import StatusSource
 from cuzkd.status.document import Extensions, StatusDocument
+from cuzkd.supervisor.core.handover import EngineHandover
 from cuzkd.supervisor.core.healthwait import HealthWait, Observation
 from cuzkd.supervisor.core.phase import PhaseView
 from cuzkd.supervisor.core.reloadplan import ReloadPlan, plan
+from cuzkd.supervisor.core.upgradegate import EngineMoment
 from cuzkd.supervisor.engines.info import EngineInfo
 from cuzkd.supervisor.engines.runclock import RunClock
 from cuzkd.supervisor.engines.runner import EngineRunner
@@ -127,6 +129,24 @@ class EngineSet:
         """Add and start every configured engine (nothing once stopping)."""
         for spec in self.config.engine:
             self._add_started(spec)
+
+    def adopt_all(self, handed: Sequence[EngineHandover]) -> None:
+        """Add every configured engine, carrying on from the old code's hand-over where it
+        has one (``cuzkd upgrade``: the same config, so every engine has one), else started."""
+        by_name = {engine.name: engine for engine in handed}
+        for spec in self.config.engine:
+            if (engine := by_name.get(spec.name)) is not None:
+                self.add(spec).adopt(engine)
+            else:
+                self._add_started(spec)
+
+    def handover(self) -> list[EngineHandover]:
+        """Every engine for the program that replaces the supervisor."""
+        return [runner.handover() for runner in self._runners.values()]
+
+    def moments(self) -> list[EngineMoment]:
+        """What each engine is doing, for the upgrade's gate."""
+        return [runner.moment() for runner in self._runners.values()]
 
     def _add_started(self, spec: EngineConfig) -> None:
         """Add ``spec``'s runner and start it, unless stopping: an engine spawned after the

@@ -52,6 +52,18 @@ class RunClock:
         self._check()
         return self._ledger.frozen_total
 
+    def raw(self) -> float:
+        """The raw monotonic clock (the hand-over's ``handed_at``: it is the host's, so the
+        program that replaces this one reads the same clock)."""
+        return self._clock()
+
+    def adopt(self, frozen_seconds: float, freezes: int, handed_at: float) -> float:
+        """Continue the old code's clock (``cuzkd upgrade``): its freezes, and the exec's gap
+        since ``handed_at`` as one more; the gap in seconds."""
+        now = self._clock()
+        self._ledger = FreezeLedger.carried(frozen_seconds, freezes, handed_at, now)
+        return now - handed_at
+
     def now(self) -> float:
         """Monotonic seconds during which the supervisor ran."""
         raw = self._clock()

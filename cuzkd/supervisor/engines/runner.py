@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import time
 from collections import Counter
 from collections.abc import Callable
 
@@ -43,6 +44,7 @@ from cuzkd.supervisor.core.exitcause import (
     exit_message,
     process_cause,
 )
+from cuzkd.supervisor.core.handover import Child, EngineHandover
 from cuzkd.supervisor.core.leftovers import LeftoverStop, leftover_stop
 from cuzkd.supervisor.core.lifecycle import (
     Action,
@@ -56,6 +58,7 @@ from cuzkd.supervisor.core.lifecycle import (
 from cuzkd.supervisor.core.outputbudget import OutputBudget, OutputLimits
 from cuzkd.supervisor.core.spawngate import SpawnGate
 from cuzkd.supervisor.core.stall import StallWatch
+from cuzkd.supervisor.core.upgradegate import EngineMoment
 from cuzkd.supervisor.engines.healthwatch import HealthWatch
 from cuzkd.supervisor.engines.info import EngineInfo
 from cuzkd.supervisor.engines.launch import BinaryResolver, EngineLaunch
@@ -389,6 +392,40 @@ class EngineRunner:
         if error is not None and stderr.is_last(tail):
             self._apply(self.lifecycle.exit_explained(error))
 
+    # -- cuzkd upgrade ---------------------------------------------------------------------
+
+    def handover(self) -> EngineHandover:
+        """The engine for the program that replaces the supervisor (at rest or running: see
+        :mod:`~cuzkd.supervisor.core.upgradegate`)."""
+        process = self._process
+        child = None if process is None else Child(
+            process.pid, process.child.stdout.fileno(), process.child.stderr.fileno())
+        return EngineHandover(
+            self.name, self.lifecycle.handover(), child,
+            started_at=process.started_at if process is not None else None,
+            admitted=process is not None and process.admitted)
+
+    def moment(self) -> EngineMoment:
+        """What the engine is doing, for the upgrade's gate."""
+        return EngineMoment(self.name, self.lifecycle.state,
+                            spawn_waiting=self._spawner.waiting,
+                            sweeping=bool(self._descendants.sweeping))
+
+    def adopt(self, handed: EngineHandover) -> None:
+        """Carry on from the old code's :meth:`handover`: its process watched again (no signal,
+        no spawn), its lifecycle where it was, a backoff's timer for what is left of it."""
+        now = self._run_clock.now()
+        actions = self.lifecycle.adopt(handed.lifecycle, now)
+        if handed.process is not None:
+            process = self._process = self._spawner.adopt(
+                handed.process, handed.started_at or time.time())
+            process.admitted = handed.admitted
+            if handed.admitted and self._seat is not None:
+                self._seat.adopted(self._answers_broken)
+            self._watch(process, now)
+        self._log.info("engine_adopted", pid=self.lifecycle.pid, state=str(self.lifecycle.state))
+        self._apply(actions)
+
     # -- carrying out the lifecycle's actions --------------------------------------------
 
     def _apply(self, actions: list[Action]) -> None:
@@ -430,15 +467,19 @@ class EngineRunner:
         if isinstance(process, SpawnFailed):
             return self.lifecycle.spawn_failed(process.error, now, transient=process.transient)
         self._process = process
-        self._health.spawned(now)
         self.labels.clear()  # a new process: its values take the slots afresh
         actions = self.lifecycle.spawned(process.pid, now)
+        self._watch(process, now)
+        return actions
+
+    def _watch(self, process: SpawnRecord, now: float) -> None:
+        """Start the health loop (and telemetry) of a process spawned or adopted at ``now``."""
+        self._health.spawned(now)
         process.watchers.append(self._tasks.start(self._health.run(process)))
         if self.telemetry is not None:
             process.watchers.append(self._tasks.start(self.telemetry.run(
                 running=lambda: self.lifecycle.state is State.RUNNING,
                 alive=lambda: self.lifecycle.state in ALIVE)))
-        return actions
 
     def _admit(self) -> None:
         """Tell the seat the engine takes calls, once per process: at its first answer

@@ -29,6 +29,11 @@ class DoorSeat(Protocol):
         answers with bytes that are not cuzk's messages."""
         ...
 
+    def adopted(self, broken: BrokenAnswers) -> None:
+        """The process admitted before ``cuzkd upgrade`` goes on taking calls, now this
+        program's: ``broken`` is its hook (see :meth:`admit`)."""
+        ...
+
     def stop_admitting(self, drain_left: float | None) -> None:
         """A stop of the engine began: no new call goes to it (calls it has run on).
         ``drain_left``: an operator's stop drains for this many seconds more, and a deadline

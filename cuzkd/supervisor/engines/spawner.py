@@ -19,11 +19,13 @@ from structlog.typing import FilteringBoundLogger
 
 from cuzkd.errors import SpawnError
 from cuzkd.log.ratelimit import LimitedLog, errno_name
+from cuzkd.supervisor.core.handover import Child
 from cuzkd.supervisor.core.spawngate import SpawnGate, spawn_gate
 from cuzkd.supervisor.engines.launch import EngineLaunch
 from cuzkd.supervisor.engines.spawnrecord import SpawnRecord
 from cuzkd.supervisor.engines.stderrtail import StderrTail
-from cuzkd.supervisor.proc.children import SPAWN_ERRORS, ChildTable
+from cuzkd.supervisor.proc.adopted import AdoptedProcess
+from cuzkd.supervisor.proc.children import SPAWN_ERRORS, ChildProcess, ChildTable
 from cuzkd.supervisor.proc.descendants import DescendantWatch
 from cuzkd.supervisor.proc.oom import OomCounters
 from cuzkd.supervisor.proc.output import OutputLog, log_lines
@@ -68,6 +70,11 @@ class EngineSpawner:
     def argv(self) -> list[str]:
         """The command as configured (``{binary}`` unresolved)."""
         return self._launch.argv
+
+    @property
+    def waiting(self) -> bool:
+        """A spawn waits at the gate (leftovers, GPU memory)."""
+        return self._gate is not None
 
     @property
     def waiting_for_gpu(self) -> bool:
@@ -119,13 +126,24 @@ class EngineSpawner:
                               error=str(exc), errno=errno_name(exc), transient=transient,
                               argv=self.argv)
             return SpawnFailed(str(exc), transient)
-        self._descendants.spawned(child.pid)
         self.spawns += 1
         self._log.info("engine_spawned", pid=child.pid, argv=argv)
+        return self._watch(child, time.time())
+
+    def adopt(self, handed: Child, started_at: float) -> SpawnRecord:
+        """Take over the process the old code spawned (``cuzkd upgrade``): registered with
+        the child table before its reaper runs, its output read again."""
+        child = AdoptedProcess(handed.pid, handed.stdout, handed.stderr)
+        self._children.adopt(child, self._on_exit)
+        return self._watch(child, started_at)
+
+    def _watch(self, child: ChildProcess, started_at: float) -> SpawnRecord:
+        """Its descendants recorded, its output read under the engine's logger."""
+        self._descendants.spawned(child.pid)
         self._tasks.start(log_lines(child.stdout, self._output, "stdout", child.pid))
         self.stderr.read_by(self._tasks.start(log_lines(
             child.stderr, self._output, "stderr", child.pid, tail=self.stderr.spawned())))
-        return SpawnRecord(child, started_at=time.time(), oom=OomCounters(child.pid))
+        return SpawnRecord(child, started_at=started_at, oom=OomCounters(child.pid))
 
     def process_ended(self, pids_of_it: set[int]) -> None:
         """A process exited: ``pids_of_it`` (it, its descendants) hold nothing of the GPUs the

@@ -118,14 +118,21 @@ class ChildTable:
         self._children[proc.pid] = (proc, on_exit)
         return proc
 
+    def adopt(self, proc: ChildProcess, on_exit: OnExit) -> None:
+        """Register a child the old code spawned (``cuzkd upgrade``), ``on_exit`` to receive
+        its wait status: before :meth:`install`, so an exit during the exec is its owner's."""
+        self._children[proc.pid] = (proc, on_exit)
+
     def pids(self) -> Collection[int]:
         """The pids of the registered children (engines and one-shots still running)."""
         return self._children.keys()
 
     async def run_oneshot(self, argv: Sequence[str], timeout: float,
-                          env: Mapping[str, str] | None = None) -> str:
-        """Run ``argv`` to its end (a smoke test, a canary check); its exit cause, or
-        ``timeout``. ``env``: its environment (default: ours).
+                          env: Mapping[str, str] | None = None,
+                          pass_fds: Sequence[int] = ()) -> str:
+        """Run ``argv`` to its end (a smoke test, a canary check, an upgrade's dry run); its
+        exit cause, or ``timeout``. ``env``: its environment (default: ours); ``pass_fds``:
+        descriptors it inherits.
 
         Spawned like an engine (own process group, die with us) and collected by our reaper:
         ``subprocess.run`` or asyncio's child watcher would race the reaper's ``waitpid(-1)``
@@ -138,7 +145,7 @@ class ChildTable:
                 exited.set_result(wait_status)
 
         try:
-            proc = self.spawn(argv, os.environ if env is None else env, on_exit)
+            proc = self.spawn(argv, os.environ if env is None else env, on_exit, pass_fds)
         except SPAWN_ERRORS as exc:
             log.error("oneshot_spawn_failed", argv=list(argv), error=str(exc))
             return f"spawn_failed ({exc})"

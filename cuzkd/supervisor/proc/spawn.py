@@ -88,10 +88,10 @@ def _above_stdio(fd: int) -> int:
         os.close(fd)
 
 
-def _memfd_holding(data: bytes) -> int:
+def memfd_holding(data: bytes, name: str = "cuzkd-spawn-spec") -> int:
     """A close-on-exec memfd holding ``data``, positioned at its start: filled before the
     fork, it lets the shim read a spec of any size without the parent waiting on a pipe."""
-    fd = _above_stdio(os.memfd_create("cuzkd-spawn-spec"))
+    fd = _above_stdio(os.memfd_create(name))
     try:
         view = memoryview(data)
         while view:
@@ -123,7 +123,7 @@ def _start_shim(argv: Sequence[str], env: Mapping[str, str], pass_fds: Sequence[
     """
     spec = execshim.encode_spec(argv, env)
     with contextlib.ExitStack() as parent_copies:  # the shim has its own once Popen returns
-        spec_fd = _memfd_holding(spec)
+        spec_fd = memfd_holding(spec)
         parent_copies.callback(os.close, spec_fd)
         report_r, report_w = _report_pipe()
         parent_copies.callback(os.close, report_w)
@@ -210,11 +210,16 @@ class EngineProcess:
 
     def signal_group(self, signum: int) -> bool:
         """Signal the whole process group; False if nothing in it is left."""
-        try:
-            os.killpg(self.pid, signum)
-        except ProcessLookupError:
-            return False
-        return True
+        return signal_group(self.pid, signum)
+
+
+def signal_group(pgid: int, signum: int) -> bool:
+    """Signal the process group ``pgid``; False if nothing in it is left."""
+    try:
+        os.killpg(pgid, signum)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def exit_cause(wait_status: int) -> tuple[str, bool]:

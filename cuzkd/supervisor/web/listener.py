@@ -71,6 +71,9 @@ class GatedListener:
         self._on_handshake_failed = on_handshake_failed
         self._socks: list[socket.socket] = []
         self._accepting = False
+        #: accepting is held (``cuzkd upgrade``: connections wait in the backlog for the new
+        #: code)
+        self._held = False
         self._retry: asyncio.TimerHandle | None = None
         self._handshakes: set[asyncio.Task[Any]] = set()
         #: connections open now (accepted, not yet closed)
@@ -103,7 +106,31 @@ class GatedListener:
             self.close()
             raise
         self._resume()
+        return self.bound()
+
+    def adopt(self, fds: list[int]) -> list[tuple[str, int]]:
+        """Listen on the sockets the old code bound (``cuzkd upgrade``); the bound pairs."""
+        for fd in fds:
+            sock = socket.socket(fileno=fd)
+            sock.set_inheritable(False)
+            sock.setblocking(False)
+            self._socks.append(sock)
+        self._resume()
+        return self.bound()
+
+    def bound(self) -> list[tuple[str, int]]:
         return [cast(tuple[str, int], s.getsockname()[:2]) for s in self._socks]
+
+    def filenos(self) -> list[int]:
+        return [sock.fileno() for sock in self._socks]
+
+    def hold(self, held: bool) -> None:
+        """Stop accepting (connections wait in the backlog) or accept again."""
+        self._held = held
+        if held:
+            self._pause()
+        else:
+            self._resume()
 
     def close(self) -> None:
         """Stop listening (open connections are the HTTP runner's to close)."""
@@ -120,7 +147,7 @@ class GatedListener:
     # -- accepting -------------------------------------------------------------------------
 
     def _resume(self) -> None:
-        if self._accepting or self._retry is not None or not self._socks:
+        if self._accepting or self._held or self._retry is not None or not self._socks:
             return
         loop = asyncio.get_running_loop()
         for sock in self._socks:

@@ -17,6 +17,7 @@ from aiohttp import hdrs, web
 from prometheus_client.registry import Collector
 
 from cuzkd.httperrors import json_errors
+from cuzkd.metrics.carry import CounterCarry
 from cuzkd.metrics.http import make_metrics_handler
 from cuzkd.supervisor.web.access import WebAccess
 from cuzkd.supervisor.web.outbox import Outbox
@@ -26,9 +27,11 @@ _JSON = {hdrs.CONTENT_TYPE: "application/json; charset=utf-8"}
 
 
 def build_metrics_app(supervisor: ScrapeTarget, outbox: Outbox, access: WebAccess,
-                      collectors: Sequence[Collector] = ()) -> web.Application:
+                      collectors: Sequence[Collector] = (),
+                      carry: CounterCarry | None = None) -> web.Application:
     """``collectors``: the supervisor's own long-lived collectors, rendered with each scrape's
-    sample (the front doors' :class:`~cuzkd.metrics.door_metrics.DoorMetrics`)."""
+    sample (the front doors' :class:`~cuzkd.metrics.door_metrics.DoorMetrics`); ``carry``: the
+    counts of the program this one replaced (``cuzkd upgrade``)."""
     app = web.Application(middlewares=[access.guard, json_errors])
     app.on_response_prepare.append(access.add_headers)
 
@@ -42,5 +45,5 @@ def build_metrics_app(supervisor: ScrapeTarget, outbox: Outbox, access: WebAcces
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/status", status)
     app.router.add_get("/metrics",
-                       make_metrics_handler(supervisor.sample, outbox.send, collectors))
+                       make_metrics_handler(supervisor.sample, outbox.send, collectors, carry))
     return app

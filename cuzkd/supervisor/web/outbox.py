@@ -51,15 +51,34 @@ class Outbox:
         self._deadline = deadline
         self.closed_total: dict[str, int] = dict.fromkeys(
             (ConnectionClose.DEADLINE, ConnectionClose.SEND_BUDGET), 0)
+        #: responses being sent now, and set whenever none is
+        self._sending = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
 
     @property
     def held(self) -> int:
         """Bytes the responses in flight hold now: their bodies (each once), waiting slices."""
         return self._budget.held
 
+    async def idle(self) -> None:
+        """Until no response is being sent."""
+        await self._idle.wait()
+
     async def send(self, request: web.Request, body: bytes,
                    headers: LooseHeaders) -> web.StreamResponse:
         """Answer ``request`` with ``body`` (never copied: keep it shared) and ``headers``."""
+        self._sending += 1
+        self._idle.clear()
+        try:
+            return await self._send(request, body, headers)
+        finally:
+            self._sending -= 1
+            if not self._sending:
+                self._idle.set()
+
+    async def _send(self, request: web.Request, body: bytes,
+                    headers: LooseHeaders) -> web.StreamResponse:
         response = web.StreamResponse(headers=headers)
         response.content_length = len(body)
         transport = request.transport

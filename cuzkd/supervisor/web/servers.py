@@ -17,6 +17,9 @@ of ``shutdown_grace``, then is cancelled; aiohttp's own default would wait 60 s 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import socket
 import ssl
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +31,7 @@ from cuzkd.errors import StartupError
 from cuzkd.httperrors import JsonErrorsRunner
 from cuzkd.log.ratelimit import LimitedLog, errno_name
 from cuzkd.states import ConnectionClose
+from cuzkd.supervisor.core.handover import Listeners
 from cuzkd.supervisor.web.listener import IDLE_TIMEOUT, GatedListener
 from cuzkd.supervisor.web.outbox import Outbox
 from cuzkd.units import parse_listen
@@ -49,15 +53,23 @@ class Servers:
         #: sends the metrics app's bodies (the app is built with it, before start)
         self.outbox = Outbox()
         self._control_socket: Path | None = None
+        #: the control socket's runner, its listening socket and the server accepting on it
+        self._control_runner: web.AppRunner | None = None
+        self._control_sock: socket.socket | None = None
+        self._control_server: asyncio.AbstractServer | None = None
+        #: while held for an upgrade: a descriptor keeping the control socket listening
+        self._control_held: int | None = None
 
     async def start(self, control: web.Application, control_socket: Path,
                     metrics: web.Application, metrics_listen: str,
                     connection_limit: Callable[[], int],
                     tls: Callable[[], ssl.SSLContext | None] = lambda: None,
-                    bound: Callable[[str, int], None] = lambda host, port: None) -> None:
+                    bound: Callable[[str, int], None] = lambda host, port: None,
+                    handed: Listeners | None = None) -> None:
         """Serve both apps. ``tls``: the context each new metrics connection gets
         (:meth:`WebAccess.tls`), None for plain HTTP. ``bound`` is told the metrics
-        listener's (host, port) before the control socket answers anything."""
+        listener's (host, port) before the control socket answers anything. ``handed``: the
+        listeners of the program this one replaced (``cuzkd upgrade``), served as they are."""
         control_runner = JsonErrorsRunner(control, handle_signals=False, access_log=None)
         metrics_runner = JsonErrorsRunner(metrics, handle_signals=False, access_log=None,
                                           keepalive_timeout=IDLE_TIMEOUT)
@@ -74,24 +86,67 @@ class Servers:
             on_accept_error=self._on_accept_error, on_limit=self._on_limit,
             on_handshake_failed=self._on_handshake_failed)
         try:
-            host, port = (await self._listener.start(address.host, address.port))[0]
+            listening = (self._listener.adopt(handed.metrics) if handed is not None
+                         else await self._listener.start(address.host, address.port))
         except OSError as exc:
             raise StartupError(f"cannot listen on metrics.listen {metrics_listen}: "
                                f"{exc.strerror}") from None
+        host, port = listening[0]
         bound(str(host), int(port))
         try:
-            sock = bind_private_socket(control_socket, make_parent=True)
+            sock = (socket.socket(fileno=handed.control) if handed is not None
+                    else bind_private_socket(control_socket, make_parent=True))
         except OSError as exc:
             raise StartupError(f"cannot bind control socket {control_socket}: "
                                f"{exc.strerror}") from None
-        self._control_socket = control_socket
-        await web.SockSite(control_runner, sock).start()
+        sock.set_inheritable(False)
+        self._control_socket, self._control_runner = control_socket, control_runner
+        await self._serve_control(sock)
+
+    async def _serve_control(self, sock: socket.socket) -> None:
+        """Accept control connections on ``sock`` (a server of our own rather than aiohttp's
+        site: :meth:`quiesce` stops it without closing the socket)."""
+        assert self._control_runner is not None and self._control_runner.server is not None
+        self._control_sock = sock
+        self._control_server = await asyncio.get_running_loop().create_server(
+            self._control_runner.server, sock=sock)
+
+    def handover(self) -> Listeners:
+        """Both listeners' descriptors, for the program that replaces the supervisor."""
+        assert self._listener is not None and self._control_sock is not None
+        control = (self._control_held if self._control_held is not None
+                   else self._control_sock.fileno())
+        return Listeners(control, self._listener.filenos())
+
+    async def quiesce(self, within: float) -> None:
+        """Stop accepting on both listeners and let the metrics responses in flight end, for
+        ``within`` seconds at most: the connections that come meanwhile wait in the backlog
+        for the program that replaces this one (``cuzkd upgrade``)."""
+        if self._control_server is not None and self._control_sock is not None:
+            # a duplicate keeps the socket listening while the server closes its own
+            self._control_held = os.dup(self._control_sock.fileno())
+            self._control_server.close()
+            self._control_server = None
+        if self._listener is not None:
+            self._listener.hold(True)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.outbox.idle(), within)
+
+    async def resume(self) -> None:
+        """Accept again (the upgrade did not happen)."""
+        if self._listener is not None:
+            self._listener.hold(False)
+        if self._control_held is not None:
+            held, self._control_held = self._control_held, None
+            await self._serve_control(socket.socket(fileno=held))
 
     async def close(self, within: float) -> None:
         """Stop listening, and end within about ``within`` seconds (at least
         :data:`MIN_HANDLER_WAIT`) however long the requests in progress would take."""
         if self._listener is not None:
             self._listener.close()
+        if self._control_server is not None:
+            self._control_server.close()
         # aiohttp waits its shutdown_timeout twice -- for the handlers to end, then for the
         # cancelled ones to unwind -- and takes it only at construction (a private attribute
         # since): each wait gets half of what is left, the two runners close side by side.

@@ -1,0 +1,57 @@
+"""The new program's side of ``cuzkd upgrade``, before its event loop: the dry run's answer, and
+the hand-over taken with the config it runs.
+
+The dry run (``cuzkd run --handover-check DOC:ANSWER``) is asked by the old code before anything
+changes: it decodes the hand-over (its format) and reads the config text the old code runs,
+exactly as the exec's program will, and answers on the pipe. The exec's program
+(``cuzkd run --handover FD``) does the same and then runs the supervisor on what it was handed
+(:class:`~cuzkd.supervisor.daemon.root.Supervisor`). The config is the text that ran, not the
+file as it is now: a changed file is applied by a reload afterwards, as any change is.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+from cuzkd import __version__
+from cuzkd.config import Config, config_from_text, default_config
+from cuzkd.errors import ConfigError, HandoverRefused
+from cuzkd.supervisor.core.handover import Handover, Verdict, decode
+from cuzkd.supervisor.proc.reexec import answer_dry_run, read_handover
+
+
+@dataclass(frozen=True)
+class Taken:
+    """A hand-over this program adopts, and the config it runs."""
+
+    handed: Handover
+    config: Config
+
+
+def config_of(handed: Handover) -> Config:
+    """The config the old code ran, read from its text (the embedded default without one)."""
+    if handed.config_text is None:
+        return default_config()
+    return config_from_text(handed.config_text, handed.config_path or "the handed config")
+
+
+def check_handover(fds: str) -> int:
+    """``--handover-check DOC:ANSWER``: answer whether this program adopts the hand-over in
+    the memfd DOC; 0 when it does, else 1 (the reason on the pipe and on stderr)."""
+    doc, answer = (int(fd) for fd in fds.split(":"))
+    try:
+        config_of(decode(read_handover(doc)))
+    except (HandoverRefused, ConfigError) as exc:
+        print(f"cuzkd {__version__} refuses the hand-over: {exc}", file=sys.stderr)
+        answer_dry_run(answer, Verdict(False, __version__, str(exc)))
+        return 1
+    answer_dry_run(answer, Verdict(True, __version__))
+    return 0
+
+
+def take_handover(fd: int) -> Taken:
+    """``--handover FD``: the hand-over and its config. Raises what the dry run would have
+    refused (it passed: only a file changed since, such as a web config, gets here)."""
+    handed = decode(read_handover(fd))
+    return Taken(handed, config_of(handed))
