@@ -130,7 +130,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         return asyncio.run(Supervisor(
             config, demo=args.demo or (handover is not None and handover.handed.demo),
-            log_drops=sink.dropped, log_flush=sink.flush_for_exec, log_format=args.log_format,
+            log_drops=sink.dropped, log_flush=sink.flush, log_format=args.log_format,
             handover=None if handover is None else handover.handed).run())
     finally:
         sink.close()

@@ -33,7 +33,8 @@ class DropReason(enum.StrEnum):
     QUEUE_FULL = "queue_full"
     #: writing it failed
     WRITE_ERROR = "write_error"
-    #: still queued when ``cuzkd upgrade`` re-executed the supervisor (its flush's bound over)
+    #: still queued when ``cuzkd upgrade`` re-executed the supervisor (its flush's bound over;
+    #: counted by the new code, from the hand-over)
     UPGRADE = "upgrade"
 
 
@@ -79,12 +80,9 @@ class LineQueue:
         self._bytes += len(line)
         return True
 
-    def abandon(self) -> int:
-        """Drop every queued line (the program is being replaced): how many, counted."""
-        lines = len(self._lines)
-        self._lines.clear()
-        self.dropped_total[DropReason.UPGRADE.value] += lines
-        return lines
+    @property
+    def queued_lines(self) -> int:
+        return len(self._lines)
 
     def take(self) -> list[bytes]:
         """Every queued line, in order: the writer's next batch (its bytes count until

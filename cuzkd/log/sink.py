@@ -46,8 +46,13 @@ class LogSink:
         self._render_report = render_report
         self._clock = clock
         self._queue = LineQueue(max_bytes)
-        self._wakeup = threading.Condition()
+        lock = threading.Lock()
+        #: the writer waits on it for lines; a flush waits on ``_idle`` for the writer
+        self._wakeup = threading.Condition(lock)
+        self._idle = threading.Condition(lock)
         self._closing = False
+        #: lines of the batch the writer has taken and not yet written
+        self._writing = 0
         self._thread = threading.Thread(target=self._run, name="cuzkd-log-writer", daemon=True)
         self._thread.start()
 
@@ -73,13 +78,18 @@ class LogSink:
         self._thread.join(timeout)
         return not self._thread.is_alive()
 
-    def flush_for_exec(self, timeout: float) -> int:
-        """Write what is queued within ``timeout`` seconds and end (``cuzkd upgrade`` execs
-        next); the lines still queued then, dropped and counted."""
-        if self.close(timeout):
-            return 0
+    def flush(self, timeout: float) -> int:
+        """Wait up to ``timeout`` seconds for what is queued to be written (``cuzkd upgrade``
+        execs next, and an exec drops what this process holds); the lines not written then.
+        The writer goes on: if the exec does not happen, they are written after all."""
+        deadline = self._clock() + timeout
         with self._wakeup:
-            return self._queue.abandon()
+            while self._queue.has_lines or self._writing:
+                left = deadline - self._clock()
+                if left <= 0:
+                    return self._queue.queued_lines + self._writing
+                self._idle.wait(left)
+        return 0
 
     def _run(self) -> None:
         while True:
@@ -87,11 +97,14 @@ class LogSink:
                 while not self._queue.has_lines and not self._closing:
                     self._wakeup.wait()
                 batch = self._queue.take()
+                self._writing = len(batch)
             if not batch:  # closing, and everything written
                 return
             failed = self._write_all(batch)
             with self._wakeup:
                 reports = self._queue.written(batch, failed, self._clock())
+                self._writing = 0
+                self._idle.notify_all()
             if reports:
                 self._report(reports)
 

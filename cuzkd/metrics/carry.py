@@ -19,6 +19,7 @@ at most a poll's worth, for the figures cuzkd derives from a plain cuzk document
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from fnmatch import fnmatchcase
 
 import msgspec
 from prometheus_client.metrics_core import Metric
@@ -26,12 +27,11 @@ from prometheus_client.samples import Sample
 
 #: The family types whose samples only grow.
 CARRIED_TYPES = ("counter", "histogram")
-#: Families whose series first appear once their source was read (see module doc).
-_READ_LATER = ("cuzk_",)
-#: The door process's figures (its own counts, which continue); the door process's restarts
-#: and exits are the supervisor's.
-_DOOR_FIGURES = "cuzkd_door_"
-_DOOR_PROCESS = "cuzkd_door_process_"
+#: Families whose series first appear once their source was read (see module doc): the
+#: engines' (documents and gRPC), and the door process's figures (its own counts, which
+#: continue) -- but not the door process's restarts and exits, which are the supervisor's.
+_READ_LATER = ("cuzk_*", "cuzkd_door_*")
+_SUPERVISORS = "cuzkd_door_process_*"
 
 #: A series' key: its sample name (a histogram's family name) and its labels (less ``le``).
 Key = tuple[str, tuple[tuple[str, str], ...]]
@@ -48,8 +48,8 @@ class CarriedSample(msgspec.Struct, frozen=True, forbid_unknown_fields=True, arr
 
 def read_later(family: str) -> bool:
     """Whether ``family``'s series appear only once their source was read."""
-    return family.startswith(_READ_LATER) or (family.startswith(_DOOR_FIGURES)
-                                              and not family.startswith(_DOOR_PROCESS))
+    return (any(fnmatchcase(family, pattern) for pattern in _READ_LATER)
+            and not fnmatchcase(family, _SUPERVISORS))
 
 
 def carried_samples(families: Iterable[Metric]) -> list[CarriedSample]:

@@ -57,4 +57,5 @@ def test_failed_writes_are_counted_and_reported_after_a_write_succeeds() -> None
     queue.unreported([report])
     queue.offer(b"d", now=2.0)
     assert queue.written(queue.take(), 1, now=3.0) == [DropReport("write_error", 3, 1.0, 2.0)]
-    assert queue.dropped_total == {"queue_full": 0, "write_error": 3, "upgrade": 0}  # each line once
+    # each line once
+    assert queue.dropped_total == {"queue_full": 0, "write_error": 3, "upgrade": 0}

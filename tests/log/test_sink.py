@@ -118,3 +118,35 @@ def test_a_line_that_is_not_valid_text_is_written_escaped() -> None:
         sink.write("lone \ud800 surrogate")  # a console line may carry one from an engine
         assert read_until(r, b"surrogate\n") == b"lone \\ud800 surrogate\n"
         assert sink.close()
+
+
+def test_a_flush_waits_for_the_writer_and_says_what_is_still_queued() -> None:
+    """``cuzkd upgrade`` flushes before its exec: what the reader took is written; what a
+    stalled reader left queued when the bound ran out is counted, and still written later."""
+    read_end, write_end = os.pipe()
+    sink = LogSink(write_end, lambda report: None)
+    try:
+        sink.write("one")
+        assert sink.flush(5.0) == 0
+        assert os.read(read_end, 100) == b"one\n"
+        os.set_blocking(write_end, False)
+        filler = b"x" * 65536
+        with suppress(BlockingIOError):
+            while True:
+                os.write(write_end, filler)  # the pipe is full: the writer blocks
+        sink.write("stuck")
+        sink.write("two")
+        assert sink.flush(0.2) >= 1
+        os.set_blocking(read_end, False)
+        read = b""
+        deadline = time.monotonic() + 10
+        while not read.endswith(b"two\n") and time.monotonic() < deadline:
+            with suppress(BlockingIOError):
+                read += os.read(read_end, 1 << 20)
+            sink.flush(0.05)  # the reader drains: the writer goes on
+        assert read.endswith(b"stuck\ntwo\n")
+        assert sink.flush(5.0) == 0
+    finally:
+        sink.close(1.0)
+        os.close(read_end)
+        os.close(write_end)

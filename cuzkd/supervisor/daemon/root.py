@@ -60,6 +60,9 @@ log = structlog.get_logger("cuzkd.supervisor")
 #: One line per signal and meaning per this many seconds (a second SIGUSR1 a few seconds after
 #: the first still dumps; a flood of them writes one dump a second).
 SIGNAL_LOG_INTERVAL = 1.0
+#: How old the engines' status documents in an upgrade's hand-over may be: the counts taken
+#: from them continue in the engines themselves, and a fresh fetch would only hold the exec.
+HANDOVER_SAMPLE_AGE = 60.0
 #: What a swap in flight is told when the shutdown cancels it.
 SHUTDOWN_REASON = "supervisor shutting down"
 
@@ -258,7 +261,8 @@ class Supervisor:
     async def _handover(self, upgrade_id: str, mask: list[int]) -> Handover:
         """Everything the program that replaces this one needs (see
         :mod:`~cuzkd.supervisor.core.handover`), as it stands now."""
-        sample = await self.readout.sample()
+        # the engines' last documents will do (their series are read again by the new code)
+        sample = await self.readout.sample(max_age=HANDOVER_SAMPLE_AGE)
         families = collect(sample, [*self_collectors(), self.doors], self._carry)
         config, clock = self.config, self.engines.clock
         return Handover(

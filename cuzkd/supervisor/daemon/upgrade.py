@@ -16,6 +16,7 @@ See docs/operations.md, *Upgrading cuzkd in place*.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -34,7 +35,13 @@ from cuzkd.supervisor.core.handover import Handover, encode
 from cuzkd.supervisor.core.phase import SupervisorPhase
 from cuzkd.supervisor.daemon.notify import Notifier
 from cuzkd.supervisor.proc.children import ChildTable
-from cuzkd.supervisor.proc.reexec import current_signal_mask, dry_run, exec_in_place
+from cuzkd.supervisor.proc.reexec import (
+    block_signals,
+    current_signal_mask,
+    dry_run,
+    exec_in_place,
+    restore_signals,
+)
 
 log = structlog.get_logger("cuzkd.supervisor")
 
@@ -145,12 +152,17 @@ class Upgrader:
     async def _exec(self, upgrade_id: str, new: str) -> None:
         """Hold the listeners and exec (see module doc); returns only when it did not."""
         await self._quiesce(QUIESCE)
-        mask = current_signal_mask()
+        # Blocked from here: a signal now waits for the new code. One that came just before
+        # is in the loop's hands: two turns of the loop handle it (a stop ends the upgrade).
+        mask = block_signals()
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
         handover = await self._handover(upgrade_id, mask)
         # the moment, asked again: while this program was upgrading, not since
         why = ("the supervisor is stopping" if self._phase.stopping
                else self._refusal(Phase.RUNNING))
         if why is not None:
+            restore_signals(mask)
             await self._undo(UpgradeOutcome(upgrade_id, "refused", __version__, new,
                                             time.time(), why), send_ready=False)
             return
@@ -163,6 +175,7 @@ class Upgrader:
                                                                          unwritten))
         error = exec_in_place(self._command, self._exec_args, encode(handover),
                               handover.descriptors())
+        restore_signals(mask)
         await self._undo(UpgradeOutcome(upgrade_id, "failed", __version__, new, time.time(),
                                         f"exec {self._command[0]}: {error}"), send_ready=True)
 

@@ -50,6 +50,18 @@ def current_signal_mask() -> list[int]:
     return sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, []))
 
 
+def block_signals() -> list[int]:
+    """Block every signal (until the exec, and across it); the mask before."""
+    return sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK,
+                                                         signal.valid_signals()))
+
+
+def restore_signals(mask: Sequence[int]) -> None:
+    """Put the mask :func:`block_signals` returned back (the exec did not happen): what came
+    meanwhile is delivered now."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
 async def dry_run(children: ChildTable, command: Sequence[str], handover: bytes,
                   timeout: float) -> Verdict:
     """Ask ``command run --handover-check`` whether it adopts ``handover`` (its config
@@ -80,16 +92,15 @@ async def dry_run(children: ChildTable, command: Sequence[str], handover: bytes,
 
 def exec_in_place(command: Sequence[str], args: Sequence[str], handover: bytes,
                   keep: Sequence[int]) -> OSError:
-    """Replace this program with ``command run ARGS --handover FD``, ``keep`` open across; on
-    success it does not return. When the exec fails, everything is as it was and the error is
-    returned."""
+    """Replace this program with ``command run ARGS --handover FD``, ``keep`` open across
+    (signals blocked first: :func:`block_signals`); on success it does not return. When the
+    exec fails, the descriptors are as they were and the error is returned."""
     if threading.current_thread() is not threading.main_thread():
         # PR_SET_PDEATHSIG fires when the forking thread ends: an exec from another thread
         # ends the main thread, and every engine with it.
         return OSError(0, "cuzkd upgrade execs on the main thread only")
     doc = memfd_holding(handover, "cuzkd-handover")
     kept = [*keep, doc]
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
     try:
         for fd in kept:
             os.set_inheritable(fd, True)
@@ -99,7 +110,6 @@ def exec_in_place(command: Sequence[str], args: Sequence[str], handover: bytes,
             with contextlib.suppress(OSError):
                 os.set_inheritable(fd, False)
         os.close(doc)
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         return exc
     raise AssertionError("execv returned")  # pragma: no cover
 

@@ -415,3 +415,49 @@ def test_a_shutdown_during_a_restart_leaves_it_stopped() -> None:
     assert m.stop_requested(1.5, StopReason.SHUTDOWN, within=30.0) == []  # already stopping
     assert m.exited("signal_SIGTERM", clean=False, now=2.0) == []
     assert (m.state, m.last_exit_cause) == (State.STOPPED, "stopped")
+
+
+# -- cuzkd upgrade ---------------------------------------------------------------------------
+
+
+def _handed_over(m: Lifecycle, now: float) -> tuple[Lifecycle, list[Action]]:
+    fresh = machine()
+    return fresh, fresh.adopt(m.handover(), now)
+
+
+def test_a_running_engine_carries_on_where_it_was() -> None:
+    m = running(machine(), pid=7, now=0.0)
+    m.stop_requested(1.0)
+    m.exited("signal_SIGTERM", False, 2.0)
+    m.start_requested(3.0)
+    m.spawned(8, 3.0)
+    m.poll(3.5, ok=True)
+    new, actions = _handed_over(m, 10.0)
+    assert actions == []
+    assert new.handover() == m.handover()
+    assert (new.state, new.pid, new.restarts, dict(new.exits)) == (
+        State.RUNNING, 8, 1, {"stopped": 1})
+    # its deadlines run on: silent from 3.5 on, it is unhealthy 5 s later, not 5 s after 10
+    assert new.poll(8.6, ok=False) == [Stop(reason=StopReason.UNHEALTHY)]
+
+
+def test_a_backoff_goes_on_for_what_is_left_of_it_and_counts_failures_on() -> None:
+    m = running(machine(), now=0.0)
+    m.exited("exit_1", False, 1.0)  # healthy for 0.9 s: the first failure restarts at once
+    m.spawned(101, 1.0)
+    assert m.exited("exit_1", False, 1.5) == [ScheduleStart(1.0)]
+    new, actions = _handed_over(m, 2.0)
+    assert actions == [ScheduleStart(0.5)]
+    assert new.state is State.BACKOFF and new.backoff.failures == 2
+    assert new.backoff_elapsed(2.5) == [Spawn()]
+    new.spawned(102, 2.5)
+    assert new.exited("exit_1", False, 3.0) == [ScheduleStart(2.0)]  # doubled, not reset
+
+
+def test_a_backoff_that_ran_out_during_the_exec_restarts_at_once() -> None:
+    m = running(machine(), now=0.0)
+    m.exited("exit_1", False, 1.0)
+    m.spawned(101, 1.0)
+    m.exited("exit_1", False, 1.5)
+    _, actions = _handed_over(m, 9.0)
+    assert actions == [ScheduleStart(0.0)]

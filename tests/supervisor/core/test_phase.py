@@ -52,4 +52,27 @@ def test_readers_get_the_read_only_half() -> None:
     writes = {"started", "stop", "begin_reload", "reload_read", "end_reload"}
     assert not writes & set(dir(PhaseView))
     assert writes <= set(dir(SupervisorPhase))
-    assert {str(p) for p in Phase} == {"starting", "running", "reloading", "stopping"}
+    assert {str(p) for p in Phase} == {"starting", "running", "reloading", "stopping",
+                                       "upgrading"}
+
+
+def test_an_upgrade_holds_reloads_off_and_ends_running_unless_a_stop_came() -> None:
+    phase = SupervisorPhase(started_at=100.0)
+    phase.begin_upgrade()  # not while starting
+    assert phase.phase is Phase.STARTING
+    phase.started()
+    phase.begin_upgrade()
+    assert phase.phase is Phase.UPGRADING
+    assert phase.begin_reload() == "upgrading"
+    phase.end_upgrade()
+    assert phase.phase is Phase.RUNNING
+    phase.begin_upgrade()
+    phase.stop()
+    phase.end_upgrade()
+    assert phase.phase is Phase.STOPPING
+
+
+def test_the_new_code_takes_the_last_reloads_outcome_over() -> None:
+    phase = SupervisorPhase(started_at=500.0)
+    phase.adopted(False, 120.0)
+    assert (phase.reload_ok, phase.reload_success_at) == (False, 120.0)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 from collections import Counter
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 from support.cuzk_harness import LoadThread, cuzk_engine
 from support.door_under_test import Door
-from support.supervisor_harness import start_supervisor, write_config
+from support.supervisor_harness import scripted_engine, start_supervisor, write_config
 from support.waiting import wait_until
 
 KNOBS = {"CUZK_STANDIN_SYNTH_SECS": "0.2", "CUZK_STANDIN_GPU_SECS": "0.05",
@@ -213,3 +214,26 @@ def test_a_program_that_fails_after_the_exec_stops_the_engines_and_exits_1(door:
     exited = door.sup.events("engine_exited", pid=engine)
     assert [e["cause"] for e in exited] == ["stopped"]
     wait_until(lambda: not os.path.exists(f"/proc/{engine}"), 30, "the engine gone")
+
+
+def test_a_sigterm_in_the_gap_is_one_stop_handled_by_the_new_code(tmp_path: Path) -> None:
+    """Signals are blocked from before the hand-over to the new code's first handlers: a
+    SIGTERM sent once the old code logged ``supervisor_upgrading`` is not fatal in the gap; the
+    new code takes over, then stops the engine as a shutdown does and exits 0."""
+    program = tmp_path / "cuzkd"
+    install(program, "1.0.0")
+    sup = start_supervisor(write_config(tmp_path, [scripted_engine(tmp_path, "e")]),
+                           program=[str(program)])
+    try:
+        engine = sup.wait_engine("e", lambda e: e["state"] == "running")["pid"]
+        install(program, "1.1.0")
+        status, body = sup.request("POST", "/v1/upgrade", timeout=60)
+        assert status == 202, body
+        wait_until(lambda: sup.events("supervisor_upgrading"), 30, "the exec under way")
+        sup.proc.send_signal(signal.SIGTERM)
+        assert sup.proc.wait(60) == 0
+        assert [e["new"] for e in sup.events("supervisor_upgraded")] == ["1.1.0"]
+        assert [e["signal"] for e in sup.events("signal_received")] == ["SIGTERM"]
+        assert [e["cause"] for e in sup.events("engine_exited", pid=engine)] == ["stopped"]
+    finally:
+        sup.close()

@@ -280,3 +280,12 @@ def test_a_span_older_than_the_process_is_not_a_stall_at_its_first_poll(
     (killed_at, signum), *_ = first.signals
     assert signum == signal.SIGKILL
     assert 300 <= killed_at - first.spawned_at <= 300 + 10 + 1  # + a stall sample's pace
+
+
+def test_the_exec_of_an_upgrade_is_one_more_freeze_however_short() -> None:
+    ledger = FreezeLedger.carried(frozen_total=3.0, freezes=2, handed_at=100.0, now=100.2)
+    assert (ledger.freezes, round(ledger.frozen_total, 6)) == (3, 3.2)
+    # a late timer of the new code that overlaps the gap is not counted twice
+    assert ledger.late(100.1, 100.2 + FREEZE_THRESHOLD + 0.1) == pytest.approx(
+        FREEZE_THRESHOLD + 0.1)
+    assert ledger.freezes == 3

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import pytest
 from aiohttp import web
 from support.supervisor_harness import scripted_engine, start_supervisor, unix_request, write_config
 
@@ -83,9 +84,10 @@ def test_control_api_and_cli(tmp_path: Path) -> None:
     assert not sup.control_socket.exists()
 
 
-def test_cli_without_a_supervisor_exits_69(tmp_path: Path) -> None:
+@pytest.mark.parametrize("command", [["status"], ["upgrade"], ["upgrade", "--check"]])
+def test_cli_without_a_supervisor_exits_69(tmp_path: Path, command: list[str]) -> None:
     config = write_config(tmp_path, [scripted_engine(tmp_path, "a")])
-    out = cli("status", "--config", str(config))
+    out = cli(*command, "--config", str(config))
     assert out.returncode == 69
     assert "cannot reach the supervisor" in out.stderr and "control.sock" in out.stderr
 
