@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.cuzk_caller import Caller
@@ -26,6 +29,7 @@ from support.cuzkd_machine import (
 from support.systemd import Machine
 from support.waiting import wait_until
 
+from cuzkd.cli.control_client import call
 from cuzkd.units import parse_duration
 
 UNIT = "cuzkd.service"
@@ -270,6 +274,157 @@ def test_a_restart_proves_winning_posts_on_the_draining_engine_and_fails_no_hand
     assert max(drained) < 1.5, drained
     assert porep.spanned(ready) or winning.spanned(ready), "no call waited through the restart"
     assert machine.show("cuzkd.socket", "ActiveEnterTimestampMonotonic") == socket_since
+
+
+#: The cuzkd "installed" by ``pip install -U`` for the upgrade test: the payload's console
+#: script (cuzkd_machine.py), saying it is another version
+UPGRADED = "0.0.0+live-upgrade"
+_UPGRADED_SCRIPT = ("#!/opt/cuzkd/bin/python3\nimport sys\n\nimport cuzkd\n\n"
+                    f"cuzkd.__version__ = {UPGRADED!r}\n\n"
+                    "from cuzkd.cli import main\n\nsys.exit(main())\n")
+
+
+def _install(machine: Machine, script: str) -> None:
+    """Put ``script`` at /usr/local/bin/cuzkd atomically, as pip does (a new file renamed over
+    the old: the running supervisor's program is replaced, never rewritten)."""
+    program = machine.root / "usr/local/bin/cuzkd"
+    staged = program.with_name(".cuzkd.new")
+    staged.write_text(script)
+    staged.chmod(0o755)
+    staged.replace(program)
+
+
+def _control(machine: Machine, path: str) -> Any:
+    """The control API's answer to ``GET path``, asked from the host as root."""
+    return call(machine.root / "var/lib/private/cuzkd/control.sock", "GET", path, timeout=30)
+
+
+def _build_version(machine: Machine) -> str:
+    match = re.search(r'^cuzkd_build_info\{version="([^"]*)"\} 1', _metrics(machine), re.M)
+    assert match, "cuzkd_build_info"
+    return match.group(1)
+
+
+def _journal_events(machine: Machine, pid: int, *names: str) -> dict[str, tuple[float, Any]]:
+    """``event -> (monotonic time journald took the line, the line)`` of cuzkd's JSON lines
+    naming one of ``names`` (the last of each)."""
+    out = machine.run("journalctl", "--no-pager", "-o", "json", f"_SYSTEMD_UNIT={UNIT}",
+                      f"_PID={pid}", "_TRANSPORT=stdout").stdout
+    found: dict[str, tuple[float, Any]] = {}
+    for entry in map(json.loads, out.splitlines()):
+        message = entry.get("MESSAGE")
+        if isinstance(message, str) and message.startswith("{"):
+            line = json.loads(message)
+            if line.get("event") in names:
+                found[line["event"]] = (int(entry["__MONOTONIC_TIMESTAMP"]) / 1e6, line)
+    return found
+
+
+class _UnitWatch(threading.Thread):
+    """``systemctl show`` of the unit again and again until stopped: what it went through."""
+
+    def __init__(self, machine: Machine) -> None:
+        super().__init__(daemon=True)
+        self._machine = machine
+        self.seen: list[tuple[str, str, str]] = []  # (ActiveState, SubState, MainPID)
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        while not self.halt.is_set():
+            props = self._machine.show(UNIT, "ActiveState", "SubState", "MainPID")
+            state = (props["ActiveState"], props["SubState"], props["MainPID"])
+            if not self.seen or self.seen[-1] != state:
+                self.seen.append(state)
+            self.halt.wait(0.02)
+
+    def finish(self) -> list[tuple[str, str, str]]:
+        self.halt.set()
+        self.join(30)
+        return self.seen
+
+
+def test_upgrade_re_executes_cuzkd_in_place_and_the_door_proves_through_it(
+        machine: Machine) -> None:
+    """``cuzkd upgrade`` after a newer cuzkd was installed over /usr/local/bin/cuzkd, under a
+    PoRep and a WinningPoSt caller: the supervisor execs the new program in place (RELOADING=1,
+    then READY=1 from the new code), so the unit stays up with the same MainPID, the engine and
+    the door process keep their pids, every call completes, including the ones in flight at
+    the exec, and the build info and the journal name the new version."""
+    if _configured(machine) != {"cz"}:  # run alone: the restart test's cuzk engine and door
+        (machine.root / CONFIG_PATH.lstrip("/")).write_text(
+            engines_config(grace="5s", door='proving_allowance = { winning-post = "1s" }')
+            + cuzk_engine_table("cz", synth_secs=1.0))
+        machine.systemctl("restart", UNIT)
+    _ensure_active(machine)
+    props = machine.show(UNIT, "MainPID", "NRestarts", "InvocationID")
+    pid = int(props["MainPID"])
+    old = _build_version(machine)
+    assert old != UPGRADED
+    engines = {e["name"]: (e["pid"], e["restarts"]) for e in _control(machine, "/v1/engines")
+               ["engines"]}
+    door_process = _control(machine, "/v1/doors")["process"]["pid"]
+    started = engine_values(_metrics(machine), "cuzkd_engine_start_time_seconds")
+    assert set(engines) == {"cz"} and door_process, (engines, door_process)
+    original = (machine.root / "usr/local/bin/cuzkd").read_text()
+
+    address = f"unix://{machine.root}{DOOR_SOCKET}"
+    porep, winning = Caller(address), Caller(address, "winning-post", every=0.3)
+    watch = _UnitWatch(machine)
+    porep.start()
+    winning.start()
+    try:
+        wait_until(lambda: porep.completed() >= 1 and winning.completed() >= 1, 30,
+                   "proofs through the door", interval=0.1)
+        _install(machine, _UPGRADED_SCRIPT)
+        watch.start()
+        asked = time.monotonic()
+        done = machine.run("/usr/local/bin/cuzkd", "upgrade", "--config", CONFIG_PATH,
+                           check=False)
+        returned = time.monotonic()
+        seen = watch.finish()
+        assert done.returncode == 0, (done.stdout, done.stderr)
+        assert f"upgraded: cuzkd {old} -> {UPGRADED} (same pid" in done.stdout, done.stdout
+        finished = porep.completed()
+        wait_until(lambda: porep.completed() >= finished + 1, 30, "a proof after it",
+                   interval=0.1)
+    finally:
+        watch.halt.set()
+        porep.finish()
+        winning.finish()
+        _install(machine, original)  # later tests run the cuzkd the payload installed
+
+    print(f"{done.stdout.strip()!r} in {returned - asked:.2f} s; the unit went through {seen}")
+    assert {active for active, _sub, _pid in seen} <= {"active", "reloading"}, seen
+    assert {main for _active, _sub, main in seen} == {str(pid)}, seen
+    after = machine.show(UNIT, "ActiveState", "SubState", "MainPID", "NRestarts",
+                         "InvocationID")
+    assert (after["ActiveState"], after["SubState"]) == ("active", "running"), after
+    assert (int(after["MainPID"]), after["NRestarts"], after["InvocationID"]) == (
+        pid, props["NRestarts"], props["InvocationID"])
+    assert _build_version(machine) == UPGRADED
+    cmdline = Path(f"/proc/{machine.host_pid(pid)}/cmdline").read_bytes().split(b"\0")
+    assert b"--handover" in cmdline, cmdline  # the process is the new program's exec
+    assert {e["name"]: (e["pid"], e["restarts"]) for e in _control(machine, "/v1/engines")
+            ["engines"]} == engines
+    assert _control(machine, "/v1/doors")["process"]["pid"] == door_process
+    assert engine_values(_metrics(machine), "cuzkd_engine_start_time_seconds") == started
+
+    def logged() -> dict[str, tuple[float, Any]] | None:
+        found = _journal_events(machine, pid, "supervisor_upgrading", "supervisor_upgraded")
+        return found if len(found) == 2 else None
+
+    events = wait_until(logged, 30, "the upgrade in the journal", interval=0.2)
+    exec_at, upgrading = events["supervisor_upgrading"]
+    _adopted_at, upgraded = events["supervisor_upgraded"]
+    assert (upgrading["old"], upgrading["new"]) == (old, UPGRADED), upgrading
+    assert (upgraded["old"], upgraded["new"]) == (old, UPGRADED), upgraded
+    assert upgraded["engines"] == 1 and 0 < upgraded["gap_seconds"] < 10, upgraded
+
+    outcomes = porep.outcomes + winning.outcomes
+    assert set(outcomes) == {"COMPLETED"}, outcomes
+    assert porep.spanned(exec_at) or winning.spanned(exec_at), "no call was in flight at the exec"
+    # the journal's clock is the host's CLOCK_MONOTONIC (no time namespace)
+    assert asked < exec_at < returned
 
 
 def test_stop_ends_every_process_of_the_unit_within_the_stop_timeout(machine: Machine) -> None:
