@@ -43,7 +43,7 @@ from cuzkd.supervisor.door.inherited import take_passed_sockets
 from cuzkd.supervisor.engines.binaries import EngineBinaries
 from cuzkd.supervisor.engines.engineset import EngineSet
 from cuzkd.supervisor.proc.children import ChildTable
-from cuzkd.supervisor.proc.reexec import launcher
+from cuzkd.supervisor.proc.reexec import InstalledProgram, launcher
 from cuzkd.supervisor.proc.spawn import set_child_subreaper
 from cuzkd.supervisor.tasks import TaskSet
 from cuzkd.supervisor.web.access import WebAccess
@@ -136,12 +136,12 @@ class Supervisor:
                                         on_applied=self._notify_status)
         self._lock = StateDirLock(state_dir(config))
         self._control_lock = ControlSocketLock(control_socket(config))
+        program = InstalledProgram(self.children, command or launcher(sys.argv[0]),
+                                   ["--log-format", log_format] if log_format else [])
         self._upgrader = Upgrader(
-            self.phase, self._notifier, self.children,
-            command=command or launcher(sys.argv[0]),
-            exec_args=["--log-format", log_format] if log_format else [],
-            refusal=self._upgrade_refusal, handover=self._handover,
-            quiesce=self._servers.quiesce, resume=self._servers.resume, flush_log=log_flush,
+            self.phase, self._notifier, program, refusal=self._upgrade_refusal,
+            handover=self._handover, quiesce=self._servers.quiesce,
+            resume=self._servers.resume, flush_log=log_flush,
             status_line=self.readout.status_line)
         self._control_routes = [*control_routes, swap_routes(self.swaps),
                                 self._reloader.routes(),

@@ -21,6 +21,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
+from typing import Protocol
 
 import msgspec
 import structlog
@@ -31,17 +32,10 @@ from cuzkd.httperrors import error_response
 from cuzkd.log.queue import DropReason
 from cuzkd.metrics.carry import CarriedSample
 from cuzkd.states import Phase
-from cuzkd.supervisor.core.handover import Handover, encode
+from cuzkd.supervisor.core.handover import Handover, Verdict, encode
 from cuzkd.supervisor.core.phase import SupervisorPhase
 from cuzkd.supervisor.daemon.notify import Notifier
-from cuzkd.supervisor.proc.children import ChildTable
-from cuzkd.supervisor.proc.reexec import (
-    block_signals,
-    current_signal_mask,
-    dry_run,
-    exec_in_place,
-    restore_signals,
-)
+from cuzkd.supervisor.proc.reexec import block_signals, current_signal_mask, restore_signals
 
 log = structlog.get_logger("cuzkd.supervisor")
 
@@ -69,11 +63,21 @@ class UpgradeOutcome:
     gap_seconds: float | None = None
 
 
+class Program(Protocol):
+    """The new program (:class:`~cuzkd.supervisor.proc.reexec.InstalledProgram`)."""
+
+    @property
+    def name(self) -> str: ...
+
+    async def check(self, handover: bytes, timeout: float) -> Verdict: ...
+
+    def replace(self, handover: bytes, keep: Sequence[int]) -> OSError: ...
+
+
 class Upgrader:
     """The upgrade's control routes and its steps; the supervisor gives it what it needs."""
 
-    def __init__(self, phase: SupervisorPhase, notifier: Notifier, children: ChildTable, *,
-                 command: Sequence[str], exec_args: Sequence[str],
+    def __init__(self, phase: SupervisorPhase, notifier: Notifier, program: Program, *,
                  refusal: Callable[[Phase], str | None],
                  handover: Callable[[str, list[int]], Awaitable[Handover]],
                  quiesce: Callable[[float], Awaitable[None]],
@@ -86,9 +90,7 @@ class Upgrader:
         again; ``flush_log``: writes the queued log within a bound, returns the lines left."""
         self._phase = phase
         self._notifier = notifier
-        self._children = children
-        self._command = list(command)
-        self._exec_args = list(exec_args)
+        self._program = program
         self._refusal = refusal
         self._handover = handover
         self._quiesce = quiesce
@@ -125,10 +127,8 @@ class Upgrader:
         self._phase.begin_upgrade()
         upgrade_id = secrets.token_hex(8)
         try:
-            verdict = await dry_run(self._children, self._command,
-                                    encode(await self._handover(upgrade_id,
-                                                                current_signal_mask())),
-                                    DRY_RUN_TIMEOUT)
+            handover = await self._handover(upgrade_id, current_signal_mask())
+            verdict = await self._program.check(encode(handover), DRY_RUN_TIMEOUT)
         except BaseException:
             self._phase.end_upgrade()
             raise
@@ -136,10 +136,10 @@ class Upgrader:
             self._phase.end_upgrade()
         if not verdict.ok:
             log.warning("supervisor_upgrade_refused", error=verdict.reason,
-                        program=self._command[-1])
+                        program=self._program.name)
             return error_response(422, f"upgrade refused by the new program: {verdict.reason}")
         answer = {"id": upgrade_id, "old": __version__, "new": verdict.version,
-                  "program": self._command[-1], "check": check}
+                  "program": self._program.name, "check": check}
         if check:
             return web.json_response(answer)
         response = web.Response(status=202, body=msgspec.json.encode(answer),
@@ -168,16 +168,15 @@ class Upgrader:
             return
         self._notifier.reloading()
         log.info("supervisor_upgrading", old=__version__, new=new, upgrade_id=upgrade_id,
-                 program=self._command[-1], engines=len(handover.engines))
+                 program=self._program.name, engines=len(handover.engines))
         unwritten = self._flush_log(LOG_FLUSH)
         handover = msgspec.structs.replace(
             handover, handed_at=time.monotonic(), samples=_count_dropped(handover.samples,
                                                                          unwritten))
-        error = exec_in_place(self._command, self._exec_args, encode(handover),
-                              handover.descriptors())
+        error = self._program.replace(encode(handover), handover.descriptors())
         restore_signals(mask)
         await self._undo(UpgradeOutcome(upgrade_id, "failed", __version__, new, time.time(),
-                                        f"exec {self._command[0]}: {error}"), send_ready=True)
+                                        f"exec {self._program.name}: {error}"), send_ready=True)
 
     async def _undo(self, outcome: UpgradeOutcome, *, send_ready: bool) -> None:
         """The exec did not happen: carry on as before, the outcome logged and kept."""

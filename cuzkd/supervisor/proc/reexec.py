@@ -62,56 +62,70 @@ def restore_signals(mask: Sequence[int]) -> None:
     signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
-async def dry_run(children: ChildTable, command: Sequence[str], handover: bytes,
-                  timeout: float) -> Verdict:
-    """Ask ``command run --handover-check`` whether it adopts ``handover`` (its config
-    included); a program that cannot run, or answers nothing, is a refusal that says so."""
-    doc = memfd_holding(handover, "cuzkd-handover-check")
-    answer_r, answer_w = os.pipe()
-    said = b""
-    try:
-        cause = await children.run_oneshot(
-            [*command, "run", "--handover-check", f"{doc}:{answer_w}"], timeout,
-            pass_fds=(doc, answer_w))
-        os.close(answer_w)
-        answer_w = -1
-        os.set_blocking(answer_r, False)
-        with contextlib.suppress(BlockingIOError):
-            said = os.read(answer_r, MAX_VERDICT)
-    finally:
-        for fd in (doc, answer_r, answer_w):
-            if fd >= 0:
-                os.close(fd)
-    try:
-        return msgspec.json.decode(said, type=Verdict)
-    except msgspec.DecodeError:
-        return Verdict(False, "unknown", f"{command[-1]} did not answer the dry run ({cause}): "
-                                         "not a cuzkd that can take a hand-over (an older one? "
-                                         "a downgrade is a restart)")
+class InstalledProgram:
+    """The cuzkd installed where this one was started from: asked in a dry run, then
+    executed in place. The upgrade's seam: tests give it a program of their own."""
 
+    def __init__(self, children: ChildTable, command: Sequence[str],
+                 exec_args: Sequence[str] = ()) -> None:
+        """``command``: runs it (:func:`launcher`); ``exec_args``: ``cuzkd run``'s own options
+        the exec keeps (``--log-format``)."""
+        self._children = children
+        self.command = list(command)
+        self._exec_args = list(exec_args)
 
-def exec_in_place(command: Sequence[str], args: Sequence[str], handover: bytes,
-                  keep: Sequence[int]) -> OSError:
-    """Replace this program with ``command run ARGS --handover FD``, ``keep`` open across
-    (signals blocked first: :func:`block_signals`); on success it does not return. When the
-    exec fails, the descriptors are as they were and the error is returned."""
-    if threading.current_thread() is not threading.main_thread():
-        # PR_SET_PDEATHSIG fires when the forking thread ends: an exec from another thread
-        # ends the main thread, and every engine with it.
-        return OSError(0, "cuzkd upgrade execs on the main thread only")
-    doc = memfd_holding(handover, "cuzkd-handover")
-    kept = [*keep, doc]
-    try:
-        for fd in kept:
-            os.set_inheritable(fd, True)
-        os.execv(command[0], [*command, "run", *args, "--handover", str(doc)])  # noqa: S606
-    except OSError as exc:
-        for fd in kept:
-            with contextlib.suppress(OSError):
-                os.set_inheritable(fd, False)
-        os.close(doc)
-        return exc
-    raise AssertionError("execv returned")  # pragma: no cover
+    @property
+    def name(self) -> str:
+        return self.command[-1]
+
+    async def check(self, handover: bytes, timeout: float) -> Verdict:
+        """Ask ``command run --handover-check`` whether it adopts ``handover`` (its config
+        included); a program that cannot run, or answers nothing, is a refusal that says so."""
+        doc = memfd_holding(handover, "cuzkd-handover-check")
+        answer_r, answer_w = os.pipe()
+        said = b""
+        try:
+            cause = await self._children.run_oneshot(
+                [*self.command, "run", "--handover-check", f"{doc}:{answer_w}"], timeout,
+                pass_fds=(doc, answer_w))
+            os.close(answer_w)
+            answer_w = -1
+            os.set_blocking(answer_r, False)
+            with contextlib.suppress(BlockingIOError):
+                said = os.read(answer_r, MAX_VERDICT)
+        finally:
+            for fd in (doc, answer_r, answer_w):
+                if fd >= 0:
+                    os.close(fd)
+        try:
+            return msgspec.json.decode(said, type=Verdict)
+        except msgspec.DecodeError:
+            return Verdict(False, "unknown",
+                           f"{self.name} did not answer the dry run ({cause}): not a cuzkd "
+                           "that can take a hand-over (an older one? a downgrade is a restart)")
+
+    def replace(self, handover: bytes, keep: Sequence[int]) -> OSError:
+        """Replace this program with ``command run ARGS --handover FD``, ``keep`` open across
+        (signals blocked first: :func:`block_signals`); on success it does not return. When
+        the exec fails, the descriptors are as they were and the error is returned."""
+        if threading.current_thread() is not threading.main_thread():
+            # PR_SET_PDEATHSIG fires when the forking thread ends: an exec from another thread
+            # ends the main thread, and every engine with it.
+            return OSError(0, "cuzkd upgrade execs on the main thread only")
+        doc = memfd_holding(handover, "cuzkd-handover")
+        kept = [*keep, doc]
+        try:
+            for fd in kept:
+                os.set_inheritable(fd, True)
+            os.execv(self.command[0], [*self.command, "run", *self._exec_args,  # noqa: S606
+                                       "--handover", str(doc)])
+        except OSError as exc:
+            for fd in kept:
+                with contextlib.suppress(OSError):
+                    os.set_inheritable(fd, False)
+            os.close(doc)
+            return exc
+        raise AssertionError("execv returned")  # pragma: no cover
 
 
 def read_handover(fd: int) -> bytes:
