@@ -128,6 +128,7 @@ async def test_check_asks_the_program_and_nothing_more() -> None:
     shell = Shell()
     up, phase, program, notifier = upgrader(OK, shell)
     status, body = await post(up, {"check": True})
+    assert notifier.sent == []
     assert status == 200
     assert body["answer"] | {"id": "-"} == {"id": "-", "old": __version__, "new": "2.0.0",
                                             "program": "/usr/local/bin/cuzkd", "check": True}
