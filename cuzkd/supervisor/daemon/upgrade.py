@@ -146,7 +146,8 @@ class Upgrader:
                                 content_type="application/json")
         await response.prepare(request)
         await response.write_eof()  # it has left: the connection ends with this program
-        await self._exec(upgrade_id, verdict.version)
+        # shielded: a client that goes away must not cancel it halfway (signals blocked)
+        await asyncio.shield(self._exec(upgrade_id, verdict.version))
         return response
 
     async def _exec(self, upgrade_id: str, new: str) -> None:
@@ -155,6 +156,17 @@ class Upgrader:
         # Blocked from here: a signal now waits for the new code. One that came just before
         # is in the loop's hands: two turns of the loop handle it (a stop ends the upgrade).
         mask = block_signals()
+        try:
+            outcome = await self._exec_blocked(upgrade_id, new, mask)
+        except Exception as exc:  # whatever broke, the old code must run on as it was
+            outcome = UpgradeOutcome(upgrade_id, "failed", __version__, new, time.time(),
+                                     f"{type(exc).__name__}: {exc}")
+        finally:
+            restore_signals(mask)
+        await self._undo(outcome, send_ready=outcome.outcome == "failed")
+
+    async def _exec_blocked(self, upgrade_id: str, new: str, mask: list[int]) -> UpgradeOutcome:
+        """The steps with every signal blocked; how it ended when the exec did not happen."""
         await asyncio.sleep(0)
         await asyncio.sleep(0)
         handover = await self._handover(upgrade_id, mask)
@@ -162,10 +174,7 @@ class Upgrader:
         why = ("the supervisor is stopping" if self._phase.stopping
                else self._refusal(Phase.RUNNING))
         if why is not None:
-            restore_signals(mask)
-            await self._undo(UpgradeOutcome(upgrade_id, "refused", __version__, new,
-                                            time.time(), why), send_ready=False)
-            return
+            return UpgradeOutcome(upgrade_id, "refused", __version__, new, time.time(), why)
         self._notifier.reloading()
         log.info("supervisor_upgrading", old=__version__, new=new, upgrade_id=upgrade_id,
                  program=self._program.name, engines=len(handover.engines))
@@ -174,9 +183,8 @@ class Upgrader:
             handover, handed_at=time.monotonic(), samples=_count_dropped(handover.samples,
                                                                          unwritten))
         error = self._program.replace(encode(handover), handover.descriptors())
-        restore_signals(mask)
-        await self._undo(UpgradeOutcome(upgrade_id, "failed", __version__, new, time.time(),
-                                        f"exec {self._program.name}: {error}"), send_ready=True)
+        return UpgradeOutcome(upgrade_id, "failed", __version__, new, time.time(),
+                              f"exec {self._program.name}: {error}")
 
     async def _undo(self, outcome: UpgradeOutcome, *, send_ready: bool) -> None:
         """The exec did not happen: carry on as before, the outcome logged and kept."""

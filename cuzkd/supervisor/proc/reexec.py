@@ -81,8 +81,15 @@ class InstalledProgram:
     async def check(self, handover: bytes, timeout: float) -> Verdict:
         """Ask ``command run --handover-check`` whether it adopts ``handover`` (its config
         included); a program that cannot run, or answers nothing, is a refusal that says so."""
-        doc = memfd_holding(handover, "cuzkd-handover-check")
-        answer_r, answer_w = os.pipe()
+        try:
+            doc = memfd_holding(handover, "cuzkd-handover-check")
+        except OSError as exc:  # descriptors or memory short: no dry run, no upgrade
+            return Verdict(False, "unknown", f"cannot run the dry run: {exc}")
+        try:
+            answer_r, answer_w = os.pipe()
+        except OSError as exc:
+            os.close(doc)
+            return Verdict(False, "unknown", f"cannot run the dry run: {exc}")
         said = b""
         try:
             cause = await self._children.run_oneshot(
@@ -112,7 +119,10 @@ class InstalledProgram:
             # PR_SET_PDEATHSIG fires when the forking thread ends: an exec from another thread
             # ends the main thread, and every engine with it.
             return OSError(0, "cuzkd upgrade execs on the main thread only")
-        doc = memfd_holding(handover, "cuzkd-handover")
+        try:
+            doc = memfd_holding(handover, "cuzkd-handover")
+        except OSError as exc:  # descriptors or memory short: nothing was changed
+            return exc
         kept = [*keep, doc]
         try:
             for fd in kept:

@@ -62,11 +62,17 @@ class Shell:
         self.refusal = refusal
         self.held: list[str] = []
         self.on_quiesce: Any = None
+        #: the hand-over taken for the exec (the second) fails with this
+        self.breaks: Exception | None = None
+        self._taken = 0
 
     def refuse(self, phase: Phase) -> str | None:
         return self.refusal if phase is Phase.RUNNING else f"the supervisor is {phase}"
 
     async def handover(self, upgrade_id: str, mask: list[int]) -> Handover:
+        self._taken += 1
+        if self._taken == 2 and self.breaks is not None:
+            raise self.breaks
         return Handover(format=FORMAT, version=__version__, upgrade_id=upgrade_id,
                         config_text="", config_path="/etc/cuzkd/cuzkd.toml", demo=False,
                         signal_mask=mask, handed_at=0.0, frozen_seconds=0.0, freezes=0,
@@ -165,6 +171,19 @@ async def test_a_stop_during_the_wait_refuses_at_the_last_moment() -> None:
     assert body["last"]["error"] == "the supervisor is stopping"
     assert phase.phase is Phase.STOPPING
     assert signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+
+
+async def test_whatever_breaks_with_signals_blocked_leaves_the_old_code_running() -> None:
+    shell = Shell()
+    shell.breaks = RuntimeError("a scrape's sample failed")
+    up, phase, program, notifier = upgrader(OK, shell)
+    status, body = await post(up)
+    assert status == 202 and program.replaced == []
+    assert body["last"]["outcome"] == "failed"
+    assert body["last"]["error"] == "RuntimeError: a scrape's sample failed"
+    assert signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    assert shell.held == ["held", "accepting"] and phase.phase is Phase.RUNNING
+    assert notifier.sent == ["READY=1", "STATUS=2 engines running"]
 
 
 @pytest.fixture(autouse=True)
