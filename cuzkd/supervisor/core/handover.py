@@ -80,6 +80,8 @@ class EngineHandover(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 class DoorHandover(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """The door process and what the supervisor keeps of it."""
 
+    #: the vocabulary of its channel (the door process runs on, speaking the old code's)
+    channel_version: int
     #: door address -> its listening socket
     sockets: dict[str, int]
     channel: int

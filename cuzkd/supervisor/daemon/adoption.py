@@ -18,6 +18,7 @@ from cuzkd import __version__
 from cuzkd.config import Config, config_from_text, default_config
 from cuzkd.errors import ConfigError, HandoverRefused
 from cuzkd.supervisor.core.handover import Handover, Verdict, decode
+from cuzkd.supervisor.door.channel import VERSION as CHANNEL_VERSION
 from cuzkd.supervisor.proc.reexec import answer_dry_run, read_handover
 
 
@@ -29,8 +30,16 @@ class Taken:
     config: Config
 
 
-def config_of(handed: Handover) -> Config:
-    """The config the old code ran, read from its text (the embedded default without one)."""
+def adoptable(handed: Handover) -> Config:
+    """The config this program runs for ``handed``; ConfigError or HandoverRefused when it
+    cannot take it over."""
+    door = handed.door
+    if door is not None and door.channel_version != CHANNEL_VERSION:
+        # the door process runs on with the old code: it could never talk to this one
+        raise HandoverRefused(
+            f"the running door process speaks channel version {door.channel_version}, this "
+            f"cuzkd {CHANNEL_VERSION}: a restart (systemctl restart cuzkd) replaces both")
+    # the config the old code ran, read from its text (the embedded default without one)
     if handed.config_text is None:
         return default_config()
     return config_from_text(handed.config_text, handed.config_path or "the handed config")
@@ -41,7 +50,7 @@ def check_handover(fds: str) -> int:
     the memfd DOC; 0 when it does, else 1 (the reason on the pipe and on stderr)."""
     doc, answer = (int(fd) for fd in fds.split(":"))
     try:
-        config_of(decode(read_handover(doc)))
+        adoptable(decode(read_handover(doc)))
     except (HandoverRefused, ConfigError) as exc:
         print(f"cuzkd {__version__} refuses the hand-over: {exc}", file=sys.stderr)
         answer_dry_run(answer, Verdict(False, __version__, str(exc)))
@@ -54,4 +63,4 @@ def take_handover(fd: int) -> Taken:
     """``--handover FD``: the hand-over and its config. Raises what the dry run would have
     refused (it passed: only a file changed since, such as a web config, gets here)."""
     handed = decode(read_handover(fd))
-    return Taken(handed, config_of(handed))
+    return Taken(handed, adoptable(handed))

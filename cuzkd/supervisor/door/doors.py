@@ -209,7 +209,7 @@ class Doors:
             return None
         proc = self._process
         return DoorHandover(
-            sockets=self._sockets.by_address(),
+            channel_version=VERSION, sockets=self._sockets.by_address(),
             channel=self._channel_server.sockets[0].fileno(),
             process=None if proc is None else Child(proc.pid, proc.stdout.fileno(),
                                                     proc.stderr.fileno()),

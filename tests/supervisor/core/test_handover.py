@@ -53,7 +53,8 @@ figures = st.builds(DoorFigures, engines=st.lists(text, max_size=3),
                     holds=st.dictionaries(text, histograms, max_size=2))
 seats = st.builds(SeatState, address=st.none() | text, serial=st.integers(min_value=0),
                   last_gone=st.none() | st.tuples(text, st.integers(min_value=0)))
-doors = st.builds(DoorHandover, sockets=st.dictionaries(text, fds, max_size=3), channel=fds,
+doors = st.builds(DoorHandover, channel_version=st.integers(min_value=1, max_value=9),
+                  sockets=st.dictionaries(text, fds, max_size=3), channel=fds,
                   process=st.none() | children, ran_for=finite, ready=st.booleans(),
                   restarts=st.integers(min_value=0), exits=counts,
                   ended=st.dictionaries(text, figures, max_size=2),

@@ -38,6 +38,8 @@ sys.exit(main())
 """
 #: A new program whose hand-over format is another (an older or much newer cuzkd)
 OTHER_FORMAT = "import cuzkd.supervisor.core.handover as h; h.FORMAT = 99"
+#: A new program whose door process would speak another channel vocabulary
+OTHER_CHANNEL = "import cuzkd.supervisor.door.channel as c; c.VERSION = 99"
 #: A new program that passes its dry run and fails after the exec: the metrics listener the
 #: hand-over names is gone before it runs (its descriptor closed)
 LOSES_LISTENER = """
@@ -178,6 +180,16 @@ def test_a_program_of_another_format_is_refused_with_its_reason(door: Door) -> N
     assert "hand-over format" in done.stderr and "reads format 99 only" in done.stderr
     assert door.running() == engine
     assert len(door.sup.events("supervisor_upgraded")) == upgraded
+    install(door.tmp / "cuzkd", "1.1.0")
+
+
+def test_a_program_whose_door_channel_differs_is_refused(door: Door) -> None:
+    """The door process runs on through an upgrade, speaking the old code's channel: a new
+    cuzkd that speaks another could never reach it."""
+    install(door.tmp / "cuzkd", "1.5.0", OTHER_CHANNEL)
+    done = upgrade(door)
+    assert done.returncode == 1
+    assert "door process speaks channel version 1, this cuzkd 99" in done.stderr
     install(door.tmp / "cuzkd", "1.1.0")
 
 
