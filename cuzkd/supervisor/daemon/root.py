@@ -167,8 +167,6 @@ class Supervisor:
             return exc.exit_code
         if not set_child_subreaper():
             log.warning("subreaper_refused", detail="orphaned grandchildren will not be reaped")
-        gap = None if handed is None else self.engines.clock.adopt(
-            handed.frozen_seconds, handed.freezes, handed.handed_at)
         if handed is None:
             self.children.install(loop)
         self.engines.clock.start()  # from now on a freeze of the supervisor is seen
@@ -181,7 +179,7 @@ class Supervisor:
                 await self.engines.stop_previous_leftovers()
             await asyncio.to_thread(self.binaries.prepare)
             if handed is not None:
-                await self._adopt(handed, loop)
+                gap = await self._adopt(handed, loop)
             else:
                 await self._start_servers()
                 await self.doors.start()
@@ -195,7 +193,6 @@ class Supervisor:
                 log_notices(self.config)
                 self.engines.start_all()  # after a stop signal during start-up: none started
             else:
-                assert gap is not None
                 self._upgrader.adopted(handed, gap)
             self.phase.started()
             self._notifier.send("READY=1", self.readout.status_line())
@@ -244,19 +241,22 @@ class Supervisor:
             self._lock.adopt(handed.locks.state_dir)
             self._control_lock.adopt(handed.locks.control_socket)
 
-    async def _adopt(self, handed: Handover, loop: asyncio.AbstractEventLoop) -> None:
-        """Carry on from the old code's hand-over: the engines (their seats first), then the
-        reaper -- every adopted child registered, so an exit during the exec is its owner's
-        -- then the door process and the listeners."""
+    async def _adopt(self, handed: Handover, loop: asyncio.AbstractEventLoop) -> float:
+        """Carry on from the old code's hand-over: the run clock and the engines (their seats
+        first), then the reaper -- every adopted child registered, so an exit during the exec
+        is its owner's -- then the door process and the listeners. The supervision gap: from
+        the old code's last decision to the engines watched again."""
         self.readout.started_at = handed.started_at
         self.phase.adopted(handed.reload_ok, handed.reload_success_at)
         if handed.door is not None:
             self.doors.adopt_seats(handed.door.seats)
+        gap = self.engines.clock.adopt(handed.frozen_seconds, handed.freezes, handed.handed_at)
         self.engines.adopt_all(handed.engines)
         if handed.door is not None:
             await self.doors.adopt(handed.door)
         self.children.install(loop)
         await self._start_servers(handed.listeners)
+        return gap
 
     async def _handover(self, upgrade_id: str, mask: list[int]) -> Handover:
         """Everything the program that replaces this one needs (see
