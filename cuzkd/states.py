@@ -136,6 +136,17 @@ STOP_EXIT_CAUSES: dict[StopReason, ExitCause] = {
 SUPERVISOR_CAUSES: frozenset[ExitCause] = frozenset(STOP_EXIT_CAUSES.values())
 
 
+class UpgradeResult(enum.StrEnum):
+    """How a ``cuzkd upgrade`` ended (``GET /v1/upgrade``'s ``outcome``)."""
+
+    #: the new code took the supervisor over (told by the new code)
+    UPGRADED = "upgraded"
+    #: the gate, asked again just before the exec, refused it: nothing changed
+    REFUSED = "refused"
+    #: the exec, or what led to it, failed: the old code runs on
+    FAILED = "failed"
+
+
 class DrainResult(enum.StrEnum):
     """How a stop sequence's drain ended: the ``result`` label of ``cuzkd_engine_drains_total``."""
 

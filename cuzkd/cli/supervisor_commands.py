@@ -34,7 +34,7 @@ from cuzkd.config import (
 from cuzkd.errors import ConfigError, ControlRequestFailed, ControlUnavailable, UpgradeRefused
 from cuzkd.errortext import error_text
 from cuzkd.log.configure import LogFormat
-from cuzkd.states import ALIVE
+from cuzkd.states import ALIVE, UpgradeResult
 from cuzkd.status.document import StatusDecoder, StatusDocument
 from cuzkd.supervisor.engines.info import EngineInfo
 from cuzkd.units import format_bytes, format_duration
@@ -157,7 +157,7 @@ def _upgrade(args: argparse.Namespace) -> int:
             raise UpgradeRefused("the supervisor exited during the upgrade (the new code "
                                  "failed after the exec): see its log") from None
         if last is not None and last["id"] == accepted["id"]:
-            if last["outcome"] != "upgraded":
+            if last["outcome"] != UpgradeResult.UPGRADED:
                 raise UpgradeRefused(f"upgrade {last['outcome']}: {last['error']}")
             print(f"upgraded: cuzkd {last['old']} -> {last['new']} (same pid; supervision "
                   f"gap {last['gap_seconds']:.3f} s)")

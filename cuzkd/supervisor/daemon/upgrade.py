@@ -31,7 +31,7 @@ from cuzkd import __version__
 from cuzkd.httperrors import error_response
 from cuzkd.log.queue import DropReason
 from cuzkd.metrics.carry import CarriedSample
-from cuzkd.states import Phase
+from cuzkd.states import Phase, UpgradeResult
 from cuzkd.supervisor.core.handover import Handover, Verdict, encode
 from cuzkd.supervisor.core.phase import SupervisorPhase
 from cuzkd.supervisor.daemon.notify import Notifier
@@ -51,10 +51,10 @@ _DROPPED = ("cuzkd_log_lines_dropped_total", {"reason": DropReason.UPGRADE.value
 
 @dataclass(frozen=True)
 class UpgradeOutcome:
-    """How an upgrade ended: ``upgraded`` (told by the new code), ``refused`` or ``failed``."""
+    """How an upgrade ended."""
 
     id: str
-    outcome: str
+    outcome: UpgradeResult
     old: str
     new: str | None
     at: float
@@ -104,9 +104,13 @@ class Upgrader:
         """``POST /v1/upgrade`` (body ``{"check": true}``: the dry run only) and
         ``GET /v1/upgrade`` (the last upgrade's outcome)."""
         async def post(request: web.Request) -> web.StreamResponse:
-            body = await request.json() if request.can_read_body else {}
-            check = bool(body.get("check")) if isinstance(body, dict) else False
-            return await self.request(request, check)
+            try:
+                body = await request.json() if request.can_read_body else {}
+            except ValueError as exc:
+                return error_response(400, f"the body is not JSON: {exc}")
+            if not isinstance(body, dict) or not isinstance(body.get("check", False), bool):
+                return error_response(400, 'the body is {"check": true|false} or nothing')
+            return await self.request(request, body.get("check", False))
 
         async def get(request: web.Request) -> web.Response:
             del request
@@ -159,11 +163,11 @@ class Upgrader:
         try:
             outcome = await self._exec_blocked(upgrade_id, new, mask)
         except Exception as exc:  # whatever broke, the old code must run on as it was
-            outcome = UpgradeOutcome(upgrade_id, "failed", __version__, new, time.time(),
-                                     f"{type(exc).__name__}: {exc}")
+            outcome = UpgradeOutcome(upgrade_id, UpgradeResult.FAILED, __version__, new,
+                                     time.time(), f"{type(exc).__name__}: {exc}")
         finally:
             restore_signals(mask)
-        await self._undo(outcome, send_ready=outcome.outcome == "failed")
+        await self._undo(outcome, send_ready=outcome.outcome is UpgradeResult.FAILED)
 
     async def _exec_blocked(self, upgrade_id: str, new: str, mask: list[int]) -> UpgradeOutcome:
         """The steps with every signal blocked; how it ended when the exec did not happen."""
@@ -174,7 +178,8 @@ class Upgrader:
         why = ("the supervisor is stopping" if self._phase.stopping
                else self._refusal(Phase.RUNNING))
         if why is not None:
-            return UpgradeOutcome(upgrade_id, "refused", __version__, new, time.time(), why)
+            return UpgradeOutcome(upgrade_id, UpgradeResult.REFUSED, __version__, new,
+                                  time.time(), why)
         self._notifier.reloading()
         log.info("supervisor_upgrading", old=__version__, new=new, upgrade_id=upgrade_id,
                  program=self._program.name, engines=len(handover.engines))
@@ -183,7 +188,7 @@ class Upgrader:
             handover, handed_at=time.monotonic(), samples=_count_dropped(handover.samples,
                                                                          unwritten))
         error = self._program.replace(encode(handover), handover.descriptors())
-        return UpgradeOutcome(upgrade_id, "failed", __version__, new, time.time(),
+        return UpgradeOutcome(upgrade_id, UpgradeResult.FAILED, __version__, new, time.time(),
                               f"exec {self._program.name}: {error}")
 
     async def _undo(self, outcome: UpgradeOutcome, *, send_ready: bool) -> None:
@@ -198,8 +203,9 @@ class Upgrader:
 
     def adopted(self, handover: Handover, gap: float) -> None:
         """This program took over (the new code's side): say so, once."""
-        self.last = UpgradeOutcome(handover.upgrade_id, "upgraded", handover.version,
-                                   __version__, time.time(), gap_seconds=round(gap, 6))
+        self.last = UpgradeOutcome(handover.upgrade_id, UpgradeResult.UPGRADED,
+                                   handover.version, __version__, time.time(),
+                                   gap_seconds=round(gap, 6))
         log.info("supervisor_upgraded", old=handover.version, new=__version__,
                  upgrade_id=handover.upgrade_id, gap_seconds=round(gap, 3),
                  engines=len(handover.engines))

@@ -186,6 +186,19 @@ async def test_whatever_breaks_with_signals_blocked_leaves_the_old_code_running(
     assert notifier.sent == ["READY=1", "STATUS=2 engines running"]
 
 
+@pytest.mark.parametrize("body", [b"{", b"[1]", b'{"check": "yes"}'])
+async def test_a_body_that_is_not_the_request_is_a_400_and_changes_nothing(body: bytes) -> None:
+    up, phase, program, notifier = upgrader(OK, Shell())
+    app = web.Application()
+    up.routes()(app)
+    async with TestClient(TestServer(app)) as client:
+        resp = await client.post("/v1/upgrade", data=body,
+                                 headers={"Content-Type": "application/json"})
+        assert resp.status == 400
+        assert "error" in await resp.json()
+    assert program.checked == [] and notifier.sent == [] and phase.phase is Phase.RUNNING
+
+
 @pytest.fixture(autouse=True)
 def _mask_restored() -> Any:
     before = signal.pthread_sigmask(signal.SIG_BLOCK, [])
