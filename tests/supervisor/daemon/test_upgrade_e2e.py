@@ -14,6 +14,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -249,3 +250,37 @@ def test_a_sigterm_in_the_gap_is_one_stop_handled_by_the_new_code(tmp_path: Path
         assert [e["cause"] for e in sup.events("engine_exited", pid=engine)] == ["stopped"]
     finally:
         sup.close()
+
+
+def test_an_engine_in_backoff_restarts_when_its_delay_ends_counting_on(tmp_path: Path) -> None:
+    """An engine crash-looping in its backoff is handed over with what is left of its delay,
+    its failures and restarts: the new code spawns it when the old code would have (the gap
+    added, as after any freeze of the supervisor), and the next delay grows from there (no
+    reset, no extra spawn at the exec)."""
+    program, starts = tmp_path / "cuzkd", tmp_path / "starts"
+    install(program, "1.0.0")
+    crashing = scripted_engine(tmp_path, "c", args=["--fail-starts", "100", "--pidfile",
+                                                     str(starts)],
+                               backoff_initial="3s", backoff_max="60s")
+    sup = start_supervisor(write_config(tmp_path, [crashing]), program=[str(program)])
+    try:
+        before = sup.wait_engine("c", lambda e: e["state"] == "backoff", timeout=30)
+        spawned = len(starts.read_text().split())
+        install(program, "1.1.0")
+        status, body = sup.request("POST", "/v1/upgrade", timeout=60)
+        assert status == 202, body
+        [upgraded] = wait_until(lambda: sup.events("supervisor_upgraded"), 30, "the new code")
+        entry = sup.engine("c")
+        assert (entry["state"], entry["restarts"]) == ("backoff", before["restarts"])
+        # what was left of the delay, on the run clock: the gap, a freeze, is not counted
+        assert before["next_restart_at"] - 0.1 <= entry["next_restart_at"] \
+            <= before["next_restart_at"] + upgraded["gap_seconds"] + 0.5
+        wait_until(lambda: len(starts.read_text().split()) > spawned, 30, "the next spawn")
+        respawned = time.time()
+        assert respawned >= before["next_restart_at"] - 0.5
+        after = sup.wait_engine("c", lambda e: e["state"] == "backoff"
+                                and e["restarts"] > before["restarts"], timeout=30)
+        # the failures counted on: the next delay is the doubled one, not the first
+        assert after["next_restart_at"] - respawned > 3.0
+    finally:
+        sup.stop()
