@@ -284,3 +284,29 @@ def test_an_engine_in_backoff_restarts_when_its_delay_ends_counting_on(tmp_path:
         assert after["next_restart_at"] - respawned > 3.0
     finally:
         sup.stop()
+
+
+def test_the_new_code_runs_the_config_that_ran_and_holds_its_locks(tmp_path: Path) -> None:
+    """A file changed since it was read is not what the new code runs: a reload applies it
+    afterwards. The state dir's lock never lapsed: a second ``cuzkd run`` is refused, naming
+    the same pid."""
+    program = tmp_path / "cuzkd"
+    install(program, "1.0.0")
+    config = write_config(tmp_path, [scripted_engine(tmp_path, "a")])
+    sup = start_supervisor(config, program=[str(program)])
+    try:
+        sup.wait_engine("a", lambda e: e["state"] == "running")
+        write_config(tmp_path, [scripted_engine(tmp_path, "a"), scripted_engine(tmp_path, "b")])
+        install(program, "1.1.0")
+        done = subprocess.run([str(program), "upgrade", "--config", str(config)],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert set(sup.engines()) == {"a"}
+        second = subprocess.run([str(program), "run", "--config", str(config)],
+                                capture_output=True, text=True, timeout=60)
+        assert second.returncode == 1
+        assert f"another cuzkd (pid {sup.proc.pid})" in second.stdout + second.stderr
+        status, body = sup.request("POST", "/v1/reload", timeout=60)
+        assert status == 200 and body["engines"] == ["a", "b"], body
+    finally:
+        sup.stop()
