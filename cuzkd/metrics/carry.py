@@ -72,6 +72,9 @@ class CounterCarry:
             self._families[_key(s.family, s.name, s.labels)] = s.family
         #: series -> carried (True) or continued (False), once decided
         self._decided: dict[Key, bool] = {}
+        #: the families with a series undecided or carried: a scrape looks at these alone
+        #: (the rest, by far the most once decided, pass as they are)
+        self._live = set(self._families.values())
         self._first_scrape = True
 
     def apply(self, families: Iterable[Metric]) -> Iterator[Metric]:
@@ -80,8 +83,9 @@ class CounterCarry:
             yield from families
             return
         seen: set[Key] = set()
+        decided = len(self._decided)
         for family in families:
-            if family.type in CARRIED_TYPES:
+            if family.type in CARRIED_TYPES and family.name in self._live:
                 self._carry(family, seen)
             yield family
         if self._first_scrape:
@@ -89,6 +93,9 @@ class CounterCarry:
             for key, name in self._families.items():
                 if key not in seen and not read_later(name):
                     self._decided.setdefault(key, True)
+        if len(self._decided) != decided:
+            self._live = {name for key, name in self._families.items()
+                          if self._decided.get(key, True)}
 
     def _carry(self, family: Metric, seen: set[Key]) -> None:
         samples = family.samples
