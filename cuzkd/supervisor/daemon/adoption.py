@@ -48,19 +48,35 @@ def adoptable(handed: Handover) -> Config:
 def check_handover(fds: str) -> int:
     """``--handover-check DOC:ANSWER``: answer whether this program adopts the hand-over in
     the memfd DOC; 0 when it does, else 1 (the reason on the pipe and on stderr)."""
-    doc, answer = (int(fd) for fd in fds.split(":"))
+    doc, _, answer = fds.partition(":")
+    if not (doc.isdigit() and answer.isdigit()):
+        raise HandoverRefused(f"--handover-check {fds!r}: expected DOC:ANSWER, two descriptors")
     try:
-        adoptable(decode(read_handover(doc)))
+        adoptable(decode(_read(int(doc))))
     except (HandoverRefused, ConfigError) as exc:
         print(f"cuzkd {__version__} refuses the hand-over: {exc}", file=sys.stderr)
-        answer_dry_run(answer, Verdict(False, __version__, str(exc)))
-        return 1
-    answer_dry_run(answer, Verdict(True, __version__))
-    return 0
+        verdict = Verdict(False, __version__, str(exc))
+    else:
+        verdict = Verdict(True, __version__)
+    try:
+        answer_dry_run(int(answer), verdict)
+    except OSError as exc:
+        raise HandoverRefused(f"cannot answer on descriptor {answer}: {exc.strerror}") \
+            from None
+    return 0 if verdict.ok else 1
 
 
 def take_handover(fd: int) -> Taken:
     """``--handover FD``: the hand-over and its config. Raises what the dry run would have
     refused (it passed: only a file changed since, such as a web config, gets here)."""
-    handed = decode(read_handover(fd))
+    handed = decode(_read(fd))
     return Taken(handed, adoptable(handed))
+
+
+def _read(fd: int) -> bytes:
+    """The hand-over in ``fd``; HandoverRefused when there is none to read there."""
+    try:
+        return read_handover(fd)
+    except OSError as exc:
+        raise HandoverRefused(f"no hand-over to read in descriptor {fd}: {exc.strerror}") \
+            from None

@@ -102,13 +102,16 @@ def unblock_after_exec(argv: Sequence[str]) -> None:
 
     import msgspec
 
-    fd = int(argv[argv.index("--handover") + 1])
-    chunks, offset = [], 0
-    while chunk := os.pread(fd, 1 << 20, offset):
-        chunks.append(chunk)
-        offset += len(chunk)
-    handed = msgspec.json.decode(b"".join(chunks))
-    signal.pthread_sigmask(signal.SIG_SETMASK, handed.get("signal_mask", []))
+    try:
+        fd = int(argv[argv.index("--handover") + 1])
+        chunks, offset = [], 0
+        while chunk := os.pread(fd, 1 << 20, offset):
+            chunks.append(chunk)
+            offset += len(chunk)
+        mask = msgspec.json.decode(b"".join(chunks))["signal_mask"]
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    except (IndexError, ValueError, TypeError, KeyError, OSError, msgspec.DecodeError):
+        return  # no hand-over there: the daemon says so (exit 1), signals stay as they are
 
 
 def handover() -> list[int]:

@@ -6,6 +6,8 @@ supervisor as it was. The real exec is ``test_upgrade_e2e.py``'s."""
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -204,3 +206,16 @@ def _mask_restored() -> Any:
     before = signal.pthread_sigmask(signal.SIG_BLOCK, [])
     yield
     signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["--handover", "77"], "no hand-over to read in descriptor 77"),
+    (["--handover-check", "garbage"], "expected DOC:ANSWER"),
+    (["--handover-check", "77:78"], "cannot answer on descriptor 78")])
+def test_the_exec_options_given_garbage_say_so_and_exit_1(args: list[str], said: str) -> None:
+    """``run --handover``/``--handover-check`` are the upgrade's own, never typed: given
+    what is not a hand-over they still end with a line that says why, not a traceback."""
+    done = subprocess.run([sys.executable, "-m", "cuzkd", "run", *args], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 1
+    assert said in done.stderr and "Traceback" not in done.stderr, done.stderr
