@@ -236,7 +236,7 @@ class Supervisor:
     def _take_locks(self, handed: Handover | None) -> None:
         """The state dir's and control socket's locks: taken, or held on from the old code."""
         if handed is None:
-            self._lock_dirs(self._lock, self._control_lock)
+            self._lock_dirs()
         else:
             self._lock.adopt(handed.locks.state_dir)
             self._control_lock.adopt(handed.locks.control_socket)
@@ -280,15 +280,15 @@ class Supervisor:
         return upgrade_refusal(phase, swapping=self.swaps.busy,
                                engines=self.engines.moments())
 
-    def _lock_dirs(self, lock: StateDirLock, control_lock: ControlSocketLock) -> None:
+    def _lock_dirs(self) -> None:
         """Take the state dir and the control socket (StateDirBusy when another supervisor
         has one); a directory that cannot be written is the config's mistake, named."""
         try:
-            lock.acquire()
+            self._lock.acquire()
         except OSError as exc:
             raise unusable_dir(self.config, exc) from None
         try:
-            control_lock.acquire()
+            self._control_lock.acquire()
         except OSError as exc:
             raise unusable_dir(self.config, exc, control_socket=True) from None
 
